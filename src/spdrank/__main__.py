@@ -1,0 +1,3 @@
+from spdrank.cli import main
+
+raise SystemExit(main())

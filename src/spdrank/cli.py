@@ -1,0 +1,48 @@
+"""The ``spdrank`` command. Each sub-command lives in ``spdrank.commands.<name>``.
+
+A command module exposes ``register(subparsers)``, which adds its parser and sets
+``func`` to a callable taking the parsed arguments and returning an exit code. Modules are
+imported when the command line is parsed, so ``spdrank --help`` stays fast and a command's
+heavy imports (torch, transformers) are paid only by the command that needs them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+
+from spdrank import __version__
+from spdrank.slates import SlateError
+
+COMMANDS = ("data", "eval", "train", "rank", "demo")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="spdrank", description="Single-pass generative reranking (SPD)."
+    )
+    parser.add_argument("--version", action="version", version=f"spdrank {__version__}")
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name in COMMANDS:
+        importlib.import_module(f"spdrank.commands.{name}").register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        return int(args.func(args) or 0)
+    except (SlateError, FileNotFoundError, ValueError) as exc:
+        # Bad input is the user's to fix: say what and where, without a traceback.
+        print(f"spdrank {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"spdrank {args.command}: interrupted", file=sys.stderr)
+        return 130

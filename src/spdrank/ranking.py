@@ -1,0 +1,38 @@
+"""What every ranker returns, and the interface the evaluation runs them through.
+
+Baselines, teachers and the SPD student all answer ``rank(slate) -> Ranking``, so one
+evaluation loop measures them on the same slates, side by side.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+from spdrank.slates import Slate
+
+
+@dataclass
+class Ranking:
+    """A ranked slate: docids best first, optional scores aligned with them, stage timings."""
+
+    docids: list[str]
+    scores: list[float] | None = None
+    #: Milliseconds per stage (e.g. tokenize, prefill, head, assign); empty if not measured.
+    timings: dict[str, float] = field(default_factory=dict)
+    #: Sequential forward passes spent decoding (1 for a single-pass ranker, 0 for non-LLM).
+    decode_passes: int = 0
+
+
+@runtime_checkable
+class Ranker(Protocol):
+    """Anything that orders a slate's candidates."""
+
+    name: str
+
+    def fit(self, train: Iterable[Slate]) -> None:
+        """Learn whatever statistics the ranker needs from training slates (may do nothing)."""
+
+    def rank(self, slate: Slate) -> Ranking:
+        """Return a permutation of ``slate``'s candidates, best first."""

@@ -1,0 +1,291 @@
+"""The slate: one query and the candidates to rank for it, as JSONL.
+
+The format follows castorini/rank_llm's request (``query`` + ``candidates`` with ``docid``,
+``doc`` and ``score``) so its retrieve results feed in directly, plus optional labels:
+``clicked`` (ground-truth positives) and ``teacher`` (a full ranking, best first).
+Extra fields are kept as they are, so a round trip through spdrank loses nothing.
+
+Reading streams line by line (plain or gzip) and every malformed line raises one
+:class:`SlateError` that names ``file:line`` and the problem. Writing goes to a temporary
+file that replaces the target only once complete, so an interrupted write never leaves a
+half-written file behind.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import os
+import tempfile
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+#: Fields of ``doc`` searched, in order, for a candidate's text.
+TEXT_FIELDS: tuple[str, ...] = ("title", "text", "contents")
+
+
+class SlateError(ValueError):
+    """A slate that cannot be used, with where it came from (``file:line``) when known."""
+
+    def __init__(self, message: str, where: str | None = None) -> None:
+        self.where = where
+        super().__init__(f"{where}: {message}" if where else message)
+
+
+@dataclass
+class Query:
+    qid: str
+    text: str
+    #: Item ids of the user's history, oldest first, when the slate came from an interaction
+    #: log. Rankers that need interaction statistics (popularity, co-occurrence) read it.
+    history: list[str] | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Candidate:
+    docid: str
+    doc: dict[str, Any]
+    score: float = 0.0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def text(self, fields: tuple[str, ...] = TEXT_FIELDS) -> str:
+        """The candidate's text: the first of ``fields`` present in ``doc``."""
+        for name in fields:
+            if name in self.doc:
+                return self.doc[name]
+        raise SlateError(f"candidate {self.docid!r} has none of the text fields {list(fields)}")
+
+
+@dataclass
+class Slate:
+    query: Query
+    candidates: list[Candidate]
+    clicked: list[str] | None = None
+    teacher: list[str] | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def docids(self) -> list[str]:
+        return [c.docid for c in self.candidates]
+
+    def __len__(self) -> int:
+        return len(self.candidates)
+
+    # -- conversion -------------------------------------------------------------------------
+
+    @classmethod
+    def from_dict(
+        cls, data: Any, where: str | None = None, text_fields: tuple[str, ...] = TEXT_FIELDS
+    ) -> Slate:
+        """Build and validate a slate from parsed JSON; raises :class:`SlateError`."""
+        if not isinstance(data, dict):
+            raise SlateError(f"a slate must be a JSON object, got {type(data).__name__}", where)
+        for key in ("query", "candidates"):
+            if key not in data:
+                raise SlateError(f"missing field {key!r}", where)
+        query = _parse_query(data["query"], where)
+        candidates = _parse_candidates(data["candidates"], where, text_fields)
+        docids = {c.docid for c in candidates}
+        clicked = _parse_id_list(data.get("clicked"), "clicked", docids, where)
+        teacher = _parse_id_list(data.get("teacher"), "teacher", docids, where)
+        if teacher is not None:
+            if len(set(teacher)) != len(teacher):
+                dup = next(d for d in teacher if teacher.count(d) > 1)
+                raise SlateError(f"'teacher' repeats docid {dup!r}", where)
+            if len(teacher) != len(candidates):
+                missing = [d for d in (c.docid for c in candidates) if d not in set(teacher)]
+                raise SlateError(
+                    f"'teacher' is not a full permutation of the {len(candidates)} candidates: "
+                    f"missing {missing[:5]}{' ...' if len(missing) > 5 else ''}",
+                    where,
+                )
+        extra = {k: v for k, v in data.items() if k not in ("query", "candidates", "clicked", "teacher")}
+        return cls(query=query, candidates=candidates, clicked=clicked, teacher=teacher, extra=extra)
+
+    def to_dict(self) -> dict[str, Any]:
+        query: dict[str, Any] = {"qid": self.query.qid, "text": self.query.text}
+        if self.query.history is not None:
+            query["history"] = list(self.query.history)
+        query.update(self.query.extra)
+        out: dict[str, Any] = {
+            "query": query,
+            "candidates": [
+                {"docid": c.docid, "doc": c.doc, "score": c.score, **c.extra} for c in self.candidates
+            ],
+        }
+        if self.clicked is not None:
+            out["clicked"] = list(self.clicked)
+        if self.teacher is not None:
+            out["teacher"] = list(self.teacher)
+        out.update(self.extra)
+        return out
+
+    def candidate_texts(self, fields: tuple[str, ...] = TEXT_FIELDS) -> list[str]:
+        return [c.text(fields) for c in self.candidates]
+
+
+def _parse_query(raw: Any, where: str | None) -> Query:
+    if isinstance(raw, str):  # rank_llm also accepts a bare query string
+        raw = {"qid": "", "text": raw}
+    if not isinstance(raw, dict):
+        raise SlateError(f"'query' must be an object or a string, got {type(raw).__name__}", where)
+    if "text" not in raw:
+        raise SlateError("missing field 'query.text'", where)
+    if not isinstance(raw["text"], str):
+        raise SlateError(f"'query.text' must be a string, got {type(raw['text']).__name__}", where)
+    qid = raw.get("qid", "")
+    if not isinstance(qid, (str, int)):
+        raise SlateError(f"'query.qid' must be a string, got {type(qid).__name__}", where)
+    history = raw.get("history")
+    if history is not None and not (
+        isinstance(history, list) and all(isinstance(h, (str, int)) for h in history)
+    ):
+        raise SlateError("'query.history' must be a list of item ids", where)
+    extra = {k: v for k, v in raw.items() if k not in ("qid", "text", "history")}
+    return Query(
+        qid=str(qid),
+        text=raw["text"],
+        history=[str(h) for h in history] if history is not None else None,
+        extra=extra,
+    )
+
+
+def _parse_candidates(raw: Any, where: str | None, text_fields: tuple[str, ...]) -> list[Candidate]:
+    if not isinstance(raw, list):
+        raise SlateError(f"'candidates' must be a list, got {type(raw).__name__}", where)
+    if not raw:
+        raise SlateError("'candidates' is empty: a slate needs at least one candidate", where)
+    seen: set[str] = set()
+    out: list[Candidate] = []
+    for i, cand in enumerate(raw):
+        label = f"candidates[{i}]"
+        if not isinstance(cand, dict):
+            raise SlateError(f"{label} must be an object, got {type(cand).__name__}", where)
+        if "docid" not in cand:
+            raise SlateError(f"{label} has no 'docid'", where)
+        docid = cand["docid"]
+        if not isinstance(docid, (str, int)) or isinstance(docid, bool):
+            raise SlateError(f"{label}.docid must be a string, got {type(docid).__name__}", where)
+        docid = str(docid)
+        if docid in seen:
+            raise SlateError(f"duplicate docid {docid!r} at {label}", where)
+        seen.add(docid)
+        doc = cand.get("doc")
+        if not isinstance(doc, dict):
+            raise SlateError(f"{label} (docid {docid!r}) has no 'doc' object with its text", where)
+        present = [f for f in text_fields if f in doc]
+        if not present:
+            raise SlateError(
+                f"{label} (docid {docid!r}) has no text: 'doc' holds none of {list(text_fields)}",
+                where,
+            )
+        text = doc[present[0]]
+        if not isinstance(text, str):
+            raise SlateError(
+                f"{label}.doc.{present[0]} (docid {docid!r}) must be a string, "
+                f"got {type(text).__name__}",
+                where,
+            )
+        if not text.strip():
+            raise SlateError(f"{label}.doc.{present[0]} (docid {docid!r}) is empty", where)
+        score = cand.get("score", 0.0)
+        if score is None:
+            score = 0.0
+        if not isinstance(score, (int, float)) or isinstance(score, bool):
+            raise SlateError(f"{label}.score (docid {docid!r}) must be a number", where)
+        extra = {k: v for k, v in cand.items() if k not in ("docid", "doc", "score")}
+        out.append(Candidate(docid=docid, doc=doc, score=float(score), extra=extra))
+    return out
+
+
+def _parse_id_list(raw: Any, name: str, docids: set[str], where: str | None) -> list[str] | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, list):
+        raise SlateError(f"{name!r} must be a list of docids, got {type(raw).__name__}", where)
+    ids = [str(x) for x in raw]
+    unknown = [d for d in ids if d not in docids]
+    if unknown:
+        raise SlateError(f"{name!r} names docids that are not candidates: {unknown[:5]}", where)
+    return ids
+
+
+# -- files ----------------------------------------------------------------------------------
+
+
+def _open_text(path: Path, mode: str, gz: bool | None = None) -> IO[str]:
+    if path.suffix == ".gz" if gz is None else gz:
+        return io.TextIOWrapper(gzip.open(path, mode + "b"), encoding="utf-8")
+    return open(path, mode, encoding="utf-8")
+
+
+def read_slates(
+    path: str | os.PathLike[str], text_fields: tuple[str, ...] = TEXT_FIELDS
+) -> Iterator[Slate]:
+    """Stream validated slates from a JSONL file (``.gz`` too); blank lines are skipped.
+
+    Streaming keeps memory flat for files larger than memory; the first bad line stops the
+    iteration with a :class:`SlateError` naming ``file:line``.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise SlateError(f"no such slate file: {path}")
+    with _open_text(path, "r") as fh:
+        for lineno, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            where = f"{path}:{lineno}"
+            try:
+                data = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise SlateError(f"invalid JSON ({exc.msg} at column {exc.colno})", where) from None
+            yield Slate.from_dict(data, where=where, text_fields=text_fields)
+
+
+def load_slates(path: str | os.PathLike[str], limit: int | None = None) -> list[Slate]:
+    """Read up to ``limit`` slates into a list (validates every line it reads)."""
+    out: list[Slate] = []
+    for slate in read_slates(path):
+        if limit is not None and len(out) >= limit:
+            break
+        out.append(slate)
+    return out
+
+
+def dumps_slate(slate: Slate) -> str:
+    """One slate as one JSON line; ASCII-safe and with a stable key order, for byte-identical output."""
+    return json.dumps(slate.to_dict(), ensure_ascii=False, separators=(",", ":"))
+
+
+@contextmanager
+def atomic_writer(path: str | os.PathLike[str]) -> Iterator[IO[str]]:
+    """Write a text file through a temporary sibling that replaces ``path`` only on success."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    tmp_path = Path(tmp)
+    try:
+        with _open_text(tmp_path, "w", gz=path.suffix == ".gz") as fh:
+            yield fh
+            fh.flush()
+        os.replace(tmp_path, path)
+    except BaseException:
+        tmp_path.unlink(missing_ok=True)
+        raise
+
+
+def write_slates(path: str | os.PathLike[str], slates: Iterable[Slate]) -> int:
+    """Write slates as JSONL atomically; returns the number written."""
+    n = 0
+    with atomic_writer(path) as fh:
+        for slate in slates:
+            fh.write(dumps_slate(slate))
+            fh.write("\n")
+            n += 1
+    return n
