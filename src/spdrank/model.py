@@ -1,0 +1,274 @@
+"""SPDRanker: backbone prefill -> head -> score matrix -> assignment decode.
+
+A checkpoint is a directory holding ``config.json`` (backbone reference, head, prompt and
+decoder settings), ``head.safetensors`` and, when the backbone was LoRA-adapted, the peft
+adapter under ``adapter/``. Nothing in it is a pickle, so loading a checkpoint never runs code.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from safetensors.torch import load_file, save_file
+from torch import nn
+
+from spdrank.backbone import BackboneConfig, hidden_size, load_backbone, load_tokenizer, readout_states
+from spdrank.decode import decode, get_decoder
+from spdrank.heads import HeadConfig, build_head
+from spdrank.prompt import EncodedPrompt, PromptBuilder, PromptSettings
+from spdrank.ranking import Ranking
+from spdrank.slates import TEXT_FIELDS, Candidate, Query, Slate
+
+CONFIG_NAME = "config.json"
+HEAD_NAME = "head.safetensors"
+ADAPTER_DIR = "adapter"
+FORMAT_VERSION = 1
+
+
+@dataclass
+class SPDConfig:
+    backbone: BackboneConfig = field(default_factory=BackboneConfig)
+    head: HeadConfig = field(default_factory=HeadConfig)
+    prompt: PromptSettings = field(default_factory=PromptSettings)
+    decoder: str = "hungarian"
+    text_fields: tuple[str, ...] = TEXT_FIELDS
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "format": "spdrank",
+            "format_version": FORMAT_VERSION,
+            "backbone": self.backbone.to_dict(),
+            "head": self.head.to_dict(),
+            "prompt": self.prompt.to_dict(),
+            "decoder": self.decoder,
+            "text_fields": list(self.text_fields),
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> SPDConfig:
+        if data.get("format") != "spdrank":
+            raise ValueError("not an spdrank checkpoint config (missing \"format\": \"spdrank\")")
+        return cls(
+            backbone=BackboneConfig.from_dict(data["backbone"]),
+            head=HeadConfig.from_dict(data["head"]),
+            prompt=PromptSettings.from_dict(data["prompt"]),
+            decoder=data.get("decoder", "hungarian"),
+            text_fields=tuple(data.get("text_fields", TEXT_FIELDS)),
+        )
+
+
+@dataclass
+class Batch:
+    """A padded batch of encoded slates, ready for one prefill."""
+
+    input_ids: torch.Tensor  # [B, T]
+    attention_mask: torch.Tensor  # [B, T]
+    readout: torch.Tensor  # [B, N] token index per item (0 for padded items)
+    item_mask: torch.Tensor  # [B, N] True for real items
+    sizes: torch.Tensor  # [B] items per slate
+
+    def to(self, device: torch.device | str) -> Batch:
+        return Batch(*(t.to(device) for t in (self.input_ids, self.attention_mask, self.readout, self.item_mask, self.sizes)))
+
+
+def collate(encoded: Sequence[EncodedPrompt], pad_id: int) -> Batch:
+    """Right-pad token ids and item lists; readout indices are unaffected by right padding."""
+    b = len(encoded)
+    t = max(len(e.input_ids) for e in encoded)
+    n = max(len(e.readout) for e in encoded)
+    input_ids = torch.full((b, t), pad_id, dtype=torch.long)
+    attention = torch.zeros((b, t), dtype=torch.long)
+    readout = torch.zeros((b, n), dtype=torch.long)
+    item_mask = torch.zeros((b, n), dtype=torch.bool)
+    for i, e in enumerate(encoded):
+        input_ids[i, : len(e.input_ids)] = torch.tensor(e.input_ids)
+        attention[i, : len(e.input_ids)] = 1
+        readout[i, : len(e.readout)] = torch.tensor(e.readout)
+        item_mask[i, : len(e.readout)] = True
+    sizes = item_mask.sum(1)
+    return Batch(input_ids, attention, readout, item_mask, sizes)
+
+
+def _as_slate(query: str | Query | Slate, candidates: Sequence[Any] | None) -> Slate:
+    """Accept a Slate, or a query plus candidates given as strings, dicts or Candidates."""
+    if isinstance(query, Slate):
+        if candidates is not None:
+            raise ValueError("pass either a Slate or a query with candidates, not both")
+        return query
+    if candidates is None:
+        raise ValueError("rank() needs candidates")
+    q = query if isinstance(query, Query) else Query(qid="", text=str(query))
+    cands: list[Candidate] = []
+    for i, c in enumerate(candidates):
+        if isinstance(c, Candidate):
+            cands.append(c)
+        elif isinstance(c, str):
+            cands.append(Candidate(docid=str(i), doc={"text": c}))
+        elif isinstance(c, dict):
+            cands.append(Slate.from_dict({"query": "", "candidates": [c]}).candidates[0])
+        else:
+            raise ValueError(f"candidate {i} must be a string, a dict or a Candidate")
+    return Slate(query=q, candidates=cands)
+
+
+class SPDRanker(nn.Module):
+    """The SPD student. ``rank`` gives a valid permutation from one prefill."""
+
+    decode_passes = 1
+
+    def __init__(self, config: SPDConfig, backbone: nn.Module, tokenizer: Any) -> None:
+        super().__init__()
+        self.config = config
+        self.backbone = backbone
+        self.tokenizer = tokenizer
+        self.head = build_head(hidden_size(backbone), config.head)
+        self.prompts = PromptBuilder(tokenizer, config.prompt)
+        get_decoder(config.decoder)  # fail early on an unknown decoder
+        self.name = f"spd-{config.head.kind}"
+
+    # -- construction and checkpoints --------------------------------------------------------
+
+    @classmethod
+    def build(cls, config: SPDConfig, device: torch.device | str = "cpu") -> SPDRanker:
+        """A fresh model: pretrained backbone (fresh LoRA or frozen) and an untrained head."""
+        backbone = load_backbone(config.backbone, device=device)
+        model = cls(config, backbone, load_tokenizer(config.backbone.name_or_path))
+        return model.to(device)
+
+    @classmethod
+    def from_pretrained(cls, path: str | os.PathLike[str], device: torch.device | str = "cpu") -> SPDRanker:
+        path = Path(path)
+        if not (path / CONFIG_NAME).exists() and (path / "model" / CONFIG_NAME).exists():
+            path = path / "model"  # a training run's directory
+        if not (path / CONFIG_NAME).exists():
+            raise FileNotFoundError(f"{path} is not an spdrank checkpoint: no {CONFIG_NAME}")
+        config = SPDConfig.from_dict(json.loads((path / CONFIG_NAME).read_text()))
+        adapter = path / ADAPTER_DIR if config.backbone.lora is not None else None
+        backbone = load_backbone(config.backbone, device=device, adapter_path=adapter)
+        model = cls(config, backbone, load_tokenizer(config.backbone.name_or_path))
+        model.head.load_state_dict(load_file(str(path / HEAD_NAME)))
+        model.to(device)
+        model.eval()
+        return model
+
+    def save_pretrained(self, path: str | os.PathLike[str]) -> None:
+        """Write the checkpoint to a temporary sibling, then swap it in: never half-written."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
+        try:
+            (tmp / CONFIG_NAME).write_text(json.dumps(self.config.to_dict(), indent=2) + "\n")
+            head = {k: v.detach().contiguous().cpu() for k, v in self.head.state_dict().items()}
+            save_file(head, str(tmp / HEAD_NAME))
+            if self.config.backbone.lora is not None:
+                self.backbone.save_pretrained(str(tmp / ADAPTER_DIR), safe_serialization=True)
+            old = path.with_name(f".{path.name}.old")
+            if path.exists():
+                shutil.rmtree(old, ignore_errors=True)
+                os.replace(path, old)
+            os.replace(tmp, path)
+            shutil.rmtree(old, ignore_errors=True)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+
+    # -- the forward pass --------------------------------------------------------------------
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.head.parameters()).device
+
+    def encode(self, slate: Slate) -> EncodedPrompt:
+        if len(slate) > self.config.head.positions:
+            raise ValueError(
+                f"slate {slate.query.qid!r} has {len(slate)} candidates; this model ranks at most "
+                f"{self.config.head.positions} (its K)"
+            )
+        return self.prompts.encode(slate.query.text, slate.candidate_texts(self.config.text_fields))
+
+    def collate(self, encoded: Sequence[EncodedPrompt]) -> Batch:
+        return collate(encoded, self.tokenizer.pad_token_id).to(self.device)
+
+    def forward(self, batch: Batch) -> torch.Tensor:
+        """Score matrices [B, N, K] for a padded batch (padded rows are 0)."""
+        # A frozen backbone needs no activations kept for backward: only the head learns.
+        frozen = self.config.backbone.lora is None
+        with torch.set_grad_enabled(torch.is_grad_enabled() and not frozen):
+            states = readout_states(
+                self.backbone, batch.input_ids, batch.attention_mask, batch.readout
+            )
+        return self.head(states.to(next(self.head.parameters()).dtype), batch.item_mask)
+
+    # -- inference ---------------------------------------------------------------------------
+
+    def rank(self, query: str | Query | Slate, candidates: Sequence[Any] | None = None) -> Ranking:
+        """Rank one slate (or a query and its candidates): docids best first, scores, timings."""
+        return self.rank_batch([_as_slate(query, candidates)])[0]
+
+    def rank_batch(self, slates: Sequence[Slate], decoder: str | None = None) -> list[Ranking]:
+        """Rank slates in one padded prefill. Timings are the batch's, shared by its slates.
+
+        ``scores`` are rank-derived relevances in (0, 1], 1 for rank 1, strictly decreasing:
+        the assignment fixes the order, and M's entries are not comparable across positions.
+        """
+        decoder = decoder or self.config.decoder
+        was_training = self.training
+        self.eval()
+        try:
+            t0 = time.perf_counter()
+            encoded = [self.encode(s) for s in slates]
+            batch = self.collate(encoded)
+            t1 = time.perf_counter()
+            with torch.inference_mode():
+                states = readout_states(self.backbone, batch.input_ids, batch.attention_mask, batch.readout)
+                self._sync()
+                t2 = time.perf_counter()
+                scores = self.head(states.to(next(self.head.parameters()).dtype), batch.item_mask)
+                matrices = scores.float().cpu().numpy()
+                t3 = time.perf_counter()
+            orders = [decode(matrices[i, : len(s)], decoder) for i, s in enumerate(slates)]
+            t4 = time.perf_counter()
+        finally:
+            self.train(was_training)
+        timings = {
+            "tokenize": (t1 - t0) * 1e3,
+            "prefill": (t2 - t1) * 1e3,
+            "head": (t3 - t2) * 1e3,
+            "assign": (t4 - t3) * 1e3,
+        }
+        out = []
+        for slate, order in zip(slates, orders):
+            n = len(slate)
+            docids = [slate.candidates[i].docid for i in order]
+            out.append(Ranking(docids, [1.0 - r / n for r in range(n)], dict(timings), 1))
+        return out
+
+    def score_matrix(self, slate: Slate) -> np.ndarray:
+        """The raw n x K item-position scores of one slate (for analysis and other decoders)."""
+        was_training = self.training
+        self.eval()
+        try:
+            with torch.inference_mode():
+                scores = self(self.collate([self.encode(slate)]))
+        finally:
+            self.train(was_training)
+        return scores[0, : len(slate)].float().cpu().numpy()
+
+    def _sync(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize()
+
+    # -- the Ranker protocol -----------------------------------------------------------------
+
+    def fit(self, train: Any) -> None:
+        """Trained by ``spdrank train``; nothing to fit at evaluation time."""

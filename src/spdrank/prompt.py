@@ -1,0 +1,120 @@
+"""One prompt per slate, as token ids, plus the readout index of every candidate.
+
+The prompt holds an instruction, the user context and the numbered candidates, wrapped in the
+model's chat template when it has one. SPD reads each candidate's hidden state at the LAST
+token of its text, so those positions must be exact whatever the text holds.
+
+That is why the prompt is assembled from separately tokenized pieces instead of tokenizing
+one long string: a candidate's tokens are produced from its own text alone (truncated to a
+per-candidate budget), with special-token strings split into ordinary tokens. A title holding
+``[3]``, newlines, ``<|im_end|>`` or 10,000 characters can therefore neither move another
+candidate's readout nor become a control token. The chat template's own text (before and
+after the user message) is the only place special tokens are parsed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+DEFAULT_INSTRUCTION = (
+    "Rank the candidate items by how likely the user is to choose each one next, "
+    "given the user's history."
+)
+_SENTINEL = "\u2063SPDRANK_BODY\u2063"
+
+
+@dataclass
+class PromptSettings:
+    """How a slate becomes a prompt; saved in a checkpoint so inference matches training."""
+
+    instruction: str = DEFAULT_INSTRUCTION
+    #: Tokens kept from each candidate's text (the head of the text).
+    max_item_tokens: int = 32
+    #: Tokens kept from the user context (its end: the most recent history).
+    max_query_tokens: int = 512
+    use_chat_template: bool = True
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> PromptSettings:
+        return cls(**data)
+
+
+@dataclass
+class EncodedPrompt:
+    input_ids: list[int]
+    #: Index in ``input_ids`` of the last token of each candidate's text.
+    readout: list[int]
+    #: Which candidates were cut to ``max_item_tokens``.
+    truncated: list[bool]
+    query_truncated: bool = False
+
+
+class PromptBuilder:
+    """Renders slates into token ids for one tokenizer and one set of settings."""
+
+    def __init__(self, tokenizer: Any, settings: PromptSettings | None = None) -> None:
+        self.tokenizer = tokenizer
+        self.settings = settings or PromptSettings()
+        if self.settings.max_item_tokens < 1:
+            raise ValueError("max_item_tokens must be at least 1")
+        self._prefix, self._suffix = self._template_ends()
+        self._literal_cache: dict[str, list[int]] = {}
+
+    def _template_ends(self) -> tuple[list[int], list[int]]:
+        """Token ids of the chat template around the user message (special tokens parsed)."""
+        tok = self.tokenizer
+        if self.settings.use_chat_template and getattr(tok, "chat_template", None):
+            rendered = tok.apply_chat_template(
+                [{"role": "user", "content": _SENTINEL}], tokenize=False, add_generation_prompt=True
+            )
+            before, sep, after = rendered.partition(_SENTINEL)
+            if not sep:
+                raise ValueError("the chat template dropped the user message")
+            return self._encode(before, specials=True), self._encode(after, specials=True)
+        bos = [tok.bos_token_id] if tok.bos_token_id is not None else []
+        return bos, self._encode("\nRanking:", specials=False)
+
+    def _encode(self, text: str, specials: bool = False) -> list[int]:
+        """Token ids of ``text``; with ``specials=False`` special-token strings stay plain text."""
+        if not text:
+            return []
+        return list(
+            self.tokenizer(text, add_special_tokens=False, split_special_tokens=not specials)[
+                "input_ids"
+            ]
+        )
+
+    def _literal(self, text: str) -> list[int]:
+        if text not in self._literal_cache:
+            self._literal_cache[text] = self._encode(text)
+        return self._literal_cache[text]
+
+    def encode(self, query_text: str, candidate_texts: Sequence[str]) -> EncodedPrompt:
+        s = self.settings
+        ids: list[int] = list(self._prefix)
+        ids += self._literal(s.instruction + "\n\nUser history:\n")
+        query = self._encode(query_text)
+        query_truncated = len(query) > s.max_query_tokens
+        ids += query[-s.max_query_tokens :] if query_truncated else query
+        ids += self._literal(f"\n\nCandidates ({len(candidate_texts)}):")
+        readout: list[int] = []
+        truncated: list[bool] = []
+        for i, text in enumerate(candidate_texts, start=1):
+            ids += self._literal(f"\n[{i}] ")
+            # Text that yields no tokens is read out at its marker's last token.
+            item = self._encode(text)
+            truncated.append(len(item) > s.max_item_tokens)
+            ids += item[: s.max_item_tokens]
+            readout.append(len(ids) - 1)
+        ids += self._literal("\n")
+        ids += self._suffix
+        return EncodedPrompt(ids, readout, truncated, query_truncated)
+
+    def item_tokens(self, text: str) -> list[int]:
+        """The tokens a candidate's text contributes (after the budget): its readout is the last."""
+        return self._encode(text)[: self.settings.max_item_tokens]

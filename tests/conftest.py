@@ -1,0 +1,80 @@
+"""Shared fixtures: a tiny random Llama built from a config (fast), and slate factories.
+
+The tiny backbone uses the bundled SmolLM2 tokenizer, so prompts are tokenized exactly as
+in production; only the transformer is shrunk. Tests marked ``real`` load the real bundled
+SmolLM2 weights (first 1-2 layers) so the production path is always exercised.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+import torch
+
+from spdrank.slates import Candidate, Query, Slate
+
+WORDS = (
+    "shampoo conditioner serum lipstick mascara cream lotion gel polish brush oil mask "
+    "cleanser toner balm spray powder foundation blush eyeliner perfume soap scrub"
+).split()
+
+
+@pytest.fixture(scope="session")
+def bundled_path() -> Path:
+    from spdrank.backbone import bundled_backbone_path
+
+    return bundled_backbone_path()
+
+
+@pytest.fixture(scope="session")
+def tokenizer(bundled_path):
+    from spdrank.backbone import load_tokenizer
+
+    return load_tokenizer(str(bundled_path))
+
+
+@pytest.fixture(scope="session")
+def tiny_backbone(tmp_path_factory, tokenizer) -> str:
+    """A 2-layer, 32-wide Llama with SmolLM2's tokenizer, saved as a local HF model directory."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=4096,
+        tie_word_embeddings=True,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    path = tmp_path_factory.mktemp("tiny-llama")
+    LlamaForCausalLM(config).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return str(path)
+
+
+def make_slate(rng: random.Random, n: int, qid: str = "q", teacher: bool = True) -> Slate:
+    cands = [
+        Candidate(docid=f"d{i}", doc={"title": " ".join(rng.choices(WORDS, k=rng.randint(1, 6)))})
+        for i in range(n)
+    ]
+    docids = [c.docid for c in cands]
+    ranking = docids[:]
+    rng.shuffle(ranking)
+    return Slate(
+        query=Query(qid=qid, text="1. " + " ".join(rng.choices(WORDS, k=5))),
+        candidates=cands,
+        clicked=[ranking[0]],
+        teacher=ranking if teacher else None,
+    )
+
+
+@pytest.fixture
+def slates() -> list[Slate]:
+    rng = random.Random(0)
+    return [make_slate(rng, rng.randint(3, 10), qid=f"u{i}") for i in range(8)]
