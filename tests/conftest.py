@@ -15,10 +15,7 @@ import torch
 
 from spdrank.slates import Candidate, Query, Slate
 
-WORDS = (
-    "shampoo conditioner serum lipstick mascara cream lotion gel polish brush oil mask "
-    "cleanser toner balm spray powder foundation blush eyeliner perfume soap scrub"
-).split()
+WORDS = ["shampoo", "conditioner", "serum", "lipstick", "mascara", "cream", "lotion", "gel", "polish", "brush", "oil", "mask", "cleanser", "toner", "balm", "spray", "powder", "foundation", "blush", "eyeliner", "perfume", "soap", "scrub"]
 
 
 @pytest.fixture(scope="session")

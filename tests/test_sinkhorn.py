@@ -42,7 +42,7 @@ def test_loss_is_lower_for_the_target_permutation():
     good = target * 5.0
     bad = torch.eye(4).unsqueeze(0) * 5.0
     sizes = torch.tensor([4])
-    ce = lambda m: permutation_cross_entropy(log_sinkhorn(m, sizes), target, sizes)  # noqa: E731
+    ce = lambda m: permutation_cross_entropy(log_sinkhorn(m, sizes), target, sizes)
     assert ce(good) < ce(bad)
 
 

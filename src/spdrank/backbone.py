@@ -126,6 +126,13 @@ def resolve_path(name_or_path: str) -> str:
     return str(bundled_backbone_path()) if name_or_path == BUNDLED else name_or_path
 
 
+def resolve_device(name: str) -> str:
+    """``auto`` is CUDA when available, else CPU; anything else is passed to torch as is."""
+    if name == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return name
+
+
 def resolve_dtype(name: str, device: torch.device | str) -> torch.dtype:
     if name == "auto":
         return torch.bfloat16 if torch.device(device).type == "cuda" else torch.float32

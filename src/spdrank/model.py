@@ -22,7 +22,13 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from spdrank.backbone import BackboneConfig, hidden_size, load_backbone, load_tokenizer, readout_states
+from spdrank.backbone import (
+    BackboneConfig,
+    hidden_size,
+    load_backbone,
+    load_tokenizer,
+    readout_states,
+)
 from spdrank.decode import decode, get_decoder
 from spdrank.heads import HeadConfig, build_head
 from spdrank.prompt import EncodedPrompt, PromptBuilder, PromptSettings
@@ -117,7 +123,7 @@ def _as_slate(query: str | Query | Slate, candidates: Sequence[Any] | None) -> S
         elif isinstance(c, dict):
             cands.append(Slate.from_dict({"query": "", "candidates": [c]}).candidates[0])
         else:
-            raise ValueError(f"candidate {i} must be a string, a dict or a Candidate")
+            raise TypeError(f"candidate {i} must be a string, a dict or a Candidate")
     return Slate(query=q, candidates=cands)
 
 

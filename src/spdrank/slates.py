@@ -17,7 +17,7 @@ import gzip
 import io
 import json
 import os
-import tempfile
+import secrets
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -218,8 +218,26 @@ def _parse_id_list(raw: Any, name: str, docids: set[str], where: str | None) -> 
 # -- files ----------------------------------------------------------------------------------
 
 
+class _ClosingGzipFile(gzip.GzipFile):
+    """A GzipFile over a file object it owns, so closing it closes the file too."""
+
+    def close(self) -> None:
+        raw = self.fileobj
+        try:
+            super().close()
+        finally:
+            if raw is not None:
+                raw.close()
+
+
 def _open_text(path: Path, mode: str, gz: bool | None = None) -> IO[str]:
     if path.suffix == ".gz" if gz is None else gz:
+        if mode == "w":
+            # No file name (it would be the temporary's) and mtime 0 in the gzip header, so
+            # the same slates give the same bytes.
+            raw = open(path, "wb")  # noqa: SIM115 - closed by the _ClosingGzipFile
+            zipped = _ClosingGzipFile(filename="", mode="wb", fileobj=raw, mtime=0)
+            return io.TextIOWrapper(zipped, encoding="utf-8")
         return io.TextIOWrapper(gzip.open(path, mode + "b"), encoding="utf-8")
     return open(path, mode, encoding="utf-8")
 
@@ -250,10 +268,12 @@ def read_slates(
 def load_slates(path: str | os.PathLike[str], limit: int | None = None) -> list[Slate]:
     """Read up to ``limit`` slates into a list (validates every line it reads)."""
     out: list[Slate] = []
+    if limit is not None and limit <= 0:
+        return out
     for slate in read_slates(path):
-        if limit is not None and len(out) >= limit:
-            break
         out.append(slate)
+        if limit is not None and len(out) >= limit:
+            break  # before reading (and validating) the line after the last one wanted
     return out
 
 
@@ -267,9 +287,14 @@ def atomic_writer(path: str | os.PathLike[str]) -> Iterator[IO[str]]:
     """Write a text file through a temporary sibling that replaces ``path`` only on success."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    tmp_path = Path(tmp)
+    # Not tempfile.mkstemp: its 0600 mode would stay on the result; this one gets the umask's.
+    while True:
+        tmp_path = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
+        try:
+            os.close(os.open(tmp_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+            break
+        except FileExistsError:
+            continue
     try:
         with _open_text(tmp_path, "w", gz=path.suffix == ".gz") as fh:
             yield fh

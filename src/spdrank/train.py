@@ -17,7 +17,7 @@ import os
 import shutil
 import tempfile
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -26,83 +26,19 @@ import torch
 from safetensors.torch import load_file, save_file
 from tqdm.auto import tqdm
 
-from spdrank.backbone import BackboneConfig, LoraSettings
-from spdrank.heads import HeadConfig
+from spdrank.backbone import resolve_device
 from spdrank.metrics import aggregate, slate_metrics
-from spdrank.model import SPDConfig, SPDRanker, collate
-from spdrank.prompt import PromptSettings
+from spdrank.model import SPDRanker, collate
 from spdrank.sinkhorn import log_sinkhorn, permutation_cross_entropy
 from spdrank.slates import Slate, load_slates
-from spdrank.targets import TARGETS, target_matrix
+from spdrank.targets import target_matrix
+from spdrank.train_config import TrainConfig
 
 log = logging.getLogger(__name__)
 
 STATE_DIR = "state"
 SUMMARY_NAME = "train.json"
 LOG_NAME = "log.jsonl"
-
-
-@dataclass
-class TrainConfig:
-    slates: str
-    out: str
-    eval_slates: str | None = None
-    target: str = "clicks"
-    head: str = "attn"
-    frozen: bool = False
-    backbone: str = "bundled"
-    layers: int | None = None
-    lora_r: int = 64
-    lora_alpha: int = 64
-    positions: int = 64
-    head_width: int = 256
-    head_layers: int = 2
-    head_dropout: float = 0.1
-    max_item_tokens: int = 32
-    max_query_tokens: int = 512
-    limit: int | None = None
-    epochs: float = 1.0
-    max_steps: int | None = None
-    batch_size: int = 1
-    lr: float = 2e-4
-    head_lr: float = 1e-3
-    weight_decay: float = 0.0
-    warmup_steps: int = 20
-    max_grad_norm: float = 1.0
-    tau: float = 1.0
-    sinkhorn_iters: int = 20
-    eval_every: int = 200
-    eval_limit: int = 100
-    save_every: int = 100
-    seed: int = 0
-    device: str = "auto"
-    dtype: str = "auto"
-    #: Stop this run after this many steps (the state is kept; rerun to continue).
-    stop_after: int | None = None
-    progress: bool = True
-    extra: dict[str, Any] = field(default_factory=dict)
-
-    def model_config(self) -> SPDConfig:
-        if self.target not in TARGETS:
-            raise ValueError(f"unknown --target {self.target!r}: choose one of {list(TARGETS)}")
-        return SPDConfig(
-            backbone=BackboneConfig(
-                name_or_path=self.backbone,
-                layers=self.layers,
-                dtype=self.dtype,
-                lora=None if self.frozen else LoraSettings(r=self.lora_r, alpha=self.lora_alpha),
-            ),
-            head=HeadConfig(
-                kind=self.head,
-                positions=self.positions,
-                width=self.head_width,
-                layers=self.head_layers,
-                dropout=self.head_dropout,
-            ),
-            prompt=PromptSettings(
-                max_item_tokens=self.max_item_tokens, max_query_tokens=self.max_query_tokens
-            ),
-        )
 
 
 # -- optimizer state without pickles ----------------------------------------------------------
@@ -147,12 +83,6 @@ def _lr_lambda(warmup: int, total: int):
     return f
 
 
-def _device(name: str) -> str:
-    if name == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    return name
-
-
 def _epoch_order(n: int, seed: int, epoch: int) -> np.ndarray:
     return np.random.default_rng([seed, epoch]).permutation(n)
 
@@ -176,7 +106,7 @@ class Trainer:
 
         self.cfg = cfg
         self.out = Path(cfg.out)
-        self.accelerator = Accelerator(cpu=_device(cfg.device) == "cpu")
+        self.accelerator = Accelerator(cpu=resolve_device(cfg.device) == "cpu")
         set_seed(cfg.seed)
         self.train_slates = load_slates(cfg.slates, limit=cfg.limit)
         if not self.train_slates:

@@ -35,14 +35,14 @@ def _batches(items, size):
 
 
 def run(args: argparse.Namespace) -> int:
+    from spdrank.backbone import resolve_device
     from spdrank.model import SPDRanker
     from spdrank.results import result_record, write_trec_lines
     from spdrank.slates import atomic_writer, read_slates
-    from spdrank.train import _device
 
     if args.batch_size < 1:
         raise ValueError("--batch-size must be at least 1")
-    model = SPDRanker.from_pretrained(args.model, device=_device(args.device))
+    model = SPDRanker.from_pretrained(args.model, device=resolve_device(args.device))
     n = 0
     with contextlib.ExitStack() as stack:
         out = stack.enter_context(atomic_writer(args.output))

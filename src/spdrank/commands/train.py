@@ -40,7 +40,7 @@ _SKIP = {"extra", "progress"}
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from spdrank.train import TrainConfig
+    from spdrank.train_config import TrainConfig
 
     p = sub.add_parser("train", help="train the SPD student", description=__doc__)
     for f in dataclasses.fields(TrainConfig):
@@ -67,7 +67,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from spdrank.train import TrainConfig, train
+    from spdrank.train import train
+    from spdrank.train_config import TrainConfig
 
     values = {
         f.name: getattr(args, f.name)

@@ -1,0 +1,184 @@
+"""Non-LLM rankers to compare against: random, popularity, item co-occurrence.
+
+They set the floor any learned ranker has to clear, and they cost microseconds, so they
+also anchor the latency column. Each implements :class:`spdrank.ranking.Ranker`: ``fit``
+reads the training slates once, as a stream (a :func:`spdrank.slates.read_slates` iterator
+works; nothing holds all slates), and ``rank`` returns a full permutation, always.
+
+Only training slates feed the statistics: an evaluation slate's clicked item is never
+counted, so an item that is popular only among evaluation targets earns no credit.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterable
+
+from spdrank.ranking import Ranker, Ranking
+from spdrank.slates import Slate
+
+
+def _sequence(slate: Slate) -> list[str]:
+    """A training slate's interactions in time order: its history, then its clicked items."""
+    return list(slate.query.history or ()) + list(slate.clicked or ())
+
+
+def _sorted_by(keys: list[tuple[float, ...]]) -> list[int]:
+    """Candidate indices by descending keys; equal keys keep the original candidate order."""
+    negated = [tuple(-k for k in key) for key in keys]
+    return sorted(range(len(keys)), key=negated.__getitem__)
+
+
+class RandomRanker:
+    """A uniformly random permutation, the same one every time for the same slate.
+
+    The generator is seeded from ``seed``, the qid and the candidate ids through SHA-256
+    (Python's ``hash()`` changes between processes), so reruns give the same bytes and a
+    slate's ranking does not depend on which slates were ranked before it.
+    """
+
+    needs_train = False
+
+    def __init__(self, seed: int = 0, name: str = "random") -> None:
+        self.seed = seed
+        self.name = name
+
+    def fit(self, train: Iterable[Slate]) -> None:
+        """Nothing to learn."""
+
+    def rank(self, slate: Slate) -> Ranking:
+        key = "\x1f".join([str(self.seed), slate.query.qid, *slate.docids]).encode()
+        rng = random.Random(int.from_bytes(hashlib.sha256(key).digest()[:8], "big"))
+        docids = slate.docids
+        rng.shuffle(docids)
+        return Ranking(docids=docids)
+
+
+class PopularityRanker:
+    """Candidates by how often they appear in the training interactions.
+
+    Counts, per training slate, every item of ``query.history`` plus its clicked items. Ties
+    (including unseen items, count 0) keep the original candidate order.
+    """
+
+    needs_train = True
+
+    def __init__(self, name: str = "popularity") -> None:
+        self.name = name
+        self.counts: Counter[str] | None = None
+
+    def fit(self, train: Iterable[Slate]) -> None:
+        counts: Counter[str] = Counter()
+        for slate in train:
+            counts.update(_sequence(slate))
+        self.counts = counts
+
+    def rank(self, slate: Slate) -> Ranking:
+        if self.counts is None:
+            raise RuntimeError(f"{self.name}: call fit() on training slates before rank()")
+        docids = slate.docids
+        scores = [float(self.counts.get(d, 0)) for d in docids]
+        order = _sorted_by([(s,) for s in scores])
+        return Ranking(docids=[docids[i] for i in order], scores=[scores[i] for i in order])
+
+
+class CooccurrenceRanker:
+    """Item-to-item co-occurrence with the user's most recent items ("bought together").
+
+    From each training sequence (history + clicked target, in time order) every pair of
+    items at most ``window`` positions apart is counted: ``after -> later`` with weight 1 and
+    the reverse direction with weight ``backward`` (the next item depends mostly on what came
+    just before, but the reverse pairs double the evidence for sparse items). A candidate's
+    score is ``sum_j decay**j * co[h_j][c]`` over the ``recent`` last history items ``h_0``
+    (most recent), ``h_1``, ... Ties, which include every candidate that never co-occurred with
+    the history, fall back to popularity and then to the original candidate order, so this
+    ranker is never worse informed than :class:`PopularityRanker`.
+
+    Defaults (``window=20, recent=10, decay=0.8, backward=0.5``) come from a sweep on a
+    held-out split of Amazon Beauty users (49 uniform negatives, ~1,100 users): R@10 rose from
+    ~0.51 (window 1) and ~0.57 (window 3) to ~0.60 (windows 10-50, popularity: ~0.49);
+    ``backward=0.5`` beat 0 and 1 and ``decay=0.8`` beat 0.5 and 1 by small margins; the
+    differences among larger settings were within noise (one standard error is ~0.015).
+    """
+
+    needs_train = True
+
+    def __init__(
+        self,
+        window: int = 20,
+        recent: int = 10,
+        decay: float = 0.8,
+        backward: float = 0.5,
+        name: str = "cooccurrence",
+    ) -> None:
+        if window < 1 or recent < 1:
+            raise ValueError("window and recent must be at least 1")
+        self.window = window
+        self.recent = recent
+        self.decay = decay
+        self.backward = backward
+        self.name = name
+        self.co: dict[str, dict[str, float]] | None = None
+        self.popularity = PopularityRanker()
+
+    def fit(self, train: Iterable[Slate]) -> None:
+        co: defaultdict[str, defaultdict[str, float]] = defaultdict(lambda: defaultdict(float))
+        counts: Counter[str] = Counter()
+        for slate in train:
+            seq = _sequence(slate)
+            counts.update(seq)
+            for i, a in enumerate(seq):
+                for b in seq[i + 1 : i + 1 + self.window]:
+                    if a == b:
+                        continue
+                    co[a][b] += 1.0
+                    if self.backward:
+                        co[b][a] += self.backward
+        self.co = {a: dict(row) for a, row in co.items()}
+        self.popularity.counts = counts
+
+    def scores(self, slate: Slate) -> list[float]:
+        """Co-occurrence score of each candidate, in candidate order."""
+        if self.co is None:
+            raise RuntimeError(f"{self.name}: call fit() on training slates before rank()")
+        docids = slate.docids
+        recent = list(slate.query.history or ())[::-1][: self.recent]
+        out = [0.0] * len(docids)
+        for j, h in enumerate(recent):
+            row = self.co.get(h)
+            if not row:
+                continue
+            w = self.decay**j
+            for i, d in enumerate(docids):
+                c = row.get(d)
+                if c:
+                    out[i] += w * c
+        return out
+
+    def rank(self, slate: Slate) -> Ranking:
+        docids = slate.docids
+        scores = self.scores(slate)
+        counts = self.popularity.counts or Counter()
+        order = _sorted_by([(s, float(counts.get(d, 0))) for s, d in zip(scores, docids)])
+        return Ranking(docids=[docids[i] for i in order], scores=[scores[i] for i in order])
+
+
+#: Baselines by the name the CLI uses (``spdrank eval --ranker NAME``).
+BASELINES: dict[str, Callable[..., Ranker]] = {
+    "random": RandomRanker,
+    "popularity": PopularityRanker,
+    "cooccurrence": CooccurrenceRanker,
+}
+
+
+def make_baseline(name: str, **kwargs: object) -> Ranker:
+    """Build a baseline by registry name; keyword arguments go to its constructor."""
+    try:
+        factory = BASELINES[name]
+    except KeyError:
+        raise ValueError(
+            f"unknown baseline {name!r}; choose from {', '.join(sorted(BASELINES))}"
+        ) from None
+    return factory(**kwargs)

@@ -1,0 +1,162 @@
+"""``spdrank data``: build slates (JSONL) from an interaction log, or the bundled Beauty."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from spdrank.datasets.sequences import NEGATIVES, BuildOptions, BuildResult
+
+
+def _int_at_least(low: int):
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be >= {low}, got {value}")
+        return value
+
+    return parse
+
+
+def _fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"must be within [0, 1], got {value}")
+    return value
+
+
+def _add_common(p: argparse.ArgumentParser, negatives_default: str | None) -> None:
+    p.add_argument("--out", required=True, metavar="DIR",
+                   help="output directory: train.jsonl, eval.jsonl, manifest.json")
+    p.add_argument("--history", type=_int_at_least(0), default=10, metavar="N",
+                   help="most recent items before the target kept as history (default 10)")
+    p.add_argument("--candidates", type=_int_at_least(1), default=50, metavar="N",
+                   help="candidates per slate, the target included (default 50)")
+    p.add_argument("--negatives", choices=NEGATIVES, default=negatives_default,
+                   help="how negatives are drawn from items the user never interacted with: "
+                        "uniform, or popularity (proportional to interaction count); "
+                        "default uniform")
+    p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    p.add_argument("--eval-fraction", type=_fraction, default=0.05, metavar="F",
+                   help="share of users in eval.jsonl: floor(n_users * F) (default 0.05)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "data",
+        help="build slates from an interaction log",
+        description="Build leave-one-out next-item slates (JSONL): history -> query.text, "
+        "target + negatives -> candidates, clicked = [target].",
+    )
+    sub = parser.add_subparsers(dest="data_command", required=True, metavar="SOURCE")
+
+    seq = sub.add_parser(
+        "sequences",
+        help="any log: 'user item item ...' lines + a titles TSV",
+        description="Build slates from a sequences file (one user a line, 'user item item ...' "
+        "in time order) and a titles TSV ('item_id<TAB>title' with a header line).",
+    )
+    seq.add_argument("--sequences", required=True, metavar="FILE",
+                     help="one user a line: 'user item item ...', oldest first")
+    seq.add_argument("--titles", required=True, metavar="FILE",
+                     help="TSV 'item_id<TAB>title' with a header line")
+    seq.add_argument("--candidate-file", metavar="FILE",
+                     help="upstream retriever lists, 'user cand cand ...' (instead of negatives)")
+    _add_common(seq, negatives_default=None)
+    seq.set_defaults(func=run_sequences)
+
+    beauty = sub.add_parser(
+        "beauty",
+        help="the bundled Amazon Beauty 2014 (the paper's setup)",
+        description="Build the SPD paper's Amazon Beauty 2014 slates from the bundled files "
+        "(21,245 train + 1,118 eval with the defaults).",
+    )
+    _add_common(beauty, negatives_default="uniform")
+    beauty.set_defaults(func=run_beauty)
+
+
+def _options(args: argparse.Namespace) -> BuildOptions:
+    return BuildOptions(
+        history=args.history,
+        candidates=args.candidates,
+        negatives=args.negatives or "uniform",
+        seed=args.seed,
+        eval_fraction=args.eval_fraction,
+    )
+
+
+def run_sequences(args: argparse.Namespace) -> int:
+    from spdrank.datasets.sequences import build_from_files
+
+    if args.candidate_file and args.negatives:
+        raise ValueError("--negatives and --candidate-file exclude each other: choose one")
+    result = build_from_files(
+        args.sequences,
+        args.titles,
+        args.out,
+        _options(args),
+        candidate_file=args.candidate_file,
+        progress=False if args.no_progress else None,
+    )
+    print_summary(result)
+    return 0
+
+
+def run_beauty(args: argparse.Namespace) -> int:
+    from spdrank.datasets.beauty import build_beauty
+
+    result = build_beauty(args.out, _options(args), progress=False if args.no_progress else None)
+    print_summary(result)
+    return 0
+
+
+def print_summary(result: BuildResult) -> None:
+    m = result.manifest
+    c = m["counts"]
+    p = m["parameters"]
+    outs = m["outputs"]
+    n_slates = c["train"] + c["eval"]
+    n_cands = sum(o["candidates"] for o in outs.values())
+    per_slate = f"{n_cands / n_slates:.1f}" if n_slates else "0"
+    source = (
+        "from the candidate file" if p["negatives"] == "candidate-file"
+        else f"{p['negatives']} negatives"
+    )
+    skipped = (
+        f"{c['empty_lines']:,} empty lines, {c['short_users']:,} users with fewer than 2 items"
+    )
+    if "users_without_candidate_list" in c:
+        skipped += f", {c['users_without_candidate_list']:,} users without a candidate list"
+    lines = [
+        (
+            f"{c['train']:,} train + {c['eval']:,} eval slates, {per_slate} candidates per "
+            f"slate ({source}, history {p['history']}, seed {p['seed']})"
+        ),
+        (
+            f"  log: {c['users']:,} users with 2+ items, {c['items']:,} items, "
+            f"{c['interactions']:,} interactions"
+        ),
+        f"  skipped: {skipped}",
+        (
+            f"  untitled items: {c['untitled_items']:,} ({c['unknown_items']:,} not in the "
+            "titles), shown as 'Item <item_id>'"
+        ),
+    ]
+    if "targets_added" in c:
+        lines.append(
+            f"  candidate lists: {c['targets_added']:,} targets added, {c['lists_cut']:,} cut, "
+            f"{c['short_lists']:,} shorter than {p['candidates']}"
+        )
+    lines += [
+        f"  wrote {result.train_path}",
+        f"        {result.eval_path}",
+        f"        {result.manifest_path}",
+    ]
+    print("\n".join(lines))

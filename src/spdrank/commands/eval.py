@@ -1,0 +1,188 @@
+"""``spdrank eval``: run rankers over the same slates and print one results table.
+
+    spdrank eval --slates eval.jsonl [--train train.jsonl] --ranker random --ranker popularity \\
+        --ranker cooccurrence [--limit N] [--json out.json] [--per-slate rows.jsonl]
+
+Rankers that learn statistics (popularity, co-occurrence) are fitted on ``--train``, which
+defaults to ``train.jsonl`` (or ``train.jsonl.gz``) beside the ``--slates`` file. No torch
+is imported here: model-backed rankers are built inside :func:`build_rankers` on demand.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import time
+from itertools import islice
+from pathlib import Path
+from typing import Any
+
+from spdrank.baselines import BASELINES, make_baseline
+from spdrank.ranking import Ranker
+
+log = logging.getLogger(__name__)
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "eval",
+        help="evaluate rankers on slates (quality, validity, latency)",
+        description="Run every ranker on the same slates; print a table of AUC, Recall@k, "
+        "NDCG@k, MRR, validity, agreement with the teacher ranking (when present) and "
+        "per-slate latency.",
+    )
+    p.add_argument("--slates", required=True, metavar="FILE", help="evaluation slates (JSONL)")
+    p.add_argument(
+        "--train",
+        metavar="FILE",
+        help="training slates for rankers that learn statistics "
+        "(default: train.jsonl beside --slates)",
+    )
+    p.add_argument(
+        "--ranker",
+        action="append",
+        choices=sorted(BASELINES),
+        help="a baseline to evaluate; repeat for several (default: all baselines)",
+    )
+    p.add_argument("--limit", type=int, metavar="N", help="evaluate only the first N slates")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random ranker (default 0)")
+    p.add_argument("--json", metavar="FILE", help="also write the results as JSON (atomically)")
+    p.add_argument(
+        "--per-slate", metavar="FILE", help="also write every per-slate value as JSONL"
+    )
+    p.add_argument(
+        "--warmup",
+        type=int,
+        default=1,
+        metavar="N",
+        help="untimed rank() calls per ranker on the first slate (default 1)",
+    )
+    p.add_argument(
+        "--model",
+        action="append",
+        metavar="DIR",
+        help="a trained SPD checkpoint (or training run directory); repeatable",
+    )
+    p.add_argument("--decoder", help="decoder for --model rankers (default: the model's own)")
+    p.add_argument("--device", default="auto", help="device for --model rankers: cpu, cuda, auto")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=run)
+
+
+def default_train_path(slates: str | Path) -> Path:
+    """``train.jsonl`` beside the evaluation slates (``train.jsonl.gz`` if only that exists)."""
+    base = Path(slates).parent
+    plain = base / "train.jsonl"
+    gz = base / "train.jsonl.gz"
+    return gz if not plain.exists() and gz.exists() else plain
+
+
+# -- rankers --------------------------------------------------------------------------------
+
+
+def build_rankers(args: argparse.Namespace) -> list[Ranker]:
+    """The rankers the command line asks for, unfitted, in the order given.
+
+    This is the one place that maps arguments to rankers: a model-backed ranker (e.g. a
+    ``--model DIR`` option) is added here, importing its heavy modules inside the branch.
+    """
+    names = args.ranker or ([] if getattr(args, "model", None) else list(BASELINES))
+    rankers: list[Ranker] = []
+    for name in dict.fromkeys(names):  # a repeated --ranker counts once
+        kwargs: dict[str, Any] = {"seed": args.seed} if name == "random" else {}
+        rankers.append(make_baseline(name, **kwargs))
+    models = getattr(args, "model", None) or []
+    if models:
+        from spdrank.backbone import resolve_device
+        from spdrank.decode import get_decoder
+        from spdrank.model import SPDRanker
+
+        for path in models:
+            model = SPDRanker.from_pretrained(path, device=resolve_device(args.device))
+            if getattr(args, "decoder", None):
+                get_decoder(args.decoder)  # an unknown name fails before any ranking
+                model.config.decoder = args.decoder
+            model.name = f"spd:{Path(path).name}" if len(models) > 1 else model.name
+            rankers.append(model)
+    return rankers
+
+
+def fit_rankers(
+    rankers: list[Ranker], train: Path | None, progress: bool | None = None
+) -> dict[str, float]:
+    """Fit every ranker that needs training data, one streamed pass each; seconds per ranker."""
+    from spdrank.slates import read_slates
+
+    needing = [r for r in rankers if getattr(r, "needs_train", False)]
+    if not needing:
+        return {}
+    if train is None or not train.exists():
+        raise FileNotFoundError(
+            f"ranker(s) {', '.join(r.name for r in needing)} need training slates, but "
+            f"{train} does not exist; pass --train FILE"
+        )
+    seconds: dict[str, float] = {}
+    for ranker in needing:
+        t0 = time.perf_counter()
+        stream = read_slates(train)
+        if progress is not False:
+            from tqdm import tqdm
+
+            disable = None if progress is None else False  # None: on a terminal only
+            stream = tqdm(stream, desc=f"fit {ranker.name}", unit="slate", disable=disable)
+        ranker.fit(stream)
+        seconds[ranker.name] = time.perf_counter() - t0
+        log.info("fitted %s on %s in %.1f s", ranker.name, train, seconds[ranker.name])
+    return seconds
+
+
+# -- command --------------------------------------------------------------------------------
+
+
+def run(args: argparse.Namespace) -> int:
+    from spdrank.evaluate import evaluate, format_table, write_per_slate
+    from spdrank.slates import SlateError, atomic_writer, read_slates
+
+    slates_path = Path(args.slates)
+    if not slates_path.exists():
+        raise SlateError(f"no such slate file: {slates_path}")
+    if args.limit is not None and args.limit < 1:
+        raise ValueError(f"--limit must be at least 1, got {args.limit}")
+    train = Path(args.train) if args.train else default_train_path(slates_path)
+    progress = False if args.no_progress else None  # None: a bar on a terminal only
+
+    rankers = build_rankers(args)
+    if not rankers:
+        raise ValueError("no rankers: pass --ranker NAME (repeatable)")
+    fit_s = fit_rankers(rankers, train, progress)
+
+    stream = read_slates(slates_path)
+    if args.limit is not None:
+        stream = islice(stream, args.limit)
+    t0 = time.perf_counter()
+    results = evaluate(
+        rankers, stream, warmup=args.warmup, progress=progress, total=args.limit
+    )
+    results.meta.update(
+        {
+            "slates": str(slates_path),
+            "train": str(train) if fit_s else None,
+            "limit": args.limit,
+            "fit_s": fit_s,
+            "eval_s": time.perf_counter() - t0,
+        }
+    )
+    if results.n_slates == 0:
+        raise SlateError(f"{slates_path} holds no slates")
+
+    print(format_table(results))
+    if args.json:
+        with atomic_writer(args.json) as fh:
+            json.dump(results.to_dict(), fh, indent=2, ensure_ascii=False)
+            fh.write("\n")
+        log.info("wrote %s", args.json)
+    if args.per_slate:
+        n = write_per_slate(results, args.per_slate)
+        log.info("wrote %d per-slate rows to %s", n, args.per_slate)
+    return 0

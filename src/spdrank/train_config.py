@@ -1,0 +1,79 @@
+"""The settings of one training run, importable without torch (the CLI builds its flags from it)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from spdrank.targets import TARGETS
+
+if TYPE_CHECKING:
+    from spdrank.model import SPDConfig
+
+
+@dataclass
+class TrainConfig:
+    slates: str
+    out: str
+    eval_slates: str | None = None
+    target: str = "clicks"
+    head: str = "attn"
+    frozen: bool = False
+    backbone: str = "bundled"
+    layers: int | None = None
+    lora_r: int = 64
+    lora_alpha: int = 64
+    positions: int = 64
+    head_width: int = 256
+    head_layers: int = 2
+    head_dropout: float = 0.1
+    max_item_tokens: int = 32
+    max_query_tokens: int = 512
+    limit: int | None = None
+    epochs: float = 1.0
+    max_steps: int | None = None
+    batch_size: int = 1
+    lr: float = 2e-4
+    head_lr: float = 1e-3
+    weight_decay: float = 0.0
+    warmup_steps: int = 20
+    max_grad_norm: float = 1.0
+    tau: float = 1.0
+    sinkhorn_iters: int = 20
+    eval_every: int = 200
+    eval_limit: int = 100
+    save_every: int = 100
+    seed: int = 0
+    device: str = "auto"
+    dtype: str = "auto"
+    #: Stop this run after this many steps (the state is kept; rerun to continue).
+    stop_after: int | None = None
+    progress: bool = True
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def model_config(self) -> SPDConfig:
+        from spdrank.backbone import BackboneConfig, LoraSettings
+        from spdrank.heads import HeadConfig
+        from spdrank.model import SPDConfig
+        from spdrank.prompt import PromptSettings
+
+        if self.target not in TARGETS:
+            raise ValueError(f"unknown --target {self.target!r}: choose one of {list(TARGETS)}")
+        return SPDConfig(
+            backbone=BackboneConfig(
+                name_or_path=self.backbone,
+                layers=self.layers,
+                dtype=self.dtype,
+                lora=None if self.frozen else LoraSettings(r=self.lora_r, alpha=self.lora_alpha),
+            ),
+            head=HeadConfig(
+                kind=self.head,
+                positions=self.positions,
+                width=self.head_width,
+                layers=self.head_layers,
+                dropout=self.head_dropout,
+            ),
+            prompt=PromptSettings(
+                max_item_tokens=self.max_item_tokens, max_query_tokens=self.max_query_tokens
+            ),
+        )

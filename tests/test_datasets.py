@@ -1,0 +1,534 @@
+"""Dataset builders: slates from interaction logs, and the bundled Amazon Beauty 2014."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from spdrank.commands import data as data_command
+from spdrank.datasets import sequences as seqmod
+from spdrank.datasets.sequences import (
+    BuildOptions,
+    build_from_files,
+    clean_title,
+    eval_count,
+    read_candidate_lists,
+    read_sequences,
+    read_titles,
+)
+from spdrank.slates import SlateError, load_slates
+
+OUTPUTS = ("train.jsonl", "eval.jsonl", "manifest.json")
+
+
+# -- helpers --------------------------------------------------------------------------------
+
+
+def _log(n_users: int = 40, n_items: int = 200, length: int = 8) -> list[str]:
+    """``n_users`` lines of ``length`` distinct items each, deterministic."""
+    lines = []
+    for u in range(n_users):
+        items = [f"i{(u * 7 + k * 13) % n_items}" for k in range(length)]
+        assert len(set(items)) == length
+        lines.append(" ".join([f"u{u}", *items]))
+    return lines
+
+
+def _titles(n_items: int = 200) -> list[str]:
+    return [f"i{i}\tTitle of item {i}" for i in range(n_items)]
+
+
+def _write(path: Path, lines: list[str], header: str | None = None) -> Path:
+    text = "".join(line + "\n" for line in ([header] if header else []) + lines)
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def _inputs(tmp_path: Path, seq_lines=None, title_lines=None) -> tuple[Path, Path]:
+    seqs = _write(tmp_path / "seq.txt", _log() if seq_lines is None else seq_lines)
+    titles = _write(
+        tmp_path / "titles.tsv", _titles() if title_lines is None else title_lines, "item_id\ttitle"
+    )
+    return seqs, titles
+
+
+def _build(tmp_path: Path, out: str = "out", candidate_file=None, **options):
+    seqs, titles = tmp_path / "seq.txt", tmp_path / "titles.tsv"
+    if not seqs.exists():
+        _inputs(tmp_path)
+    options.setdefault("candidates", 10)
+    return build_from_files(
+        seqs, titles, tmp_path / out, BuildOptions(**options), candidate_file=candidate_file,
+        progress=False,
+    )
+
+
+def _slates(out: Path) -> list:
+    return load_slates(out / "train.jsonl") + load_slates(out / "eval.jsonl")
+
+
+def _user_items(seq_path: Path) -> dict[str, list[str]]:
+    return {u: items for u, items in read_sequences(seq_path).users}
+
+
+def _snapshot(out: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(out.iterdir())}
+
+
+# -- slates from a log ----------------------------------------------------------------------
+
+
+def test_counts_and_manifest(tmp_path):
+    result = _build(tmp_path)
+    c = result.manifest["counts"]
+    assert (c["users"], c["train"], c["eval"]) == (40, 38, 2)
+    n_items = len(read_sequences(tmp_path / "seq.txt").item_counts)
+    assert (c["items"], c["interactions"]) == (n_items, 320)
+    assert (c["empty_lines"], c["short_users"]) == (0, 0)
+    assert (c["untitled_items"], c["unknown_items"]) == (0, 0)
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text(encoding="utf-8"))
+    assert manifest == result.manifest
+    assert manifest["parameters"] == {
+        "history": 10, "candidates": 10, "negatives": "uniform", "seed": 0, "eval_fraction": 0.05,
+    }
+    assert manifest["inputs"]["sequences"]["sha256"] == seqmod.sha256_file(tmp_path / "seq.txt")
+    assert manifest["inputs"]["titles"]["sha256"] == seqmod.sha256_file(tmp_path / "titles.tsv")
+    for name in ("train.jsonl", "eval.jsonl"):
+        out = manifest["outputs"][name]
+        assert out["sha256"] == seqmod.sha256_file(tmp_path / "out" / name)
+        assert out["candidates"] == 10 * out["slates"]
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == sorted(OUTPUTS)
+
+
+@pytest.mark.parametrize("negatives", ["uniform", "popularity"])
+def test_target_is_a_candidate_and_negatives_are_new_to_the_user(tmp_path, negatives):
+    _build(tmp_path, negatives=negatives)
+    items = _user_items(tmp_path / "seq.txt")
+    slates = _slates(tmp_path / "out")
+    assert len(slates) == 40
+    for slate in slates:
+        user_items = items[slate.query.qid]
+        target = user_items[-1]
+        assert slate.clicked == [target]
+        assert target in slate.docids
+        assert len(slate.docids) == 10 == len(set(slate.docids))
+        assert not (set(slate.docids) - {target}) & set(user_items)
+        assert slate.teacher is None
+        assert all(c.score == 0.0 for c in slate.candidates)
+        assert all(c.doc == {"title": f"Title of item {c.docid[1:]}"} for c in slate.candidates)
+
+
+def test_history_cut_and_text(tmp_path):
+    seq = _log(n_users=30, length=15)
+    _inputs(tmp_path, seq_lines=seq)
+    _build(tmp_path, history=4)
+    slate = next(s for s in _slates(tmp_path / "out") if s.query.qid == "u3")
+    items = seq[3].split()[1:]
+    assert slate.query.history == items[-5:-1]  # the 4 items before the target, oldest first
+    assert slate.query.text == "\n".join(
+        f"{k}. Title of item {item[1:]}" for k, item in enumerate(items[-5:-1], start=1)
+    )
+
+
+@pytest.mark.parametrize("n_items", [2, 3, 8, 11, 12])
+def test_history_shorter_than_the_cut(tmp_path, n_items):
+    user = " ".join(["u0", *(f"i{k}" for k in range(1, n_items + 1))])
+    _inputs(tmp_path, seq_lines=[user, *_log()[1:]])
+    _build(tmp_path, history=10)
+    slate = next(s for s in _slates(tmp_path / "out") if s.query.qid == "u0")
+    expected = [f"i{k}" for k in range(1, n_items)][-10:]
+    assert slate.query.history == expected
+    assert slate.query.text == "\n".join(
+        f"{j}. Title of item {item[1:]}" for j, item in enumerate(expected, start=1)
+    )
+    assert slate.clicked == [f"i{n_items}"]
+
+
+def test_history_zero(tmp_path):
+    _build(tmp_path, history=0)
+    assert all(s.query.history == [] and s.query.text == "" for s in _slates(tmp_path / "out"))
+
+
+def test_candidates_are_shuffled(tmp_path):
+    _build(tmp_path)
+    positions = Counter(s.docids.index(s.clicked[0]) for s in _slates(tmp_path / "out"))
+    assert len(positions) > 3  # the target moves around
+    assert max(positions.values()) < 20
+
+
+@pytest.mark.parametrize(
+    ("n_users", "fraction", "n_eval"), [(40, 0.05, 2), (100, 0.29, 29), (41, 0.1, 4), (40, 0.0, 0)]
+)
+def test_split_sizes(tmp_path, n_users, fraction, n_eval):
+    _inputs(tmp_path, seq_lines=_log(n_users=n_users))
+    result = _build(tmp_path, eval_fraction=fraction)
+    assert (result.counts["train"], result.counts["eval"]) == (n_users - n_eval, n_eval)
+    train = {s.query.qid for s in load_slates(tmp_path / "out" / "train.jsonl")}
+    evals = {s.query.qid for s in load_slates(tmp_path / "out" / "eval.jsonl")}
+    assert len(evals) == n_eval and not train & evals and len(train | evals) == n_users
+    assert eval_count(n_users, fraction) == n_eval
+
+
+def test_deterministic(tmp_path):
+    _build(tmp_path, out="a", negatives="popularity")
+    _build(tmp_path, out="b", negatives="popularity")
+    assert _snapshot(tmp_path / "a") == _snapshot(tmp_path / "b")
+
+
+def test_a_users_slate_does_not_depend_on_line_order(tmp_path):
+    _build(tmp_path, out="a")
+    _write(tmp_path / "seq.txt", list(reversed(_log())))
+    _build(tmp_path, out="b")
+    a = {s.query.qid: s.to_dict() for s in _slates(tmp_path / "a")}
+    b = {s.query.qid: s.to_dict() for s in _slates(tmp_path / "b")}
+    assert a == b
+
+
+def test_different_seed_differs(tmp_path):
+    _build(tmp_path, out="a", seed=0)
+    _build(tmp_path, out="b", seed=1)
+    a, b = _snapshot(tmp_path / "a"), _snapshot(tmp_path / "b")
+    assert a["train.jsonl"] != b["train.jsonl"]
+    assert a["eval.jsonl"] != b["eval.jsonl"]
+
+
+def test_popularity_prefers_popular_items(tmp_path):
+    # i0 is in 60 users' logs but never the target of u-others; rare items appear once.
+    lines = [f"p{u} i0 h{u}" for u in range(60)]
+    lines += [f"u{u} r{u} s{u}" for u in range(60)]
+    titles = ["i0\tPopular"] + [f"{p}{u}\tT" for p in "hrs" for u in range(60)]
+    _inputs(tmp_path, seq_lines=lines, title_lines=titles)
+    _build(tmp_path, out="pop", negatives="popularity", candidates=5)
+    _build(tmp_path, out="uni", negatives="uniform", candidates=5)
+    users = [f"u{u}" for u in range(60)]
+
+    def share(out):
+        slates = {s.query.qid: s for s in _slates(tmp_path / out)}
+        return sum("i0" in slates[u].docids for u in users) / len(users)
+
+    assert share("pop") > 0.4  # weight 60 of 240 interactions, 4 draws: about 1 - 0.75**4
+    assert share("uni") < 0.15  # 1 of 181 items, 4 draws: about 0.02
+
+
+def test_too_few_items_for_negatives(tmp_path):
+    _inputs(tmp_path, seq_lines=["u0 a b c", "u1 c d e"], title_lines=[])
+    with pytest.raises(ValueError, match=r"user 'u0': only 2 .* cannot draw 9 negatives"):
+        _build(tmp_path)
+    assert not (tmp_path / "out").exists()
+    result = _build(tmp_path, candidates=3)  # exactly enough: each draws the other 2 items
+    assert all(len(s) == 3 for s in _slates(tmp_path / "out"))
+    assert result.counts["untitled_items"] == 5
+
+
+# -- candidate file -------------------------------------------------------------------------
+
+
+def test_candidate_file(tmp_path):
+    seq = _log(n_users=6)
+    many = [f"c{k}" for k in range(30)]  # retriever items, none in the log
+    _inputs(tmp_path, seq_lines=seq, title_lines=_titles() + [f"{c}\tRetrieved {c}" for c in many])
+    items = {line.split()[0]: line.split()[1:] for line in seq}
+    lists = [
+        f"u0 {' '.join(many[:5])}",  # target missing: added
+        f"u1 {' '.join(many[:20])} {items['u1'][-1]}",  # target beyond the cut: kept
+        f"u2 {items['u2'][-1]} {' '.join(many[:20])}",  # target first, list cut
+        f"u3 {' '.join(many[:3])} {many[0]} {items['u3'][-1]}",  # a repeat, short list
+        f"u4 {' '.join(many[:9])}",
+        "",
+        "stranger i1 i2",  # not in the log
+    ]
+    cands = _write(tmp_path / "cands.txt", lists)
+    result = _build(tmp_path, candidate_file=cands, eval_fraction=0.0)
+    slates = {s.query.qid: s for s in _slates(tmp_path / "out")}
+    assert sorted(slates) == ["u0", "u1", "u2", "u3", "u4"]  # u5 has no list: skipped
+    assert set(slates["u0"].docids) == {*many[:5], items["u0"][-1]}
+    assert set(slates["u1"].docids) == {*many[:9], items["u1"][-1]}
+    assert set(slates["u2"].docids) == {*many[:9], items["u2"][-1]}
+    assert set(slates["u3"].docids) == {*many[:3], items["u3"][-1]}
+    assert set(slates["u4"].docids) == {*many[:9], items["u4"][-1]}
+    for user, slate in slates.items():
+        assert slate.clicked == [items[user][-1]]
+    c = result.counts
+    assert c["users_without_candidate_list"] == 1
+    assert c["unused_candidate_lists"] == 1
+    assert c["repeated_candidates_dropped"] == 1
+    assert c["candidate_list_empty_lines"] == 1
+    assert (c["targets_added"], c["lists_cut"], c["short_lists"]) == (2, 2, 2)
+    assert result.manifest["parameters"]["negatives"] == "candidate-file"
+    assert "candidate_file" in result.manifest["inputs"]
+    assert c["untitled_items"] == 0
+    assert slates["u0"].candidates[0].doc["title"].startswith(("Retrieved", "Title of item"))
+
+
+def test_candidate_file_duplicate_user(tmp_path):
+    cands = _write(tmp_path / "cands.txt", ["u0 i1", "u1 i2", "u0 i3"])
+    with pytest.raises(SlateError, match=r"cands.txt:3: duplicate user 'u0' \(first seen at"):
+        read_candidate_lists(cands)
+
+
+# -- input handling -------------------------------------------------------------------------
+
+
+def test_untitled_and_unknown_items(tmp_path):
+    titles = _titles()
+    titles[5] = "i5\t   "  # an empty title
+    del titles[7]  # i7 has no row at all
+    _inputs(tmp_path, title_lines=titles)
+    result = _build(tmp_path, history=10)
+    assert (result.counts["untitled_items"], result.counts["unknown_items"]) == (2, 1)
+    assert result.manifest["untitled_examples"] == ["i5", "i7"]
+    slates = {s.query.qid: s for s in _slates(tmp_path / "out")}
+    assert slates["u1"].query.history[0] == "i7"  # u1: i7 i20 ... i98
+    assert slates["u1"].query.text.startswith("1. Item i7\n2. Title of item 20\n")
+    assert "\n6. Item i5\n" in slates["u20"].query.text  # u20: ... i192 i5 i18 i31
+    docs = {c.docid: c.doc["title"] for s in _slates(tmp_path / "out") for c in s.candidates}
+    assert docs.get("i5", "Item i5") == "Item i5" and docs.get("i7", "Item i7") == "Item i7"
+
+
+def test_empty_lines_and_short_users(tmp_path):
+    lines = _log()
+    lines[3:3] = ["", "   ", "short i1", "lonely"]
+    _inputs(tmp_path, seq_lines=lines)
+    result = _build(tmp_path)
+    c = result.counts
+    assert (c["lines"], c["empty_lines"], c["short_users"], c["users"]) == (44, 2, 2, 40)
+    assert c["train"] + c["eval"] == 40
+    assert {"short", "lonely"}.isdisjoint(s.query.qid for s in _slates(tmp_path / "out"))
+
+
+def test_titles_are_cleaned(tmp_path):
+    assert clean_title("  Caf&eacute;\t &amp;  Co &#9733;\n") == "Café & Co ★"
+    path = _write(tmp_path / "t.tsv", ["a\tL&#39;Or&eacute;al  Paris", "b\t"], "id\ttitle")
+    assert read_titles(path) == {"a": "L'Oréal Paris", "b": ""}
+
+
+@pytest.mark.parametrize(
+    ("lines", "line", "problem"),
+    [
+        (["item_id\ttitle", "a\tfine", "no tab here"], 3, "expected 2 tab-separated fields"),
+        (["item_id\ttitle", "a\tone\ttwo"], 2, "got 3"),
+        (["just a header"], 1, "in the header line"),
+        (["item_id\ttitle", "\tno id"], 2, "empty item id"),
+        (["item_id\ttitle", "a\tx", "a\ty"], 3, "item 'a' has a second title (first at line 2)"),
+    ],
+)
+def test_malformed_titles(tmp_path, lines, line, problem):
+    path = _write(tmp_path / "t.tsv", lines)
+    with pytest.raises(SlateError) as info:
+        read_titles(path)
+    assert str(info.value).startswith(f"{path}:{line}: ")
+    assert problem in str(info.value)
+
+
+def test_empty_titles_file(tmp_path):
+    path = tmp_path / "t.tsv"
+    path.write_text("", encoding="utf-8")
+    with pytest.raises(SlateError, match="empty: expected a header line"):
+        read_titles(path)
+
+
+def test_not_utf8(tmp_path):
+    path = tmp_path / "seq.txt"
+    path.write_bytes(b"u1 a b\nu2 \xff\xfe c\n")
+    with pytest.raises(SlateError, match=r"seq.txt:2: not UTF-8"):
+        read_sequences(path)
+
+
+def test_duplicate_user_names_file_and_line(tmp_path):
+    seq = _log(n_users=5)
+    seq.append(seq[2])
+    path = _write(tmp_path / "seq.txt", seq)
+    with pytest.raises(SlateError) as info:
+        read_sequences(path)
+    assert str(info.value) == (
+        f"{path}:6: duplicate user 'u2' (first seen at line 3): each user must be on one line"
+    )
+
+
+def test_out_is_a_file(tmp_path):
+    (tmp_path / "out").write_text("keep me", encoding="utf-8")
+    with pytest.raises(ValueError, match="not a directory"):
+        _build(tmp_path)
+    assert (tmp_path / "out").read_text(encoding="utf-8") == "keep me"
+
+
+def test_missing_input_file(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no such file"):
+        read_sequences(tmp_path / "nope.txt")
+
+
+def test_bad_options():
+    with pytest.raises(ValueError, match="negatives must be one of"):
+        BuildOptions(negatives="hard")
+    with pytest.raises(ValueError, match="candidates must be >= 1"):
+        BuildOptions(candidates=0)
+    with pytest.raises(ValueError, match="eval_fraction"):
+        BuildOptions(eval_fraction=1.5)
+
+
+# -- errors leave the previous output alone -------------------------------------------------
+
+
+def test_input_error_leaves_previous_output(tmp_path):
+    _build(tmp_path)
+    before = _snapshot(tmp_path / "out")
+    seq = _log()
+    seq.append(seq[0])
+    _write(tmp_path / "seq.txt", seq)
+    with pytest.raises(SlateError, match="duplicate user"):
+        _build(tmp_path)
+    _write(tmp_path / "seq.txt", _log())
+    _write(tmp_path / "titles.tsv", ["item_id\ttitle", "broken line"])
+    with pytest.raises(SlateError, match="titles.tsv:2"):
+        _build(tmp_path)
+    assert _snapshot(tmp_path / "out") == before
+
+
+def test_error_half_way_leaves_previous_output(tmp_path, monkeypatch):
+    _build(tmp_path)
+    before = _snapshot(tmp_path / "out")
+    real = seqmod.dumps_slate
+    calls = {"n": 0}
+
+    def flaky(slate):
+        calls["n"] += 1
+        if calls["n"] == 25:
+            raise OSError("disk full")
+        return real(slate)
+
+    monkeypatch.setattr(seqmod, "dumps_slate", flaky)
+    with pytest.raises(OSError, match="disk full"):
+        _build(tmp_path, seed=5)
+    assert calls["n"] == 25
+    assert _snapshot(tmp_path / "out") == before  # nothing replaced, no temporaries left
+
+
+def test_error_on_a_fresh_directory_leaves_no_files(tmp_path, monkeypatch):
+    _inputs(tmp_path)
+    monkeypatch.setattr(seqmod, "dumps_slate", lambda slate: 1 / 0)
+    with pytest.raises(ZeroDivisionError):
+        _build(tmp_path, out="fresh")
+    assert list((tmp_path / "fresh").iterdir()) == []
+
+
+# -- the command ----------------------------------------------------------------------------
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="spdrank")
+    data_command.register(parser.add_subparsers(dest="command", required=True))
+    return parser
+
+
+def test_command_sequences(tmp_path, capsys):
+    seqs, titles = _inputs(tmp_path)
+    out = tmp_path / "cli"
+    args = _parser().parse_args(
+        ["data", "sequences", "--sequences", str(seqs), "--titles", str(titles), "--out", str(out),
+         "--candidates", "8", "--history", "3", "--negatives", "popularity", "--seed", "3",
+         "--eval-fraction", "0.1"]
+    )
+    assert args.func(args) == 0
+    printed = capsys.readouterr().out
+    assert "36 train + 4 eval slates" in printed and str(out / "train.jsonl") in printed
+    manifest = json.loads((out / "manifest.json").read_text(encoding="utf-8"))
+    assert manifest["parameters"] == {
+        "history": 3, "candidates": 8, "negatives": "popularity", "seed": 3, "eval_fraction": 0.1,
+    }
+
+
+def test_command_candidate_file(tmp_path, capsys):
+    seqs, titles = _inputs(tmp_path)
+    cands = _write(tmp_path / "c.txt", [f"u{u} i1 i2 i3" for u in range(30)])
+    out = tmp_path / "o"
+    args = _parser().parse_args(
+        ["data", "sequences", "--sequences", str(seqs), "--titles", str(titles), "--out",
+         str(out), "--candidate-file", str(cands), "--candidates", "3", "--no-progress"]
+    )
+    assert args.func(args) == 0
+    printed = capsys.readouterr().out
+    assert "from the candidate file" in printed
+    assert "10 users without a candidate list" in printed
+    assert all(len(s) == 3 for s in _slates(out))
+
+
+def test_command_candidate_file_and_negatives_exclude(tmp_path):
+    seqs, titles = _inputs(tmp_path)
+    cands = _write(tmp_path / "c.txt", ["u0 i1"])
+    args = _parser().parse_args(
+        ["data", "sequences", "--sequences", str(seqs), "--titles", str(titles), "--out",
+         str(tmp_path / "o"), "--candidate-file", str(cands), "--negatives", "uniform"]
+    )
+    with pytest.raises(ValueError, match="exclude each other"):
+        args.func(args)
+
+
+@pytest.mark.parametrize(
+    "bad", [["--candidates", "0"], ["--eval-fraction", "2"], ["--history", "-1"]]
+)
+def test_command_rejects_bad_numbers(tmp_path, bad):
+    with pytest.raises(SystemExit):
+        _parser().parse_args(["data", "beauty", "--out", str(tmp_path), *bad])
+
+
+# -- the bundled Beauty ---------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def beauty_builds(tmp_path_factory):
+    """Two builds: one here, one in a process with another hash seed, side by side."""
+    from spdrank.datasets.beauty import build_beauty
+
+    root = tmp_path_factory.mktemp("beauty")
+    code = (
+        "import sys; from spdrank.datasets.beauty import build_beauty; "
+        "build_beauty(sys.argv[1], progress=False)"
+    )
+    other = subprocess.Popen(
+        [sys.executable, "-c", code, str(root / "b")],
+        env={**os.environ, "PYTHONHASHSEED": "4242"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        here = build_beauty(root / "a", progress=False)
+        _, err = other.communicate(timeout=600)
+    finally:
+        if other.poll() is None:
+            other.kill()
+    assert other.returncode == 0, err.decode(errors="replace")
+    return here, root / "b"
+
+
+def test_beauty_counts(beauty_builds):
+    result = beauty_builds[0]
+    c = result.counts
+    assert (c["train"], c["eval"]) == (21_245, 1_118)
+    assert (c["users"], c["items"], c["interactions"]) == (22_363, 12_101, 198_502)
+    assert (c["untitled_items"], c["unknown_items"]) == (7, 0)
+    for path, expected in ((result.train_path, 21_245), (result.eval_path, 1_118)):
+        n = 0
+        with open(path, encoding="utf-8") as fh:
+            for line in fh:
+                slate = json.loads(line)
+                docids = [c["docid"] for c in slate["candidates"]]
+                assert len(docids) == 50 == len(set(docids))
+                assert slate["clicked"][0] in docids
+                n += 1
+        assert n == expected
+    first = load_slates(result.eval_path, limit=1)[0]
+    assert 1 <= len(first.query.history) <= 10
+    assert first.query.text.startswith("1. ")
+
+
+def test_beauty_is_byte_identical(beauty_builds):
+    here, other = beauty_builds
+    assert sorted(p.name for p in here.out_dir.iterdir()) == sorted(OUTPUTS)
+    assert _snapshot(here.out_dir) == _snapshot(other)

@@ -1,0 +1,187 @@
+"""evaluate(): same slates for every ranker, invalid outputs flagged, table, JSON, CLI."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import spdrank.cli
+from spdrank.baselines import RandomRanker
+from spdrank.evaluate import evaluate, format_table, percentile
+from spdrank.ranking import Ranking
+from spdrank.slates import Candidate, Query, Slate, write_slates
+
+
+def mk(qid: str, history: list[str], cands: list[str], clicked=None, teacher=None) -> Slate:
+    return Slate(
+        query=Query(qid=qid, text=" ".join(history) or "-", history=history),
+        candidates=[Candidate(docid=d, doc={"title": f"item {d}"}) for d in cands],
+        clicked=clicked,
+        teacher=teacher,
+    )
+
+
+class Fixed:
+    """Returns whatever ``fn(slate)`` gives, counting calls."""
+
+    def __init__(self, name, fn, passes=0):
+        self.name, self.fn, self.passes, self.calls = name, fn, passes, 0
+
+    def fit(self, train):
+        pass
+
+    def rank(self, slate):
+        self.calls += 1
+        return Ranking(docids=self.fn(slate), decode_passes=self.passes, timings={"x": 1.0})
+
+
+EVAL = [
+    mk("e1", ["a"], ["a", "b", "c", "d"], clicked=["c"], teacher=["c", "a", "b", "d"]),
+    mk("e2", ["b"], ["a", "b", "c", "d"], clicked=["a"], teacher=["a", "b", "c", "d"]),
+    mk("e3", ["c"], ["a", "b", "c", "d"], clicked=["a", "b", "c", "d"]),  # all clicked
+]
+
+
+def test_every_ranker_sees_the_same_slates_in_one_pass():
+    ident = Fixed("identity", lambda s: s.docids)
+    rev = Fixed("reverse", lambda s: s.docids[::-1])
+    res = evaluate([ident, rev], iter(EVAL), warmup=0)  # a one-shot stream
+    assert res.n_slates == 3 and res.n_with_teacher == 2
+    for r in res.rankers:
+        assert [rec.index for rec in r.records] == [0, 1, 2]
+        assert [rec.qid for rec in r.records] == ["e1", "e2", "e3"]
+        assert all(rec.latency_ms >= 0 for rec in r.records)
+    s = res["identity"].summary()
+    assert s["valid"].mean == 1.0
+    # click metrics skip e3 (every candidate clicked): e1 hit at rank 3, e2 at rank 1
+    assert s["MRR"].n == 2 and s["MRR"].mean == pytest.approx((1 / 3 + 1) / 2)
+    assert s["R@1"].mean == pytest.approx(0.5)
+    assert s["top1"].n == 2 and s["top1"].mean == pytest.approx(0.5)
+    assert res["reverse"].summary()["R@1"].mean == 0.0
+
+
+def test_invalid_output_is_flagged_and_scored_on_the_repaired_ranking():
+    broken = Fixed("broken", lambda s: ["zz", s.docids[2], s.docids[2]])
+    empty = Fixed("empty", lambda s: [])
+    res = evaluate([broken, empty], EVAL[:2], warmup=0)
+    b = res["broken"].to_dict()
+    assert b["valid_pct"] == 0.0 and b["n_invalid"] == 2
+    # repaired e1: c, a, b, d -> the click at c is first
+    rec = res["broken"].records[0]
+    assert not rec.metrics.valid and rec.metrics.values["R@1"] == 1.0
+    assert rec.metrics.values["tau"] == 1.0  # repaired equals e1's teacher
+    # an empty output is repaired to the original order
+    assert res["empty"].records[1].metrics.values["R@1"] == 1.0
+
+
+def test_teacher_agreement_and_decode_passes():
+    teacher = Fixed("teacher", lambda s: s.teacher or s.docids, passes=39)
+    d = evaluate([teacher], EVAL, warmup=0).to_dict()["rankers"]["teacher"]
+    assert d["metrics"]["tau"] == {"mean": 1.0, "n": 2}
+    assert d["metrics"]["top1"]["mean"] == 1.0
+    assert d["decode_passes_mean"] == 39.0
+    assert d["stage_ms"] == {"x": 1.0}
+
+
+def test_warmup_calls_are_extra_and_untimed():
+    r = Fixed("r", lambda s: s.docids)
+    res = evaluate([r], EVAL, warmup=2)
+    assert r.calls == 3 + 2 and res["r"].n == 3
+
+
+def test_duplicate_names_and_no_rankers_are_errors():
+    with pytest.raises(ValueError, match="unique"):
+        evaluate([RandomRanker(), RandomRanker()], EVAL)
+    with pytest.raises(ValueError):
+        evaluate([], EVAL)
+
+
+def test_percentile_interpolates_like_numpy():
+    assert percentile([1, 2, 3, 4], 50) == 2.5
+    assert percentile(list(range(1, 101)), 95) == pytest.approx(95.05)
+    assert percentile([7.0], 95) == 7.0
+    assert percentile([], 50) is None
+
+
+def test_table_and_json():
+    res = evaluate([RandomRanker(), Fixed("identity", lambda s: s.docids)], EVAL, warmup=0)
+    table = format_table(res)
+    lines = table.splitlines()
+    assert lines[0].split() == [
+        "ranker", "n", "valid%", "AUC", "R@1", "R@10", "NDCG@1", "NDCG@10", "MRR",
+        "tau", "top1", "passes", "p50", "ms", "p95", "ms",
+    ]
+    assert lines[2].startswith("random") and lines[3].startswith("identity")
+    assert len(lines[2]) == len(lines[3]) == len(lines[0])  # fixed width
+    assert "click metrics over 2 of 3 slates" in table
+    d = json.loads(json.dumps(res.to_dict(per_slate=True)))
+    ident = d["rankers"]["identity"]
+    assert ident["n_slates"] == 3 and ident["metrics"]["AUC"]["n"] == 2
+    assert len(ident["per_slate"]) == 3 and ident["per_slate"][2]["AUC"] is None
+    no_teacher = evaluate([RandomRanker()], [EVAL[2]], warmup=0)
+    assert "tau" not in format_table(no_teacher).split()
+
+
+# -- CLI --------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def data_dir(tmp_path):
+    items = [f"i{k}" for k in range(8)]
+    train = [
+        mk(f"t{u}", ["i0", "i1"], items, clicked=["i2"]) for u in range(3)
+    ] + [mk("t9", ["i5"], items, clicked=["i0"])]
+    evals = [mk(f"e{u}", ["i0", "i1"], items[::-1], clicked=["i2"]) for u in range(4)]
+    write_slates(tmp_path / "train.jsonl", train)
+    write_slates(tmp_path / "eval.jsonl", evals)
+    return tmp_path
+
+
+@pytest.fixture
+def cli(monkeypatch):
+    # only the eval command, so this test does not depend on the other commands' modules
+    monkeypatch.setattr(spdrank.cli, "COMMANDS", ("eval",))
+    return spdrank.cli.main
+
+
+def test_cli_end_to_end(cli, data_dir, capsys):
+    out = data_dir / "out" / "results.json"
+    rows = data_dir / "rows.jsonl"
+    argv = ["eval", "--slates", str(data_dir / "eval.jsonl"), "--no-progress"]
+    for name in ("random", "popularity", "cooccurrence"):
+        argv += ["--ranker", name]
+    rc = cli([*argv, "--limit", "3", "--json", str(out), "--per-slate", str(rows)])
+    assert rc == 0
+    table = capsys.readouterr().out
+    assert table.splitlines()[0].startswith("ranker")
+    assert [ln.split()[0] for ln in table.splitlines()[2:5]] == [
+        "random", "popularity", "cooccurrence",
+    ]
+    d = json.loads(out.read_text())
+    assert d["n_slates"] == 3 and list(d["rankers"]) == ["random", "popularity", "cooccurrence"]
+    assert d["meta"]["train"] == str(data_dir / "train.jsonl")  # found beside --slates
+    # i2 follows i0, i1 in training: co-occurrence puts the target first on every slate
+    assert d["rankers"]["cooccurrence"]["metrics"]["R@1"]["mean"] == 1.0
+    assert d["rankers"]["popularity"]["metrics"]["R@1"]["mean"] == 0.0  # i0 is most popular
+    assert len(rows.read_text().splitlines()) == 9
+
+
+def test_cli_defaults_to_all_baselines(cli, data_dir, capsys):
+    assert cli(["eval", "--slates", str(data_dir / "eval.jsonl"), "--no-progress"]) == 0
+    names = [ln.split()[0] for ln in capsys.readouterr().out.splitlines()[2:]]
+    assert names == ["random", "popularity", "cooccurrence"]  # registry order
+
+
+def test_cli_missing_training_data_is_a_clear_error(cli, data_dir, capsys):
+    (data_dir / "train.jsonl").unlink()
+    argv = ["eval", "--slates", str(data_dir / "eval.jsonl"), "--no-progress"]
+    assert cli([*argv, "--ranker", "popularity"]) == 2
+    err = capsys.readouterr().err
+    assert "popularity need training slates" in err and "--train" in err
+    assert cli([*argv, "--ranker", "random"]) == 0  # random needs none
+
+
+def test_cli_missing_slates(cli, tmp_path, capsys):
+    assert cli(["eval", "--slates", str(tmp_path / "nope.jsonl"), "--ranker", "random"]) == 2
+    assert "no such slate file" in capsys.readouterr().err

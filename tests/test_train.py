@@ -1,0 +1,143 @@
+import json
+import random
+
+import pytest
+from safetensors.torch import load_file
+
+from spdrank.cli import main
+from spdrank.metrics import is_valid_permutation
+from spdrank.model import SPDRanker
+from spdrank.slates import load_slates, write_slates
+from spdrank.train import TrainConfig, train
+from tests.conftest import make_slate
+
+
+def config(tmp_path, backbone, out="run", **kw) -> TrainConfig:
+    base = {
+        "slates": str(tmp_path / "train.jsonl"),
+        "out": str(tmp_path / out),
+        "target": "teacher",
+        "backbone": backbone,
+        "lora_r": 8,
+        "lora_alpha": 16,
+        "positions": 16,
+        "head_width": 32,
+        "max_item_tokens": 8,
+        "batch_size": 4,
+        "warmup_steps": 2,
+        "eval_every": 0,
+        "save_every": 0,
+        "progress": False,
+    }
+    return TrainConfig(**(base | kw))
+
+
+@pytest.fixture
+def train_file(tmp_path, slates):
+    write_slates(tmp_path / "train.jsonl", slates)
+    return tmp_path / "train.jsonl"
+
+
+def weights(run_dir):
+    model = run_dir / "model"
+    out = {f"head.{k}": v for k, v in load_file(str(model / "head.safetensors")).items()}
+    adapter = model / "adapter" / "adapter_model.safetensors"
+    if adapter.exists():
+        out |= {f"lora.{k}": v for k, v in load_file(str(adapter)).items()}
+    return out
+
+
+def assert_same(a, b):
+    assert a.keys() == b.keys()
+    for k in a:
+        assert (a[k] == b[k]).all(), k
+
+
+def test_overfits_eight_slates_to_their_exact_teacher_permutations(tmp_path, tiny_backbone, train_file):
+    cfg = config(
+        tmp_path, tiny_backbone, eval_slates=str(train_file), max_steps=60, lr=1e-2,
+        head_lr=1e-2, head_dropout=0.0, warmup_steps=5,
+    )
+    summary = train(cfg)
+    assert summary["finished"] and summary["eval"]["tau"] == 1.0
+    model = SPDRanker.from_pretrained(tmp_path / "run")
+    for slate in load_slates(train_file):
+        assert model.rank(slate).docids == slate.teacher
+
+
+def test_same_seed_same_weights(tmp_path, tiny_backbone, train_file):
+    train(config(tmp_path, tiny_backbone, out="a", max_steps=3))
+    train(config(tmp_path, tiny_backbone, out="b", max_steps=3))
+    train(config(tmp_path, tiny_backbone, out="c", max_steps=3, seed=1))
+    assert_same(weights(tmp_path / "a"), weights(tmp_path / "b"))
+    c = weights(tmp_path / "c")
+    assert any(not (c[k] == v).all() for k, v in weights(tmp_path / "a").items())
+
+
+def test_interrupted_run_resumes_to_the_same_weights(tmp_path, tiny_backbone, train_file):
+    # 8 slates, batch 4: 6 steps cross an epoch boundary and the resume point.
+    train(config(tmp_path, tiny_backbone, out="straight", max_steps=6))
+    first = train(config(tmp_path, tiny_backbone, out="resumed", max_steps=6, stop_after=3))
+    assert not first["finished"] and (tmp_path / "resumed" / "state").exists()
+    second = train(config(tmp_path, tiny_backbone, out="resumed", max_steps=6))
+    assert second["finished"] and not (tmp_path / "resumed" / "state").exists()
+    assert_same(weights(tmp_path / "straight"), weights(tmp_path / "resumed"))
+
+
+def test_resume_with_other_settings_is_refused(tmp_path, tiny_backbone, train_file):
+    train(config(tmp_path, tiny_backbone, max_steps=4, stop_after=1))
+    with pytest.raises(ValueError, match=r"different settings \(lr\)"):
+        train(config(tmp_path, tiny_backbone, max_steps=4, lr=0.5))
+
+
+def test_missing_teacher_labels_fail_before_training(tmp_path, tiny_backbone):
+    rng = random.Random(0)
+    write_slates(tmp_path / "train.jsonl", [make_slate(rng, 4, teacher=False)])
+    with pytest.raises(ValueError, match="has no 'teacher' ranking"):
+        train(config(tmp_path, tiny_backbone, max_steps=1))
+
+
+@pytest.mark.parametrize("head,frozen", [("linear", True), ("slot", False)])
+def test_cli_train_then_rank(tmp_path, tiny_backbone, train_file, head, frozen, capsys):
+    out = tmp_path / "cli"
+    args = [
+        "train", "--slates", str(train_file), "--out", str(out), "--target", "teacher+clicks",
+        "--head", head, "--backbone", tiny_backbone, "--positions", "16", "--head-width", "16",
+        "--lora-r", "4", "--max-steps", "2", "--batch-size", "2", "--eval-slates",
+        str(train_file), "--eval-limit", "3", "--no-progress",
+    ] + (["--frozen"] if frozen else [])
+    assert main(args) == 0
+    summary = json.loads((out / "train.json").read_text())
+    assert summary["config"]["frozen"] is frozen and summary["eval_slates"] == 3
+    assert main([
+        "rank", "--model", str(out), "--input", str(train_file), "--output",
+        str(tmp_path / "ranked.jsonl"), "--trec", str(tmp_path / "run.txt"), "--batch-size", "3",
+    ]) == 0
+    ranked = [json.loads(line) for line in (tmp_path / "ranked.jsonl").read_text().splitlines()]
+    slates = load_slates(train_file)
+    assert len(ranked) == len(slates)
+    for rec, slate in zip(ranked, slates):
+        assert is_valid_permutation([c["docid"] for c in rec["candidates"]], slate.docids)
+    trec = (tmp_path / "run.txt").read_text().splitlines()
+    assert len(trec) == sum(len(s) for s in slates)
+    assert trec[0].split()[1] == "Q0" and trec[0].split()[3] == "1"
+
+
+def test_bad_slate_file_is_reported_with_file_and_line(tmp_path, tiny_backbone, capsys):
+    (tmp_path / "train.jsonl").write_text('{"query": {"text": "x"}, "candidates": []}\n')
+    code = main(["train", "--slates", str(tmp_path / "train.jsonl"), "--out", str(tmp_path / "r"),
+                 "--backbone", tiny_backbone, "--no-progress"])
+    assert code == 2
+    assert "train.jsonl:1: 'candidates' is empty" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_real_bundled_backbone_trains_and_ranks(tmp_path, train_file):
+    """The production path: bundled SmolLM2 (first 2 layers), LoRA, attention head."""
+    summary = train(config(tmp_path, "bundled", layers=2, max_steps=2, batch_size=2,
+                           eval_slates=str(train_file), eval_limit=2))
+    assert summary["finished"] and summary["eval"]["valid"] == 1.0
+    model = SPDRanker.from_pretrained(tmp_path / "run")
+    assert model.backbone.base_model.model.config.num_hidden_layers == 2
+    slate = load_slates(train_file)[0]
+    assert is_valid_permutation(model.rank(slate).docids, slate.docids)
