@@ -9,6 +9,7 @@
 # 30 layers, titles cut to 12 tokens, 1,000 training slates, batch 4, one epoch.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. benchmarks/lib.sh
 BIN=${BIN:-.venv/bin}
 NEG=${NEG:-uniform}
 DATA=${DATA:-data-out/beauty-$NEG}
@@ -38,8 +39,7 @@ eval_wall=$(( $(date +%s) - start ))
 {
   echo "# SPD student on Amazon Beauty 2014, click labels, CPU scale"
   echo
-  echo "- date: $(date -u +%Y-%m-%dT%H:%MZ); commit: $(git rev-parse --short HEAD)$(git diff --quiet || echo '+dirty')"
-  echo "- machine: $(nproc) CPU cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)), $(free -g | awk '/Mem:/{print $2}') GiB RAM, no GPU; torch threads = $(nproc)"
+  machine_lines
   echo "- data: \`spdrank data beauty --negatives $NEG\` (21,245 train / 1,118 eval slates, 50 candidates, history 10)"
   echo "- scale: backbone SmolLM2-135M-Instruct (bundled GGUF Q4_1, dequantized to fp32), first $LAYERS of 30 layers, LoRA r=64 on all linear layers, attention head (2 layers, width 256), titles cut to $ITEM_TOKENS tokens, $SLATES training slates, batch $BATCH, 1 epoch, target = clicks"
   echo "- training wall time: $(cat "$RUN/wall_s.txt" 2>/dev/null || echo '?') s; evaluation wall time: $eval_wall s (all rankers, $(grep -c . "$DATA/eval.jsonl") slates)"
