@@ -141,3 +141,25 @@ def test_real_bundled_backbone_trains_and_ranks(tmp_path, train_file):
     assert model.backbone.base_model.model.config.num_hidden_layers == 2
     slate = load_slates(train_file)[0]
     assert is_valid_permutation(model.rank(slate).docids, slate.docids)
+
+
+@pytest.mark.parametrize("head", ["scalar", "first"])
+def test_single_pass_peers_overfit_the_same_targets(tmp_path, tiny_backbone, train_file, head):
+    """FIRST and scalar+argsort train on exactly SPD's targets, through the same loop."""
+    cfg = config(
+        tmp_path, tiny_backbone, head=head, eval_slates=str(train_file), max_steps=60,
+        lr=1e-2, head_lr=1e-2, head_dropout=0.0, warmup_steps=5,
+    )
+    summary = train(cfg)
+    assert summary["eval"]["valid"] == 1.0
+    assert summary["eval"]["top1"] == 1.0 and summary["eval"]["tau"] > 0.7
+    model = SPDRanker.from_pretrained(tmp_path / "run")
+    slate = load_slates(train_file)[0]
+    ranking = model.rank(slate)
+    assert ranking.docids[0] == slate.teacher[0]
+    assert all(a >= b for a, b in zip(ranking.scores, ranking.scores[1:]))
+
+
+def test_first_with_a_frozen_backbone_has_nothing_to_train(tmp_path, tiny_backbone, train_file):
+    with pytest.raises(ValueError, match="nothing to train"):
+        train(config(tmp_path, tiny_backbone, head="first", frozen=True, max_steps=1))

@@ -202,6 +202,19 @@ def hidden_size(model: nn.Module) -> int:
     return int(model.config.hidden_size)
 
 
+def _decoder_and_lm_head(model: nn.Module) -> tuple[nn.Module, nn.Module | None]:
+    """The transformer stack (LoRA layers included) and the LM head, if the model has one."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    if hasattr(base, "lm_head"):
+        return base.get_decoder(), base.lm_head
+    return base, None
+
+
+def _last_hidden(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    decoder, _ = _decoder_and_lm_head(model)
+    return decoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+
+
 def readout_states(
     model: nn.Module,
     input_ids: torch.Tensor,
@@ -213,7 +226,18 @@ def readout_states(
     ``input_ids``/``attention_mask``: [B, T]; ``readout``: [B, N] token indices (padded items
     may point anywhere valid, e.g. 0). Returns [B, N, D].
     """
-    out = model(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=False)
-    hidden = out.last_hidden_state if hasattr(out, "last_hidden_state") else out.hidden_states[-1]
+    hidden = _last_hidden(model, input_ids, attention_mask)
     index = readout.unsqueeze(-1).expand(-1, -1, hidden.size(-1))
     return torch.gather(hidden, 1, index)
+
+
+def last_token_logits(
+    model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor
+) -> torch.Tensor:
+    """One prefill; the LM's next-token logits at each prompt's last real token. [B, V]."""
+    _, lm_head = _decoder_and_lm_head(model)
+    if lm_head is None:
+        raise ValueError("this backbone was loaded without its LM head (with_lm_head=False)")
+    hidden = _last_hidden(model, input_ids, attention_mask)
+    last = attention_mask.sum(1) - 1  # right padding: the last real token
+    return lm_head(hidden[torch.arange(hidden.size(0), device=hidden.device), last])

@@ -23,7 +23,7 @@ from torch import nn
 
 @dataclass
 class HeadConfig:
-    kind: str = "attn"  # "linear" | "attn" | "slot"
+    kind: str = "attn"  # "linear" | "attn" | "slot" (SPD); "scalar" | "first" (peers)
     #: Number of rank positions; must be >= the largest slate.
     positions: int = 64
     #: Width of the head's own layers (attn/slot), projected down from the backbone's D.
@@ -43,6 +43,8 @@ class HeadConfig:
 class LinearProbe(nn.Module):
     """Each item scored independently: all cross-item context comes from the backbone."""
 
+    matrix = True
+
     def __init__(self, hidden: int, cfg: HeadConfig) -> None:
         super().__init__()
         self.norm = nn.LayerNorm(hidden)
@@ -57,6 +59,8 @@ class SelfAttentionHead(nn.Module):
 
     Each item attends to every other real item, an explicit pairwise comparison before scoring.
     """
+
+    matrix = True
 
     def __init__(self, hidden: int, cfg: HeadConfig) -> None:
         super().__init__()
@@ -80,6 +84,8 @@ class SlotQueryHead(nn.Module):
     M[i, k] is the scaled dot product of item i's projection with slot k's output.
     """
 
+    matrix = True
+
     def __init__(self, hidden: int, cfg: HeadConfig) -> None:
         super().__init__()
         self.proj = nn.Sequential(nn.LayerNorm(hidden), nn.Linear(hidden, cfg.width))
@@ -100,10 +106,47 @@ class SlotQueryHead(nn.Module):
         return (scores * self.scale).masked_fill(~mask.unsqueeze(-1), 0.0)
 
 
+class ScalarHead(nn.Module):
+    """The classic pointwise peer: one score per item, ranked by sorting (no positions).
+
+    Returns [B, N] (padded items 0). Trained with a listwise loss (ListNet), decoded by argsort.
+    """
+
+    matrix = False
+
+    def __init__(self, hidden: int, cfg: HeadConfig) -> None:
+        super().__init__()
+        self.mlp = nn.Sequential(
+            nn.LayerNorm(hidden), nn.Linear(hidden, cfg.width), nn.GELU(), nn.Linear(cfg.width, 1)
+        )
+
+    def forward(self, h: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        return self.mlp(h).squeeze(-1).masked_fill(~mask, 0.0)
+
+
+class FirstHead(nn.Module):
+    """FIRST (Reddy et al. 2024): the LM's first-token logits over the candidates' identifiers.
+
+    The prompt ends with "[" and each candidate is labelled by one token (a letter), so the
+    logit of that token at the last position scores the candidate. The backbone's LM head does
+    the work; this module only holds the identifier token ids. Returns [B, N].
+    """
+
+    matrix = False
+
+    def __init__(self, token_ids: list[int]) -> None:
+        super().__init__()
+        self.register_buffer("token_ids", torch.tensor(token_ids, dtype=torch.long))
+
+    def forward(self, logits: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        return logits[:, self.token_ids[: mask.size(1)]].masked_fill(~mask, 0.0)
+
+
 HEADS: dict[str, type[nn.Module]] = {
     "linear": LinearProbe,
     "attn": SelfAttentionHead,
     "slot": SlotQueryHead,
+    "scalar": ScalarHead,
 }
 
 

@@ -7,10 +7,9 @@ adapter under ``adapter/``. Nothing in it is a pickle, so loading a checkpoint n
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
-import shutil
-import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -22,16 +21,18 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
+from spdrank.atomic_dir import atomic_directory
 from spdrank.backbone import (
     BackboneConfig,
     hidden_size,
+    last_token_logits,
     load_backbone,
     load_tokenizer,
     readout_states,
 )
-from spdrank.decode import decode, get_decoder
-from spdrank.heads import HeadConfig, build_head
-from spdrank.prompt import EncodedPrompt, PromptBuilder, PromptSettings
+from spdrank.decode import decode, get_decoder, sort_scores
+from spdrank.heads import FirstHead, HeadConfig, build_head
+from spdrank.prompt import LETTERS, EncodedPrompt, PromptBuilder, PromptSettings
 from spdrank.ranking import Ranking
 from spdrank.slates import TEXT_FIELDS, Candidate, Query, Slate
 
@@ -127,8 +128,19 @@ def _as_slate(query: str | Query | Slate, candidates: Sequence[Any] | None) -> S
     return Slate(query=q, candidates=cands)
 
 
+def first_prompt(settings: PromptSettings) -> PromptSettings:
+    """FIRST's prompt: one-token letter labels, and the answer opened with "[" ."""
+    return dataclasses.replace(settings, labels="letters", answer_prefix="[")
+
+
 class SPDRanker(nn.Module):
-    """The SPD student. ``rank`` gives a valid permutation from one prefill."""
+    """The SPD student, or one of its single-pass peers on the same backbone and prompt.
+
+    ``head.kind`` picks the method: ``attn``/``linear``/``slot`` give SPD (an N x K matrix,
+    decoded by assignment); ``scalar`` (one score per item) and ``first`` (FIRST's first-token
+    logits over candidate letters) are decoded by sorting. All give a valid permutation from one
+    prefill.
+    """
 
     decode_passes = 1
 
@@ -137,17 +149,38 @@ class SPDRanker(nn.Module):
         self.config = config
         self.backbone = backbone
         self.tokenizer = tokenizer
-        self.head = build_head(hidden_size(backbone), config.head)
+        self.first = config.head.kind == "first"
+        if self.first:
+            if config.prompt.labels != "letters" or config.prompt.answer_prefix != "[":
+                raise ValueError("FIRST needs letter labels and the '[' answer prefix: use first_prompt()")
+            self.head = FirstHead(self._letter_token_ids(tokenizer, config.head.positions))
+        else:
+            self.head = build_head(hidden_size(backbone), config.head)
+        self.matrix = bool(getattr(self.head, "matrix", False))
         self.prompts = PromptBuilder(tokenizer, config.prompt)
         get_decoder(config.decoder)  # fail early on an unknown decoder
-        self.name = f"spd-{config.head.kind}"
+        self.name = f"spd-{config.head.kind}" if self.matrix else config.head.kind
+
+    @staticmethod
+    def _letter_token_ids(tokenizer: Any, positions: int) -> list[int]:
+        if positions > len(LETTERS):
+            raise ValueError(f"FIRST labels candidates with single letters: at most {len(LETTERS)} positions, got {positions}")
+        ids = []
+        for letter in LETTERS[:positions]:
+            tokens = tokenizer(letter, add_special_tokens=False)["input_ids"]
+            if len(tokens) != 1:
+                raise ValueError(f"FIRST needs one token per label; {letter!r} is {len(tokens)} tokens here")
+            ids.append(tokens[0])
+        return ids
 
     # -- construction and checkpoints --------------------------------------------------------
 
     @classmethod
     def build(cls, config: SPDConfig, device: torch.device | str = "cpu") -> SPDRanker:
         """A fresh model: pretrained backbone (fresh LoRA or frozen) and an untrained head."""
-        backbone = load_backbone(config.backbone, device=device)
+        backbone = load_backbone(
+            config.backbone, device=device, with_lm_head=config.head.kind == "first"
+        )
         model = cls(config, backbone, load_tokenizer(config.backbone.name_or_path))
         return model.to(device)
 
@@ -160,7 +193,12 @@ class SPDRanker(nn.Module):
             raise FileNotFoundError(f"{path} is not an spdrank checkpoint: no {CONFIG_NAME}")
         config = SPDConfig.from_dict(json.loads((path / CONFIG_NAME).read_text()))
         adapter = path / ADAPTER_DIR if config.backbone.lora is not None else None
-        backbone = load_backbone(config.backbone, device=device, adapter_path=adapter)
+        backbone = load_backbone(
+            config.backbone,
+            device=device,
+            adapter_path=adapter,
+            with_lm_head=config.head.kind == "first",
+        )
         model = cls(config, backbone, load_tokenizer(config.backbone.name_or_path))
         model.head.load_state_dict(load_file(str(path / HEAD_NAME)))
         model.to(device)
@@ -169,30 +207,18 @@ class SPDRanker(nn.Module):
 
     def save_pretrained(self, path: str | os.PathLike[str]) -> None:
         """Write the checkpoint to a temporary sibling, then swap it in: never half-written."""
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
-        try:
+        with atomic_directory(path) as tmp:
             (tmp / CONFIG_NAME).write_text(json.dumps(self.config.to_dict(), indent=2) + "\n")
             head = {k: v.detach().contiguous().cpu() for k, v in self.head.state_dict().items()}
             save_file(head, str(tmp / HEAD_NAME))
             if self.config.backbone.lora is not None:
                 self.backbone.save_pretrained(str(tmp / ADAPTER_DIR), safe_serialization=True)
-            old = path.with_name(f".{path.name}.old")
-            if path.exists():
-                shutil.rmtree(old, ignore_errors=True)
-                os.replace(path, old)
-            os.replace(tmp, path)
-            shutil.rmtree(old, ignore_errors=True)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
 
     # -- the forward pass --------------------------------------------------------------------
 
     @property
     def device(self) -> torch.device:
-        return next(self.head.parameters()).device
+        return next(self.backbone.parameters()).device
 
     def encode(self, slate: Slate) -> EncodedPrompt:
         if len(slate) > self.config.head.positions:
@@ -210,10 +236,19 @@ class SPDRanker(nn.Module):
         # A frozen backbone needs no activations kept for backward: only the head learns.
         frozen = self.config.backbone.lora is None
         with torch.set_grad_enabled(torch.is_grad_enabled() and not frozen):
-            states = readout_states(
-                self.backbone, batch.input_ids, batch.attention_mask, batch.readout
-            )
-        return self.head(states.to(next(self.head.parameters()).dtype), batch.item_mask)
+            if self.first:
+                states = last_token_logits(self.backbone, batch.input_ids, batch.attention_mask)
+            else:
+                states = readout_states(
+                    self.backbone, batch.input_ids, batch.attention_mask, batch.readout
+                )
+        return self.head(states.float(), batch.item_mask)
+
+    def order(self, scores: np.ndarray, decoder: str | None = None) -> np.ndarray:
+        """Item indices best first: assignment on a matrix, sorting on one score per item."""
+        if self.matrix:
+            return decode(scores, decoder or self.config.decoder)
+        return sort_scores(scores)
 
     # -- inference ---------------------------------------------------------------------------
 
@@ -221,28 +256,43 @@ class SPDRanker(nn.Module):
         """Rank one slate (or a query and its candidates): docids best first, scores, timings."""
         return self.rank_batch([_as_slate(query, candidates)])[0]
 
-    def rank_batch(self, slates: Sequence[Slate], decoder: str | None = None) -> list[Ranking]:
+    def rank_batch(
+        self,
+        slates: Sequence[Slate],
+        decoder: str | None = None,
+        encoded: Sequence[EncodedPrompt] | None = None,
+    ) -> list[Ranking]:
         """Rank slates in one padded prefill. Timings are the batch's, shared by its slates.
 
-        ``scores`` are rank-derived relevances in (0, 1], 1 for rank 1, strictly decreasing:
-        the assignment fixes the order, and M's entries are not comparable across positions.
+        For SPD, ``scores`` are rank-derived relevances in (0, 1], 1 for rank 1, strictly
+        decreasing: the assignment fixes the order, and M's entries are not comparable across
+        positions. The sorting peers report their own per-item scores. ``encoded`` passes
+        prompts the caller already encoded (e.g. to read their truncation flags) so they are
+        not tokenized twice.
         """
         decoder = decoder or self.config.decoder
         was_training = self.training
         self.eval()
         try:
             t0 = time.perf_counter()
-            encoded = [self.encode(s) for s in slates]
+            if encoded is None:
+                encoded = [self.encode(s) for s in slates]
+            elif len(encoded) != len(slates):
+                raise ValueError("encoded prompts must match the slates one to one")
             batch = self.collate(encoded)
             t1 = time.perf_counter()
             with torch.inference_mode():
-                states = readout_states(self.backbone, batch.input_ids, batch.attention_mask, batch.readout)
+                if self.first:
+                    states = last_token_logits(self.backbone, batch.input_ids, batch.attention_mask)
+                else:
+                    states = readout_states(
+                        self.backbone, batch.input_ids, batch.attention_mask, batch.readout
+                    )
                 self._sync()
                 t2 = time.perf_counter()
-                scores = self.head(states.to(next(self.head.parameters()).dtype), batch.item_mask)
-                matrices = scores.float().cpu().numpy()
+                scores = self.head(states.float(), batch.item_mask).cpu().numpy()
                 t3 = time.perf_counter()
-            orders = [decode(matrices[i, : len(s)], decoder) for i, s in enumerate(slates)]
+            orders = [self.order(scores[i, : len(s)], decoder) for i, s in enumerate(slates)]
             t4 = time.perf_counter()
         finally:
             self.train(was_training)
@@ -253,14 +303,18 @@ class SPDRanker(nn.Module):
             "assign": (t4 - t3) * 1e3,
         }
         out = []
-        for slate, order in zip(slates, orders):
+        for i, (slate, order) in enumerate(zip(slates, orders)):
             n = len(slate)
-            docids = [slate.candidates[i].docid for i in order]
-            out.append(Ranking(docids, [1.0 - r / n for r in range(n)], dict(timings), 1))
+            docids = [slate.candidates[j].docid for j in order]
+            if self.matrix:
+                ranked_scores = [1.0 - r / n for r in range(n)]
+            else:  # one real score per item: report it, already in decreasing order
+                ranked_scores = [float(scores[i, j]) for j in order]
+            out.append(Ranking(docids, ranked_scores, dict(timings), 1))
         return out
 
     def score_matrix(self, slate: Slate) -> np.ndarray:
-        """The raw n x K item-position scores of one slate (for analysis and other decoders)."""
+        """The raw scores of one slate: n x K for SPD (for analysis and other decoders), n for peers."""
         was_training = self.training
         self.eval()
         try:

@@ -23,6 +23,7 @@ DEFAULT_INSTRUCTION = (
     "given the user's history."
 )
 _SENTINEL = "\u2063SPDRANK_BODY\u2063"
+LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 
 
 @dataclass
@@ -35,6 +36,11 @@ class PromptSettings:
     #: Tokens kept from the user context (its end: the most recent history).
     max_query_tokens: int = 512
     use_chat_template: bool = True
+    #: How candidates are numbered: "numbers" ([1], [2], ...) or "letters" ([A] ... [Z], [a] ...
+    #: [z]: one token each, which FIRST needs to read a candidate's logit off one position).
+    labels: str = "numbers"
+    #: Text appended after the assistant turn opens (FIRST appends "[" and reads the next token).
+    answer_prefix: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -42,6 +48,16 @@ class PromptSettings:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> PromptSettings:
         return cls(**data)
+
+    def label(self, index: int) -> str:
+        """The identifier of the candidate at 0-based ``index``."""
+        if self.labels == "numbers":
+            return str(index + 1)
+        if self.labels == "letters":
+            if index >= len(LETTERS):
+                raise ValueError(f"letter labels name at most {len(LETTERS)} candidates")
+            return LETTERS[index]
+        raise ValueError(f"unknown labels {self.labels!r}: use numbers or letters")
 
 
 @dataclass
@@ -68,14 +84,9 @@ class PromptBuilder:
     def _template_ends(self) -> tuple[list[int], list[int]]:
         """Token ids of the chat template around the user message (special tokens parsed)."""
         tok = self.tokenizer
-        if self.settings.use_chat_template and getattr(tok, "chat_template", None):
-            rendered = tok.apply_chat_template(
-                [{"role": "user", "content": _SENTINEL}], tokenize=False, add_generation_prompt=True
-            )
-            before, sep, after = rendered.partition(_SENTINEL)
-            if not sep:
-                raise ValueError("the chat template dropped the user message")
-            return self._encode(before, specials=True), self._encode(after, specials=True)
+        ends = template_around(tok, []) if self.settings.use_chat_template else None
+        if ends is not None:
+            return self._encode(ends[0], specials=True), self._encode(ends[1], specials=True)
         bos = [tok.bos_token_id] if tok.bos_token_id is not None else []
         return bos, self._encode("\nRanking:", specials=False)
 
@@ -104,8 +115,8 @@ class PromptBuilder:
         ids += self._literal(f"\n\nCandidates ({len(candidate_texts)}):")
         readout: list[int] = []
         truncated: list[bool] = []
-        for i, text in enumerate(candidate_texts, start=1):
-            ids += self._literal(f"\n[{i}] ")
+        for i, text in enumerate(candidate_texts):
+            ids += self._literal(f"\n[{s.label(i)}] ")
             # Text that yields no tokens is read out at its marker's last token.
             item = self._encode(text)
             truncated.append(len(item) > s.max_item_tokens)
@@ -113,8 +124,48 @@ class PromptBuilder:
             readout.append(len(ids) - 1)
         ids += self._literal("\n")
         ids += self._suffix
+        ids += self._literal(s.answer_prefix)
         return EncodedPrompt(ids, readout, truncated, query_truncated)
 
     def item_tokens(self, text: str) -> list[int]:
         """The tokens a candidate's text contributes (after the budget): its readout is the last."""
         return self._encode(text)[: self.settings.max_item_tokens]
+
+
+def template_around(
+    tokenizer: Any, earlier: Sequence[dict[str, str]], **template_kwargs: Any
+) -> tuple[str, str] | None:
+    """The chat template's text before and after a final user message, or None without one.
+
+    Rendering the template around a sentinel (instead of around the real text) is what keeps
+    a user's text from ever being parsed for special tokens: only these two strings are.
+    """
+    if not getattr(tokenizer, "chat_template", None):
+        return None
+    rendered = tokenizer.apply_chat_template(
+        [*earlier, {"role": "user", "content": _SENTINEL}],
+        tokenize=False,
+        add_generation_prompt=True,
+        **template_kwargs,
+    )
+    before, sep, after = rendered.partition(_SENTINEL)
+    if not sep:
+        raise ValueError("the chat template dropped the user message")
+    return before, after
+
+
+def render_text(
+    query_text: str, candidate_texts: Sequence[str], instruction: str = DEFAULT_INSTRUCTION
+) -> str:
+    """The prompt body :meth:`PromptBuilder.encode` tokenizes, as one string.
+
+    The autoregressive teacher (``spdrank.teacher.prompt``) shows its model this same text, so
+    teacher and student see the user context and the numbered ``[i] title`` lines identically.
+    Budgets are the caller's: pass texts already cut. Must stay in step with ``encode``'s
+    literals (``tests/test_teacher_prompt.py`` checks that the two agree token for token).
+    """
+    lines = "".join(f"\n[{i}] {text}" for i, text in enumerate(candidate_texts, start=1))
+    return (
+        f"{instruction}\n\nUser history:\n{query_text}"
+        f"\n\nCandidates ({len(candidate_texts)}):{lines}\n"
+    )

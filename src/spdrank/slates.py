@@ -250,9 +250,19 @@ def read_slates(
     Streaming keeps memory flat for files larger than memory; the first bad line stops the
     iteration with a :class:`SlateError` naming ``file:line``.
     """
+    for where, data in iter_json_lines(path, "slate file"):
+        yield Slate.from_dict(data, where=where, text_fields=text_fields)
+
+
+def iter_json_lines(path: str | os.PathLike[str], what: str = "file") -> Iterator[tuple[str, Any]]:
+    """``(file:line, parsed JSON)`` for each non-blank line of a JSONL file (``.gz`` too).
+
+    The one place JSONL is parsed, so every reader reports bad lines the same way: a
+    :class:`SlateError` naming ``file:line``.
+    """
     path = Path(path)
     if not path.exists():
-        raise SlateError(f"no such slate file: {path}")
+        raise SlateError(f"no such {what}: {path}")
     with _open_text(path, "r") as fh:
         for lineno, line in enumerate(fh, start=1):
             if not line.strip():
@@ -262,7 +272,7 @@ def read_slates(
                 data = json.loads(line)
             except json.JSONDecodeError as exc:
                 raise SlateError(f"invalid JSON ({exc.msg} at column {exc.colno})", where) from None
-            yield Slate.from_dict(data, where=where, text_fields=text_fields)
+            yield where, data
 
 
 def load_slates(path: str | os.PathLike[str], limit: int | None = None) -> list[Slate]:

@@ -13,9 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import math
-import os
 import shutil
-import tempfile
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -26,7 +24,9 @@ import torch
 from safetensors.torch import load_file, save_file
 from tqdm.auto import tqdm
 
+from spdrank.atomic_dir import atomic_directory
 from spdrank.backbone import resolve_device
+from spdrank.listnet import listnet_loss
 from spdrank.metrics import aggregate, slate_metrics
 from spdrank.model import SPDRanker, collate
 from spdrank.sinkhorn import log_sinkhorn, permutation_cross_entropy
@@ -130,9 +130,16 @@ class Trainer:
         self.steps_per_epoch = steps_per_epoch
         head_params = list(self.model.head.parameters())
         backbone_params = [p for p in self.model.backbone.parameters() if p.requires_grad]
-        groups = [{"params": head_params, "lr": cfg.head_lr}]
-        if backbone_params:
-            groups.append({"params": backbone_params, "lr": cfg.lr})
+        groups = [
+            {"params": params, "lr": lr}
+            for params, lr in ((head_params, cfg.head_lr), (backbone_params, cfg.lr))
+            if params
+        ]
+        if not groups:
+            raise ValueError(
+                f"--head {cfg.head} with --frozen has nothing to train (FIRST's only weights "
+                "are the backbone's): drop --frozen to train LoRA adapters"
+            )
         self.optimizer = torch.optim.AdamW(groups, weight_decay=cfg.weight_decay)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, _lr_lambda(cfg.warmup_steps, self.total_steps)
@@ -152,10 +159,7 @@ class Trainer:
     def save_state(self) -> None:
         if not self.accelerator.is_main_process:
             return
-        final = self.out / STATE_DIR
-        self.out.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=".state.", dir=self.out))
-        try:
+        with atomic_directory(self.out / STATE_DIR) as tmp:
             self.spd.save_pretrained(tmp / "model")
             opt = _save_optimizer(self.optimizer, tmp / "optimizer.safetensors")
             save_file({"torch": torch.get_rng_state()}, str(tmp / "rng.safetensors"))
@@ -165,15 +169,6 @@ class Trainer:
                 "scheduler": self.scheduler.state_dict(),
             }
             (tmp / "trainer.json").write_text(json.dumps(meta, indent=1))
-            old = self.out / ".state.old"
-            if final.exists():
-                shutil.rmtree(old, ignore_errors=True)
-                os.replace(final, old)
-            os.replace(tmp, final)
-            shutil.rmtree(old, ignore_errors=True)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
 
     def maybe_resume(self) -> bool:
         state = self.out / STATE_DIR
@@ -219,8 +214,11 @@ class Trainer:
         for row, i in enumerate(idx):
             t = self.targets[i]
             target[row, : t.shape[0], : t.shape[1]] = torch.from_numpy(t)
+        target = target.to(scores.device)
+        if not self.spd.matrix:  # scalar and FIRST peers: one score per item
+            return listnet_loss(scores, target, batch.sizes)
         log_s = log_sinkhorn(scores, batch.sizes, tau=self.cfg.tau, iters=self.cfg.sinkhorn_iters)
-        return permutation_cross_entropy(log_s, target.to(scores.device), batch.sizes)
+        return permutation_cross_entropy(log_s, target, batch.sizes)
 
     def log_event(self, event: dict[str, Any]) -> None:
         if self.accelerator.is_main_process:

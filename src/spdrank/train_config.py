@@ -54,11 +54,17 @@ class TrainConfig:
     def model_config(self) -> SPDConfig:
         from spdrank.backbone import BackboneConfig, LoraSettings
         from spdrank.heads import HeadConfig
-        from spdrank.model import SPDConfig
-        from spdrank.prompt import PromptSettings
+        from spdrank.model import SPDConfig, first_prompt
+        from spdrank.prompt import LETTERS, PromptSettings
 
         if self.target not in TARGETS:
             raise ValueError(f"unknown --target {self.target!r}: choose one of {list(TARGETS)}")
+        prompt = PromptSettings(
+            max_item_tokens=self.max_item_tokens, max_query_tokens=self.max_query_tokens
+        )
+        positions = self.positions
+        if self.head == "first":  # one letter per candidate: at most 52
+            prompt, positions = first_prompt(prompt), min(positions, len(LETTERS))
         return SPDConfig(
             backbone=BackboneConfig(
                 name_or_path=self.backbone,
@@ -68,12 +74,10 @@ class TrainConfig:
             ),
             head=HeadConfig(
                 kind=self.head,
-                positions=self.positions,
+                positions=positions,
                 width=self.head_width,
                 layers=self.head_layers,
                 dropout=self.head_dropout,
             ),
-            prompt=PromptSettings(
-                max_item_tokens=self.max_item_tokens, max_query_tokens=self.max_query_tokens
-            ),
+            prompt=prompt,
         )

@@ -13,7 +13,9 @@ _HELP = {
     "out": "run directory: the model lands in OUT/model; OUT/state makes the run resumable",
     "eval_slates": "slates for periodic evaluation (a slice: --eval-limit)",
     "target": "what to imitate: the teacher's ranking, clicks first, or both",
-    "head": "scoring head: attn (2-layer self-attention), linear probe, slot-query",
+    "head": "SPD heads: attn (2-layer self-attention), linear (probe), slot (slot-query); "
+    "single-pass peers: scalar (one score per item + argsort, ListNet), first (FIRST: "
+    "first-token logits over candidate letters, ListNet)",
     "frozen": "freeze the backbone (no LoRA): only the head learns",
     "backbone": "Hugging Face model id or local path; 'bundled' = SmolLM2-135M-Instruct",
     "layers": "keep only the first L transformer layers (early exit)",
@@ -35,7 +37,7 @@ _HELP = {
     "dtype": "float32, bfloat16, float16, or auto (bfloat16 on CUDA)",
     "stop_after": "stop this run after N steps, keeping the state (rerun to continue)",
 }
-_CHOICES = {"target": list(TARGETS), "head": ["attn", "linear", "slot"]}
+_CHOICES = {"target": list(TARGETS), "head": ["attn", "linear", "slot", "scalar", "first"]}
 _SKIP = {"extra", "progress"}
 
 

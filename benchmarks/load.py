@@ -1,0 +1,474 @@
+"""Bounded load test of ``spdrank serve`` on loopback: latency percentiles and throughput.
+
+    .venv/bin/python benchmarks/load.py --model runs/beauty-clicks \\
+        --slates data/beauty/eval.jsonl [--requests 2000] [--concurrency 1 8 32] \\
+        [--documents 50] [--max-batch-size 8] [--name NAME]
+
+For each server configuration (micro-batched with ``--max-batch-size``, then unbatched with
+``--max-batch-size 1`` for comparison) it starts ``spdrank serve`` in a subprocess on a free
+loopback port, sends ``--requests`` rerank requests at each ``--concurrency`` (N =
+``--documents`` Beauty titles per request, the query being the user's history), checks every
+answer (HTTP 200, a permutation of the N indices, strictly decreasing scores), and records
+p50/p95/p99 latency and throughput. ``--url`` targets a running server instead (no
+comparison then: the script cannot restart it).
+
+It always stops by itself: a fixed number of requests, a per-request timeout and a total
+``--time-limit`` after which no new request is sent (the run is then marked incomplete).
+Writes ``benchmarks/results/<name>/report.md`` and ``results.json`` (command, machine, date,
+model, settings, numbers) and the servers' logs and final /metrics. Exit status 1 when any
+request failed or the time limit cut the run short.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime as dt
+import itertools
+import json
+import os
+import platform
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    target = p.add_argument_group("target")
+    target.add_argument(
+        "--model", help="checkpoint to serve (started here, twice: batched and unbatched)"
+    )
+    target.add_argument("--url", help="use this running server instead of starting one")
+    p.add_argument(
+        "--slates", required=True, help="eval slates (JSONL): queries and candidate titles"
+    )
+    p.add_argument("--requests", type=int, default=2000, help="requests per concurrency level")
+    p.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 32])
+    p.add_argument("--documents", type=int, default=50, help="documents per request (N)")
+    p.add_argument("--max-batch-size", type=int, default=8, help="the batched server's setting")
+    p.add_argument("--max-wait-ms", type=float, default=5.0)
+    p.add_argument("--max-queue", type=int, default=64)
+    p.add_argument("--no-unbatched", action="store_true", help="skip the --max-batch-size 1 run")
+    p.add_argument("--device", default="auto")
+    p.add_argument("--warmup", type=int, default=10, help="unrecorded requests before each config")
+    p.add_argument("--request-timeout", type=float, default=60.0, help="seconds per request")
+    p.add_argument(
+        "--startup-timeout", type=float, default=300.0, help="seconds for the server to come up"
+    )
+    p.add_argument("--time-limit", type=float, default=1800.0, help="seconds for the whole run")
+    p.add_argument("--name", help="results folder name (default: load-<model>-<date>)")
+    p.add_argument(
+        "--out", default=str(ROOT / "benchmarks" / "results"), help="parent of the results folder"
+    )
+    args = p.parse_args(argv)
+    if (args.model is None) == (args.url is None):
+        p.error("give exactly one of --model or --url")
+    if args.requests < 1 or args.documents < 1 or min(args.concurrency) < 1:
+        p.error("--requests, --documents and --concurrency must be positive")
+    return args
+
+
+# -- inputs ---------------------------------------------------------------------------------
+
+
+def build_payloads(path: str, n_docs: int, limit: int) -> list[bytes]:
+    """Rerank bodies from eval slates: the user's history as query, N candidate titles."""
+    from spdrank.slates import read_slates
+
+    payloads: list[bytes] = []
+    for slate in read_slates(path):
+        texts = slate.candidate_texts()
+        if len(texts) < n_docs:
+            continue
+        body = {"query": slate.query.text, "documents": texts[:n_docs], "return_documents": False}
+        payloads.append(json.dumps(body).encode())
+        if len(payloads) >= limit:
+            break
+    if not payloads:
+        raise SystemExit(f"no slate in {path} has {n_docs} candidates; lower --documents")
+    return payloads
+
+
+def machine() -> dict[str, Any]:
+    info: dict[str, Any] = {
+        "cpus": os.cpu_count(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+    }
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                info["cpu"] = line.split(":", 1)[1].strip()
+                break
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal"):
+                info["ram_gib"] = round(int(line.split()[1]) / 2**20, 1)
+                break
+    except OSError:
+        pass
+    if shutil.which("nvidia-smi"):
+        out = _run(["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader"])
+        info["gpus"] = [g.strip() for g in out.splitlines() if g.strip()]
+    else:
+        info["gpus"] = []
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        info["torch"] = version("torch")
+    except PackageNotFoundError:
+        info["torch"] = None
+    return info
+
+
+def code_version() -> str:
+    commit = _run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"]).strip() or "unknown"
+    dirty = subprocess.run(
+        ["git", "-C", str(ROOT), "diff", "--quiet", "HEAD", "--", "src"],
+        capture_output=True,
+        check=False,
+    ).returncode
+    return commit + (" (+ uncommitted changes in src/)" if dirty == 1 else "")
+
+
+def model_info(model: str | None) -> dict[str, Any]:
+    if model is None:
+        return {}
+    path = Path(model)
+    config = (
+        path / "config.json" if (path / "config.json").exists() else path / "model" / "config.json"
+    )
+    info: dict[str, Any] = {"path": str(path.resolve())}
+    try:
+        cfg = json.loads(config.read_text())
+        info.update(
+            backbone=cfg["backbone"].get("name_or_path"),
+            layers=cfg["backbone"].get("layers"),
+            lora=cfg["backbone"].get("lora") is not None,
+            head=cfg["head"].get("kind"),
+            K=cfg["head"].get("positions"),
+            max_item_tokens=cfg["prompt"].get("max_item_tokens"),
+            decoder=cfg.get("decoder"),
+        )
+    except (OSError, KeyError, ValueError) as exc:
+        info["config_error"] = str(exc)
+    return info
+
+
+def _run(cmd: list[str]) -> str:
+    try:
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=30, check=False).stdout
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+# -- the server -----------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    """``spdrank serve`` in a subprocess (its own session, so stopping it stops its children)."""
+
+    def __init__(self, args: argparse.Namespace, batch_size: int, log_path: Path) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.command = [
+            sys.executable, "-m", "spdrank", "serve",
+            "--model", args.model, "--port", str(self.port), "--device", args.device,
+            "--max-batch-size", str(batch_size), "--max-wait-ms", str(args.max_wait_ms),
+            "--max-queue", str(args.max_queue), "--log-level", "warning",
+        ]  # fmt: skip
+        self.log = open(log_path, "w")  # noqa: SIM115 - closed in stop()
+        self.proc = subprocess.Popen(
+            self.command, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+
+    def wait_ready(self, timeout: float) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(
+                    f"the server exited with status {self.proc.returncode}; see {self.log.name}"
+                )
+            try:
+                r = httpx.get(f"{self.url}/healthz", timeout=2)
+                if r.status_code == 200:
+                    return r.json()
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.5)
+        raise RuntimeError(f"the server was not up after {timeout:.0f} s; see {self.log.name}")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(10)
+        self.log.close()
+
+
+# -- the load -------------------------------------------------------------------------------
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Linear interpolation between closest ranks (numpy's default)."""
+    if not values:
+        return float("nan")
+    s = sorted(values)
+    pos = (len(s) - 1) * q / 100
+    lo = int(pos)
+    hi = min(lo + 1, len(s) - 1)
+    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
+
+
+def check(body: dict[str, Any], n: int) -> str | None:
+    """None if the answer is a valid ranking of the n documents, else what is wrong."""
+    results = body.get("results")
+    if not isinstance(results, list) or len(results) != n:
+        return f"expected {n} results"
+    if sorted(r.get("index") for r in results) != list(range(n)):
+        return "indices are not a permutation"
+    scores = [r.get("relevance_score") for r in results]
+    if any(not a > b for a, b in itertools.pairwise(scores)):
+        return "scores are not strictly decreasing"
+    return None
+
+
+async def load_level(
+    url: str, payloads: list[bytes], n_docs: int, requests: int, concurrency: int,
+    deadline: float, timeout: float,
+) -> dict[str, Any]:  # fmt: skip
+    latencies: list[float] = []
+    metas: list[dict[str, Any]] = []
+    errors: list[str] = []
+    counter = itertools.count()
+    sent = 0
+    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+    headers = {"content-type": "application/json"}
+    async with httpx.AsyncClient(base_url=url, limits=limits, timeout=timeout) as client:
+
+        async def worker() -> None:
+            nonlocal sent
+            while True:
+                i = next(counter)
+                if i >= requests or time.monotonic() > deadline:
+                    return
+                sent += 1
+                start = time.perf_counter()
+                try:
+                    r = await client.post(
+                        "/v1/rerank", content=payloads[i % len(payloads)], headers=headers
+                    )
+                except httpx.HTTPError as exc:
+                    errors.append(f"{type(exc).__name__}: {exc}")
+                    continue
+                seconds = time.perf_counter() - start
+                if r.status_code != 200:
+                    errors.append(f"HTTP {r.status_code}: {r.text[:300]}")
+                    continue
+                body = r.json()
+                problem = check(body, n_docs)
+                if problem:
+                    errors.append(problem)
+                    continue
+                latencies.append(seconds)
+                metas.append(body.get("meta", {}))
+
+        start = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        wall = time.perf_counter() - start
+
+    def mean(key: str) -> float | None:
+        values = [m[key] for m in metas if key in m]
+        return round(sum(values) / len(values), 3) if values else None
+
+    ms = [x * 1e3 for x in latencies]
+    return {
+        "concurrency": concurrency,
+        "requests": requests,
+        "sent": sent,
+        "ok": len(latencies),
+        "errors": len(errors),
+        "error_samples": errors[:5],
+        "incomplete": sent < requests,
+        "wall_s": round(wall, 3),
+        "throughput_rps": round(len(latencies) / wall, 3) if wall > 0 else None,
+        "latency_ms": {
+            "p50": round(percentile(ms, 50), 3),
+            "p95": round(percentile(ms, 95), 3),
+            "p99": round(percentile(ms, 99), 3),
+            "mean": round(sum(ms) / len(ms), 3) if ms else None,
+            "max": round(max(ms), 3) if ms else None,
+        },
+        "server_mean": {k: mean(k) for k in ("batch_size", "queue_ms", "inference_ms")},
+    }
+
+
+def run_config(
+    label: str, url: str, args: argparse.Namespace, payloads: list[bytes], deadline: float
+) -> list[dict[str, Any]]:
+    warm = asyncio.run(
+        load_level(url, payloads, args.documents, args.warmup, 1, deadline, args.request_timeout)
+    )
+    if warm["errors"]:
+        print(f"[{label}] warm-up failed: {warm['error_samples']}", file=sys.stderr)
+    levels = []
+    for c in args.concurrency:
+        level = asyncio.run(
+            load_level(
+                url, payloads, args.documents, args.requests, c, deadline, args.request_timeout
+            )
+        )
+        level["config"] = label
+        lat = level["latency_ms"]
+        print(
+            f"[{label}] concurrency {c:>3}: {level['ok']}/{level['requests']} ok, {level['errors']} errors, "
+            f"p50 {lat['p50']:.1f} ms, p95 {lat['p95']:.1f} ms, p99 {lat['p99']:.1f} ms, "
+            f"{level['throughput_rps']} req/s, mean batch {level['server_mean']['batch_size']}",
+            flush=True,
+        )
+        levels.append(level)
+    return levels
+
+
+# -- the report -----------------------------------------------------------------------------
+
+
+def write_report(out: Path, record: dict[str, Any]) -> None:
+    (out / "results.json").write_text(json.dumps(record, indent=2) + "\n")
+    m, mach = record["model"], record["machine"]
+    lines = [
+        f"# Load test: {record['name']}",
+        "",
+        f"- command: `{record['command']}`",
+        f"- date: {record['date']}; code: {record['code']}",
+        (
+            f"- machine: {mach.get('cpus')} CPU cores ({mach.get('cpu', '?')}), "
+            f"{mach.get('ram_gib', '?')} GiB RAM, GPU: {', '.join(mach.get('gpus') or []) or 'none'}; "
+            f"torch {mach.get('torch', '?')}"
+        ),
+        f"- model: {json.dumps(m) if m else record.get('url')}",
+        f"- served as: {json.dumps(record.get('health', {}))}",
+        (
+            f"- load: {record['requests']} requests per level, N = {record['documents']} Beauty "
+            f"titles per request (query: the user's history), concurrency "
+            f"{record['concurrency']}, loopback; client and server share the machine"
+        ),
+        "",
+        "| config | concurrency | ok | errors | p50 ms | p95 ms | p99 ms | req/s | mean batch | mean queue ms | mean inference ms |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for lv in record["levels"]:
+        lat, sm = lv["latency_ms"], lv["server_mean"]
+        lines.append(
+            f"| {lv['config']} | {lv['concurrency']} | {lv['ok']}{' (cut)' if lv['incomplete'] else ''} | "
+            f"{lv['errors']} | {lat['p50']} | {lat['p95']} | {lat['p99']} | {lv['throughput_rps']} | "
+            f"{sm['batch_size']} | {sm['queue_ms']} | {sm['inference_ms']} |"
+        )
+    if record.get("speedup"):
+        lines += ["", "Throughput, batched / unbatched: " + ", ".join(
+            f"concurrency {c}: {s}x" for c, s in record["speedup"].items()
+        )]  # fmt: skip
+    errors = [e for lv in record["levels"] for e in lv["error_samples"]]
+    lines += ["", f"Verdict: {record['verdict']}"]
+    if errors:
+        lines += ["", "Error samples:", *(f"- `{e}`" for e in errors[:10])]
+    (out / "report.md").write_text("\n".join(lines) + "\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    started = time.monotonic()
+    deadline = started + args.time_limit
+    now = dt.datetime.now(dt.timezone.utc)
+    name = args.name or f"load-{Path(args.model or 'remote').resolve().name}-{now:%Y%m%d-%H%M}"
+    out = Path(args.out) / name
+    out.mkdir(parents=True, exist_ok=True)
+    payloads = build_payloads(args.slates, args.documents, limit=max(args.requests, args.warmup))
+    record: dict[str, Any] = {
+        "name": name,
+        "command": shlex.join([Path(sys.executable).name, *sys.argv]),
+        "date": now.strftime("%Y-%m-%dT%H:%MZ"),
+        "code": code_version(),
+        "machine": machine(),
+        "model": model_info(args.model),
+        "url": args.url,
+        "requests": args.requests,
+        "concurrency": args.concurrency,
+        "documents": args.documents,
+        "time_limit_s": args.time_limit,
+        "levels": [],
+    }
+    configs = [(f"batched (max batch {args.max_batch_size})", args.max_batch_size)]
+    if args.model and not args.no_unbatched and args.max_batch_size != 1:
+        configs.append(("unbatched (max batch 1)", 1))
+    record["servers"] = []
+    try:
+        if args.url:
+            record["health"] = httpx.get(f"{args.url}/healthz", timeout=10).json()
+            record["levels"] += run_config("remote", args.url, args, payloads, deadline)
+        for label, batch in configs if args.model else []:
+            tag = f"batch{batch}"
+            server = Server(args, batch, out / f"server-{tag}.log")
+            record["servers"].append({"config": label, "command": shlex.join(server.command)})
+            try:
+                remaining = max(1.0, min(args.startup_timeout, deadline - time.monotonic()))
+                record["health"] = health = server.wait_ready(remaining)
+                if args.documents > health["max_documents"]:
+                    raise SystemExit(
+                        f"--documents {args.documents} is over the model's K ({health['max_documents']})"
+                    )
+                record["levels"] += run_config(label, server.url, args, payloads, deadline)
+                (out / f"metrics-{tag}.txt").write_text(
+                    httpx.get(f"{server.url}/metrics", timeout=10).text
+                )
+            finally:
+                server.stop()
+    finally:
+        levels = record["levels"]
+        by = {(lv["config"], lv["concurrency"]): lv for lv in levels}
+        if len(configs) == 2:
+            record["speedup"] = {
+                c: round(by[(configs[0][0], c)]["throughput_rps"] / by[(configs[1][0], c)]["throughput_rps"], 2)
+                for c in args.concurrency
+                if (configs[0][0], c) in by and (configs[1][0], c) in by
+                and by[(configs[1][0], c)]["throughput_rps"]
+            }  # fmt: skip
+        failed = sum(lv["errors"] for lv in levels)
+        cut = any(lv["incomplete"] for lv in levels)
+        expected = len(args.concurrency) * (1 if args.url else len(configs))
+        record["elapsed_s"] = round(time.monotonic() - started, 1)
+        record["verdict"] = (
+            "PASS: every request answered with a valid ranking"
+            if levels and len(levels) == expected and not failed and not cut
+            else f"FAIL: {failed} errors"
+            + (", time limit reached" if cut else "")
+            + ("" if len(levels) == expected else f", {len(levels)}/{expected} levels ran")
+        )
+        write_report(out, record)
+        print(f"{record['verdict']}\nreport: {out / 'report.md'}")
+    return 0 if record["verdict"].startswith("PASS") else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

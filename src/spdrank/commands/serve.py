@@ -1,0 +1,88 @@
+"""``spdrank serve``: an HTTP reranking server for a trained model.
+
+    spdrank serve --model runs/beauty-clicks [--host 127.0.0.1 --port 8000]
+        [--max-batch-size 8] [--max-wait-ms 5] [--max-queue 64] [--max-body-bytes 1000000]
+
+``POST /v1/rerank`` (also ``/rerank``, ``/v2/rerank``) speaks the Cohere / vLLM / Jina rerank
+API; ``POST /v1/rank`` takes one spdrank slate. Concurrent requests are micro-batched into one
+padded prefill. ``GET /healthz``, ``GET /metrics`` (Prometheus), ``GET /docs`` (OpenAPI).
+See docs/serving.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser(
+        "serve",
+        help="serve a trained model over HTTP (rerank API, micro-batched)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--model", required=True, help="checkpoint directory (or a training run's OUT)")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default: loopback only)")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument(
+        "--served-model-name",
+        help="name clients may pass as 'model' (default: the --model directory's name)",
+    )
+    p.add_argument(
+        "--max-batch-size", type=int, default=8, help="slates per prefill (1 = no batching)"
+    )
+    p.add_argument(
+        "--max-wait-ms",
+        type=float,
+        default=5.0,
+        help="how long the oldest waiting request may wait for others to join its batch",
+    )
+    p.add_argument(
+        "--max-queue",
+        type=int,
+        default=64,
+        help="requests waiting for a batch before new ones get 503 + Retry-After",
+    )
+    p.add_argument("--max-body-bytes", type=int, default=1_000_000, help="larger bodies get 413")
+    p.add_argument("--device", default="auto", help="cpu, cuda or auto")
+    p.add_argument(
+        "--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"]
+    )
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    for flag in ("max_batch_size", "max_queue", "max_body_bytes", "port"):
+        if getattr(args, flag) < (0 if flag == "port" else 1):
+            raise ValueError(f"--{flag.replace('_', '-')} must be positive")
+    if args.max_wait_ms < 0:
+        raise ValueError("--max-wait-ms must be >= 0")
+
+    try:
+        import uvicorn
+
+        from spdrank.serving import ServeSettings, create_app
+    except ImportError as exc:
+        raise ValueError(
+            f"spdrank serve needs FastAPI and uvicorn ({exc}): pip install 'spdrank[serve]'"
+        ) from None
+    from spdrank.backbone import resolve_device
+    from spdrank.model import SPDRanker
+
+    model = SPDRanker.from_pretrained(args.model, device=resolve_device(args.device))
+    name = args.served_model_name or Path(args.model).resolve().name
+    settings = ServeSettings(
+        max_batch_size=args.max_batch_size,
+        max_wait_ms=args.max_wait_ms,
+        max_queue=args.max_queue,
+        max_body_bytes=args.max_body_bytes,
+    )
+    # One ranking before the port opens: lazy initialisation (kernels, allocator) is paid
+    # here rather than by the first client, and a broken checkpoint fails before serving.
+    model.rank("warm-up", ["first candidate", "second candidate"])
+    app = create_app(model, settings, name=name)
+    print(f"spdrank serve: {name} on http://{args.host}:{args.port} (docs: /docs)", flush=True)
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, workers=1)
+    return 0

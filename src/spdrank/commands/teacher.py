@@ -1,0 +1,209 @@
+"""``spdrank teacher``: label slates with an autoregressive listwise teacher, resumably.
+
+    spdrank teacher --slates train.jsonl --out labels.jsonl --backend hf [--model bundled]
+    spdrank teacher --slates train.jsonl --out labels.jsonl --backend openai \\
+        --base-url http://localhost:8000/v1 [--model-name M] [--concurrency 32]
+    spdrank teacher --slates train.jsonl --out labels.jsonl --backend ranker:cooccurrence
+    spdrank teacher --slates train.jsonl --out labels.jsonl --backend file:rankings.jsonl
+    spdrank teacher merge --labels a.jsonl b.jsonl --slates train.jsonl --out merged.jsonl
+
+Writes one record per slate to ``--out`` as it goes (a rerun skips labelled qids), then the
+selected slates with ``teacher`` filled to ``--slates-out`` (default ``<stem>.slates.jsonl``
+beside ``--out``). ``--shard i/n`` labels the slates whose index (0-based, counting slates)
+is i modulo n; ``teacher merge`` joins the shards. Exit status 1 when slates are left
+unlabelled (failed requests: rerun to retry), 2 on bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+BACKEND_HELP = (
+    "hf (local transformers model, --model), openai (an OpenAI-compatible server, "
+    "--base-url), ranker:NAME (a built-in baseline: random, popularity, cooccurrence), "
+    "file:PATH (rankings computed elsewhere: {qid, ranking} lines or slates with teacher)"
+)
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "teacher",
+        help="label slates with an autoregressive listwise teacher (resumable)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        usage="spdrank teacher --slates FILE --out FILE --backend SPEC [options]\n"
+        "       spdrank teacher merge --labels FILE [FILE ...] --slates FILE --out FILE",
+    )
+    p.add_argument("--slates", metavar="FILE", help="slates to label (JSONL, .gz too)")
+    p.add_argument("--out", metavar="FILE", help="label records (JSONL, appended; resumable)")
+    p.add_argument("--backend", metavar="SPEC", help=BACKEND_HELP)
+    p.add_argument("--slates-out", metavar="FILE",
+                   help="the slates with teacher filled (default: <stem>.slates.jsonl beside --out)")
+    p.add_argument("--mode", choices=("direct", "reasoning"), default="direct",
+                   help="direct: answer the ranking only; reasoning: think, ranking on the last line")
+    p.add_argument("--limit", type=_positive, metavar="N",
+                   help="only the first N selected slates (after --shard)")
+    p.add_argument("--shard", metavar="i/n",
+                   help="only slates whose 0-based index is i modulo n (e.g. 0/4)")
+    p.add_argument("--max-new-tokens", type=_positive, metavar="N",
+                   help="generation cap (default 6*N+16 direct, 6*N+1024 reasoning)")
+    p.add_argument("--max-item-tokens", type=_positive, default=32, metavar="N",
+                   help="tokens kept of each candidate's title (default 32, as the student)")
+    p.add_argument("--max-query-tokens", type=_positive, default=512, metavar="N",
+                   help="tokens kept of the user context, its end (default 512)")
+    p.add_argument("--max-failures", type=int, default=10, metavar="N",
+                   help="stop after N slates failed (default 10; 0: never stop)")
+    p.add_argument("--json", metavar="FILE", help="also write the run summary as JSON")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    hf = p.add_argument_group("hf backend")
+    hf.add_argument("--model", default="bundled",
+                    help="HF model id or path, or 'bundled' (SmolLM2-135M-Instruct; default)")
+    hf.add_argument("--batch-size", type=_positive, default=4, metavar="N",
+                    help="slates per generate call (default 4)")
+    hf.add_argument("--device", default="auto", metavar="D", help="cpu, cuda or auto")
+    hf.add_argument("--dtype", default="auto", metavar="T", help="float32, bfloat16, float16 or auto")
+    oa = p.add_argument_group("openai backend")
+    oa.add_argument("--base-url", metavar="URL", default=os.environ.get("OPENAI_BASE_URL", "http://localhost:8000/v1"),
+                    help="server URL up to /v1 (default $OPENAI_BASE_URL or http://localhost:8000/v1)")
+    oa.add_argument("--model-name", metavar="NAME", help="model to ask for (default: the server's first model)")
+    oa.add_argument("--api-key", metavar="KEY", default=os.environ.get("OPENAI_API_KEY", "none"),
+                    help="API key (default $OPENAI_API_KEY, else 'none')")
+    oa.add_argument("--concurrency", type=_positive, default=8, metavar="N", help="requests in flight (default 8)")
+    oa.add_argument("--timeout", type=float, default=120.0, metavar="S",
+                    help="seconds per request attempt (default 120)")
+    oa.add_argument("--retries", type=int, default=4, metavar="N", help="retries per request (default 4)")
+    oa.add_argument("--retry-backoff", type=float, default=1.0, metavar="S",
+                    help="first retry delay in seconds, doubled each retry (default 1)")
+    oa.add_argument("--extra-body", metavar="JSON",
+                    help="extra request fields, e.g. '{\"chat_template_kwargs\": "
+                    "{\"enable_thinking\": false}}' for vLLM + Qwen3")
+    oa.add_argument("--tokenizer", metavar="NAME",
+                    help="HF tokenizer (or 'bundled') for the token budgets "
+                    "(default: a character budget, 4 per token)")
+    rk = p.add_argument_group("ranker backend")
+    rk.add_argument("--train", metavar="FILE",
+                    help="training slates to fit the ranker (default: train.jsonl beside --slates)")
+    rk.add_argument("--seed", type=int, default=0, help="seed of ranker:random (default 0)")
+    # Testing only: sleep this long before each slate (ranker/file backends), to kill mid-run.
+    p.add_argument("--debug-delay", type=float, default=0.0, help=argparse.SUPPRESS)
+    p.set_defaults(func=run)
+
+    sub = p.add_subparsers(dest="teacher_command", metavar="{merge}")
+    m = sub.add_parser("merge", help="join sharded label files",
+                       description="Join label files (e.g. one per --shard) over one slates file.")
+    m.add_argument("--labels", nargs="+", required=True, metavar="FILE", help="label files")
+    m.add_argument("--slates", required=True, metavar="FILE", help="the slates they label")
+    m.add_argument("--out", required=True, metavar="FILE", help="merged labels (JSONL)")
+    m.add_argument("--slates-out", metavar="FILE",
+                   help="labelled slates (default: <stem>.slates.jsonl beside --out)")
+    m.add_argument("--allow-missing", action="store_true",
+                   help="write the merge even when some slates have no label")
+    m.add_argument("--json", metavar="FILE", help="also write the merge summary as JSON")
+    m.set_defaults(func=run_merge)
+
+
+def build_backend(args: argparse.Namespace, slates: Path) -> Any:
+    """The backend ``--backend`` names, ready to label (a ranker is fitted here)."""
+    spec: str = args.backend
+    if spec == "hf":
+        from spdrank.teacher.hf import HFBackend
+
+        return HFBackend(args.model, mode=args.mode, batch_size=args.batch_size,
+                         max_new_tokens=args.max_new_tokens, device=args.device, dtype=args.dtype)
+    if spec == "openai":
+        from spdrank.teacher.openai_api import OpenAIBackend
+
+        tokenizer = None
+        if args.tokenizer:
+            from spdrank.backbone import load_tokenizer
+
+            tokenizer = load_tokenizer(args.tokenizer)  # 'bundled' works too
+        return OpenAIBackend(
+            args.base_url, args.model_name, api_key=args.api_key, mode=args.mode,
+            concurrency=args.concurrency, timeout_s=args.timeout, retries=args.retries,
+            backoff_s=args.retry_backoff, max_new_tokens=args.max_new_tokens,
+            extra_body=json.loads(args.extra_body) if args.extra_body else None,
+            tokenizer=tokenizer,
+        )
+    if spec.startswith("ranker:"):
+        from spdrank.baselines import make_baseline
+        from spdrank.commands.eval import default_train_path, fit_rankers
+        from spdrank.teacher.backends import RankerBackend
+
+        name = spec.split(":", 1)[1]
+        ranker = make_baseline(name, **({"seed": args.seed} if name == "random" else {}))
+        train = Path(args.train) if args.train else default_train_path(slates)
+        fit_rankers([ranker], train, False if args.no_progress else None)
+        return RankerBackend(ranker, delay_s=args.debug_delay)
+    if spec.startswith("file:"):
+        from spdrank.teacher.backends import FileBackend
+
+        return FileBackend(spec.split(":", 1)[1], delay_s=args.debug_delay)
+    raise ValueError(f"unknown --backend {spec!r}: {BACKEND_HELP}")
+
+
+def _write_json(path: str, data: dict[str, Any]) -> None:
+    from spdrank.slates import atomic_writer
+
+    with atomic_writer(path) as fh:
+        json.dump(data, fh, indent=2, ensure_ascii=False)
+        fh.write("\n")
+
+
+def run(args: argparse.Namespace) -> int:
+    from spdrank.teacher.prompt import TeacherPromptSettings
+    from spdrank.teacher.run import RunOptions, Shard, format_summary, run_teacher
+
+    missing = [f"--{name}" for name in ("slates", "out", "backend") if not getattr(args, name)]
+    if missing:
+        raise ValueError(f"the following arguments are required: {', '.join(missing)}")
+    if args.extra_body:
+        json.loads(args.extra_body)  # fail before any work
+    slates = Path(args.slates)
+    if not slates.exists():
+        raise FileNotFoundError(f"no such slate file: {slates}")
+    options = RunOptions(
+        slates=slates,
+        out=Path(args.out),
+        slates_out=Path(args.slates_out) if args.slates_out else None,
+        prompt=TeacherPromptSettings(
+            mode=args.mode,
+            max_item_tokens=args.max_item_tokens,
+            max_query_tokens=args.max_query_tokens,
+        ),
+        limit=args.limit,
+        shard=Shard.parse(args.shard) if args.shard else None,
+        max_failures=max(0, args.max_failures),
+        progress=False if args.no_progress else None,
+    )
+    summary = run_teacher(options, lambda: build_backend(args, slates))
+    print(format_summary(summary))
+    if args.json:
+        _write_json(args.json, summary.to_dict())
+    return 1 if summary.unlabelled else 0
+
+
+def run_merge(args: argparse.Namespace) -> int:
+    from spdrank.teacher.merge import format_merge, merge_labels
+    from spdrank.teacher.run import default_slates_out
+
+    slates_out = args.slates_out or default_slates_out(args.out)
+    summary = merge_labels(args.labels, args.slates, args.out, slates_out, args.allow_missing)
+    print(format_merge(summary))
+    if args.json:
+        _write_json(args.json, summary.to_dict())
+    return 0 if summary.written and not summary.missing else (0 if args.allow_missing else 1)

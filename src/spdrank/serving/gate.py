@@ -1,0 +1,127 @@
+"""The ASGI middleware every request passes first: body size limit, timing, counting.
+
+Pure ASGI rather than Starlette's ``BaseHTTPMiddleware``, so it can refuse an over-large
+body while reading it (a chunked upload has no Content-Length to check) and so the 413 it
+sends is counted and timed like any other response.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from starlette.responses import JSONResponse
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from spdrank.serving.metrics import ServerMetrics
+
+#: Paths reported by name in metrics; anything else is "other", so scanners probing random
+#: URLs cannot blow up the number of series.
+KNOWN_ROUTES = frozenset(
+    {
+        "/v1/rerank",
+        "/v2/rerank",
+        "/rerank",
+        "/v1/rank",
+        "/v1/models",
+        "/healthz",
+        "/metrics",
+        "/docs",
+        "/redoc",
+        "/openapi.json",
+    }
+)
+START_KEY = "spdrank.start"
+ROUTE_KEY = "spdrank.route"
+
+
+def route_label(path: str) -> str:
+    return path if path in KNOWN_ROUTES else "other"
+
+
+def error_json(status: int, message: str, kind: str, param: str | None = None) -> dict[str, Any]:
+    """The one error shape every non-2xx response uses."""
+    return {"error": {"message": message, "type": kind, "param": param, "code": status}}
+
+
+class Gate:
+    """Reads the body up to ``max_body_bytes`` (413 past it), then times and counts the request."""
+
+    def __init__(self, app: ASGIApp, *, max_body_bytes: int, metrics: ServerMetrics) -> None:
+        self.app = app
+        self.max_body_bytes = max_body_bytes
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        start = time.perf_counter()
+        route = route_label(scope.get("path", ""))
+        scope[START_KEY] = start
+        scope[ROUTE_KEY] = route
+        status: list[int] = []
+
+        async def send_counted(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                status.append(int(message["status"]))
+            await send(message)
+
+        try:
+            body = await self._read_body(scope, receive)
+            if body is None:
+                await self._too_large(scope, receive, send_counted, route)
+                return
+            if body is _DISCONNECTED:
+                status.append(499)  # nginx's "client closed request": nothing was sent
+                return
+            replayed = False
+
+            async def replay() -> Message:
+                nonlocal replayed
+                if not replayed:
+                    replayed = True
+                    return {"type": "http.request", "body": body, "more_body": False}
+                return await receive()
+
+            await self.app(scope, replay, send_counted)
+        finally:
+            code = status[0] if status else 500
+            self.metrics.requests.inc(route=route, status=str(code))
+            self.metrics.latency.observe(time.perf_counter() - start, route=route)
+
+    async def _read_body(self, scope: Scope, receive: Receive) -> Any:
+        """The whole body; None when it exceeds the limit; _DISCONNECTED if the client left."""
+        for name, value in scope.get("headers", ()):
+            if name == b"content-length":
+                try:
+                    if int(value) > self.max_body_bytes:
+                        return None
+                except ValueError:
+                    pass
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return _DISCONNECTED
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_body_bytes:
+                return None
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                return b"".join(chunks)
+
+    async def _too_large(self, scope: Scope, receive: Receive, send: Send, route: str) -> None:
+        self.metrics.errors.inc(route=route, type="body_too_large")
+        message = f"the request body is larger than the limit of {self.max_body_bytes} bytes"
+        response = JSONResponse(
+            error_json(413, message, "body_too_large"),
+            status_code=413,
+            headers={"Connection": "close"},
+        )
+        await response(scope, receive, send)
+
+
+_DISCONNECTED = object()

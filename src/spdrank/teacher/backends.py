@@ -1,0 +1,184 @@
+"""What a teacher backend is, and the two that need no LLM: ``ranker:NAME`` and ``file:PATH``.
+
+A backend turns a stream of jobs (a slate and, for LLM backends, its chat messages) into a
+stream of outcomes, in whatever order they finish: the run loop writes each one to the label
+file as soon as it arrives, so a batched or concurrent backend loses at most the slates in
+flight when killed. A failed job (a request that kept failing) is an outcome with ``error``
+set and is NOT recorded, so a rerun retries it.
+
+``ranker:NAME`` makes any built-in baseline the teacher (a cheap, deterministic stand-in for
+an LLM, and a way to test the whole pipeline); ``file:PATH`` takes permutations computed
+elsewhere, as ``{qid, ranking: [docids]}`` lines (a label file works) or slates with
+``teacher`` filled.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from spdrank.ranking import Ranker
+from spdrank.slates import Slate, SlateError, iter_json_lines
+from spdrank.teacher.parse import render_ids
+
+
+@dataclass
+class Job:
+    """One slate to label; ``messages`` is set for backends that read a prompt."""
+
+    slate: Slate
+    messages: list[dict[str, str]] | None = None
+
+
+@dataclass
+class Generation:
+    """A backend's answer for one slate."""
+
+    #: The raw answer (for non-text teachers, the ranking rendered as ``[i] > [j] > ...``).
+    text: str
+    #: Sequential decode passes (generated tokens); 0 for non-LLM teachers, None if unknown.
+    decode_passes: int | None
+    #: Wall time of the call that produced it (a whole batch for batched backends).
+    latency_ms: float
+    #: Ids already known (1-based, 0 = not a candidate): skips text parsing; non-text teachers.
+    ids: list[int] | None = None
+    #: Generation stopped at the token cap (the ranking is probably cut short).
+    hit_max_tokens: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Outcome:
+    job: Job
+    generation: Generation | None = None
+    #: Why no answer came back (after retries); such slates are retried on the next run.
+    error: str | None = None
+
+
+class Backend(Protocol):
+    """Anything that labels slates; ``name`` goes into every record (``hf:MODEL`` ...)."""
+
+    name: str
+    #: Whether jobs need chat messages (LLM backends) or only the slate.
+    needs_prompt: bool
+    #: The tokenizer that measures the prompt's token budgets, when one is known.
+    tokenizer: Any | None
+
+    def generate(self, jobs: Iterable[Job]) -> Iterator[Outcome]:
+        """Label the jobs; yield one outcome per job, in completion order."""
+        ...
+
+    def close(self) -> None:
+        """Release what the backend holds (threads, connections, model memory)."""
+        ...
+
+
+def default_max_new_tokens(n: int, mode: str) -> int:
+    """Token cap for a slate of ``n``: ``[12] > `` is ~5 tokens; reasoning gets 1,024 more."""
+    return 6 * n + (1024 if mode == "reasoning" else 16)
+
+
+class RankerBackend:
+    """Any :class:`~spdrank.ranking.Ranker` (fitted already) as the teacher; 0 decode passes."""
+
+    needs_prompt = False
+    tokenizer = None
+
+    def __init__(self, ranker: Ranker, delay_s: float = 0.0) -> None:
+        self.ranker = ranker
+        self.name = f"ranker:{ranker.name}"
+        #: Sleep before each slate; for tests that need a slow teacher (e.g. to kill mid-run).
+        self.delay_s = delay_s
+
+    def generate(self, jobs: Iterable[Job]) -> Iterator[Outcome]:
+        for job in jobs:
+            if self.delay_s:
+                time.sleep(self.delay_s)
+            t0 = time.perf_counter()
+            ranking = self.ranker.rank(job.slate)
+            latency = (time.perf_counter() - t0) * 1000.0
+            yield Outcome(job, _from_docids(job.slate, ranking.docids, latency, text=None))
+
+    def close(self) -> None:
+        """Nothing held."""
+
+
+class FileBackend:
+    """Permutations computed elsewhere, read from a JSONL file keyed by qid.
+
+    Each line is ``{"qid": ..., "ranking": [docids]}`` (so a label file works), or a slate
+    with ``teacher`` set. A qid twice in the file is an error naming ``file:line``; a slate
+    whose qid the file lacks fails (and is retried on rerun, e.g. after the file grows).
+    Docids that are not the slate's candidates are kept as out-of-range ids, so the status
+    says so and the repair drops them.
+    """
+
+    needs_prompt = False
+    tokenizer = None
+
+    def __init__(self, path: str | Path, delay_s: float = 0.0) -> None:
+        self.path = Path(path)
+        self.name = f"file:{path}"
+        self.delay_s = delay_s
+        self.rankings = read_rankings(self.path)
+
+    def generate(self, jobs: Iterable[Job]) -> Iterator[Outcome]:
+        for job in jobs:
+            if self.delay_s:
+                time.sleep(self.delay_s)
+            ranking = self.rankings.get(job.slate.query.qid)
+            if ranking is None:
+                yield Outcome(job, error=f"{self.path} has no ranking for qid {job.slate.query.qid!r}")
+                continue
+            text = json.dumps(ranking, ensure_ascii=False)
+            yield Outcome(job, _from_docids(job.slate, ranking, 0.0, text=text))
+
+    def close(self) -> None:
+        """Nothing held."""
+
+
+def _from_docids(slate: Slate, docids: list[str], latency_ms: float, text: str | None) -> Generation:
+    position = {d: i for i, d in enumerate(slate.docids, start=1)}
+    ids = [position.get(d, 0) for d in docids]
+    return Generation(
+        text=render_ids(ids) if text is None else text,
+        decode_passes=0,
+        latency_ms=latency_ms,
+        ids=ids,
+    )
+
+
+def read_rankings(path: Path) -> dict[str, list[str]]:
+    """qid -> docids, best first, from ``{qid, ranking}`` lines or slates with ``teacher``."""
+    out: dict[str, list[str]] = {}
+    first: dict[str, str] = {}
+    for where, data in iter_json_lines(path, "rankings file"):
+        qid, ranking = _qid_and_ranking(data, where)
+        if qid in out:
+            raise SlateError(
+                f"duplicate qid {qid!r} (first at {first[qid]}): qids must be unique within the file",
+                where,
+            )
+        out[qid] = ranking
+        first[qid] = where
+    return out
+
+
+def _qid_and_ranking(data: Any, where: str) -> tuple[str, list[str]]:
+    if not isinstance(data, dict):
+        raise SlateError("expected a JSON object", where)
+    if "ranking" in data:
+        qid, ranking = data.get("qid"), data["ranking"]
+    elif isinstance(data.get("query"), dict) and data.get("teacher") is not None:
+        qid, ranking = data["query"].get("qid", ""), data["teacher"]
+    else:
+        raise SlateError("expected {qid, ranking: [docids]} or a slate with 'teacher'", where)
+    if not isinstance(qid, (str, int)) or isinstance(qid, bool):
+        raise SlateError("'qid' must be a string", where)
+    if not isinstance(ranking, list) or not all(isinstance(d, (str, int)) for d in ranking):
+        raise SlateError("the ranking must be a list of docids", where)
+    return str(qid), [str(d) for d in ranking]

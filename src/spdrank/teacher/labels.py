@@ -1,0 +1,210 @@
+"""The label file: one JSON record per slate, appended, flushed and fsynced one by one.
+
+Teacher labels are expensive (an LLM run per slate), so they must survive ``kill -9`` and
+power loss. Records are only ever appended, each as one ``write`` of a complete line followed
+by ``flush`` + ``fsync``; a crash can therefore damage only the LAST line. On opening, a last
+line without its newline or that is not valid JSON is a torn write: it is cut away (and the
+slate relabelled), never parsed as data. Damage anywhere else is not ours to guess about and
+is an error naming ``file:line``, as is a qid that appears twice.
+
+An exclusive ``flock`` on the file stops two runs from appending to the same labels at once.
+
+A record: ``qid``, ``status``, ``issues``, ``n``, ``raw`` (the answer text), ``parsed``
+(1-based ids as read), ``ranking`` (the repaired permutation as docids, best first),
+``decode_passes``, ``latency_ms``, ``hit_max_tokens``, ``backend``, ``mode``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+from spdrank.slates import Slate, SlateError, iter_json_lines
+from spdrank.teacher.backends import Generation
+from spdrank.teacher.parse import judge_ids, parse_response
+
+log = logging.getLogger(__name__)
+
+try:  # POSIX; elsewhere there is simply no guard against two writers
+    import fcntl
+except ImportError:  # pragma: no cover
+    fcntl = None  # type: ignore[assignment]
+
+
+class LabelError(SlateError):
+    """A label file that cannot be used, naming ``file:line``."""
+
+
+@dataclass
+class Label:
+    record: dict[str, Any]
+    #: ``file:line`` the record came from (for error messages).
+    where: str
+
+    @property
+    def ranking(self) -> list[str]:
+        return self.record["ranking"]
+
+
+def make_record(slate: Slate, generation: Generation, backend: str, mode: str) -> dict[str, Any]:
+    """Judge and repair ``generation`` for ``slate``: the record the label file stores."""
+    n = len(slate)
+    if generation.ids is not None:
+        parsed = judge_ids(generation.ids, n, well_formed=True)
+    else:
+        parsed = parse_response(generation.text, n, mode)
+    docids = slate.docids
+    return {
+        "qid": slate.query.qid,
+        "status": parsed.status,
+        "issues": parsed.issues,
+        "n": n,
+        "raw": generation.text,
+        "parsed": parsed.ids,
+        "ranking": [docids[i] for i in parsed.permutation],
+        "decode_passes": generation.decode_passes,
+        "latency_ms": round(generation.latency_ms, 3),
+        "hit_max_tokens": generation.hit_max_tokens,
+        "backend": backend,
+        "mode": mode,
+        **generation.extra,
+    }
+
+
+def read_labels(path: str | os.PathLike[str], repair: bool = False) -> dict[str, Label]:
+    """qid -> label from a label file. A torn last line is cut off with ``repair``, else skipped."""
+    path = Path(path)
+    labels: dict[str, Label] = {}
+    torn: tuple[int, int, str] | None = None  # (line number, byte offset, why)
+    offset = 0
+    with open(path, "rb") as fh:
+        for lineno, raw in enumerate(fh, start=1):
+            start, offset = offset, offset + len(raw)
+            where = f"{path}:{lineno}"
+            if torn is not None:  # a bad line with good lines after it: not a torn tail
+                raise LabelError(f"corrupt record ({torn[2]})", f"{path}:{torn[0]}")
+            if not raw.endswith(b"\n"):
+                torn = (lineno, start, "no trailing newline")
+                continue
+            if not raw.strip():
+                continue
+            try:
+                data = json.loads(raw)
+            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+                torn = (lineno, start, f"invalid JSON: {exc}")
+                continue
+            _check_record(data, where)
+            qid = data["qid"]
+            if qid in labels:
+                raise LabelError(
+                    f"duplicate qid {qid!r} (first at {labels[qid].where}): "
+                    "qids must be unique within the file",
+                    where,
+                )
+            labels[qid] = Label(data, where)
+    if torn is not None:
+        lineno, start, why = torn
+        if repair:
+            log.warning("%s:%d: torn last line (%s) cut away; that slate is relabelled", path, lineno, why)
+            os.truncate(path, start)
+        else:
+            log.warning("%s:%d: torn last line (%s) ignored", path, lineno, why)
+    return labels
+
+
+def _check_record(data: Any, where: str) -> None:
+    if not isinstance(data, dict) or not isinstance(data.get("qid"), str):
+        raise LabelError("a label record must be a JSON object with a string 'qid'", where)
+    ranking = data.get("ranking")
+    if not isinstance(ranking, list) or not all(isinstance(d, str) for d in ranking):
+        raise LabelError("a label record needs 'ranking': a list of docids", where)
+
+
+def check_ranking(label: Label, slate: Slate) -> list[str]:
+    """The label's ranking, checked to be a permutation of ``slate``'s candidates."""
+    ranking = label.ranking
+    if len(ranking) != len(slate) or set(ranking) != set(slate.docids):
+        raise LabelError(
+            f"the ranking for qid {slate.query.qid!r} is not a permutation of that slate's "
+            f"{len(slate)} candidates (labels made from other slates?)",
+            label.where,
+        )
+    return list(ranking)
+
+
+class LabelStore:
+    """An open label file: the records so far, and ``append`` for new ones."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        if self.path.suffix == ".gz":
+            raise ValueError(f"{self.path}: the label file is appended to; it cannot be gzip")
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        created = not self.path.exists()
+        self._fh: IO[str] = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
+        if fcntl is not None:
+            try:
+                fcntl.flock(self._fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                self._fh.close()
+                raise ValueError(f"{self.path} is being written by another run") from None
+        if created:  # make the new file's directory entry durable too
+            _fsync_dir(self.path.parent)
+        self.labels = read_labels(self.path, repair=True)
+        with open(self.path, "rb") as fh:
+            self._lines = sum(1 for _ in fh)
+
+    def append(self, record: dict[str, Any]) -> None:
+        """Write one record durably: one line, flushed and fsynced before returning."""
+        qid = record["qid"]
+        if qid in self.labels:
+            raise LabelError(f"qid {qid!r} is already labelled", str(self.path))
+        line = json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n"
+        self._fh.write(line)
+        self._fh.flush()
+        os.fsync(self._fh.fileno())
+        self._lines += 1
+        self.labels[qid] = Label(record, f"{self.path}:{self._lines}")
+
+    def close(self) -> None:
+        self._fh.close()
+
+    def __enter__(self) -> LabelStore:  # noqa: PYI034 - Self needs Python 3.11
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:  # pragma: no cover - e.g. Windows
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def read_unique_slates(path: str | os.PathLike[str]) -> Iterator[Slate]:
+    """Slates from a file, failing on a repeated qid with ``file:line`` of both copies.
+
+    A teacher label is keyed by qid, so two slates with one qid would share a label.
+    """
+    first: dict[str, str] = {}
+    for where, data in iter_json_lines(path, "slate file"):
+        slate = Slate.from_dict(data, where=where)
+        qid = slate.query.qid
+        if qid in first:
+            raise SlateError(
+                f"duplicate qid {qid!r} (first at {first[qid]}): qids must be unique within the file",
+                where,
+            )
+        first[qid] = where
+        yield slate

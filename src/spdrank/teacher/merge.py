@@ -1,0 +1,127 @@
+"""Join the label files of sharded runs into one, in the slates' order.
+
+Shards are labelled independently (``--shard i/n`` on n machines), so merging must catch what
+independence allows: a qid labelled in two files with different rankings (two teachers, or
+labels made from different slates) is an error naming both ``file:line``; the same ranking
+twice is harmless and counted. Slates without any label are reported, and the merged files
+are written only when every slate has one (unless ``allow_missing``), so a merged file is
+never silently partial. A shard's torn last line (a killed run) is skipped, not repaired:
+merge never modifies its inputs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from spdrank.slates import atomic_writer, dumps_slate
+from spdrank.teacher.labels import (
+    Label,
+    LabelError,
+    check_ranking,
+    read_labels,
+    read_unique_slates,
+)
+
+
+@dataclass
+class MergeSummary:
+    slates: int = 0
+    labelled: int = 0
+    duplicates: int = 0
+    missing: list[str] = field(default_factory=list)
+    #: Labelled qids that are not in the slates file.
+    unknown: list[str] = field(default_factory=list)
+    per_file: dict[str, int] = field(default_factory=dict)
+    written: bool = False
+    out: str = ""
+    slates_out: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def collect_labels(paths: Sequence[str | os.PathLike[str]], summary: MergeSummary) -> dict[str, Label]:
+    """qid -> label over every file; conflicting rankings for one qid raise a LabelError."""
+    merged: dict[str, Label] = {}
+    for path in paths:
+        if not Path(path).exists():
+            raise FileNotFoundError(f"no such label file: {path}")
+        labels = read_labels(path, repair=False)
+        summary.per_file[str(path)] = len(labels)
+        for qid, label in labels.items():
+            seen = merged.get(qid)
+            if seen is None:
+                merged[qid] = label
+            elif seen.ranking == label.ranking:
+                summary.duplicates += 1
+            else:
+                raise LabelError(
+                    f"qid {qid!r} has conflicting rankings here and at {seen.where}", label.where
+                )
+    return merged
+
+
+def merge_labels(
+    label_paths: Sequence[str | os.PathLike[str]],
+    slates: str | os.PathLike[str],
+    out: str | os.PathLike[str],
+    slates_out: str | os.PathLike[str],
+    allow_missing: bool = False,
+) -> MergeSummary:
+    """Write the merged labels (slates order) and the labelled slates; see the module doc."""
+    summary = MergeSummary(out=str(out), slates_out=str(slates_out))
+    labels = collect_labels(label_paths, summary)
+    seen: set[str] = set()
+    for slate in read_unique_slates(slates):  # first pass: validate and find the gaps
+        qid = slate.query.qid
+        seen.add(qid)
+        summary.slates += 1
+        label = labels.get(qid)
+        if label is None:
+            summary.missing.append(qid)
+        else:
+            check_ranking(label, slate)
+            summary.labelled += 1
+    summary.unknown = [qid for qid in labels if qid not in seen]
+    if summary.missing and not allow_missing:
+        return summary
+    with atomic_writer(out) as fh_labels, atomic_writer(slates_out) as fh_slates:
+        for slate in read_unique_slates(slates):
+            label = labels.get(slate.query.qid)
+            if label is None:
+                continue
+            fh_labels.write(json.dumps(label.record, ensure_ascii=False, separators=(",", ":")))
+            fh_labels.write("\n")
+            slate.teacher = list(label.ranking)
+            fh_slates.write(dumps_slate(slate))
+            fh_slates.write("\n")
+    summary.written = True
+    return summary
+
+
+def format_merge(summary: MergeSummary) -> str:
+    lines = [
+        f"{len(summary.per_file)} label files: "
+        + ", ".join(f"{path} ({n})" for path, n in summary.per_file.items()),
+        (
+            f"slates {summary.slates}: {summary.labelled} labelled, "
+            f"{len(summary.missing)} missing; "
+            f"{summary.duplicates} duplicate labels (same ranking) dropped"
+        ),
+    ]
+    if summary.missing:
+        shown = ", ".join(summary.missing[:10]) + (" ..." if len(summary.missing) > 10 else "")
+        lines.append(f"missing qids: {shown}")
+    if summary.unknown:
+        shown = ", ".join(summary.unknown[:10]) + (" ..." if len(summary.unknown) > 10 else "")
+        lines.append(f"{len(summary.unknown)} labelled qids are not in the slates: {shown}")
+    if summary.written:
+        lines.append(f"merged labels: {summary.out}\nlabelled slates: {summary.slates_out}")
+    else:
+        lines.append("nothing written: label the missing slates, or pass --allow-missing")
+    return "\n".join(lines)

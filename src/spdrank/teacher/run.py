@@ -1,0 +1,265 @@
+"""The labelling run: select slates, skip the labelled ones, label the rest, write it all down.
+
+Resumable by construction: the label file (:mod:`spdrank.teacher.labels`) is the only state.
+A rerun with the same arguments selects the same slates, skips every qid that already has a
+record and labels the others, so a killed run loses at most the slates in flight. Slates
+whose request failed are not recorded (a rerun retries them); after ``max_failures`` of them
+the run stops, since a dead server would otherwise burn every slate's retries.
+
+Selection: ``--shard i/n`` keeps the slates whose 0-based index in the file (counting slates,
+not lines) is ``i`` modulo ``n``, so n machines can label disjoint parts of one file with no
+coordination (``spdrank teacher merge`` joins them); ``--limit N`` then keeps the first N of
+those. Both are fixed by the file, so they select the same slates on every rerun.
+
+When every selected slate has a label, the selected slates are also written with ``teacher``
+filled (atomically), ready for training.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from spdrank.slates import Slate, write_slates
+from spdrank.teacher.backends import Backend, Job
+from spdrank.teacher.labels import LabelStore, check_ranking, make_record, read_unique_slates
+from spdrank.teacher.parse import OK, STATUSES
+from spdrank.teacher.prompt import TeacherPromptSettings, build_messages
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Shard:
+    """Slates whose index ``% count == index``."""
+
+    index: int
+    count: int
+
+    @classmethod
+    def parse(cls, text: str) -> Shard:
+        try:
+            i, n = (int(part) for part in text.split("/"))
+        except ValueError:
+            raise ValueError(f"--shard must look like i/n (e.g. 0/4), got {text!r}") from None
+        if n < 1 or not 0 <= i < n:
+            raise ValueError(f"--shard i/n needs 0 <= i < n, got {text!r}")
+        return cls(i, n)
+
+    def __str__(self) -> str:
+        return f"{self.index}/{self.count}"
+
+
+def default_slates_out(out: str | Path) -> Path:
+    """``labels.jsonl`` -> ``labels.slates.jsonl`` beside it."""
+    out = Path(out)
+    return out.with_name(f"{out.stem}.slates.jsonl")
+
+
+def select(path: Path, shard: Shard | None = None, limit: int | None = None) -> Iterator[Slate]:
+    """The slates a run covers, in file order (see the module docstring)."""
+    taken = 0
+    if limit is not None and limit <= 0:
+        return
+    for index, slate in enumerate(read_unique_slates(path)):
+        if shard is not None and index % shard.count != shard.index:
+            continue
+        yield slate
+        taken += 1
+        if limit is not None and taken >= limit:
+            return
+
+
+@dataclass
+class RunOptions:
+    slates: Path
+    out: Path
+    slates_out: Path | None = None
+    prompt: TeacherPromptSettings = field(default_factory=TeacherPromptSettings)
+    limit: int | None = None
+    shard: Shard | None = None
+    #: Stop after this many failed slates (0: never stop).
+    max_failures: int = 10
+    #: None: a progress bar on a terminal only.
+    progress: bool | None = None
+
+
+@dataclass
+class RunSummary:
+    selected: int = 0
+    already_labelled: int = 0
+    labelled_now: int = 0
+    failed: int = 0
+    aborted: bool = False
+    #: Status counts over every selected slate's record (earlier runs' included).
+    statuses: dict[str, int] = field(default_factory=dict)
+    unlabelled: int = 0
+    mean_decode_passes: float | None = None
+    mean_latency_ms: float | None = None
+    wall_s: float = 0.0
+    backend: str | None = None
+    mode: str = "direct"
+    shard: str | None = None
+    limit: int | None = None
+    labels: str = ""
+    slates_out: str | None = None
+    errors: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def run_teacher(options: RunOptions, make_backend: Callable[[], Backend]) -> RunSummary:
+    """Label the selected slates not yet in ``options.out``; ``make_backend`` only if needed."""
+    t0 = time.perf_counter()
+    mode = options.prompt.mode
+    summary = RunSummary(
+        mode=mode,
+        shard=str(options.shard) if options.shard else None,
+        limit=options.limit,
+        labels=str(options.out),
+    )
+    with LabelStore(options.out) as store:
+        selected = [s.query.qid for s in select(options.slates, options.shard, options.limit)]
+        summary.selected = len(selected)
+        todo = [qid for qid in selected if qid not in store.labels]
+        summary.already_labelled = len(selected) - len(todo)
+        if todo:
+            backend = make_backend()
+            summary.backend = backend.name
+            _warn_mixed(store, backend.name, mode)
+            _label(options, backend, store, len(todo), summary)
+        _summarise(store, selected, summary)
+        if summary.unlabelled == 0 and summary.selected:
+            slates_out = options.slates_out or default_slates_out(options.out)
+            write_slates(slates_out, _labelled(options, store))
+            summary.slates_out = str(slates_out)
+    summary.wall_s = time.perf_counter() - t0
+    return summary
+
+
+def _label(
+    options: RunOptions, backend: Backend, store: LabelStore, total: int, summary: RunSummary
+) -> None:
+    from tqdm import tqdm
+
+    def jobs() -> Iterator[Job]:
+        for slate in select(options.slates, options.shard, options.limit):
+            if slate.query.qid in store.labels:
+                continue
+            messages = (
+                build_messages(slate, options.prompt, backend.tokenizer)
+                if backend.needs_prompt
+                else None
+            )
+            yield Job(slate, messages)
+
+    disable = None if options.progress is None else not options.progress
+    bar = tqdm(total=total, desc="teacher", unit="slate", file=sys.stderr, disable=disable)
+    ok = 0
+    outcomes = backend.generate(jobs())
+    try:
+        for outcome in outcomes:
+            qid = outcome.job.slate.query.qid
+            if outcome.generation is None:
+                summary.failed += 1
+                message = f"{qid}: {outcome.error}"
+                log.warning("teacher failed on qid %s", message)
+                if len(summary.errors) < 20:
+                    summary.errors.append(message)
+                if options.max_failures and summary.failed >= options.max_failures:
+                    summary.aborted = True
+                    log.error("%d slates failed: stopping (see --max-failures)", summary.failed)
+                    break
+            else:
+                record = make_record(outcome.job.slate, outcome.generation, backend.name, summary.mode)
+                store.append(record)
+                summary.labelled_now += 1
+                ok += record["status"] == OK
+            bar.update(1)
+            bar.set_postfix(ok=f"{ok / max(1, summary.labelled_now):.0%}", failed=summary.failed)
+    finally:
+        close = getattr(outcomes, "close", None)
+        if close is not None:
+            close()
+        backend.close()
+        bar.close()
+
+
+def _warn_mixed(store: LabelStore, backend: str, mode: str) -> None:
+    others = Counter(
+        (label.record.get("backend"), label.record.get("mode"))
+        for label in store.labels.values()
+        if (label.record.get("backend"), label.record.get("mode")) != (backend, mode)
+    )
+    for (other, other_mode), count in others.items():
+        log.warning(
+            "%s already holds %d labels from %s (%s mode); new ones come from %s (%s mode)",
+            store.path, count, other, other_mode, backend, mode,
+        )
+
+
+def _summarise(store: LabelStore, selected: list[str], summary: RunSummary) -> None:
+    counts = dict.fromkeys(STATUSES, 0)
+    passes: list[float] = []
+    latency: list[float] = []
+    for qid in selected:
+        label = store.labels.get(qid)
+        if label is None:
+            summary.unlabelled += 1
+            continue
+        rec = label.record
+        counts[rec.get("status", "?")] = counts.get(rec.get("status", "?"), 0) + 1
+        if rec.get("decode_passes") is not None:
+            passes.append(rec["decode_passes"])
+        if rec.get("latency_ms") is not None:
+            latency.append(rec["latency_ms"])
+    summary.statuses = counts
+    summary.mean_decode_passes = sum(passes) / len(passes) if passes else None
+    summary.mean_latency_ms = sum(latency) / len(latency) if latency else None
+
+
+def _labelled(options: RunOptions, store: LabelStore) -> Iterator[Slate]:
+    for slate in select(options.slates, options.shard, options.limit):
+        slate.teacher = check_ranking(store.labels[slate.query.qid], slate)
+        yield slate
+
+
+def format_summary(summary: RunSummary) -> str:
+    """The run summary as a table a person can read."""
+    head = f"teacher {summary.backend or '(no new labels needed)'}, {summary.mode} mode"
+    if summary.shard:
+        head += f", shard {summary.shard}"
+    if summary.limit is not None:
+        head += f", limit {summary.limit}"
+    lines = [
+        head,
+        f"slates selected {summary.selected}: {summary.already_labelled} already labelled, "
+        f"{summary.labelled_now} labelled now, {summary.failed} failed"
+        + (" (stopped early)" if summary.aborted else ""),
+        "",
+        f"{'status':<14}{'count':>8}{'share':>9}",
+    ]
+    total = sum(summary.statuses.values())
+    for status, count in summary.statuses.items():
+        share = f"{count / total:.1%}" if total else "-"
+        lines.append(f"{status:<14}{count:>8}{share:>9}")
+    if summary.mean_decode_passes is not None:
+        lines.append(f"\nmean decode passes / slate: {summary.mean_decode_passes:.1f}")
+    if summary.mean_latency_ms is not None:
+        lines.append(f"mean latency ms / slate:    {summary.mean_latency_ms:.1f}")
+    lines.append(f"\nlabels: {summary.labels}")
+    if summary.slates_out:
+        lines.append(f"labelled slates: {summary.slates_out}")
+    elif summary.unlabelled:
+        lines.append(
+            f"{summary.unlabelled} selected slates have no label yet: rerun the same command to "
+            "retry them (labelled slates are written once all are labelled)"
+        )
+    return "\n".join(lines)

@@ -1,0 +1,333 @@
+"""The HTTP API contract and its error cases, through FastAPI's TestClient on a tiny model."""
+
+from __future__ import annotations
+
+import json
+from itertools import pairwise
+from pathlib import Path
+
+import pytest
+import torch
+from fastapi.testclient import TestClient
+
+from spdrank.backbone import BackboneConfig, LoraSettings
+from spdrank.heads import HeadConfig
+from spdrank.model import SPDConfig, SPDRanker
+from spdrank.prompt import PromptSettings
+from spdrank.serving import ServeSettings, create_app
+
+K = 8
+
+
+@pytest.fixture(scope="module")
+def served(tiny_backbone, tmp_path_factory) -> tuple[SPDRanker, Path]:
+    """A tiny SPD model (K = 8, 8 tokens per item), built once and saved for the CLI test."""
+    torch.manual_seed(0)
+    model = SPDRanker.build(
+        SPDConfig(
+            backbone=BackboneConfig(name_or_path=tiny_backbone, lora=LoraSettings(r=4, alpha=8)),
+            head=HeadConfig(kind="attn", positions=K, width=16, heads=2),
+            prompt=PromptSettings(max_item_tokens=8, max_query_tokens=64),
+        )
+    )
+    path = tmp_path_factory.mktemp("served") / "tiny-spd"
+    model.save_pretrained(path)
+    return model, path
+
+
+@pytest.fixture(scope="module")
+def client(served):
+    with TestClient(create_app(served[0], name="tiny-spd")) as c:
+        yield c
+
+
+DOCS = ["argan hair oil", {"text": "rose shampoo"}, "nail polish remover", "vanilla body lotion"]
+
+
+def error_of(response) -> dict:
+    body = response.json()
+    assert set(body) == {"error"}, body
+    assert body["error"]["code"] == response.status_code
+    return body["error"]
+
+
+def test_rerank_contract(client, served):
+    r = client.post("/v1/rerank", json={"query": "1. rose conditioner", "documents": DOCS})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["id"].startswith("rerank-") and body["model"] == "tiny-spd"
+    results = body["results"]
+    assert sorted(x["index"] for x in results) == [0, 1, 2, 3]
+    scores = [x["relevance_score"] for x in results]
+    assert all(a > b for a, b in pairwise(scores)), scores
+    texts = [d if isinstance(d, str) else d["text"] for d in DOCS]
+    assert all(x["document"]["text"] == texts[x["index"]] for x in results)
+    # The same order as the model ranking the same texts directly.
+    direct = served[0].rank("1. rose conditioner", texts)
+    assert [x["index"] for x in results] == [int(d) for d in direct.docids]
+    assert body["usage"]["prompt_tokens"] == body["usage"]["total_tokens"] > 0
+    meta = body["meta"]
+    assert meta["batch_size"] == 1 and meta["truncated_documents"] == []
+    assert (
+        meta["queue_ms"] >= 0
+        and meta["inference_ms"] > 0
+        and meta["total_ms"] >= meta["inference_ms"]
+    )
+    assert set(meta["timings_ms"]) == {"tokenize", "prefill", "head", "assign"}
+
+
+@pytest.mark.parametrize("path", ["/rerank", "/v2/rerank"])
+def test_rerank_aliases_top_n_and_return_documents(client, path):
+    r = client.post(
+        path,
+        json={
+            "model": "tiny-spd",
+            "query": "q",
+            "documents": DOCS,
+            "top_n": 2,
+            "return_documents": False,
+        },
+    )
+    assert r.status_code == 200, r.text
+    results = r.json()["results"]
+    assert len(results) == 2 and all("document" not in x for x in results)
+    r = client.post(path, json={"query": "q", "documents": DOCS[:2], "top_n": 10})
+    assert len(r.json()["results"]) == 2  # top_n past the end is all
+
+
+def test_rank_takes_a_slate_and_returns_a_result_record(client):
+    slate = {
+        "query": {"qid": "u1", "text": "1. rose shampoo"},
+        "candidates": [
+            {"docid": f"B{i}", "doc": {"title": t}} for i, t in enumerate(["oil", "gel", "soap"])
+        ],
+        "clicked": ["B1"],
+    }
+    r = client.post("/v1/rank", json=slate)
+    assert r.status_code == 200, r.text
+    record = r.json()
+    assert sorted(c["docid"] for c in record["candidates"]) == ["B0", "B1", "B2"]
+    assert record["clicked"] == ["B1"] and record["query"]["qid"] == "u1"
+    scores = [c["score"] for c in record["candidates"]]
+    assert all(a > b for a, b in pairwise(scores))
+    assert "timings_ms" in record and record["meta"]["batch_size"] == 1
+
+
+def test_rank_slate_error_is_422_with_its_message(client):
+    r = client.post("/v1/rank", json={"query": "q", "candidates": [{"docid": "a", "doc": {}}]})
+    assert r.status_code == 422
+    assert "candidates[0] (docid 'a') has no text" in error_of(r)["message"]
+
+
+# One test per kind of bad input: status, and a message naming what is wrong.
+BAD = {
+    "invalid_json": (b'{"query": "q", "documents": [', 400, "invalid JSON"),
+    "empty_body": (b"", 400, "body is empty"),
+    "nan": (b'{"query": "q", "documents": ["a"], "top_n": NaN}', 400, "NaN is not valid JSON"),
+    "deep_nesting": (b"[" * 50_000, 400, "nested too deeply"),
+    "not_an_object": ([1, 2], 422, "must be a JSON object, got an array"),
+    "missing_query": ({"documents": ["a"]}, 422, "query: Field required"),
+    "query_wrong_type": (
+        {"query": 5, "documents": ["a"]},
+        422,
+        "query: Input should be a valid string",
+    ),
+    "documents_not_list": ({"query": "q", "documents": "a b"}, 422, "documents must be a list"),
+    "documents_empty": ({"query": "q", "documents": []}, 422, "documents is empty"),
+    "document_empty_string": (
+        {"query": "q", "documents": ["a", "  "]},
+        422,
+        "documents[1] is empty",
+    ),
+    "document_wrong_type": (
+        {"query": "q", "documents": ["a", "b", 7]},
+        422,
+        "documents[2] must be a string",
+    ),
+    "document_object_no_text": (
+        {"query": "q", "documents": [{"title": "a"}]},
+        422,
+        "documents[0] has no 'text'",
+    ),
+    "document_text_wrong_type": (
+        {"query": "q", "documents": [{"text": None}]},
+        422,
+        "documents[0].text must be a string",
+    ),
+    "too_many_documents": (
+        {"query": "q", "documents": [f"d{i}" for i in range(K + 1)]},
+        422,
+        f"{K + 1} given; this model ranks at most {K}",
+    ),
+    "top_n_wrong_type": (
+        {"query": "q", "documents": ["a"], "top_n": "2"},
+        422,
+        "top_n: Input should be a valid integer",
+    ),
+    "top_n_zero": (
+        {"query": "q", "documents": ["a"], "top_n": 0},
+        422,
+        "top_n: Input should be greater than or equal to 1",
+    ),
+    "return_documents_wrong_type": (
+        {"query": "q", "documents": ["a"], "return_documents": "yes"},
+        422,
+        "return_documents",
+    ),
+    "wrong_model": (
+        {"model": "gpt-4", "query": "q", "documents": ["a"]},
+        404,
+        "model 'gpt-4' is not served here",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD))
+def test_bad_input_is_a_clear_4xx(client, case):
+    body, status, message = BAD[case]
+    content = body if isinstance(body, bytes) else json.dumps(body).encode()
+    r = client.post("/v1/rerank", content=content, headers={"content-type": "application/json"})
+    assert r.status_code == status, r.text
+    assert message in error_of(r)["message"]
+
+
+def test_truncated_texts_are_ranked_and_reported(client):
+    long_doc = "extra virgin organic argan oil " * 20
+    r = client.post(
+        "/v1/rerank", json={"query": "rose " * 200, "documents": ["gel", long_doc, "soap"]}
+    )
+    assert r.status_code == 200, r.text
+    meta = r.json()["meta"]
+    assert meta["truncated_documents"] == [1] and meta["query_truncated"] is True
+
+
+def test_body_over_the_limit_is_413(served):
+    app = create_app(served[0], ServeSettings(max_body_bytes=300), name="tiny-spd")
+    with TestClient(app) as c:
+        big = {"query": "q", "documents": ["word " * 100]}
+        r = c.post("/v1/rerank", json=big)
+        assert (
+            r.status_code == 413 and "larger than the limit of 300 bytes" in error_of(r)["message"]
+        )
+
+        def chunks():  # no Content-Length: the limit is enforced while reading
+            yield b'{"query": "q", "documents": ["'
+            for _ in range(10):
+                yield b"x" * 100
+            yield b'"]}'
+
+        r = c.post("/v1/rerank", content=chunks())
+        assert r.status_code == 413
+        assert c.post("/v1/rerank", json={"query": "q", "documents": ["a"]}).status_code == 200
+        assert 'spdrank_requests_total{route="/v1/rerank",status="413"} 2' in c.get("/metrics").text
+
+
+def test_inference_failure_answers_500_and_the_server_keeps_serving(served, monkeypatch):
+    model = served[0]
+    real = model.rank_batch
+    calls = {"n": 0}
+
+    def flaky(slates, decoder=None):
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise RuntimeError("CUDA out of memory (simulated)")
+        return real(slates, decoder)
+
+    monkeypatch.setattr(model, "rank_batch", flaky)
+    with TestClient(create_app(model, name="tiny-spd")) as c:
+        r = c.post("/v1/rerank", json={"query": "q", "documents": DOCS})
+        assert r.status_code == 500
+        err = error_of(r)
+        assert err["type"] == "inference_error" and "simulated" in err["message"]
+        r = c.post("/v1/rerank", json={"query": "q", "documents": DOCS})
+        assert r.status_code == 200, r.text
+        assert 'type="inference_error"' in c.get("/metrics").text
+
+
+def test_health_metrics_docs_and_unknown_routes(client):
+    health = client.get("/healthz").json()
+    assert (
+        health["status"] == "ok" and health["max_documents"] == K and health["model"] == "tiny-spd"
+    )
+    assert client.get("/v1/models").json()["data"][0]["id"] == "tiny-spd"
+    client.post("/v1/rerank", json={"query": "q", "documents": ["a", "b"]})
+    text = client.get("/metrics")
+    assert text.headers["content-type"].startswith("text/plain; version=0.0.4")
+    for family in (
+        "spdrank_requests_total",
+        "spdrank_errors_total",
+        "spdrank_request_duration_seconds_bucket",
+        "spdrank_batch_size_bucket",
+        "spdrank_queue_wait_seconds_count",
+        "spdrank_inference_seconds_sum",
+        "spdrank_queue_depth 0",
+    ):
+        assert family in text.text, family
+    schema = client.get("/openapi.json").json()
+    assert "/v1/rerank" in schema["paths"] and "/v1/rank" in schema["paths"]
+    assert "documents" in schema["components"]["schemas"]["RerankRequest"]["properties"]
+    assert client.get("/docs").status_code == 200
+    r = client.get("/v1/nothing-here")
+    assert r.status_code == 404 and error_of(r)["type"] == "not_found"
+    r = client.get("/v1/rerank")
+    assert r.status_code == 405 and error_of(r)["type"] == "method_not_allowed"
+
+
+def test_serve_command_wires_the_flags(served, monkeypatch):
+    import uvicorn
+
+    from spdrank.cli import build_parser
+
+    seen = {}
+    monkeypatch.setattr(uvicorn, "run", lambda app, **kw: seen.update(app=app, **kw))
+    args = build_parser().parse_args(
+        [
+            "serve",
+            "--model",
+            str(served[1]),
+            "--port",
+            "8123",
+            "--max-batch-size",
+            "3",
+            "--max-wait-ms",
+            "2",
+            "--max-queue",
+            "5",
+            "--max-body-bytes",
+            "1000",
+            "--device",
+            "cpu",
+        ]
+    )
+    assert args.func(args) == 0
+    app = seen["app"]
+    assert (seen["host"], seen["port"]) == ("127.0.0.1", 8123)
+    assert app.state.settings == ServeSettings(
+        max_batch_size=3, max_wait_ms=2, max_queue=5, max_body_bytes=1000
+    )
+    assert app.state.engine.name == "tiny-spd" and app.state.batcher.max_batch_size == 3
+    bad = build_parser().parse_args(["serve", "--model", str(served[1]), "--max-batch-size", "0"])
+    with pytest.raises(ValueError, match="--max-batch-size must be positive"):
+        bad.func(bad)
+
+
+def test_each_slate_is_encoded_once_per_request(client, served, monkeypatch):
+    model = served[0]
+    real = model.prompts.encode
+    calls = []
+    monkeypatch.setattr(model.prompts, "encode", lambda *a: calls.append(1) or real(*a))
+    r = client.post("/v1/rerank", json={"query": "q", "documents": DOCS})
+    assert r.status_code == 200 and len(calls) == 1
+    assert r.json()["meta"]["timings_ms"]["tokenize"] > 0
+
+
+def test_an_unexpected_bug_is_a_json_500_and_the_server_keeps_serving(served, monkeypatch):
+    import spdrank.serving.app as app_module
+
+    app = create_app(served[0], name="tiny-spd")
+    with TestClient(app, raise_server_exceptions=False) as c:
+        monkeypatch.setattr(app_module, "_meta", lambda *a: 1 / 0)
+        r = c.post("/v1/rerank", json={"query": "q", "documents": ["a"]})
+        assert r.status_code == 500 and error_of(r)["type"] == "internal_error"
+        monkeypatch.undo()
+        assert c.post("/v1/rerank", json={"query": "q", "documents": ["a"]}).status_code == 200

@@ -1,0 +1,226 @@
+"""``spdrank teacher`` end to end: ranker and file backends, resumability, kill -9, shards."""
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from spdrank.baselines import CooccurrenceRanker
+from spdrank.cli import main
+from spdrank.slates import Candidate, Query, Slate, load_slates, write_slates
+from spdrank.teacher.labels import LabelStore
+
+ITEMS = [f"i{k}" for k in range(30)]
+SRC = str(Path(__file__).resolve().parents[1] / "src")
+
+
+def make_slates(n: int, seed: int = 0, prefix: str = "u") -> list[Slate]:
+    rng = random.Random(seed)
+    out = []
+    for u in range(n):
+        history = rng.sample(ITEMS, 4)
+        cands = rng.sample(ITEMS, rng.randint(3, 8))
+        out.append(
+            Slate(
+                query=Query(qid=f"{prefix}{u}", text=" / ".join(history), history=history),
+                candidates=[Candidate(docid=c, doc={"title": f"item {c}"}) for c in cands],
+                clicked=[cands[0]],
+            )
+        )
+    return out
+
+
+@pytest.fixture
+def data(tmp_path):
+    write_slates(tmp_path / "train.jsonl", make_slates(40, seed=1, prefix="t"))
+    write_slates(tmp_path / "slates.jsonl", make_slates(12, seed=2))
+    return tmp_path
+
+
+def teacher(data: Path, *extra: str, out: str = "labels.jsonl", backend: str = "ranker:cooccurrence") -> int:
+    return main(
+        ["teacher", "--slates", str(data / "slates.jsonl"), "--out", str(data / out),
+         "--backend", backend, "--no-progress", *extra]
+    )
+
+
+def records(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_ranker_backend_end_to_end_and_rerun_skips(data, capsys):
+    assert teacher(data, "--json", str(data / "summary.json")) == 0
+    recs = records(data / "labels.jsonl")
+    assert [r["qid"] for r in recs] == [f"u{i}" for i in range(12)]
+    ranker = CooccurrenceRanker()
+    ranker.fit(load_slates(data / "train.jsonl"))
+    labelled = load_slates(data / "labels.slates.jsonl")
+    for slate, rec in zip(labelled, recs):
+        assert slate.teacher == rec["ranking"] == ranker.rank(slate).docids
+        assert rec["status"] == "ok" and rec["decode_passes"] == 0
+        assert rec["backend"] == "ranker:cooccurrence" and rec["mode"] == "direct"
+        assert rec["raw"].startswith("[") and rec["n"] == len(slate) and "latency_ms" in rec
+    summary = json.loads((data / "summary.json").read_text())
+    assert summary["statuses"]["ok"] == 12 and summary["labelled_now"] == 12
+    out = capsys.readouterr().out
+    assert "ok" in out and "12 labelled now" in out
+
+    before = (data / "labels.jsonl").read_bytes()
+    assert teacher(data) == 0
+    assert (data / "labels.jsonl").read_bytes() == before
+    assert "12 already labelled, 0 labelled now" in capsys.readouterr().out
+
+
+def test_limit_and_custom_slates_out(data):
+    assert teacher(data, "--limit", "3", "--slates-out", str(data / "x.jsonl")) == 0
+    assert len(records(data / "labels.jsonl")) == 3
+    assert [s.query.qid for s in load_slates(data / "x.jsonl")] == ["u0", "u1", "u2"]
+
+
+def test_file_backend_statuses_and_missing_qid(data, capsys):
+    slates = load_slates(data / "slates.jsonl")
+    lines = []
+    for s in slates[1:]:  # u0 has no ranking in the file
+        ranking = s.docids[::-1]
+        if s.query.qid == "u1":
+            ranking = ranking + [ranking[0]]  # repetition
+        if s.query.qid == "u2":
+            ranking = ["nope"] + ranking  # not a candidate
+        if s.query.qid == "u3":
+            ranking = ranking[:2]  # missing
+        lines.append(json.dumps({"qid": s.query.qid, "ranking": ranking}))
+    (data / "rankings.jsonl").write_text("\n".join(lines) + "\n")
+    assert teacher(data, backend=f"file:{data / 'rankings.jsonl'}") == 1  # u0 left unlabelled
+    recs = {r["qid"]: r for r in records(data / "labels.jsonl")}
+    assert set(recs) == {f"u{i}" for i in range(1, 12)}
+    assert (recs["u1"]["status"], recs["u2"]["status"], recs["u3"]["status"]) == (
+        "repetition", "out_of_range", "missing",
+    )
+    assert recs["u4"]["status"] == "ok" and recs["u4"]["ranking"] == slates[4].docids[::-1]
+    assert recs["u3"]["ranking"][:2] == slates[3].docids[::-1][:2]
+    for s in slates[1:]:
+        assert sorted(recs[s.query.qid]["ranking"]) == sorted(s.docids)
+    assert not (data / "labels.slates.jsonl").exists()  # not all selected slates labelled
+    assert "1 failed" in capsys.readouterr().out
+
+    # Slates with teacher filled are a valid file too; the rerun labels only u0.
+    write_slates(data / "teach.jsonl", [Slate(s.query, s.candidates, teacher=s.docids[::-1]) for s in slates])
+    assert teacher(data, backend=f"file:{data / 'teach.jsonl'}") == 0
+    assert records(data / "labels.jsonl")[-1]["qid"] == "u0"
+    assert len(load_slates(data / "labels.slates.jsonl")) == 12
+
+
+def test_duplicate_qid_is_an_error_naming_file_and_line(data, capsys):
+    lines = (data / "slates.jsonl").read_text().splitlines()
+    (data / "dup.jsonl").write_text("\n".join(lines[:3] + [lines[1]]) + "\n")
+    code = main(["teacher", "--slates", str(data / "dup.jsonl"), "--out", str(data / "l.jsonl"),
+                 "--backend", "ranker:random", "--no-progress"])
+    err = capsys.readouterr().err
+    assert code == 2 and f"{data / 'dup.jsonl'}:4" in err and "duplicate qid 'u1'" in err
+
+
+def test_torn_last_line_is_cut_away_and_relabelled(data, caplog):
+    assert teacher(data, "--limit", "4") == 0
+    good = (data / "labels.jsonl").read_bytes()
+    with open(data / "labels.jsonl", "ab") as fh:
+        fh.write(b'{"qid":"u4","status":"ok","ranking":["i1"')  # a write cut short
+    assert teacher(data, "--limit", "5") == 0
+    recs = records(data / "labels.jsonl")
+    assert [r["qid"] for r in recs] == ["u0", "u1", "u2", "u3", "u4"]
+    assert (data / "labels.jsonl").read_bytes().startswith(good)
+    assert "torn last line" in caplog.text
+    # A complete last line that is not JSON (e.g. zeros after a crash) is torn as well.
+    with open(data / "labels.jsonl", "ab") as fh:
+        fh.write(b"\x00\x00\x00\n")
+    labels = LabelStore(data / "labels.jsonl")
+    labels.close()
+    assert len(labels.labels) == 5 and (data / "labels.jsonl").read_bytes().endswith(b"}\n")
+
+
+def test_corrupt_line_inside_the_file_is_an_error(data, capsys):
+    assert teacher(data, "--limit", "3") == 0
+    lines = (data / "labels.jsonl").read_text().splitlines(keepends=True)
+    lines[1] = "garbage\n"
+    (data / "labels.jsonl").write_text("".join(lines))
+    assert teacher(data) == 2
+    assert f"{data / 'labels.jsonl'}:2" in capsys.readouterr().err
+
+
+def test_kill_9_mid_run_loses_nothing_written(data):
+    reference = data / "ref"
+    reference.mkdir()
+    assert main(["teacher", "--slates", str(data / "slates.jsonl"), "--out", str(reference / "l.jsonl"),
+                 "--backend", "ranker:random", "--no-progress"]) == 0
+    out = data / "labels.jsonl"
+    env = {**os.environ, "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "spdrank", "teacher", "--slates", str(data / "slates.jsonl"),
+         "--out", str(out), "--backend", "ranker:random", "--no-progress", "--debug-delay", "0.2"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env,
+    )
+    deadline = time.monotonic() + 60
+    while not (out.exists() and out.read_bytes().count(b"\n") >= 3):
+        assert proc.poll() is None, proc.stderr.read().decode()
+        assert time.monotonic() < deadline, "the teacher wrote nothing"
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    proc.stderr.close()
+    killed = out.read_bytes()
+    done = killed.count(b"\n")
+    assert 3 <= done < 12, "killed too late to test anything"
+    assert killed.endswith(b"\n")  # every record is written whole
+    with open(out, "ab") as fh:  # and simulate a crash mid-write on top
+        fh.write(b'{"qid":"u9","sta')
+
+    assert teacher(data, backend="ranker:random") == 0
+    recs = records(out)
+    assert out.read_bytes().startswith(killed)
+    assert sorted(r["qid"] for r in recs) == sorted(f"u{i}" for i in range(12))
+    ref = {r["qid"]: r["ranking"] for r in records(reference / "l.jsonl")}
+    assert {r["qid"]: r["ranking"] for r in recs} == ref
+    assert load_slates(data / "labels.slates.jsonl") == load_slates(reference / "l.slates.jsonl")
+
+
+def test_shards_and_merge(data, capsys):
+    assert teacher(data, "--shard", "0/3", out="a.jsonl") == 0
+    assert teacher(data, "--shard", "1/3", out="b.jsonl") == 0
+    assert [r["qid"] for r in records(data / "a.jsonl")] == ["u0", "u3", "u6", "u9"]
+    assert [r["qid"] for r in records(data / "b.jsonl")] == ["u1", "u4", "u7", "u10"]
+    merge = ["teacher", "merge", "--slates", str(data / "slates.jsonl"), "--out", str(data / "m.jsonl")]
+    # Shard 2/3 is missing: reported, nothing written.
+    assert main([*merge, "--labels", str(data / "a.jsonl"), str(data / "b.jsonl")]) == 1
+    out = capsys.readouterr().out
+    assert "4 missing" in out and "u2, u5, u8, u11" in out and not (data / "m.jsonl").exists()
+    assert main([*merge, "--labels", str(data / "a.jsonl"), str(data / "b.jsonl"), "--allow-missing"]) == 0
+    assert len(load_slates(data / "m.slates.jsonl")) == 8
+
+    assert teacher(data, "--shard", "2/3", out="c.jsonl") == 0
+    assert teacher(data, out="full.jsonl") == 0
+    shards = [str(data / f) for f in ("c.jsonl", "a.jsonl", "b.jsonl", "full.jsonl")]
+    assert main([*merge, "--labels", *shards]) == 0  # overlaps with equal rankings are fine
+    assert "12 duplicate labels" in capsys.readouterr().out
+    full = records(data / "full.jsonl")
+    assert [r["ranking"] for r in records(data / "m.jsonl")] == [r["ranking"] for r in full]
+    assert load_slates(data / "m.slates.jsonl") == load_slates(data / "full.slates.jsonl")
+
+    # The same qid with another ranking is a conflict naming both places.
+    rec = full[5]
+    rec["ranking"] = rec["ranking"][::-1]
+    (data / "bad.jsonl").write_text(json.dumps(rec) + "\n")
+    assert main([*merge, "--labels", str(data / "full.jsonl"), str(data / "bad.jsonl")]) == 2
+    err = capsys.readouterr().err
+    assert f"{data / 'bad.jsonl'}:1" in err and f"{data / 'full.jsonl'}:6" in err
+
+
+def test_bad_arguments(data, capsys):
+    assert teacher(data, "--shard", "3/3") == 2
+    assert teacher(data, backend="nonsense") == 2
+    assert main(["teacher", "--slates", str(data / "slates.jsonl")]) == 2
+    assert "--out" in capsys.readouterr().err
