@@ -227,11 +227,11 @@ def test_inference_failure_answers_500_and_the_server_keeps_serving(served, monk
     real = model.rank_batch
     calls = {"n": 0}
 
-    def flaky(slates, decoder=None):
+    def flaky(slates, decoder=None, encoded=None):
         calls["n"] += 1
         if calls["n"] == 1:
             raise RuntimeError("CUDA out of memory (simulated)")
-        return real(slates, decoder)
+        return real(slates, decoder, encoded)
 
     monkeypatch.setattr(model, "rank_batch", flaky)
     with TestClient(create_app(model, name="tiny-spd")) as c:
