@@ -22,14 +22,9 @@ for NEG in uniform popularity; do
     machine_lines
     echo "- data: 21,245 train / 1,118 eval slates of 50 candidates (target + 49 $NEG negatives), history 10, seed 0; popularity and co-occurrence are counted on the training slates only"
     echo
-    echo '```'
-    echo "${BUILD[*]}"
-    echo "${EVAL[*]}"
-    echo '```'
+    code_block "${BUILD[*]}" "${EVAL[*]}"
     echo
-    echo '```'
-    cat "$OUT/table.txt"
-    echo '```'
+    code_block -f "$OUT/table.txt"
   } > "$OUT/report.md"
   cat "$OUT/report.md"
 done

@@ -46,14 +46,8 @@ eval_wall=$(( $(date +%s) - start ))
   echo
   echo "Commands:"
   echo
-  echo '```'
-  echo "bash benchmarks/spd_beauty_clicks_cpu.sh   # NEG=$NEG"
-  echo "${TRAIN[*]}"
-  echo "${EVAL[*]}"
-  echo '```'
+  code_block "bash benchmarks/spd_beauty_clicks_cpu.sh   # NEG=$NEG" "${TRAIN[*]}" "${EVAL[*]}"
   echo
-  echo '```'
-  cat "$OUT/table.txt"
-  echo '```'
+  code_block -f "$OUT/table.txt"
 } > "$OUT/report.md"
 cat "$OUT/report.md"
