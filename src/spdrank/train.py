@@ -146,6 +146,8 @@ class Trainer:
         )
         self.model, self.optimizer = self.accelerator.prepare(self.model, self.optimizer)
         self.step = 0
+        #: (step, metrics) of the latest evaluation, so the final one is not run twice.
+        self.last_eval: tuple[int, dict[str, float | None]] | None = None
 
     @property
     def spd(self) -> SPDRanker:
@@ -220,6 +222,12 @@ class Trainer:
         log_s = log_sinkhorn(scores, batch.sizes, tau=self.cfg.tau, iters=self.cfg.sinkhorn_iters)
         return permutation_cross_entropy(log_s, target, batch.sizes)
 
+    def evaluate(self) -> dict[str, float | None]:
+        """Metrics on the eval slice at the current step (computed once per step)."""
+        if self.last_eval is None or self.last_eval[0] != self.step:
+            self.last_eval = (self.step, evaluate_model(self.spd, self.eval_slates))
+        return self.last_eval[1]
+
     def log_event(self, event: dict[str, Any]) -> None:
         if self.accelerator.is_main_process:
             self.out.mkdir(parents=True, exist_ok=True)
@@ -263,7 +271,7 @@ class Trainer:
             if self.step % 10 == 0 or self.step == stop_at:
                 self.log_event({"step": self.step, "loss": value, "loss_ema": loss_ema, "lr": self.scheduler.get_last_lr()})
             if self.eval_slates and cfg.eval_every and self.step % cfg.eval_every == 0:
-                metrics = evaluate_model(self.spd, self.eval_slates)
+                metrics = self.evaluate()
                 self.model.train()
                 self.log_event({"step": self.step, "eval": metrics})
                 bar.write(f"step {self.step}: " + ", ".join(f"{k} {v:.4f}" for k, v in metrics.items() if v is not None))
@@ -285,7 +293,7 @@ class Trainer:
             "config": asdict(self.cfg),
         }
         if self.eval_slates:
-            summary["eval"] = evaluate_model(self.spd, self.eval_slates)
+            summary["eval"] = self.evaluate()
             summary["eval_slates"] = len(self.eval_slates)
         if self.accelerator.is_main_process:
             self.spd.save_pretrained(self.out / "model")
