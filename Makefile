@@ -20,7 +20,14 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/spdrank demo
 
-test: $(STAMP)
+# llama.cpp's OpenAI-compatible server, for the teacher's real-server test. It builds from
+# source once (about 8 minutes on 2 cores); pip's wheel cache makes later installs take seconds.
+LLAMA_STAMP := $(VENV)/.llama-server
+$(LLAMA_STAMP): $(STAMP)
+	CMAKE_BUILD_PARALLEL_LEVEL=$$(nproc) $(BIN)/pip install --quiet '.[llama]'
+	touch $(LLAMA_STAMP)
+
+test: $(STAMP) $(LLAMA_STAMP)
 	$(BIN)/python -m pytest -q
 
 lint: $(STAMP)
