@@ -24,7 +24,7 @@ demo: $(STAMP)
 # source once (about 8 minutes on 2 cores); pip's wheel cache makes later installs take seconds.
 LLAMA_STAMP := $(VENV)/.llama-server
 $(LLAMA_STAMP): $(STAMP)
-	CMAKE_BUILD_PARALLEL_LEVEL=$$(nproc) $(BIN)/pip install --quiet '.[llama]'
+	CMAKE_BUILD_PARALLEL_LEVEL=$$(nproc) $(BIN)/pip install --quiet -e '.[llama]'
 	touch $(LLAMA_STAMP)
 
 test: $(STAMP) $(LLAMA_STAMP)
