@@ -16,7 +16,7 @@ def result_record(slate: Slate, ranking: Ranking) -> dict[str, Any]:
     """
     record = slate.to_dict()
     by_id = {c["docid"]: c for c in record["candidates"]}
-    scores = ranking.scores or [float(len(ranking.docids) - r) for r in range(len(ranking.docids))]
+    scores = _scores(ranking)
     record["candidates"] = [
         by_id[d] | {"score": float(s)} for d, s in zip(ranking.docids, scores)
     ]
@@ -26,7 +26,12 @@ def result_record(slate: Slate, ranking: Ranking) -> dict[str, Any]:
 
 def write_trec_lines(fh: IO[str], slate: Slate, ranking: Ranking, tag: str) -> None:
     """``qid Q0 docid rank score tag`` lines, rank from 1."""
-    n = len(ranking.docids)
-    scores = ranking.scores or [float(n - r) for r in range(n)]
+    scores = _scores(ranking)
     for rank, (docid, score) in enumerate(zip(ranking.docids, scores), start=1):
         fh.write(f"{slate.query.qid} Q0 {docid} {rank} {score:.6f} {tag}\n")
+
+
+def _scores(ranking: Ranking) -> list[float]:
+    """The ranker's scores, or ``n, n-1, ..., 1`` for a ranker that gives none."""
+    n = len(ranking.docids)
+    return list(ranking.scores) if ranking.scores else [float(n - r) for r in range(n)]

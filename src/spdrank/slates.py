@@ -22,7 +22,9 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, TypeVar
+
+T = TypeVar("T")
 
 #: Fields of ``doc`` searched, in order, for a candidate's text.
 TEXT_FIELDS: tuple[str, ...] = ("title", "text", "contents")
@@ -324,3 +326,17 @@ def write_slates(path: str | os.PathLike[str], slates: Iterable[Slate]) -> int:
             fh.write("\n")
             n += 1
     return n
+
+
+def batched(items: Iterable[T], size: int) -> Iterator[list[T]]:
+    """Consecutive groups of ``size`` items (the last may be shorter), streamed."""
+    if size < 1:
+        raise ValueError(f"a batch size must be at least 1, got {size}")
+    batch: list[T] = []
+    for item in items:
+        batch.append(item)
+        if len(batch) == size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch

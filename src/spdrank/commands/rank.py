@@ -23,22 +23,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def _batches(items, size):
-    batch = []
-    for item in items:
-        batch.append(item)
-        if len(batch) == size:
-            yield batch
-            batch = []
-    if batch:
-        yield batch
-
-
 def run(args: argparse.Namespace) -> int:
     from spdrank.backbone import resolve_device
     from spdrank.model import SPDRanker
     from spdrank.results import result_record, write_trec_lines
-    from spdrank.slates import atomic_writer, read_slates
+    from spdrank.slates import atomic_writer, batched, read_slates
 
     if args.batch_size < 1:
         raise ValueError("--batch-size must be at least 1")
@@ -48,7 +37,7 @@ def run(args: argparse.Namespace) -> int:
         out = stack.enter_context(atomic_writer(args.output))
         trec = stack.enter_context(atomic_writer(args.trec)) if args.trec else None
         bar = stack.enter_context(tqdm(desc="rank", unit="slate", file=sys.stderr))
-        for batch in _batches(read_slates(args.input), args.batch_size):
+        for batch in batched(read_slates(args.input), args.batch_size):
             for slate, ranking in zip(batch, model.rank_batch(batch, decoder=args.decoder)):
                 out.write(json.dumps(result_record(slate, ranking), ensure_ascii=False) + "\n")
                 if trec is not None:

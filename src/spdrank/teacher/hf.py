@@ -19,6 +19,7 @@ import time
 from collections.abc import Iterable, Iterator
 
 from spdrank.prompt import template_around
+from spdrank.slates import batched
 from spdrank.teacher.backends import Generation, Job, Outcome, default_max_new_tokens
 
 log = logging.getLogger(__name__)
@@ -86,13 +87,7 @@ class HFBackend:
     # -- generation -------------------------------------------------------------------------
 
     def generate(self, jobs: Iterable[Job]) -> Iterator[Outcome]:
-        batch: list[Job] = []
-        for job in jobs:
-            batch.append(job)
-            if len(batch) == self.batch_size:
-                yield from self._run(batch)
-                batch = []
-        if batch:
+        for batch in batched(jobs, self.batch_size):
             yield from self._run(batch)
 
     def _run(self, batch: list[Job]) -> list[Outcome]:
