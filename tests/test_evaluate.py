@@ -185,3 +185,36 @@ def test_cli_missing_training_data_is_a_clear_error(cli, data_dir, capsys):
 def test_cli_missing_slates(cli, tmp_path, capsys):
     assert cli(["eval", "--slates", str(tmp_path / "nope.jsonl"), "--ranker", "random"]) == 2
     assert "no such slate file" in capsys.readouterr().err
+
+
+def test_cli_replays_a_teacher_label_file(cli, tmp_path, capsys):
+    """--labels puts the teacher in the table: its raw answer (invalid ones counted), its
+    decode passes and its recorded latency, not the lookup time."""
+    write_slates(tmp_path / "eval.jsonl", EVAL)
+    recs = [
+        # a clean answer: c > a > b > d
+        {"qid": "e1", "n": 4, "parsed": [3, 1, 2, 4], "ranking": ["c", "a", "b", "d"],
+         "decode_passes": 20, "latency_ms": 500.0},
+        # a repeated and an out-of-range id: invalid, repaired to a, c, b, d
+        {"qid": "e2", "n": 4, "parsed": [1, 1, 9, 3], "ranking": ["a", "c", "b", "d"],
+         "decode_passes": 30, "latency_ms": 700.0},
+        # a ranking computed elsewhere (file: / ranker: backends): no parsed ids
+        {"qid": "e3", "n": 4, "ranking": ["d", "c", "b", "a"], "decode_passes": 0,
+         "latency_ms": 0.0},
+    ]
+    labels = tmp_path / "labels.jsonl"
+    labels.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    out = tmp_path / "r.json"
+    argv = ["eval", "--slates", str(tmp_path / "eval.jsonl"), "--ranker", "random",
+            "--labels", f"smol={labels}", "--json", str(out), "--no-progress"]
+    assert cli(argv) == 0
+    d = json.loads(out.read_text())["rankers"]["smol"]
+    assert d["valid_pct"] == pytest.approx(200 / 3) and d["n_invalid"] == 1
+    assert d["metrics"]["R@1"]["mean"] == 1.0  # e2 repaired puts a first (e3: all clicked)
+    assert d["metrics"]["top1"]["mean"] == 1.0  # agrees with the teacher field where present
+    assert d["latency_ms"]["median"] == 500.0
+    assert d["decode_passes_mean"] == pytest.approx(50 / 3)
+    # a slate the label file does not cover is a clear error naming the file
+    labels.write_text(json.dumps(recs[0]) + "\n")
+    assert cli(argv) == 2
+    assert "no record in the label file" in capsys.readouterr().err

@@ -23,6 +23,9 @@ class Ranking:
     timings: dict[str, float] = field(default_factory=dict)
     #: Sequential forward passes spent decoding (1 for a single-pass ranker, 0 for non-LLM).
     decode_passes: int = 0
+    #: Milliseconds measured when the ranking was computed elsewhere (a replayed teacher);
+    #: the evaluation reports it instead of the time this call took.
+    recorded_ms: float | None = None
 
 
 @runtime_checkable

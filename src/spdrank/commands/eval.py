@@ -61,8 +61,16 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "--model",
         action="append",
-        metavar="DIR",
-        help="a trained SPD checkpoint (or training run directory); repeatable",
+        metavar="[NAME=]DIR",
+        help="a trained SPD checkpoint (or training run directory), named NAME in the "
+        "table; repeatable",
+    )
+    p.add_argument(
+        "--labels",
+        action="append",
+        metavar="[NAME=]FILE",
+        help="a teacher's label file (from `spdrank teacher`) replayed as a ranker: its own "
+        "answers, decode passes and recorded latency; repeatable",
     )
     p.add_argument("--decoder", help="decoder for --model rankers (default: the model's own)")
     p.add_argument("--device", default="auto", help="device for --model rankers: cpu, cuda, auto")
@@ -87,25 +95,43 @@ def build_rankers(args: argparse.Namespace) -> list[Ranker]:
     This is the one place that maps arguments to rankers: a model-backed ranker (e.g. a
     ``--model DIR`` option) is added here, importing its heavy modules inside the branch.
     """
-    names = args.ranker or ([] if getattr(args, "model", None) else list(BASELINES))
+    others = getattr(args, "model", None) or getattr(args, "labels", None)
+    names = args.ranker or ([] if others else list(BASELINES))
     rankers: list[Ranker] = []
     for name in dict.fromkeys(names):  # a repeated --ranker counts once
         kwargs: dict[str, Any] = {"seed": args.seed} if name == "random" else {}
         rankers.append(make_baseline(name, **kwargs))
+    for spec in getattr(args, "labels", None) or []:
+        from spdrank.teacher.replay import LabelReplayRanker
+
+        name, path = split_named(spec)
+        rankers.append(LabelReplayRanker(path, name=name))
     models = getattr(args, "model", None) or []
     if models:
         from spdrank.backbone import resolve_device
         from spdrank.decode import get_decoder
         from spdrank.model import SPDRanker
 
-        for path in models:
+        for spec in models:
+            name, path = split_named(spec)
             model = SPDRanker.from_pretrained(path, device=resolve_device(args.device))
             if getattr(args, "decoder", None):
                 get_decoder(args.decoder)  # an unknown name fails before any ranking
                 model.config.decoder = args.decoder
-            model.name = f"spd:{Path(path).name}" if len(models) > 1 else model.name
+            if name:
+                model.name = name
+            elif len(models) > 1:
+                model.name = f"spd:{Path(path).name}"
             rankers.append(model)
     return rankers
+
+
+def split_named(spec: str) -> tuple[str | None, str]:
+    """``NAME=PATH`` -> (NAME, PATH); a plain path (even one holding '=') -> (None, PATH)."""
+    name, sep, path = spec.partition("=")
+    if not sep or not name or "/" in name or Path(spec).exists():
+        return None, spec
+    return name, path
 
 
 def fit_rankers(

@@ -1,0 +1,65 @@
+"""A teacher's label file replayed as a ranker, so the teacher sits in the same results table.
+
+The teacher ran offline (``spdrank teacher``); re-running a 50-candidate LLM ranking inside
+an evaluation would cost minutes per slate and give the same answer. Replaying the label
+file gives the evaluation what it needs to put the teacher next to the students: the
+teacher's OWN output (as parsed, before repair, so an invalid answer counts against the
+``valid%`` column and is repaired by the evaluator exactly as the label file repaired it),
+the decode passes it spent and the latency measured when it ran.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from pathlib import Path
+
+from spdrank.ranking import Ranking
+from spdrank.slates import Slate, SlateError
+from spdrank.teacher.labels import Label, read_labels
+
+#: The docid standing for an id the teacher wrote that names no candidate (e.g. ``[57]`` of 50).
+OUT_OF_RANGE = "<out-of-range:{}>"
+
+
+class LabelReplayRanker:
+    """Answers ``rank(slate)`` with the label file's record for that slate's qid."""
+
+    needs_train = False
+
+    def __init__(self, path: str | os.PathLike[str], name: str | None = None) -> None:
+        self.path = Path(path)
+        self.labels: dict[str, Label] = read_labels(self.path)
+        self.name = name or f"teacher:{self.path.stem}"
+
+    def fit(self, train: Iterable[Slate]) -> None:
+        """Nothing to learn: the rankings were computed when the labels were made."""
+
+    def rank(self, slate: Slate) -> Ranking:
+        label = self.labels.get(slate.query.qid)
+        if label is None:
+            raise SlateError(
+                f"qid {slate.query.qid!r} has no record in the label file {self.path} "
+                "(label these slates with `spdrank teacher` first)"
+            )
+        rec = label.record
+        docids = slate.docids
+        if rec.get("n") not in (None, len(docids)):
+            raise SlateError(
+                f"the record for qid {slate.query.qid!r} was made for {rec['n']} candidates, "
+                f"this slate has {len(docids)} (labels made from other slates?)",
+                label.where,
+            )
+        parsed = rec.get("parsed")
+        if isinstance(parsed, list):  # 1-based ids as the teacher wrote them
+            answer = [
+                docids[i - 1] if isinstance(i, int) and 1 <= i <= len(docids) else OUT_OF_RANGE.format(i)
+                for i in parsed
+            ]
+        else:  # rankings computed elsewhere (file:, ranker:) carry only the permutation
+            answer = list(label.ranking)
+        return Ranking(
+            docids=answer,
+            decode_passes=int(rec.get("decode_passes") or 0),
+            recorded_ms=rec.get("latency_ms"),
+        )
