@@ -24,7 +24,7 @@ OUT=${OUT:-benchmarks/results/teacher-beauty-cpu}
 EVAL_N=${EVAL_N:-200}; TRAIN_N=${TRAIN_N:-100}
 ITEM_TOKENS=${ITEM_TOKENS:-12}; REASONING_TOKENS=${REASONING_TOKENS:-512}
 LAYERS=${LAYERS:-2}; EPOCHS=${EPOCHS:-2}; BATCH=${BATCH:-2}; LORA_R=${LORA_R:-16}
-PORT=${PORT:-8765}
+PORT=${PORT:-8765}; THREADS=${THREADS:-$(nproc)}
 mkdir -p "$OUT" "$WORK"
 start_all=$(date +%s)
 
@@ -34,13 +34,16 @@ start_all=$(date +%s)
 
 # -- 1. labels ---------------------------------------------------------------------------------
 SERVER_PID=
-stop_server() { [ -z "$SERVER_PID" ] || kill "$SERVER_PID" 2>/dev/null || true; }
+stop_server() { [ -z "$SERVER_PID" ] || { kill "$SERVER_PID" 2>/dev/null; wait "$SERVER_PID" 2>/dev/null; } || true; }
 trap stop_server EXIT
 start_server() {
   [ -z "$SERVER_PID" ] || return 0
+  if curl -sf "http://127.0.0.1:$PORT/v1/models" >/dev/null; then
+    echo "port $PORT is already serving: stop that server or set PORT" >&2; exit 1
+  fi
   GGUF=$($BIN/python -c 'from spdrank.backbone import bundled_gguf; print(bundled_gguf())')
   $BIN/python -m llama_cpp.server --model "$GGUF" --host 127.0.0.1 --port "$PORT" \
-    --n_ctx 4096 --n_threads "$(nproc)" --model_alias smollm2 > "$WORK/llama-server.log" 2>&1 &
+    --n_ctx 4096 --n_threads "$THREADS" --model_alias smollm2 > "$WORK/llama-server.log" 2>&1 &
   SERVER_PID=$!
   for _ in $(seq 120); do
     curl -sf "http://127.0.0.1:$PORT/v1/models" >/dev/null && return 0
@@ -133,7 +136,7 @@ wall_all=$(( $(date +%s) - start_all ))
   echo
   machine_lines
   echo "- data: \`spdrank data beauty --negatives $NEG\`: the first $EVAL_N eval slates and the first $TRAIN_N train slates (50 candidates each, history 10); popularity and co-occurrence are counted on all 21,245 training slates"
-  echo "- teachers: SmolLM2-135M-Instruct (bundled GGUF Q4_1) through llama.cpp's server (llama-cpp-python[server], $(nproc) threads, greedy), titles cut to $ITEM_TOKENS tokens, direct mode (cap 6N+16 new tokens) and reasoning mode (cap $REASONING_TOKENS new tokens); and the co-occurrence baseline as \`ranker:cooccurrence\`. Note: co-occurrence counts include each training slate's own next item, so on TRAIN slates it is a stronger teacher than on eval slates"
+  echo "- teachers: SmolLM2-135M-Instruct (bundled GGUF Q4_1) through llama.cpp's server (llama-cpp-python[server], $THREADS threads, greedy), titles cut to $ITEM_TOKENS tokens, direct mode (cap 6N+16 new tokens) and reasoning mode (cap $REASONING_TOKENS new tokens); and the co-occurrence baseline as \`ranker:cooccurrence\`. Note: co-occurrence counts include each training slate's own next item, so on TRAIN slates it is a stronger teacher than on eval slates"
   echo "- students: the first $LAYERS of SmolLM2's 30 layers, LoRA r=$LORA_R on all linear layers, titles cut to $ITEM_TOKENS tokens, $TRAIN_N training slates, batch $BATCH, $EPOCHS epochs, lr 2e-4 (head 1e-3); spd = attention head + Hungarian, first = FIRST (first-token logits over letter labels, ListNet), scalar = one score per item + argsort (ListNet)"
   echo "- wall time of this script (everything not already done): $wall_all s"
   echo
