@@ -16,7 +16,7 @@ import sys
 from spdrank import __version__
 from spdrank.slates import SlateError
 
-COMMANDS = ("data", "teacher", "eval", "train", "rank", "serve", "demo")
+COMMANDS = ("data", "teacher", "eval", "bench", "train", "rank", "serve", "demo")
 
 
 def build_parser() -> argparse.ArgumentParser:

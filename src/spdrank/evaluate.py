@@ -208,8 +208,9 @@ def evaluate(
 def _timed_rank(ranker: Ranker, slate: Slate) -> tuple[Ranking, float]:
     """``ranker.rank(slate)`` and its wall-clock milliseconds, cyclic GC paused meanwhile.
 
-    A ranking that carries ``recorded_ms`` (computed elsewhere, e.g. a replayed teacher)
-    reports that time instead: the lookup is not what a user would wait for.
+    A ranking that carries ``recorded_ms`` (measured where the work was done, e.g. by a
+    replayed teacher's run) reports that time instead: the lookup is not what a user would
+    wait for.
 
     As :mod:`timeit` does: a collection made due by reading and scoring *other* slates would
     otherwise land on whichever ranker happens to run next (on Beauty it moved a 0.4 ms p95 to

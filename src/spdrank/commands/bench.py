@@ -1,0 +1,201 @@
+"""``spdrank bench``: the paper's Tables 2-5 side by side, from one process on the same slates.
+
+    spdrank bench --slates eval.jsonl --ranker popularity --ranker cooccurrence \\
+        --labels direct=direct.labels.jsonl --labels reasoning=reasoning.labels.jsonl \\
+        --model spd=runs/spd --model scalar=runs/scalar --decoders hungarian,greedy \\
+        --latency --name beauty      # -> benchmarks/results/beauty/
+
+Rankers are chosen with the flags of ``spdrank eval`` (the same helpers build them). Every SPD
+checkpoint becomes one row per decoder (``NAME:DECODER``), all sharing one forward pass per
+slate; FIRST and scalar checkpoints sort their scores and keep one row. ``--labels`` rows are
+the teachers the speed-ups are measured against. ``--latency`` adds the latency decomposition
+of each SPD checkpoint at the ``--latency-sizes``.
+
+The folder gets ``report.md``, ``results.json`` (the evaluation's JSON plus ``teachers``,
+``speedup`` and ``latency``), ``table.txt`` and PNG plots.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from itertools import islice
+from pathlib import Path
+from typing import Any
+
+from spdrank.commands.eval import add_ranker_arguments
+
+RESULTS_ROOT = Path("benchmarks/results")
+
+
+def _names(text: str) -> list[str]:
+    names = [t.strip() for t in text.split(",") if t.strip()]
+    if not names:
+        raise argparse.ArgumentTypeError("expected a comma-separated list")
+    return names
+
+
+def _sizes(text: str) -> list[int]:
+    try:
+        sizes = [int(t) for t in _names(text)]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected integers (20,50,150), got {text!r}") from None
+    if min(sizes) < 1:
+        raise argparse.ArgumentTypeError("slate sizes must be at least 1")
+    return sizes
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "bench",
+        help="benchmark rankers side by side: report, JSON and plots",
+        description="Run baselines, replayed teachers, FIRST, scalar and SPD (under every "
+        "decoder) on the same slates in one process; write report.md, results.json and "
+        "plots (quality vs latency, latency stages), and with --latency the latency "
+        "decomposition of each SPD checkpoint.",
+    )
+    add_ranker_arguments(p)
+    p.add_argument(
+        "--decoders",
+        type=_names,
+        metavar="LIST",
+        help="decoders for SPD checkpoints, comma-separated, one row each "
+        "(default: every registered decoder)",
+    )
+    p.add_argument(
+        "--name", default="bench", help=f"results folder under {RESULTS_ROOT}/ (default: bench)"
+    )
+    p.add_argument("--out", metavar="DIR", help="results folder (overrides --name)")
+    p.add_argument("--title", help="the report's title (default: spdrank bench: NAME)")
+    lat = p.add_argument_group("latency decomposition")
+    lat.add_argument(
+        "--latency",
+        action="store_true",
+        help="also decompose each SPD checkpoint's latency (with --warmup untimed calls per "
+        "size; extra candidates for large N drawn with --seed)",
+    )
+    lat.add_argument(
+        "--latency-sizes",
+        type=_sizes,
+        default=[20, 50, 150],
+        metavar="LIST",
+        help="slate sizes N, comma-separated (default: 20,50,150)",
+    )
+    lat.add_argument(
+        "--latency-slates",
+        type=_positive,
+        default=100,
+        metavar="N",
+        help="slates timed per size, the first N of --slates (default 100)",
+    )
+    lat.add_argument(
+        "--batch-size",
+        type=_positive,
+        default=8,
+        metavar="B",
+        help="batch size of the throughput measurement (default 8)",
+    )
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from spdrank.bench.plots import require_matplotlib
+    from spdrank.bench.report import environment, write_report
+    from spdrank.commands.eval import build_rankers, default_train_path, fit_rankers
+    from spdrank.evaluate import evaluate, format_table
+    from spdrank.slates import SlateError, load_slates, read_slates
+
+    slates_path = Path(args.slates)
+    if not slates_path.exists():
+        raise SlateError(f"no such slate file: {slates_path}")
+    if args.limit is not None and args.limit < 1:
+        raise ValueError(f"--limit must be at least 1, got {args.limit}")
+    require_matplotlib()
+    out = Path(args.out) if args.out else RESULTS_ROOT / args.name
+    train = Path(args.train) if args.train else default_train_path(slates_path)
+    progress = False if args.no_progress else None  # None: a bar on a terminal only
+
+    rankers = build_rankers(args)
+    if not rankers:
+        raise ValueError("no rankers: pass --ranker, --labels or --model")
+    rows, spd_models = _decoder_rows(rankers, args.decoders)
+    teachers = _teacher_names(rankers)
+    if args.latency and not spd_models:
+        raise ValueError("--latency decomposes SPD checkpoints: pass --model DIR")
+    fit_s = fit_rankers(rows, train, progress)
+
+    stream = read_slates(slates_path)
+    if args.limit is not None:
+        stream = islice(stream, args.limit)
+    t0 = time.perf_counter()
+    results = evaluate(rows, stream, warmup=args.warmup, progress=progress, total=args.limit)
+    if results.n_slates == 0:
+        raise SlateError(f"{slates_path} holds no slates")
+    eval_s = time.perf_counter() - t0
+    print(format_table(results))
+
+    latency = []
+    if args.latency:
+        from spdrank.bench.latency import decompose
+
+        timed = load_slates(slates_path, limit=args.latency_slates)
+        for model in spd_models:
+            latency += decompose(
+                model,
+                timed,
+                args.latency_sizes,
+                batch_size=args.batch_size,
+                seed=args.seed,
+                warmup=args.warmup,
+                progress=progress,
+            )
+    results.meta.update(
+        {
+            "slates": str(slates_path),
+            "train": str(train) if fit_s else None,
+            "fit_s": fit_s,
+            "eval_s": eval_s,
+            "environment": environment(),
+            "settings": {k: v for k, v in vars(args).items() if k not in ("func", "command")},
+        }
+    )
+    report = write_report(
+        out, results, teachers, latency, title=args.title or f"spdrank bench: {out.name}"
+    )
+    print(f"report: {report}")
+    return 0
+
+
+def _decoder_rows(rankers: list[Any], decoders: list[str] | None) -> tuple[list[Any], list[Any]]:
+    """The rankers with each SPD checkpoint replaced by its decoder rows; and those checkpoints.
+
+    Baselines, teachers and the sorting peers (FIRST, scalar) have no score matrix: one row each.
+    """
+    spd = [r for r in rankers if getattr(r, "matrix", False)]
+    if not spd:
+        return list(rankers), []
+    from spdrank.bench.decoders import decoder_rows
+    from spdrank.decode import DECODERS
+
+    names = decoders or list(DECODERS)
+    rows: list[Any] = []
+    for ranker in rankers:
+        rows += decoder_rows(ranker, names) if any(ranker is m for m in spd) else [ranker]
+    return rows, spd
+
+
+def _teacher_names(rankers: list[Any]) -> list[str]:
+    """The rows the speed-ups are measured against: the replayed teachers' label files."""
+    from spdrank.teacher.replay import LabelReplayRanker
+
+    return [r.name for r in rankers if isinstance(r, LabelReplayRanker)]

@@ -1,0 +1,304 @@
+"""spdrank bench: one run, every ranker on the same slates; speed-ups; decoder rows sharing one
+forward pass; the latency decomposition; --device/--dtype; benchmarks/gpu.sh's commands parse."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shlex
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import spdrank.cli
+from spdrank.bench.decoders import decoder_rows
+from spdrank.bench.latency import STAGES, decompose, resize_slates
+from spdrank.bench.report import speedups
+from spdrank.decode import DECODERS
+from spdrank.evaluate import evaluate
+from spdrank.metrics import is_valid_permutation
+from spdrank.model import SPDRanker
+from spdrank.slates import Candidate, Query, Slate, write_slates
+from tests.conftest import WORDS
+from tests.test_model import tiny_config
+
+ROOT = Path(__file__).resolve().parents[1]
+ITEMS = [f"i{k}" for k in range(40)]
+TEACHER_MS = [100.0, 300.0, 500.0, 700.0, 900.0, 5000.0]  # median 600, mean 1250
+
+
+def _slate(rng: random.Random, qid: str, n: int) -> Slate:
+    cands = rng.sample(ITEMS, n)
+    return Slate(
+        query=Query(qid=qid, text="1. " + " ".join(rng.choices(WORDS, k=4)),
+                    history=rng.sample(ITEMS, 3)),
+        candidates=[
+            Candidate(docid=d, doc={"title": " ".join(rng.choices(WORDS, k=rng.randint(1, 4)))})
+            for d in cands
+        ],
+        clicked=[cands[rng.randrange(n)]],
+        teacher=rng.sample(cands, n),
+    )
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """The tiny model's matmuls are too small to share out: on a busy machine two threads make
+    every call wait for a free core, which slows these tests tenfold and measures nothing."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def eval_slates() -> list[Slate]:
+    rng = random.Random(1)
+    return [_slate(rng, f"e{i}", rng.randint(4, 9)) for i in range(len(TEACHER_MS))]
+
+
+@pytest.fixture(scope="module")
+def spd_dir(tmp_path_factory, tiny_backbone) -> Path:
+    torch.manual_seed(0)
+    path = tmp_path_factory.mktemp("spd")
+    SPDRanker.build(tiny_config(tiny_backbone, "attn")).save_pretrained(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def spd_model(spd_dir) -> SPDRanker:
+    return SPDRanker.from_pretrained(spd_dir)
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory, eval_slates) -> Path:
+    rng = random.Random(2)
+    path = tmp_path_factory.mktemp("data")
+    write_slates(path / "train.jsonl", [_slate(rng, f"t{i}", 8) for i in range(20)])
+    write_slates(path / "eval.jsonl", eval_slates)
+    with open(path / "direct.labels.jsonl", "w") as fh:
+        for slate, ms in zip(eval_slates, TEACHER_MS):
+            n = len(slate)
+            fh.write(json.dumps({"qid": slate.query.qid, "n": n, "parsed": list(range(1, n + 1)),
+                                 "ranking": slate.docids, "decode_passes": 4 * n,
+                                 "latency_ms": ms}) + "\n")
+    return path
+
+
+# -- one run, one report -----------------------------------------------------------------------
+
+
+def test_bench_end_to_end(tmp_path, data, eval_slates, spd_dir, tiny_backbone, capsys):
+    """Baselines, a replayed teacher, the scalar peer and SPD under every decoder: one report."""
+    torch.manual_seed(0)
+    scalar_dir = tmp_path / "scalar"
+    SPDRanker.build(tiny_config(tiny_backbone, "scalar")).save_pretrained(scalar_dir)
+    out = tmp_path / "report"
+    argv = [
+        "bench", "--slates", str(data / "eval.jsonl"), "--ranker", "random",
+        "--ranker", "popularity", "--labels", f"direct={data / 'direct.labels.jsonl'}",
+        "--model", f"spd={spd_dir}", "--model", f"scalar={scalar_dir}", "--device", "cpu",
+        "--out", str(out), "--no-progress", "--latency", "--latency-sizes", "4,12",
+        "--latency-slates", "4", "--batch-size", "2",
+    ]
+    assert spdrank.cli.main(argv) == 0
+    assert "report:" in capsys.readouterr().out
+
+    d = json.loads((out / "results.json").read_text())
+    spd_rows = [f"spd:{name}" for name in DECODERS]
+    assert list(d["rankers"]) == ["random", "popularity", "direct", *spd_rows, "scalar"]
+    assert d["n_slates"] == len(TEACHER_MS) and d["teachers"] == ["direct"]
+    for name, row in d["rankers"].items():
+        assert row["n_slates"] == len(TEACHER_MS), name
+        assert set(row["metrics"]) == {
+            "AUC", "R@1", "R@10", "NDCG@1", "NDCG@10", "MRR", "tau", "top1",
+        }
+        assert row["valid_pct"] == 100.0
+        assert row["latency_ms"]["median"] is not None and row["latency_ms"]["p95"] is not None
+    direct = d["rankers"]["direct"]
+    assert direct["latency_ms"]["median"] == 600.0 and direct["metrics"]["tau"]["mean"] < 1
+    assert d["rankers"]["spd:hungarian"]["decode_passes_mean"] == 1.0
+    assert direct["decode_passes_mean"] == pytest.approx(np.mean([4 * len(s) for s in eval_slates]))
+    # speed-up over the teacher: the ratio of the medians in this very table
+    for name, row in d["rankers"].items():
+        assert d["speedup"][name]["direct"] == pytest.approx(600.0 / row["latency_ms"]["median"])
+    assert d["speedup"]["direct"]["direct"] == 1.0
+    # every decoder row reports the shared forward's stages plus its own decode
+    for name in spd_rows:
+        assert set(d["rankers"][name]["stage_ms"]) == set(STAGES)
+
+    assert [(r["model"], r["n"]) for r in d["latency"]] == [("spd", 4), ("spd", 12)]
+    for row in d["latency"]:
+        assert row["slates"] == 4 and row["overhead"] > 0 and row["throughput"] > 0
+        assert row["peak_memory_mb"] > 0 and row["peak_memory_batch_mb"] > 0
+
+    report = (out / "report.md").read_text()
+    assert "| ranker | p50 ms | p95 ms | speed-up vs direct | passes |" in report
+    assert "Table 5" in report and "| spd | 12 | 4 |" in report
+    assert "peak MiB (1 / batch)" in report
+    for png in ("quality_vs_latency.png", "latency_stages.png", "latency_decomposition.png"):
+        assert f"]({png})" in report
+        _assert_png(out / png)
+    assert (out / "table.txt").read_text().startswith("ranker")
+
+
+def _assert_png(path: Path) -> None:
+    from matplotlib.image import imread
+
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", path
+    image = imread(path)
+    assert image.ndim == 3 and image.shape[0] > 100 and image.shape[1] > 100
+    assert image.std() > 0  # something was drawn
+
+
+def test_speedups_are_ratios_of_medians(eval_slates):
+    class Slow:
+        name, needs_train = "teacher", False
+
+        def fit(self, train):
+            pass
+
+        def rank(self, slate):
+            from spdrank.ranking import Ranking
+
+            ms = TEACHER_MS[int(slate.query.qid[1:])]
+            return Ranking(slate.docids, decode_passes=40, recorded_ms=ms)
+
+    class Fast(Slow):
+        name = "student"
+
+        def rank(self, slate):
+            out = super().rank(slate)
+            out.recorded_ms = STUDENT_MS[int(slate.query.qid[1:])]
+            return out
+
+    STUDENT_MS = [10.0, 20.0, 30.0, 40.0, 50.0, 9000.0]  # median 35, mean 1525
+    results = evaluate([Slow(), Fast()], eval_slates, warmup=0)
+    ratios = speedups(results, ["teacher"])
+    assert ratios["student"]["teacher"] == pytest.approx(600.0 / 35.0)  # not a ratio of means
+    assert ratios["teacher"]["teacher"] == 1.0
+    with pytest.raises(ValueError, match="no row named"):
+        speedups(results, ["nobody"])
+
+
+# -- decoder rows ------------------------------------------------------------------------------
+
+
+def test_decoder_rows_share_one_forward_per_slate(spd_model, eval_slates):
+    model = spd_model
+    rows = decoder_rows(model, list(DECODERS))
+    shared = rows[0].shared
+    results = evaluate(rows, eval_slates, warmup=0)
+    assert shared.passes == len(eval_slates)  # not one per decoder
+    for i, slate in enumerate(eval_slates):
+        records = [r.records[i] for r in results.rankers]
+        forward = {k: v for k, v in records[0].timings.items() if k != "assign"}
+        for rec in records:
+            # the same forward's stages in every row; each row's own decode on top
+            assert {k: v for k, v in rec.timings.items() if k != "assign"} == forward
+            assert rec.latency_ms >= sum(rec.timings.values())
+        # the hungarian row ranks exactly as the checkpoint's own rank() does
+        assert rows[0].rank(slate).docids == model.rank(slate).docids
+        for row in rows:
+            assert is_valid_permutation(row.rank(slate).docids, slate.docids)
+
+
+def test_a_timed_call_never_reuses_its_own_warmup(spd_model, eval_slates):
+    rows = decoder_rows(spd_model, ["hungarian", "greedy"])
+    evaluate(rows, eval_slates[:2], warmup=1)
+    # slate 0: warm-up + timed call of each row, each timed call a fresh forward; slate 1: one
+    assert rows[0].shared.passes == 2 + 1 + 1
+
+
+def test_decoder_rows_need_a_matrix_head(spd_model, tiny_backbone):
+    with pytest.raises(ValueError, match="unknown decoder"):
+        decoder_rows(spd_model, ["hungarian", "nope"])
+    scalar = SPDRanker.build(tiny_config(tiny_backbone, "scalar"))
+    with pytest.raises(ValueError, match="no decoders"):
+        decoder_rows(scalar, ["hungarian"])
+
+
+# -- latency decomposition ---------------------------------------------------------------------
+
+
+def test_resize_slates_is_seeded_and_keeps_each_slate_distinct(eval_slates):
+    grown = resize_slates(eval_slates, 15, seed=3)
+    assert grown == resize_slates(eval_slates, 15, seed=3)
+    assert grown != resize_slates(eval_slates, 15, seed=4)
+    pool = {d for s in eval_slates for d in s.docids}
+    for before, after in zip(eval_slates, grown):
+        assert len(after) == 15 and len(set(after.docids)) == 15
+        assert after.docids[: len(before)] == before.docids  # the real slate comes first
+        assert set(after.docids) <= pool and after.clicked == before.clicked
+    cut = resize_slates(eval_slates, 3)
+    assert [s.docids for s in cut] == [s.docids[:3] for s in eval_slates]
+    with pytest.raises(ValueError, match="distinct items"):
+        resize_slates(eval_slates[:1], 20)
+
+
+def test_latency_decomposition_stages_fit_in_the_total(spd_model, eval_slates):
+    model = spd_model
+    # per slate, the stages rank() reports add up to at most its wall time
+    results = evaluate([model], eval_slates, warmup=0)
+    for rec in results.rankers[0].records:
+        assert set(rec.timings) == set(STAGES)
+        assert sum(rec.timings.values()) <= rec.latency_ms
+    rows = decompose(model, eval_slates[:4], sizes=(5, 12), batch_size=3, warmup=1)
+    assert [(r.n, r.slates, r.batch_size) for r in rows] == [(5, 4, 3), (12, 4, 3)]
+    for r in rows:
+        assert set(r.stages_ms) == {*STAGES, "rest"}
+        # each stage is at most the total on every slate, hence in the median too
+        assert all(0 <= v <= r.total_ms["median"] for v in r.stages_ms.values())
+        assert r.total_ms["median"] <= r.total_ms["p95"]
+        assert 0 < r.bare_prefill_ms and r.overhead > 0 and r.throughput > 0
+        assert r.memory_kind == "process RSS, peak" and r.peak_memory_mb > 0
+    with pytest.raises(ValueError, match="--positions 20"):
+        decompose(model, eval_slates, sizes=(20,))
+
+
+def test_bench_latency_needs_an_spd_checkpoint(data, capsys):
+    argv = ["bench", "--slates", str(data / "eval.jsonl"), "--ranker", "random", "--latency",
+            "--out", "unused", "--no-progress"]
+    assert spdrank.cli.main(argv) == 2
+    assert "--latency decomposes SPD checkpoints" in capsys.readouterr().err
+
+
+# -- device and dtype --------------------------------------------------------------------------
+
+
+def test_dtype_override_loads_the_backbone_in_bfloat16(spd_dir, eval_slates):
+    model = SPDRanker.from_pretrained(spd_dir, device="cpu", dtype="bfloat16")
+    assert next(model.backbone.parameters()).dtype == torch.bfloat16
+    ranking = model.rank(eval_slates[0])
+    assert is_valid_permutation(ranking.docids, eval_slates[0].docids)
+    with pytest.raises(ValueError, match="unknown dtype"):
+        SPDRanker.from_pretrained(spd_dir, dtype="float8")
+
+
+# -- benchmarks/gpu.sh -------------------------------------------------------------------------
+
+
+def test_gpu_script_commands_parse():
+    """Every spdrank command the GPU script would run exists, with every flag it passes."""
+    env = {**os.environ, "BIN": "/nonexistent/bin"}
+    done = subprocess.run(
+        ["bash", str(ROOT / "benchmarks" / "gpu.sh"), "--dry-run"],
+        env=env, capture_output=True, text=True, timeout=60, check=True,
+    )
+    commands = [
+        shlex.split(line)
+        for line in done.stdout.splitlines()
+        if line.startswith("/nonexistent/bin/spdrank ")
+    ]
+    subcommands = [argv[1] for argv in commands]
+    assert {"data", "teacher", "train", "bench"} <= set(subcommands), subcommands
+    parser = spdrank.cli.build_parser()
+    for argv in commands:
+        parser.parse_args(argv[1:])  # exits (fails the test) on an unknown flag or value
+    train = next(argv for argv in commands if argv[1] == "train")
+    assert train[train.index("--dtype") + 1] == "bfloat16" and "--limit" not in train
+    assert any("--latency" in argv for argv in commands if argv[1] == "bench")
