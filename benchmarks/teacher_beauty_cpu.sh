@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Teachers and their students on Amazon Beauty at CPU scale (issue: the autoregressive teacher).
 #
-#   bash benchmarks/teacher_beauty_cpu.sh      # writes benchmarks/results/teacher-beauty-cpu/
+#   bash benchmarks/teacher_beauty_cpu.sh [cooccurrence] [smollm2]
+#       # writes benchmarks/results/teacher-beauty-cpu/; the teachers to run (default: both);
+#       # the report covers every teacher whose runs are complete
 #
 # 1. The bundled SmolLM2-135M-Instruct labels EVAL_N eval slates in direct and in reasoning
 #    mode, and TRAIN_N train slates in direct mode, through llama.cpp's OpenAI-compatible
@@ -21,9 +23,12 @@ NEG=${NEG:-uniform}
 DATA=${DATA:-data-out/beauty-$NEG}
 WORK=${WORK:-runs/teacher-beauty-cpu}
 OUT=${OUT:-benchmarks/results/teacher-beauty-cpu}
-EVAL_N=${EVAL_N:-200}; TRAIN_N=${TRAIN_N:-100}
+EVAL_N=${EVAL_N:-200}; TRAIN_N=${TRAIN_N:-200}
 ITEM_TOKENS=${ITEM_TOKENS:-12}; REASONING_TOKENS=${REASONING_TOKENS:-512}
-LAYERS=${LAYERS:-2}; EPOCHS=${EPOCHS:-2}; BATCH=${BATCH:-2}; LORA_R=${LORA_R:-16}
+LAYERS=${LAYERS:-2}; EPOCHS=${EPOCHS:-1}; BATCH=${BATCH:-2}; LORA_R=${LORA_R:-16}
+JOBS=${JOBS:-2}  # student trainings in parallel, one thread each (OpenMP threads stall when shared)
+RUN_TEACHERS=( "${@:-cooccurrence smollm2}" ); RUN_TEACHERS=( ${RUN_TEACHERS[*]} )
+wants() { [[ " ${RUN_TEACHERS[*]} " == *" $1 "* ]]; }
 PORT=${PORT:-8765}; THREADS=${THREADS:-$(nproc)}
 mkdir -p "$OUT" "$WORK"
 start_all=$(date +%s)
@@ -71,18 +76,26 @@ cooc_label() {  # $1 = split
   $BIN/spdrank teacher --slates "$WORK/$1.jsonl" --out "$dir/$1.labels.jsonl" \
     --slates-out "$dir/$1.slates.jsonl" --backend ranker:cooccurrence --train "$DATA/train.jsonl" --json "$dir/$1.summary.json" --no-progress
 }
-smollm2_label eval direct
-smollm2_label eval reasoning
-smollm2_label train direct
-stop_server; SERVER_PID=
-cooc_label eval
-cooc_label train
+if wants smollm2; then
+  smollm2_label eval direct
+  smollm2_label eval reasoning
+  smollm2_label train direct
+  stop_server; SERVER_PID=
+fi
+if wants cooccurrence; then
+  cooc_label eval
+  cooc_label train
+fi
+complete() { done_labels "$WORK/$1/eval.summary.json" && done_labels "$WORK/$1/train.summary.json"; }
 
 # -- 2. the teachers next to the baselines --------------------------------------------------------
+AR_LABELS=()
+for mode in direct reasoning; do
+  ! done_labels "$WORK/smollm2-$mode/eval.summary.json" ||
+    AR_LABELS+=( --labels "smollm2-$mode=$WORK/smollm2-$mode/eval.labels.jsonl" )
+done
 TEACHERS_EVAL=( $BIN/spdrank eval --slates "$WORK/eval.jsonl" --train "$DATA/train.jsonl"
-  --ranker random --ranker popularity --ranker cooccurrence
-  --labels "smollm2-direct=$WORK/smollm2-direct/eval.labels.jsonl"
-  --labels "smollm2-reasoning=$WORK/smollm2-reasoning/eval.labels.jsonl"
+  --ranker random --ranker popularity --ranker cooccurrence "${AR_LABELS[@]}"
   --json "$OUT/teachers.json" --no-progress )
 "${TEACHERS_EVAL[@]}" > "$OUT/teachers.txt"
 
@@ -91,21 +104,29 @@ train_student() {  # $1 = teacher dir name, $2 = target, $3 = head
   local run="$WORK/students/$1-$2-$3"
   [ -f "$run/train.json" ] && return 0
   local t0; t0=$(date +%s)
-  $BIN/spdrank train --slates "$WORK/$1/train.slates.jsonl" --out "$run" --target "$2" --head "$3" \
+  OMP_NUM_THREADS=1 $BIN/spdrank train --slates "$WORK/$1/train.slates.jsonl" --out "$run" --target "$2" --head "$3" \
     --layers "$LAYERS" --lora-r "$LORA_R" --lora-alpha "$LORA_R" --max-item-tokens "$ITEM_TOKENS" \
     --batch-size "$BATCH" --epochs "$EPOCHS" --lr 2e-4 --head-lr 1e-3 --eval-every 100000 \
     --save-every 25 --seed 0 --no-progress > "$run.log" 2>&1
   echo $(( $(date +%s) - t0 )) > "$run/wall_s.txt"
 }
 HEADS=(attn first scalar); TARGETS=(teacher teacher+clicks)
-for T in cooccurrence smollm2-direct; do
+STUDENT_TEACHERS=()
+wants cooccurrence && complete cooccurrence && STUDENT_TEACHERS+=(cooccurrence)
+wants smollm2 && complete smollm2-direct && STUDENT_TEACHERS+=(smollm2-direct)
+for T in "${STUDENT_TEACHERS[@]}"; do
   MODELS=()
   for target in "${TARGETS[@]}"; do
     for head in "${HEADS[@]}"; do
-      train_student "$T" "$target" "$head"
+      while [ "$(jobs -rp | wc -l)" -ge "$JOBS" ]; do wait -n; done
+      train_student "$T" "$target" "$head" &
       name=$([ "$head" = attn ] && echo spd || echo "$head")
       MODELS+=( --model "$name/$target=$WORK/students/$T-$target-$head" )
     done
+  done
+  wait
+  for run in "$WORK"/students/"$T"-*; do
+    [ -d "$run" ] && [ ! -f "$run/train.json" ] && { echo "training $run failed: see $run.log" >&2; exit 1; }
   done
   STUDENTS_EVAL=( $BIN/spdrank eval --slates "$WORK/$T/eval.slates.jsonl" --train "$DATA/train.jsonl"
     --ranker random --ranker popularity --ranker cooccurrence --labels "teacher=$WORK/$T/eval.labels.jsonl"
@@ -117,6 +138,7 @@ done
 summary_rows() {
   for f in "$WORK"/smollm2-direct/eval "$WORK"/smollm2-reasoning/eval "$WORK"/smollm2-direct/train \
            "$WORK"/cooccurrence/eval "$WORK"/cooccurrence/train; do
+    [ -f "$f.summary.json" ] || continue
     $BIN/python - "$f.summary.json" <<'EOF'
 import json, sys
 d = json.load(open(sys.argv[1]))
@@ -152,6 +174,7 @@ wall_all=$(( $(date +%s) - start_all ))
   echo
   code_block -f "$OUT/teachers.txt"
   for T in cooccurrence smollm2-direct; do
+    [ -f "$OUT/students-$T.txt" ] || { echo; echo "## Students of $T: not run yet (its labels are incomplete)"; continue; }
     echo
     echo "## Students of $T, on the $EVAL_N eval slates (tau, top1: agreement with $T)"
     echo
@@ -160,7 +183,7 @@ wall_all=$(( $(date +%s) - start_all ))
   echo
   echo "Commands:"
   echo
-  code_block "bash benchmarks/teacher_beauty_cpu.sh   # NEG=$NEG EVAL_N=$EVAL_N TRAIN_N=$TRAIN_N LAYERS=$LAYERS EPOCHS=$EPOCHS" \
-    "${TEACHERS_EVAL[*]}" "${STUDENTS_EVAL[*]}"
+  code_block "bash benchmarks/teacher_beauty_cpu.sh ${RUN_TEACHERS[*]}   # NEG=$NEG EVAL_N=$EVAL_N TRAIN_N=$TRAIN_N LAYERS=$LAYERS EPOCHS=$EPOCHS" \
+    "${TEACHERS_EVAL[*]}" "${STUDENTS_EVAL[*]:-}"
 } > "$OUT/report.md"
 cat "$OUT/report.md"
