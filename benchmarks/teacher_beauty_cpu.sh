@@ -103,6 +103,7 @@ TEACHERS_EVAL=( $BIN/spdrank eval --slates "$WORK/eval.jsonl" --train "$DATA/tra
 train_student() {  # $1 = teacher dir name, $2 = target, $3 = head
   local run="$WORK/students/$1-$2-$3"
   [ -f "$run/train.json" ] && return 0
+  mkdir -p "$WORK/students"
   local t0; t0=$(date +%s)
   OMP_NUM_THREADS=1 $BIN/spdrank train --slates "$WORK/$1/train.slates.jsonl" --out "$run" --target "$2" --head "$3" \
     --layers "$LAYERS" --lora-r "$LORA_R" --lora-alpha "$LORA_R" --max-item-tokens "$ITEM_TOKENS" \
@@ -125,8 +126,11 @@ for T in "${STUDENT_TEACHERS[@]}"; do
     done
   done
   wait
-  for run in "$WORK"/students/"$T"-*; do
-    [ -d "$run" ] && [ ! -f "$run/train.json" ] && { echo "training $run failed: see $run.log" >&2; exit 1; }
+  for target in "${TARGETS[@]}"; do
+    for head in "${HEADS[@]}"; do
+      run="$WORK/students/$T-$target-$head"
+      [ -f "$run/train.json" ] || { echo "training $run failed: see $run.log" >&2; exit 1; }
+    done
   done
   STUDENTS_EVAL=( $BIN/spdrank eval --slates "$WORK/$T/eval.slates.jsonl" --train "$DATA/train.jsonl"
     --ranker random --ranker popularity --ranker cooccurrence --labels "teacher=$WORK/$T/eval.labels.jsonl"
