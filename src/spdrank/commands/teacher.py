@@ -12,6 +12,20 @@ selected slates with ``teacher`` filled to ``--slates-out`` (default ``<stem>.sl
 beside ``--out``). ``--shard i/n`` labels the slates whose index (0-based, counting slates)
 is i modulo n; ``teacher merge`` joins the shards. Exit status 1 when slates are left
 unlabelled (failed requests: rerun to retry), 2 on bad input.
+
+On a cluster, two patterns, which combine:
+
+  one process, many servers: repeat --base-url (or list them in --base-urls-file); each
+    server gets --concurrency requests at a time, the least-loaded first. A failing server
+    is left out for --server-backoff seconds (doubled while it keeps failing) and its slates
+    go to the others; every record names its "server".
+        spdrank teacher ... --backend openai --base-urls-file servers.txt --concurrency 32
+
+  one process per shard: each labels its own part into its own file, against its own
+    server(s); then merge (a shard's rerun resumes it; shards never touch one file).
+        spdrank teacher ... --backend openai --shard 3/8 --out labels.3.jsonl \\
+            --base-url http://gpu3:8000/v1
+        spdrank teacher merge --labels labels.?.jsonl --slates train.jsonl --out labels.jsonl
 """
 
 from __future__ import annotations
@@ -77,17 +91,24 @@ def register(subparsers: Any) -> None:
     hf.add_argument("--device", default="auto", metavar="D", help="cpu, cuda or auto")
     hf.add_argument("--dtype", default="auto", metavar="T", help="float32, bfloat16, float16 or auto")
     oa = p.add_argument_group("openai backend")
-    oa.add_argument("--base-url", metavar="URL", default=os.environ.get("OPENAI_BASE_URL", "http://localhost:8000/v1"),
-                    help="server URL up to /v1 (default $OPENAI_BASE_URL or http://localhost:8000/v1)")
+    oa.add_argument("--base-url", metavar="URL", action="append",
+                    help="server URL up to /v1; repeat for many servers "
+                    "(default $OPENAI_BASE_URL or http://localhost:8000/v1)")
+    oa.add_argument("--base-urls-file", metavar="FILE",
+                    help="more server URLs, one a line ('#' comments, blank lines ok)")
     oa.add_argument("--model-name", metavar="NAME", help="model to ask for (default: the server's first model)")
     oa.add_argument("--api-key", metavar="KEY", default=os.environ.get("OPENAI_API_KEY", "none"),
                     help="API key (default $OPENAI_API_KEY, else 'none')")
-    oa.add_argument("--concurrency", type=_positive, default=8, metavar="N", help="requests in flight (default 8)")
+    oa.add_argument("--concurrency", type=_positive, default=8, metavar="N",
+                    help="requests in flight per server (default 8)")
     oa.add_argument("--timeout", type=float, default=120.0, metavar="S",
                     help="seconds per request attempt (default 120)")
     oa.add_argument("--retries", type=int, default=4, metavar="N", help="retries per request (default 4)")
     oa.add_argument("--retry-backoff", type=float, default=1.0, metavar="S",
                     help="first retry delay in seconds, doubled each retry (default 1)")
+    oa.add_argument("--server-backoff", type=float, default=30.0, metavar="S",
+                    help="seconds a server whose request failed all retries stays out of "
+                    "rotation, doubled while it keeps failing (default 30)")
     oa.add_argument("--extra-body", metavar="JSON",
                     help="extra request fields, e.g. '{\"chat_template_kwargs\": "
                     "{\"enable_thinking\": false}}' for vLLM + Qwen3")
@@ -133,9 +154,10 @@ def build_backend(args: argparse.Namespace, slates: Path) -> Any:
 
             tokenizer = load_tokenizer(args.tokenizer)  # 'bundled' works too
         return OpenAIBackend(
-            args.base_url, args.model_name, api_key=args.api_key, mode=args.mode,
+            server_urls(args), args.model_name, api_key=args.api_key, mode=args.mode,
             concurrency=args.concurrency, timeout_s=args.timeout, retries=args.retries,
-            backoff_s=args.retry_backoff, max_new_tokens=args.max_new_tokens,
+            backoff_s=args.retry_backoff, server_backoff_s=args.server_backoff,
+            max_new_tokens=args.max_new_tokens,
             extra_body=json.loads(args.extra_body) if args.extra_body else None,
             tokenizer=tokenizer,
         )
@@ -156,6 +178,16 @@ def build_backend(args: argparse.Namespace, slates: Path) -> Any:
     raise ValueError(f"unknown --backend {spec!r}: {BACKEND_HELP}")
 
 
+def server_urls(args: argparse.Namespace) -> list[str]:
+    """The openai backend's servers: ``--base-url`` values, ``--base-urls-file``, else the default."""
+    from spdrank.teacher.servers import check_base_url, collect_base_urls
+
+    if args.base_url or args.base_urls_file:
+        return collect_base_urls(args.base_url or (), args.base_urls_file)
+    env = os.environ.get("OPENAI_BASE_URL")
+    return [check_base_url(env, "$OPENAI_BASE_URL") if env else "http://localhost:8000/v1"]
+
+
 def _write_json(path: str, data: dict[str, Any]) -> None:
     from spdrank.slates import atomic_writer
 
@@ -173,6 +205,8 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"the following arguments are required: {', '.join(missing)}")
     if args.extra_body:
         json.loads(args.extra_body)  # fail before any work
+    if args.backend == "openai":
+        server_urls(args)  # likewise
     slates = Path(args.slates)
     if not slates.exists():
         raise FileNotFoundError(f"no such slate file: {slates}")

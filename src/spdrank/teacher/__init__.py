@@ -9,7 +9,8 @@ once and cached as JSONL. The pieces, one module each:
 - :mod:`~spdrank.teacher.parse`: read ``[i] > [j] > ...`` from free text, give it a status and
   repair it into a full permutation (rank_llm's ``receive_permutation`` semantics);
 - :mod:`~spdrank.teacher.backends` (``ranker:NAME``, ``file:PATH``), :mod:`~spdrank.teacher.hf`
-  (local transformers) and :mod:`~spdrank.teacher.openai_api` (any OpenAI-compatible server);
+  (local transformers) and :mod:`~spdrank.teacher.openai_api` (OpenAI-compatible servers, one
+  or many: :mod:`~spdrank.teacher.servers` picks which one takes each request);
 - :mod:`~spdrank.teacher.labels`: the append-only, crash-safe label file;
 - :mod:`~spdrank.teacher.run`: the resumable labelling loop; :mod:`~spdrank.teacher.merge`
   joins shards.

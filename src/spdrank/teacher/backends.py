@@ -48,6 +48,10 @@ class Generation:
     ids: list[int] | None = None
     #: Generation stopped at the token cap (the ranking is probably cut short).
     hit_max_tokens: bool = False
+    #: The server that answered, for backends that spread slates over several.
+    server: str | None = None
+    #: The answering model's name when it varies by server; else the backend's name is used.
+    backend: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
 

@@ -11,7 +11,8 @@ An exclusive ``flock`` on the file stops two runs from appending to the same lab
 
 A record: ``qid``, ``status``, ``issues``, ``n``, ``raw`` (the answer text), ``parsed``
 (1-based ids as read), ``ranking`` (the repaired permutation as docids, best first),
-``decode_passes``, ``latency_ms``, ``hit_max_tokens``, ``backend``, ``mode``.
+``decode_passes``, ``latency_ms``, ``hit_max_tokens``, ``backend``, ``mode``; ``server``
+(the URL that answered) when the backend spreads slates over servers.
 """
 
 from __future__ import annotations
@@ -52,7 +53,11 @@ class Label:
 
 
 def make_record(slate: Slate, generation: Generation, backend: str, mode: str) -> dict[str, Any]:
-    """Judge and repair ``generation`` for ``slate``: the record the label file stores."""
+    """Judge and repair ``generation`` for ``slate``: the record the label file stores.
+
+    ``backend`` names the run's backend; the generation's own ``backend``, when set (the
+    model of the server that answered), is more precise and wins.
+    """
     n = len(slate)
     if generation.ids is not None:
         parsed = judge_ids(generation.ids, n, well_formed=True)
@@ -70,8 +75,9 @@ def make_record(slate: Slate, generation: Generation, backend: str, mode: str) -
         "decode_passes": generation.decode_passes,
         "latency_ms": round(generation.latency_ms, 3),
         "hit_max_tokens": generation.hit_max_tokens,
-        "backend": backend,
+        "backend": generation.backend or backend,
         "mode": mode,
+        **({"server": generation.server} if generation.server is not None else {}),
         **generation.extra,
     }
 

@@ -109,6 +109,9 @@ class RunSummary:
     limit: int | None = None
     labels: str = ""
     slates_out: str | None = None
+    #: Slates labelled now by each server (backends that spread slates over servers).
+    servers: dict[str, int] = field(default_factory=dict)
+    #: The first 20 failures, ``qid: why``.
     errors: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
@@ -181,6 +184,9 @@ def _label(
                 record = make_record(outcome.job.slate, outcome.generation, backend.name, summary.mode)
                 store.append(record)
                 summary.labelled_now += 1
+                if outcome.generation.server is not None:
+                    server = outcome.generation.server
+                    summary.servers[server] = summary.servers.get(server, 0) + 1
                 ok += record["status"] == OK
             bar.update(1)
             bar.set_postfix(ok=f"{ok / max(1, summary.labelled_now):.0%}", failed=summary.failed)
@@ -254,6 +260,12 @@ def format_summary(summary: RunSummary) -> str:
         lines.append(f"\nmean decode passes / slate: {summary.mean_decode_passes:.1f}")
     if summary.mean_latency_ms is not None:
         lines.append(f"mean latency ms / slate:    {summary.mean_latency_ms:.1f}")
+    if summary.servers:
+        width = max(len(url) for url in summary.servers)
+        lines.append(f"\n{'server':<{width}}{'labelled now':>14}")
+        lines.extend(f"{url:<{width}}{count:>14}" for url, count in sorted(summary.servers.items()))
+    if summary.errors:
+        lines.append(f"\nfirst failure: {summary.errors[0]}")
     lines.append(f"\nlabels: {summary.labels}")
     if summary.slates_out:
         lines.append(f"labelled slates: {summary.slates_out}")
