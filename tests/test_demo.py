@@ -16,10 +16,11 @@ def test_demo_tiny_end_to_end_and_rerun_reuses(tmp_path, capsys):
     out = capsys.readouterr().out
     for step in range(1, 7):
         assert f"[{step}/6]" in out
-    results = json.loads((root / "results.json").read_text())
+    results = json.loads((root / "report" / "results.json").read_text())
     rankers = results["rankers"]
-    assert {"random", "popularity", "cooccurrence", "spd-student"} <= set(rankers)
-    student = rankers["spd-student"]
+    assert {"random", "popularity", "cooccurrence", "spd-student:hungarian"} <= set(rankers)
+    assert (root / "report" / "report.md").exists() and list((root / "report").glob("*.png"))
+    student = rankers["spd-student:hungarian"]
     assert student["valid_pct"] == 100.0 and student["n_slates"] == 6
     assert student["decode_passes_mean"] == 1.0
     # fidelity to the teacher is measured: the eval slates carry the teacher's permutation

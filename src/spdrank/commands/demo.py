@@ -7,7 +7,7 @@
 3. labels it with a teacher through ``spdrank teacher``: by default the co-occurrence
    ranker (``ranker:cooccurrence``), a teacher that carries signal and labels in seconds;
 4. trains the SPD student on the teacher's permutations (``spdrank train --target teacher``);
-5. evaluates the student against its teacher and the baselines (``spdrank eval``), with the
+5. evaluates the student against its teacher and the baselines (``spdrank bench``), with the
    autoregressive SmolLM2 teacher's own answers on the same eval slates replayed from label
    files that ``spdrank teacher`` produced through llama.cpp's server (shipped with the
    package; command and provenance in ``spdrank/data/beauty/PROVENANCE.md``): quality,
@@ -34,6 +34,10 @@ AR_TEACHERS = {
     "smollm2-direct": "smollm2-direct.eval.labels.jsonl",
     "smollm2-reasoning": "smollm2-reasoning.eval.labels.jsonl",
 }
+
+
+#: The student's row name in the results (``<name>:<decoder>`` in ``spdrank bench``).
+STUDENT = "spd-student"
 
 
 @dataclass(frozen=True)
@@ -142,20 +146,22 @@ def run(args: argparse.Namespace) -> int:
               "--epochs", str(scale.epochs), "--save-every", "10",
               "--device", args.device])
 
-    results = root / "results.json"
+    report = root / "report"
     steps.announce(
-        f"evaluating the student against its teacher and the baselines on {scale.eval} eval slates",
+        f"evaluating the student against its teacher and the baselines on {scale.eval} eval "
+        f"slates (spdrank bench: table, report and plots in {report})",
         "about 1 min",
     )
-    argv = ["eval", "--slates", str(labels / "eval.slates.jsonl"), "--train", str(data / "train.jsonl"),
+    argv = ["bench", "--slates", str(labels / "eval.slates.jsonl"), "--train", str(data / "train.jsonl"),
             "--ranker", "random", "--ranker", "popularity", "--ranker", "cooccurrence"]
     for name, path in ar_teacher_files().items():
         argv += ["--labels", f"{name}={path}"]
-    argv += ["--model", f"spd-student={model_dir}", "--device", args.device, "--json", str(results)]
+    argv += ["--model", f"{STUDENT}={model_dir}", "--decoders", "hungarian", "--device", args.device,
+             "--out", str(report), "--title", "spdrank demo: the SPD student on Amazon Beauty"]
     call(argv)
 
     steps.announce("done")
-    print_speedup(results)
+    print_speedup(report / "results.json")
     print_next_steps(root, model_dir, subset, time.perf_counter() - started)
     return 0
 
@@ -184,7 +190,7 @@ def ar_teacher_files() -> dict[str, Path]:
 def print_speedup(results: Path) -> None:
     """The student's median latency against each autoregressive teacher's, from the same run."""
     rankers = json.loads(results.read_text())["rankers"]
-    student = rankers.get("spd-student")
+    student = rankers.get(f"{STUDENT}:hungarian")
     if not student:
         return
     ms = student["latency_ms"]["median"]
@@ -200,7 +206,7 @@ def print_speedup(results: Path) -> None:
 
 def print_next_steps(root: Path, model_dir: Path, subset: Path, seconds: float) -> None:
     print(f"""
-Finished in {seconds / 60:.1f} min. Results: {root / 'results.json'}
+Finished in {seconds / 60:.1f} min. Report and plots: {root / 'report'}
 
 Rank your own slates (JSONL, one slate per line; see the README's slate format):
   spdrank rank --model {model_dir} --input {subset / 'eval.jsonl'} --output {root / 'ranked.jsonl'}
