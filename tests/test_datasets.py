@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import subprocess
 import sys
@@ -12,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from spdrank.baselines import CooccurrenceRanker, PopularityRanker
 from spdrank.commands import data as data_command
 from spdrank.datasets import sequences as seqmod
 from spdrank.datasets.sequences import (
@@ -22,6 +24,7 @@ from spdrank.datasets.sequences import (
     read_candidate_lists,
     read_sequences,
     read_titles,
+    split_users,
 )
 from spdrank.slates import SlateError, load_slates
 
@@ -442,6 +445,14 @@ def test_command_sequences(tmp_path, capsys):
     assert manifest["parameters"] == {
         "history": 3, "candidates": 8, "negatives": "popularity", "seed": 3, "eval_fraction": 0.1,
     }
+    assert all(c.features is None for s in _slates(out) for c in s.candidates)
+    args = _parser().parse_args(
+        ["data", "sequences", "--sequences", str(seqs), "--titles", str(titles), "--out",
+         str(tmp_path / "featured"), "--features", "--no-progress"]
+    )
+    assert args.func(args) == 0
+    featured = _slates(tmp_path / "featured")
+    assert all(set(c.features) == {"popularity", "cooccurrence"} for s in featured for c in s.candidates)
 
 
 def test_command_candidate_file(tmp_path, capsys):
@@ -476,6 +487,100 @@ def test_command_candidate_file_and_negatives_exclude(tmp_path):
 def test_command_rejects_bad_numbers(tmp_path, bad):
     with pytest.raises(SystemExit):
         _parser().parse_args(["data", "beauty", "--out", str(tmp_path), *bad])
+
+
+# -- upstream features ----------------------------------------------------------------------
+
+
+def _log1p(x: float) -> float:
+    return round(math.log1p(x), 6)
+
+
+def test_features_by_hand_leave_the_slates_own_user_out(tmp_path):
+    # Training sequences (history + target): u1 a b c, u2 a b d, u3 b c; u4 is the eval user.
+    # Counts over all three: a 2, b 3, c 2, d 1. Co-occurrence (window 20, forward 1,
+    # backward 0.5): a->b 2, a->c 1, a->d 1, b->a 1, b->c 2, b->d 1, c->a .5, c->b 1, ...
+    assert split_users(["u1", "u2", "u3", "u4"], 0.25, seed=0) == {"u4"}
+    _inputs(tmp_path, seq_lines=["u1 a b c", "u2 a b d", "u3 b c", "u4 a c"], title_lines=[])
+    cands = _write(tmp_path / "c.txt", ["u1 c d e", "u2 d c e", "u3 c a e", "u4 c d e"])
+    result = _build(tmp_path, candidate_file=cands, candidates=3, eval_fraction=0.25,
+                    features=True)
+    features = {
+        s.query.qid: {c.docid: c.features for c in s.candidates} for s in _slates(result.out_dir)
+    }
+    # u1 (train), history [a, b]: without u1's own a b c, the counts are c 1, d 1, e 0 and
+    # co(b->c) = 1, co(a->c) = 0, co(b->d) = 1, co(a->d) = 1; the most recent item (b)
+    # weighs 1, the one before (a) 0.8. Counting u1 too would give c 2 and 1 + 1 + 0.8 * 1:
+    # the target ahead of every negative, read off the label.
+    assert features["u1"] == {
+        "c": {"popularity": _log1p(1), "cooccurrence": _log1p(1 * 1 + 0.8 * 0)},
+        "d": {"popularity": _log1p(1), "cooccurrence": _log1p(1 * 1 + 0.8 * 1)},
+        "e": {"popularity": 0.0, "cooccurrence": 0.0},
+    }
+    # u2 (train), history [a, b], target d: without a b d, d is never counted at all.
+    assert features["u2"] == {
+        "d": {"popularity": 0.0, "cooccurrence": 0.0},
+        "c": {"popularity": _log1p(2), "cooccurrence": _log1p(1 * 2 + 0.8 * 1)},
+        "e": {"popularity": 0.0, "cooccurrence": 0.0},
+    }
+    # u3 (train), history [b], target c: without b c.
+    assert features["u3"] == {
+        "c": {"popularity": _log1p(1), "cooccurrence": _log1p(1)},
+        "a": {"popularity": _log1p(2), "cooccurrence": _log1p(1)},
+        "e": {"popularity": 0.0, "cooccurrence": 0.0},
+    }
+    # u4 (eval), history [a]: its sequence was never counted, so nothing is left out.
+    assert features["u4"] == {
+        "c": {"popularity": _log1p(2), "cooccurrence": _log1p(1)},
+        "d": {"popularity": _log1p(1), "cooccurrence": _log1p(1)},
+        "e": {"popularity": 0.0, "cooccurrence": 0.0},
+    }
+    assert result.manifest["parameters"]["features"] == ["popularity", "cooccurrence"]
+    assert "own user out" in result.manifest["policies"]["features"]
+
+
+def test_features_equal_the_baselines_fitted_without_the_slates_user(tmp_path):
+    """Every slate's features are the popularity and co-occurrence baselines' scores, fitted on
+    the training slates other than its own: exactly, train and eval alike."""
+    _inputs(tmp_path, seq_lines=_log(n_items=25))  # few items: candidates co-occur often
+    _build(tmp_path, history=3, eval_fraction=0.25, features=True)
+    train = load_slates(tmp_path / "out" / "train.jsonl")
+    evals = load_slates(tmp_path / "out" / "eval.jsonl")
+    assert len(train) == 30 and len(evals) == 10
+    for slate in train + evals:
+        others = [s for s in train if s.query.qid != slate.query.qid]
+        popularity, cooccurrence = PopularityRanker(), CooccurrenceRanker()
+        popularity.fit(others)
+        cooccurrence.fit(others)
+        expected = [
+            {"popularity": _log1p(p), "cooccurrence": _log1p(c)}
+            for p, c in zip(popularity.scores(slate), cooccurrence.scores(slate))
+        ]
+        assert [c.features for c in slate.candidates] == expected, slate.query.qid
+    assert sum(c.features["cooccurrence"] > 0 for s in train for c in s.candidates) > 50
+
+
+def test_features_are_byte_identical_across_rebuilds_and_hash_seeds(tmp_path):
+    _inputs(tmp_path, seq_lines=_log(n_items=25))
+    _build(tmp_path, out="a", history=3, features=True)
+    code = (
+        "import sys; from spdrank.datasets.sequences import BuildOptions, build_from_files; "
+        "build_from_files(sys.argv[1], sys.argv[2], sys.argv[3], "
+        "BuildOptions(candidates=10, history=3, features=True), progress=False)"
+    )
+    subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path / "seq.txt"), str(tmp_path / "titles.tsv"),
+         str(tmp_path / "b")],
+        env={**os.environ, "PYTHONHASHSEED": "4242"}, check=True,
+    )
+    assert _snapshot(tmp_path / "a") == _snapshot(tmp_path / "b")
+    _build(tmp_path, out="plain", history=3)
+    plain, featured = _slates(tmp_path / "plain"), _slates(tmp_path / "a")
+    for p, f in zip(plain, featured):  # the same slates, only with features
+        assert all(c.features is None for c in p.candidates)
+        for c in f.candidates:
+            c.features = None
+        assert p == f
 
 
 # -- the bundled Beauty ---------------------------------------------------------------------
@@ -530,5 +635,13 @@ def test_beauty_counts(beauty_builds):
 
 def test_beauty_is_byte_identical(beauty_builds):
     here, other = beauty_builds
+    # The default build is pinned: options added later (e.g. --features) must leave it as is.
+    outputs = here.manifest["outputs"]
+    assert outputs["train.jsonl"]["sha256"] == (
+        "2a36ab5005f980b3c3b1f8df423868a00bf63d39a3a26898843a99b045644eac"
+    )
+    assert outputs["eval.jsonl"]["sha256"] == (
+        "80f5b0275ab91c9d233bae6de17bd5aaae34bcc45f1a5b710f83263221b78ee1"
+    )
     assert sorted(p.name for p in here.out_dir.iterdir()) == sorted(OUTPUTS)
     assert _snapshot(here.out_dir) == _snapshot(other)

@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from spdrank.heads import HEADS, HeadConfig, build_head
+from spdrank.heads import HEADS, FirstHead, HeadConfig, build_head
 
 MATRIX_HEADS = sorted(k for k, cls in HEADS.items() if cls.matrix)
 
@@ -54,3 +54,72 @@ def test_scalar_head_gives_one_score_per_item_independent_of_padding():
     padded = torch.cat([h, torch.randn(1, 2, 8)], 1)
     mask = torch.tensor([[True, True, True, False, False]])
     torch.testing.assert_close(head(padded, mask)[0, :3], alone[0])
+
+
+# -- upstream features -----------------------------------------------------------------------
+
+ALL_HEADS = sorted(HEADS)
+
+
+@pytest.mark.parametrize("kind", ALL_HEADS)
+@pytest.mark.parametrize("hidden", [24, 0])  # 0: features alone, no hidden states
+def test_features_are_read_and_padding_still_cannot_leak(kind, hidden):
+    torch.manual_seed(0)
+    head = build_head(hidden, HeadConfig(kind=kind, positions=12, width=16, heads=2), 3).eval()
+    h = torch.randn(1, 5, 24) if hidden else None
+    f = torch.randn(1, 5, 3)
+    mask = torch.ones(1, 5, dtype=torch.bool)
+    alone = head(h, mask, f)
+    assert alone.shape == ((1, 5, 12) if head.matrix else (1, 5))
+    assert not torch.allclose(head(h, mask, f + torch.randn(1, 5, 3)), alone)  # features matter
+    # Padded next to a longer slate, with loud garbage in the padded states and features.
+    hb = torch.randn(2, 8, 24) * 100 if hidden else None
+    fb = torch.randn(2, 8, 3) * 100
+    if hidden:
+        hb[0, :5] = h[0]
+    fb[0, :5] = f[0]
+    mb = torch.ones(2, 8, dtype=torch.bool)
+    mb[0, 5:] = False
+    padded = head(hb, mb, fb)
+    torch.testing.assert_close(padded[0, :5], alone[0], rtol=1e-5, atol=1e-5)
+    assert (padded[0, 5:] == 0).all()
+
+
+def test_a_head_needs_some_input():
+    with pytest.raises(ValueError, match="needs hidden states or features"):
+        build_head(0, HeadConfig(kind="attn"), 0)
+    head = build_head(8, HeadConfig(kind="linear", positions=4), 2)
+    with pytest.raises(ValueError, match="reads features, but none were given"):
+        head(torch.randn(1, 3, 8), torch.ones(1, 3, dtype=torch.bool))
+
+
+def test_first_head_adds_a_linear_map_of_the_features_to_the_letter_logits():
+    head = FirstHead([5, 7, 9], features=2)
+    logits = torch.randn(1, 12)
+    f = torch.randn(1, 3, 2)
+    mask = torch.ones(1, 3, dtype=torch.bool)
+    expected = logits[:, [5, 7, 9]] + head.features(f).squeeze(-1)
+    torch.testing.assert_close(head(logits, mask, f), expected)
+    assert torch.equal(FirstHead([5, 7, 9])(logits, mask), logits[:, [5, 7, 9]])
+
+
+@pytest.mark.parametrize(
+    "kind,old_names",
+    [
+        ("linear", {"proj.0.": "norm.", "proj.1.": "out."}),
+        ("scalar", {"proj.0.": "mlp.0.", "proj.1.": "mlp.1.", "out.1.": "mlp.3."}),
+    ],
+)
+def test_checkpoints_from_before_features_still_load(kind, old_names):
+    """The linear and scalar heads' first layers were renamed; old state dicts are mapped."""
+    torch.manual_seed(0)
+    cfg = HeadConfig(kind=kind, positions=6, width=16)
+    trained = build_head(8, cfg).eval()
+    old = {}
+    for key, value in trained.state_dict().items():
+        prefix = next(p for p in old_names if key.startswith(p))
+        old[old_names[prefix] + key[len(prefix):]] = value
+    fresh = build_head(8, cfg).eval()
+    fresh.load_state_dict(old)  # strict: every key must be mapped
+    h, mask = torch.randn(1, 4, 8), torch.ones(1, 4, dtype=torch.bool)
+    torch.testing.assert_close(fresh(h, mask), trained(h, mask))

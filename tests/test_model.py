@@ -6,10 +6,12 @@ import pytest
 import torch
 
 from spdrank.backbone import BackboneConfig, LoraSettings
+from spdrank.features import FeatureNormalizer
 from spdrank.heads import HeadConfig
 from spdrank.metrics import is_valid_permutation
-from spdrank.model import SPDConfig, SPDRanker
+from spdrank.model import NoBackbone, NoTokenizer, SPDConfig, SPDRanker, first_prompt
 from spdrank.prompt import PromptSettings
+from spdrank.slates import SlateError
 from tests.conftest import make_slate
 
 
@@ -77,3 +79,82 @@ def test_too_many_candidates_is_a_clear_error(tiny_backbone):
 def test_not_a_checkpoint(tmp_path):
     with pytest.raises(FileNotFoundError, match="not an spdrank checkpoint"):
         SPDRanker.from_pretrained(tmp_path)
+
+
+# -- upstream features -----------------------------------------------------------------------
+
+
+def with_features(slates, seed=0):
+    """The slates with a random 'signal' feature and a random score on every candidate."""
+    rng = random.Random(seed)
+    for slate in slates:
+        for c in slate.candidates:
+            c.features = {"signal": rng.gauss(0, 1)}
+            c.score = rng.uniform(0, 10)
+    return slates
+
+
+def feature_config(path, kind, features_only=False):
+    config = tiny_config(path, kind, frozen=features_only)
+    if kind == "first":
+        config.prompt = first_prompt(config.prompt)
+    config.features = FeatureNormalizer(("signal", "score"), (0.0, 5.0), (1.0, 3.0))
+    config.features_only = features_only
+    return config
+
+
+@pytest.mark.parametrize("kind", ["attn", "linear", "slot", "scalar", "first"])
+def test_features_are_saved_with_their_normalisation_and_reproduce_scores(
+    tmp_path, tiny_backbone, slates, kind
+):
+    torch.manual_seed(0)
+    slates = with_features(slates)
+    model = SPDRanker.build(feature_config(tiny_backbone, kind))
+    before = model.score_matrix(slates[0])
+    model.save_pretrained(tmp_path / "ckpt")
+    saved = json.loads((tmp_path / "ckpt" / "config.json").read_text())
+    assert saved["features"] == {"names": ["signal", "score"], "mean": [0.0, 5.0], "std": [1.0, 3.0]}
+    loaded = SPDRanker.from_pretrained(tmp_path / "ckpt")
+    np.testing.assert_allclose(loaded.score_matrix(slates[0]), before, rtol=1e-5, atol=1e-5)
+    # The features reach the scores: moving one candidate's feature moves them.
+    slates[0].candidates[0].features["signal"] += 3.0
+    assert not np.allclose(loaded.score_matrix(slates[0]), before, atol=1e-4)
+    batch = loaded.collate([loaded.encode(s) for s in slates])
+    assert batch.features.shape == (len(slates), max(len(s) for s in slates), 2)
+
+
+def test_a_slate_without_a_feature_the_model_reads_is_a_clear_error(tiny_backbone, slates):
+    model = SPDRanker.build(feature_config(tiny_backbone, "attn"))
+    slate = with_features(slates)[2]
+    slate.candidates[1].features = {"other": 1.0}
+    with pytest.raises(SlateError, match=r"slate 'u2': candidates\[1\] \(docid 'd1'\) has no "
+                       "feature 'signal', which this model reads"):
+        model.rank(slate)
+
+
+def test_features_only_builds_saves_loads_and_ranks_without_the_backbone(
+    tmp_path, slates, monkeypatch
+):
+    def no_llm(*args, **kwargs):
+        raise AssertionError("a features-only model must not load the LLM")
+
+    monkeypatch.setattr("spdrank.model.load_backbone", no_llm)
+    monkeypatch.setattr("spdrank.model.load_tokenizer", no_llm)
+    torch.manual_seed(0)
+    slates = with_features(slates)
+    model = SPDRanker.build(feature_config("no/such/backbone", "attn", features_only=True))
+    assert not list(model.backbone.parameters())
+    encoded = model.encode(slates[0])
+    assert encoded.input_ids == [] and encoded.features.shape == (len(slates[0]), 2)
+    before = model.score_matrix(slates[0])
+    model.save_pretrained(tmp_path / "ckpt")
+    assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == ["config.json", "head.safetensors"]
+    loaded = SPDRanker.from_pretrained(tmp_path / "ckpt")
+    np.testing.assert_allclose(loaded.score_matrix(slates[0]), before, rtol=1e-6)
+    for slate, ranking in zip(slates, loaded.rank_batch(slates)):
+        assert is_valid_permutation(ranking.docids, slate.docids)
+
+
+def test_first_cannot_run_on_features_alone(slates):
+    with pytest.raises(ValueError, match="FIRST scores candidates by the backbone's letter logits"):
+        SPDRanker(feature_config("unused", "first", features_only=True), NoBackbone(), NoTokenizer())

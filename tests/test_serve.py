@@ -331,3 +331,56 @@ def test_an_unexpected_bug_is_a_json_500_and_the_server_keeps_serving(served, mo
         assert r.status_code == 500 and error_of(r)["type"] == "internal_error"
         monkeypatch.undo()
         assert c.post("/v1/rerank", json={"query": "q", "documents": ["a"]}).status_code == 200
+
+
+# -- a model that reads upstream features ----------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def features_served(tmp_path_factory) -> Path:
+    """A features-only model (no backbone: fast), reading 'pop' and the candidates' score."""
+    from spdrank.features import FeatureNormalizer
+    from spdrank.model import NoBackbone, NoTokenizer
+
+    config = SPDConfig(
+        backbone=BackboneConfig(lora=None),
+        head=HeadConfig(kind="attn", positions=K, width=16, heads=2),
+        features=FeatureNormalizer(("pop", "score"), (1.0, 0.5), (2.0, 0.25)),
+        features_only=True,
+    )
+    path = tmp_path_factory.mktemp("served") / "features-spd"
+    SPDRanker(config, NoBackbone(), NoTokenizer()).save_pretrained(path)
+    return path
+
+
+def test_features_come_with_slates_and_are_checked_before_queueing(features_served):
+    slate = {
+        "query": {"qid": "u1", "text": "1. rose shampoo"},
+        "candidates": [
+            {"docid": "a", "doc": {"title": "argan oil"}, "score": 0.9, "features": {"pop": 3}},
+            {"docid": "b", "doc": {"title": "lotion"}, "score": 0.1, "features": {"pop": 0}},
+        ],
+    }
+    with TestClient(create_app(SPDRanker.from_pretrained(features_served), name="f")) as c:
+        r = c.post("/v1/rank", json=slate)
+        assert r.status_code == 200, r.text
+        assert sorted(x["docid"] for x in r.json()["candidates"]) == ["a", "b"]
+        del slate["candidates"][1]["features"]
+        r = c.post("/v1/rank", json=slate)
+        assert r.status_code == 422 and error_of(r)["type"] == "invalid_slate"
+        assert "candidates[1] (docid 'b') has no feature 'pop'" in error_of(r)["message"]
+        r = c.post("/v1/rerank", json={"query": "q", "documents": ["a", "b"]})
+        assert r.status_code == 422 and error_of(r)["type"] == "features_required"
+        assert "reads upstream features (pop, score)" in error_of(r)["message"]
+
+
+def test_serve_command_warms_up_a_features_model(features_served, monkeypatch):
+    import uvicorn
+
+    from spdrank.cli import build_parser
+
+    seen = {}
+    monkeypatch.setattr(uvicorn, "run", lambda app, **kw: seen.update(app=app))
+    args = build_parser().parse_args(["serve", "--model", str(features_served), "--device", "cpu"])
+    assert args.func(args) == 0
+    assert seen["app"].state.engine.features == ("pop", "score")

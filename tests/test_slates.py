@@ -279,3 +279,45 @@ def test_atomic_writer_replaces_on_success(tmp_path):
         fh.write("new")
         assert path.read_text(encoding="utf-8") == "old"  # not visible until done
     assert path.read_text(encoding="utf-8") == "new"
+
+
+# -- upstream features ----------------------------------------------------------------------
+
+
+def test_features_round_trip_and_score_is_a_feature(tmp_path):
+    data = _good()
+    data["candidates"][0]["features"] = {"popularity": 2.5, "bm25": 11}
+    data["candidates"][0]["score"] = 0.75
+    data["candidates"][1]["features"] = {}
+    path = _write_lines(tmp_path / "in.jsonl", [json.dumps(data)])
+    slate = load_slates(path)[0]
+    first, second, third = slate.candidates
+    assert first.features == {"popularity": 2.5, "bm25": 11.0} and first.extra == {}
+    assert (first.feature("bm25"), first.feature("score"), first.feature("nope")) == (11.0, 0.75, None)
+    assert second.features == {} and third.features is None and third.feature("popularity") is None
+    out = tmp_path / "out.jsonl"
+    write_slates(out, [slate])
+    written = json.loads(out.read_text(encoding="utf-8"))
+    assert written["candidates"][0]["features"] == {"popularity": 2.5, "bm25": 11.0}
+    assert written["candidates"][1]["features"] == {}
+    assert "features" not in written["candidates"][2]  # a slate without features is unchanged
+    assert load_slates(out)[0] == slate
+
+
+@pytest.mark.parametrize(
+    "features,problem",
+    [
+        ([1.0], "'features' must be an object {name: number}, got list"),
+        ({"popularity": "high"}, "features.popularity must be a number, got str"),
+        ({"popularity": True}, "features.popularity must be a number, got bool"),
+        ({"popularity": None}, "features.popularity must be a number, got NoneType"),
+        ({"bm25": float("nan")}, "features.bm25 must be finite, got nan"),
+        ({"bm25": float("-inf")}, "features.bm25 must be finite, got -inf"),
+        ({"score": 1.0}, "features.score is not allowed: 'score' is the candidate's own"),
+    ],
+)
+def test_bad_features_name_file_line_candidate_and_feature(tmp_path, features, problem):
+    slate = _good()
+    slate["candidates"][2]["features"] = features
+    message = _error_for(tmp_path, json.dumps(slate))  # json writes NaN and -Infinity
+    assert f"candidates[2] (docid 'c'): {problem}" in message

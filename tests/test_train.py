@@ -7,7 +7,7 @@ from safetensors.torch import load_file
 from spdrank.cli import main
 from spdrank.metrics import is_valid_permutation
 from spdrank.model import SPDRanker
-from spdrank.slates import load_slates, write_slates
+from spdrank.slates import SlateError, load_slates, write_slates
 from spdrank.train import TrainConfig, train
 from tests.conftest import make_slate
 
@@ -163,3 +163,91 @@ def test_single_pass_peers_overfit_the_same_targets(tmp_path, tiny_backbone, tra
 def test_first_with_a_frozen_backbone_has_nothing_to_train(tmp_path, tiny_backbone, train_file):
     with pytest.raises(ValueError, match="nothing to train"):
         train(config(tmp_path, tiny_backbone, head="first", frozen=True, max_steps=1))
+
+
+# -- upstream features -----------------------------------------------------------------------
+
+
+def signal_slates(n: int, seed: int) -> list:
+    """Slates whose clicked item is the one with the highest 'signal' feature; titles are noise."""
+    rng = random.Random(seed)
+    slates = [make_slate(rng, 6, qid=f"s{seed}-{i}", teacher=False) for i in range(n)]
+    for slate in slates:
+        for c in slate.candidates:
+            c.features = {"signal": rng.gauss(0, 1)}
+        slate.clicked = [max(slate.candidates, key=lambda c: c.features["signal"]).docid]
+    return slates
+
+
+@pytest.fixture
+def signal_files(tmp_path):
+    write_slates(tmp_path / "train.jsonl", signal_slates(32, seed=1))
+    write_slates(tmp_path / "eval.jsonl", signal_slates(24, seed=2))
+    return tmp_path / "train.jsonl", tmp_path / "eval.jsonl"
+
+
+def top1(model: SPDRanker, path) -> float:
+    slates = load_slates(path)
+    return sum(model.rank(s).docids[0] == s.clicked[0] for s in slates) / len(slates)
+
+
+def test_the_head_learns_from_features_what_the_text_does_not_say(
+    tmp_path, tiny_backbone, signal_files
+):
+    """Clicked = the top 'signal' on held-out slates: found with --features, not without."""
+    _, eval_file = signal_files
+    common = {"target": "clicks", "frozen": True, "max_steps": 40, "head_lr": 1e-2,
+              "head_dropout": 0.0, "warmup_steps": 4}
+    train(config(tmp_path, tiny_backbone, out="with", features="signal", **common))
+    train(config(tmp_path, tiny_backbone, out="without", **common))
+    with_features = SPDRanker.from_pretrained(tmp_path / "with")
+    assert with_features.config.features.names == ("signal",)
+    assert top1(with_features, eval_file) >= 0.8
+    assert top1(SPDRanker.from_pretrained(tmp_path / "without"), eval_file) <= 0.4
+
+
+def test_features_only_trains_resumes_ranks_and_evals_without_the_backbone(
+    tmp_path, signal_files, monkeypatch, capsys
+):
+    def no_llm(*args, **kwargs):
+        raise AssertionError("--features-only must not load the LLM")
+
+    monkeypatch.setattr("spdrank.model.load_backbone", no_llm)
+    monkeypatch.setattr("spdrank.model.load_tokenizer", no_llm)
+    train_file, eval_file = signal_files
+    out = tmp_path / "run"
+    args = [
+        "train", "--slates", str(train_file), "--out", str(out), "--target", "clicks",
+        "--features", "signal", "--features-only", "--backbone", "no/such/model",
+        "--positions", "8", "--head-width", "16", "--head-dropout", "0", "--head-lr", "1e-2",
+        "--max-steps", "60", "--batch-size", "4", "--warmup-steps", "4", "--no-progress",
+    ]
+    assert main(args + ["--stop-after", "25"]) == 0 and (out / "state").exists()
+    assert main(args) == 0  # resumes to the end
+    summary = json.loads((out / "train.json").read_text())
+    assert summary["finished"] and summary["config"]["features_only"] is True
+    saved = json.loads((out / "model" / "config.json").read_text())
+    assert saved["features_only"] and saved["backbone"]["lora"] is None
+    assert not (out / "model" / "adapter").exists()
+    assert top1(SPDRanker.from_pretrained(out), eval_file) >= 0.8
+    ranked = tmp_path / "ranked.jsonl"
+    assert main(["rank", "--model", str(out), "--input", str(eval_file), "--output", str(ranked)]) == 0
+    assert len(ranked.read_text().splitlines()) == 24
+    capsys.readouterr()
+    assert main(["eval", "--slates", str(eval_file), "--model", f"features={out}", "--no-progress"]) == 0
+    assert "features" in capsys.readouterr().out
+
+
+def test_feature_settings_that_cannot_work_fail_before_training(
+    tmp_path, tiny_backbone, signal_files
+):
+    def run(**kw):
+        train(config(tmp_path, tiny_backbone, target="clicks", max_steps=1, **kw))
+
+    with pytest.raises(ValueError, match="features-only model needs features"):
+        run(features_only=True)
+    with pytest.raises(ValueError, match="cannot run on features alone"):
+        run(head="first", features="signal", features_only=True)
+    with pytest.raises(SlateError, match=r"candidates\[0\] \(docid 'd0'\) has no feature 'pop'"):
+        run(features="signal,pop")
+    assert not (tmp_path / "run").exists()

@@ -7,6 +7,10 @@ works; nothing holds all slates), and ``rank`` returns a full permutation, alway
 
 Only training slates feed the statistics: an evaluation slate's clicked item is never
 counted, so an item that is popular only among evaluation targets earns no credit.
+
+The statistics also feed models as upstream features (:mod:`spdrank.datasets.interaction_features`),
+which is why the count-based rankers can fit on plain interaction sequences and score a slate
+as if one fitted sequence had been left out.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ from __future__ import annotations
 import hashlib
 import random
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 from spdrank.ranking import Ranker, Ranking
 from spdrank.slates import Slate
@@ -70,16 +74,29 @@ class PopularityRanker:
         self.counts: Counter[str] | None = None
 
     def fit(self, train: Iterable[Slate]) -> None:
+        self.fit_sequences(_sequence(s) for s in train)
+
+    def fit_sequences(self, sequences: Iterable[Sequence[str]]) -> None:
+        """Count the items of interaction sequences (each a training slate's, in time order)."""
         counts: Counter[str] = Counter()
-        for slate in train:
-            counts.update(_sequence(slate))
+        for seq in sequences:
+            counts.update(seq)
         self.counts = counts
 
-    def rank(self, slate: Slate) -> Ranking:
+    def scores(self, slate: Slate, leave_out: Sequence[str] | None = None) -> list[float]:
+        """Each candidate's count, in candidate order.
+
+        ``leave_out``: one of the fitted sequences, whose items are not counted (the counts of
+        a fit without it), so a training slate's features do not count its own target.
+        """
         if self.counts is None:
             raise RuntimeError(f"{self.name}: call fit() on training slates before rank()")
+        own = Counter(leave_out or ())
+        return [float(self.counts.get(d, 0) - own.get(d, 0)) for d in slate.docids]
+
+    def rank(self, slate: Slate) -> Ranking:
         docids = slate.docids
-        scores = [float(self.counts.get(d, 0)) for d in docids]
+        scores = self.scores(slate)
         order = _sorted_by([(s,) for s in scores])
         return Ranking(docids=[docids[i] for i in order], scores=[scores[i] for i in order])
 
@@ -124,37 +141,59 @@ class CooccurrenceRanker:
         self.popularity = PopularityRanker()
 
     def fit(self, train: Iterable[Slate]) -> None:
-        co: defaultdict[str, defaultdict[str, float]] = defaultdict(lambda: defaultdict(float))
-        counts: Counter[str] = Counter()
-        for slate in train:
-            seq = _sequence(slate)
-            counts.update(seq)
-            for i, a in enumerate(seq):
-                for b in seq[i + 1 : i + 1 + self.window]:
-                    if a == b:
-                        continue
-                    co[a][b] += 1.0
-                    if self.backward:
-                        co[b][a] += self.backward
-        self.co = {a: dict(row) for a, row in co.items()}
+        self.fit_sequences(_sequence(s) for s in train)
+
+    def fit_sequences(self, sequences: Iterable[Sequence[str]]) -> None:
+        """Count item pairs (and items, for the popularity fallback) of interaction sequences."""
+        self.co, counts = self._count(sequences)
         self.popularity.counts = counts
 
-    def scores(self, slate: Slate) -> list[float]:
-        """Co-occurrence score of each candidate, in candidate order."""
+    def _count(
+        self, sequences: Iterable[Sequence[str]]
+    ) -> tuple[dict[str, dict[str, float]], Counter[str]]:
+        co: defaultdict[str, defaultdict[str, float]] = defaultdict(lambda: defaultdict(float))
+        counts: Counter[str] = Counter()
+        for seq in sequences:
+            counts.update(seq)
+            for a, b, weight in self._pairs(seq):
+                co[a][b] += weight
+        return {a: dict(row) for a, row in co.items()}, counts
+
+    def _pairs(self, seq: Sequence[str]) -> Iterator[tuple[str, str, float]]:
+        """``(earlier, later, 1)`` and ``(later, earlier, backward)`` within the window."""
+        for i, a in enumerate(seq):
+            for b in seq[i + 1 : i + 1 + self.window]:
+                if a == b:
+                    continue
+                yield a, b, 1.0
+                if self.backward:
+                    yield b, a, self.backward
+
+    def scores(self, slate: Slate, leave_out: Sequence[str] | None = None) -> list[float]:
+        """Co-occurrence score of each candidate, in candidate order.
+
+        ``leave_out``: one of the fitted sequences, whose pairs are not counted. The counts are
+        sums of 1 and ``backward``, exact in floating point, so the scores are exactly those of
+        a fit without that sequence, at the cost of counting one sequence's pairs.
+        """
         if self.co is None:
             raise RuntimeError(f"{self.name}: call fit() on training slates before rank()")
-        docids = slate.docids
+        own: dict[tuple[str, str], float] = {}
+        for a, b, weight in self._pairs(leave_out or ()):
+            own[a, b] = own.get((a, b), 0.0) + weight
+        index = {d: i for i, d in enumerate(slate.docids)}
         recent = list(slate.query.history or ())[::-1][: self.recent]
-        out = [0.0] * len(docids)
+        out = [0.0] * len(index)
         for j, h in enumerate(recent):
             row = self.co.get(h)
             if not row:
                 continue
             w = self.decay**j
-            for i, d in enumerate(docids):
-                c = row.get(d)
+            # Each candidate's terms are added in the order of j, whatever order the set gives.
+            for d in row.keys() & index.keys():
+                c = row[d] - own.get((h, d), 0.0)
                 if c:
-                    out[i] += w * c
+                    out[index[d]] += w * c
         return out
 
     def rank(self, slate: Slate) -> Ranking:

@@ -1,5 +1,11 @@
 """Scoring heads: per-candidate hidden states [B, N, D] -> item-position scores M [B, N, K].
 
+A head may also read F upstream features per candidate ([B, N, F], already normalised; see
+:mod:`spdrank.features`). Each head maps the features into the space where it first meets
+the hidden state (the attention width; K scores for the probe) and adds them there, so the
+hidden state's path, and a checkpoint trained without features, are unchanged. A head built
+with ``hidden=0`` reads the features alone: the backbone-free ablation.
+
 All heads take a padding mask [B, N] (True = real item) so slates of different N share a
 batch. Padded items are excluded from every attention, so a real item's scores do not depend
 on how much padding sits next to it. Padded rows of M are set to 0; the Sinkhorn and decoders
@@ -14,6 +20,7 @@ permutation equally good to the decoder).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -40,18 +47,72 @@ class HeadConfig:
         return cls(**data)
 
 
+def _state_projection(hidden: int, width: int) -> nn.Module | None:
+    """LayerNorm + linear from the backbone's D to the head's width; None without states."""
+    return nn.Sequential(nn.LayerNorm(hidden), nn.Linear(hidden, width)) if hidden else None
+
+
+def _feature_projection(features: int, width: int) -> nn.Module | None:
+    """A linear map of the (already normalised) features to the width; None without features."""
+    return nn.Linear(features, width) if features else None
+
+
+def _check_inputs(hidden: int, features: int) -> None:
+    if hidden < 0 or features < 0 or not (hidden or features):
+        raise ValueError(
+            f"a head needs hidden states or features (hidden={hidden}, features={features})"
+        )
+
+
+def _renamed_from(renames: dict[str, str]) -> Callable[..., None]:
+    """A load hook for checkpoints written before features, when these layers had other names."""
+
+    def hook(module: nn.Module, state_dict: dict[str, Any], prefix: str, *_: Any) -> None:
+        for key in [k for k in state_dict if k.startswith(prefix)]:
+            rest = key[len(prefix) :]
+            for old, new in renames.items():
+                if rest.startswith(old):
+                    state_dict[prefix + new + rest[len(old) :]] = state_dict.pop(key)
+                    break
+
+    return hook
+
+
+def _item_inputs(
+    states: nn.Module | None,
+    h: torch.Tensor | None,
+    features: nn.Module | None,
+    f: torch.Tensor | None,
+) -> torch.Tensor:
+    """The sum of the projected hidden state and the projected features (whichever exist)."""
+    parts = []
+    for module, x, what in ((states, h, "hidden states"), (features, f, "features")):
+        if module is not None:
+            if x is None:
+                raise ValueError(f"this head reads {what}, but none were given")
+            parts.append(module(x))
+    return parts[0] if len(parts) == 1 else parts[0] + parts[1]
+
+
 class LinearProbe(nn.Module):
     """Each item scored independently: all cross-item context comes from the backbone."""
 
     matrix = True
 
-    def __init__(self, hidden: int, cfg: HeadConfig) -> None:
+    def __init__(self, hidden: int, cfg: HeadConfig, features: int = 0) -> None:
         super().__init__()
-        self.norm = nn.LayerNorm(hidden)
-        self.out = nn.Linear(hidden, cfg.positions)
+        _check_inputs(hidden, features)
+        self.proj = _state_projection(hidden, cfg.positions)
+        self.features = _feature_projection(features, cfg.positions)
+        self.register_load_state_dict_pre_hook(
+            _renamed_from({"norm.": "proj.0.", "out.": "proj.1."})
+        )
 
-    def forward(self, h: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        return self.out(self.norm(h)).masked_fill(~mask.unsqueeze(-1), 0.0)
+    def forward(
+        self, h: torch.Tensor | None, mask: torch.Tensor, features: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        scores = _item_inputs(self.proj, h, self.features, features)
+        return scores.masked_fill(~mask.unsqueeze(-1), 0.0)
 
 
 class SelfAttentionHead(nn.Module):
@@ -62,9 +123,11 @@ class SelfAttentionHead(nn.Module):
 
     matrix = True
 
-    def __init__(self, hidden: int, cfg: HeadConfig) -> None:
+    def __init__(self, hidden: int, cfg: HeadConfig, features: int = 0) -> None:
         super().__init__()
-        self.proj = nn.Sequential(nn.LayerNorm(hidden), nn.Linear(hidden, cfg.width))
+        _check_inputs(hidden, features)
+        self.proj = _state_projection(hidden, cfg.width)
+        self.features = _feature_projection(features, cfg.width)
         layer = nn.TransformerEncoderLayer(
             cfg.width, cfg.heads, 4 * cfg.width, cfg.dropout, batch_first=True, norm_first=True
         )
@@ -73,8 +136,11 @@ class SelfAttentionHead(nn.Module):
         self.norm = nn.LayerNorm(cfg.width)
         self.out = nn.Linear(cfg.width, cfg.positions)
 
-    def forward(self, h: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        x = self.encoder(self.proj(h), src_key_padding_mask=~mask)
+    def forward(
+        self, h: torch.Tensor | None, mask: torch.Tensor, features: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        x = _item_inputs(self.proj, h, self.features, features)
+        x = self.encoder(x, src_key_padding_mask=~mask)
         return self.out(self.norm(x)).masked_fill(~mask.unsqueeze(-1), 0.0)
 
 
@@ -86,9 +152,11 @@ class SlotQueryHead(nn.Module):
 
     matrix = True
 
-    def __init__(self, hidden: int, cfg: HeadConfig) -> None:
+    def __init__(self, hidden: int, cfg: HeadConfig, features: int = 0) -> None:
         super().__init__()
-        self.proj = nn.Sequential(nn.LayerNorm(hidden), nn.Linear(hidden, cfg.width))
+        _check_inputs(hidden, features)
+        self.proj = _state_projection(hidden, cfg.width)
+        self.features = _feature_projection(features, cfg.width)
         self.slots = nn.Parameter(torch.randn(cfg.positions, cfg.width) * 0.02)
         layer = nn.TransformerDecoderLayer(
             cfg.width, cfg.heads, 4 * cfg.width, cfg.dropout, batch_first=True, norm_first=True
@@ -98,9 +166,11 @@ class SlotQueryHead(nn.Module):
         self.slot_out = nn.Linear(cfg.width, cfg.width)
         self.scale = 1.0 / math.sqrt(cfg.width)
 
-    def forward(self, h: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        items = self.proj(h)
-        slots = self.slots.unsqueeze(0).expand(h.size(0), -1, -1)
+    def forward(
+        self, h: torch.Tensor | None, mask: torch.Tensor, features: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        items = _item_inputs(self.proj, h, self.features, features)
+        slots = self.slots.unsqueeze(0).expand(items.size(0), -1, -1)
         slots = self.decoder(slots, items, memory_key_padding_mask=~mask)
         scores = torch.einsum("bnd,bkd->bnk", self.item_out(items), self.slot_out(slots))
         return (scores * self.scale).masked_fill(~mask.unsqueeze(-1), 0.0)
@@ -114,14 +184,21 @@ class ScalarHead(nn.Module):
 
     matrix = False
 
-    def __init__(self, hidden: int, cfg: HeadConfig) -> None:
+    def __init__(self, hidden: int, cfg: HeadConfig, features: int = 0) -> None:
         super().__init__()
-        self.mlp = nn.Sequential(
-            nn.LayerNorm(hidden), nn.Linear(hidden, cfg.width), nn.GELU(), nn.Linear(cfg.width, 1)
+        _check_inputs(hidden, features)
+        self.proj = _state_projection(hidden, cfg.width)
+        self.features = _feature_projection(features, cfg.width)
+        self.out = nn.Sequential(nn.GELU(), nn.Linear(cfg.width, 1))
+        self.register_load_state_dict_pre_hook(
+            _renamed_from({"mlp.0.": "proj.0.", "mlp.1.": "proj.1.", "mlp.3.": "out.1."})
         )
 
-    def forward(self, h: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        return self.mlp(h).squeeze(-1).masked_fill(~mask, 0.0)
+    def forward(
+        self, h: torch.Tensor | None, mask: torch.Tensor, features: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        x = _item_inputs(self.proj, h, self.features, features)
+        return self.out(x).squeeze(-1).masked_fill(~mask, 0.0)
 
 
 class FirstHead(nn.Module):
@@ -130,16 +207,25 @@ class FirstHead(nn.Module):
     The prompt ends with "[" and each candidate is labelled by one token (a letter), so the
     logit of that token at the last position scores the candidate. The backbone's LM head does
     the work; this module only holds the identifier token ids. Returns [B, N].
+
+    With features, a linear map of each candidate's features is added to its letter's logit:
+    the letters stay the LM's own answer, and the features shift it, one weight per feature.
     """
 
     matrix = False
 
-    def __init__(self, token_ids: list[int]) -> None:
+    def __init__(self, token_ids: list[int], features: int = 0) -> None:
         super().__init__()
         self.register_buffer("token_ids", torch.tensor(token_ids, dtype=torch.long))
+        self.features = _feature_projection(features, 1)
 
-    def forward(self, logits: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        return logits[:, self.token_ids[: mask.size(1)]].masked_fill(~mask, 0.0)
+    def forward(
+        self, logits: torch.Tensor, mask: torch.Tensor, features: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        scores = logits[:, self.token_ids[: mask.size(1)]]
+        if self.features is not None:
+            scores = scores + _item_inputs(None, None, self.features, features).squeeze(-1)
+        return scores.masked_fill(~mask, 0.0)
 
 
 HEADS: dict[str, type[nn.Module]] = {
@@ -150,9 +236,10 @@ HEADS: dict[str, type[nn.Module]] = {
 }
 
 
-def build_head(hidden: int, cfg: HeadConfig) -> nn.Module:
+def build_head(hidden: int, cfg: HeadConfig, features: int = 0) -> nn.Module:
+    """The head ``cfg.kind`` over D=``hidden`` states (0: none) and ``features`` features."""
     try:
         cls = HEADS[cfg.kind]
     except KeyError:
         raise ValueError(f"unknown head {cfg.kind!r}: choose one of {sorted(HEADS)}") from None
-    return cls(hidden, cfg)
+    return cls(hidden, cfg, features)

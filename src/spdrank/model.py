@@ -1,13 +1,19 @@
 """SPDRanker: backbone prefill -> head -> score matrix -> assignment decode.
 
 A checkpoint is a directory holding ``config.json`` (backbone reference, head, prompt and
-decoder settings), ``head.safetensors`` and, when the backbone was LoRA-adapted, the peft
-adapter under ``adapter/``. Nothing in it is a pickle, so loading a checkpoint never runs code.
+decoder settings, and the upstream features the head reads with their normalisation),
+``head.safetensors`` and, when the backbone was LoRA-adapted, the peft adapter under
+``adapter/``. Nothing in it is a pickle, so loading a checkpoint never runs code.
+
+A features-only model (``features_only``) has no backbone at all: its head reads the upstream
+features alone, so it loads and ranks without the LLM (the ablation that measures what the
+LLM adds).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import os
 import time
@@ -32,6 +38,7 @@ from spdrank.backbone import (
     resolve_dtype,
 )
 from spdrank.decode import decode, get_decoder, sort_scores
+from spdrank.features import FeatureNormalizer
 from spdrank.heads import FirstHead, HeadConfig, build_head
 from spdrank.prompt import LETTERS, EncodedPrompt, PromptBuilder, PromptSettings
 from spdrank.ranking import Ranking
@@ -50,6 +57,10 @@ class SPDConfig:
     prompt: PromptSettings = field(default_factory=PromptSettings)
     decoder: str = "hungarian"
     text_fields: tuple[str, ...] = TEXT_FIELDS
+    #: The upstream features the head reads, with their normalisation; None reads none.
+    features: FeatureNormalizer | None = None
+    #: Read the features alone: no backbone is loaded and no prompt is built.
+    features_only: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -60,6 +71,8 @@ class SPDConfig:
             "prompt": self.prompt.to_dict(),
             "decoder": self.decoder,
             "text_fields": list(self.text_fields),
+            "features": self.features.to_dict() if self.features is not None else None,
+            "features_only": self.features_only,
         }
 
     @classmethod
@@ -72,6 +85,10 @@ class SPDConfig:
             prompt=PromptSettings.from_dict(data["prompt"]),
             decoder=data.get("decoder", "hungarian"),
             text_fields=tuple(data.get("text_fields", TEXT_FIELDS)),
+            features=(
+                FeatureNormalizer.from_dict(data["features"]) if data.get("features") else None
+            ),
+            features_only=bool(data.get("features_only", False)),
         )
 
 
@@ -84,13 +101,19 @@ class Batch:
     readout: torch.Tensor  # [B, N] token index per item (0 for padded items)
     item_mask: torch.Tensor  # [B, N] True for real items
     sizes: torch.Tensor  # [B] items per slate
+    features: torch.Tensor | None = None  # [B, N, F] normalised upstream features (padded: 0)
 
     def to(self, device: torch.device | str) -> Batch:
-        return Batch(*(t.to(device) for t in (self.input_ids, self.attention_mask, self.readout, self.item_mask, self.sizes)))
+        tensors = (getattr(self, f.name) for f in dataclasses.fields(self))
+        return Batch(*(None if t is None else t.to(device) for t in tensors))
 
 
 def collate(encoded: Sequence[EncodedPrompt], pad_id: int) -> Batch:
-    """Right-pad token ids and item lists; readout indices are unaffected by right padding."""
+    """Right-pad token ids and item lists; readout indices are unaffected by right padding.
+
+    The features travel with the prompts, so whatever encodes slates and collates them (the
+    training loop, ``rank_batch``, the server) hands them to the head without knowing of them.
+    """
     b = len(encoded)
     t = max(len(e.input_ids) for e in encoded)
     n = max(len(e.readout) for e in encoded)
@@ -104,7 +127,18 @@ def collate(encoded: Sequence[EncodedPrompt], pad_id: int) -> Batch:
         readout[i, : len(e.readout)] = torch.tensor(e.readout)
         item_mask[i, : len(e.readout)] = True
     sizes = item_mask.sum(1)
-    return Batch(input_ids, attention, readout, item_mask, sizes)
+    return Batch(input_ids, attention, readout, item_mask, sizes, _collate_features(encoded, n))
+
+
+def _collate_features(encoded: Sequence[EncodedPrompt], n: int) -> torch.Tensor | None:
+    if all(e.features is None for e in encoded):
+        return None
+    if any(e.features is None for e in encoded):
+        raise ValueError("some prompts carry features and others do not: encode them all alike")
+    out = torch.zeros((len(encoded), n, encoded[0].features.shape[1]), dtype=torch.float32)
+    for i, e in enumerate(encoded):
+        out[i, : len(e.features)] = torch.from_numpy(e.features)
+    return out
 
 
 def _as_slate(query: str | Query | Slate, candidates: Sequence[Any] | None) -> Slate:
@@ -129,6 +163,24 @@ def _as_slate(query: str | Query | Slate, candidates: Sequence[Any] | None) -> S
     return Slate(query=q, candidates=cands)
 
 
+class NoBackbone(nn.Module):
+    """The backbone of a features-only model: no weights, no prefill.
+
+    It stands where the LLM would, so code that walks a model's parts (the optimizer's
+    parameter groups, checkpoints) needs no special case.
+    """
+
+
+class NoTokenizer:
+    """The tokenizer of a features-only model: it reads no text, so its prompts are empty.
+
+    ``pad_token_id`` is there for code that collates prompts generically; there is never a
+    token to pad.
+    """
+
+    pad_token_id = 0
+
+
 def first_prompt(settings: PromptSettings) -> PromptSettings:
     """FIRST's prompt: one-token letter labels, and the answer opened with "[" ."""
     return dataclasses.replace(settings, labels="letters", answer_prefix="[")
@@ -151,14 +203,28 @@ class SPDRanker(nn.Module):
         self.backbone = backbone
         self.tokenizer = tokenizer
         self.first = config.head.kind == "first"
+        self.features = config.features
+        n_features = len(config.features) if config.features is not None else 0
+        if config.features_only:
+            if not n_features:
+                raise ValueError("a features-only model needs features to read (--features)")
+            if config.backbone.lora is not None:
+                raise ValueError("a features-only model has no backbone to adapt: set no LoRA")
+            if self.first:
+                raise ValueError(
+                    "FIRST scores candidates by the backbone's letter logits, so it cannot run "
+                    "on features alone: choose another --head for --features-only"
+                )
         if self.first:
             if config.prompt.labels != "letters" or config.prompt.answer_prefix != "[":
                 raise ValueError("FIRST needs letter labels and the '[' answer prefix: use first_prompt()")
-            self.head = FirstHead(self._letter_token_ids(tokenizer, config.head.positions))
+            letters = self._letter_token_ids(tokenizer, config.head.positions)
+            self.head = FirstHead(letters, n_features)
         else:
-            self.head = build_head(hidden_size(backbone), config.head)
+            hidden = 0 if config.features_only else hidden_size(backbone)
+            self.head = build_head(hidden, config.head, n_features)
         self.matrix = bool(getattr(self.head, "matrix", False))
-        self.prompts = PromptBuilder(tokenizer, config.prompt)
+        self.prompts = None if config.features_only else PromptBuilder(tokenizer, config.prompt)
         get_decoder(config.decoder)  # fail early on an unknown decoder
         self.name = f"spd-{config.head.kind}" if self.matrix else config.head.kind
 
@@ -179,10 +245,7 @@ class SPDRanker(nn.Module):
     @classmethod
     def build(cls, config: SPDConfig, device: torch.device | str = "cpu") -> SPDRanker:
         """A fresh model: pretrained backbone (fresh LoRA or frozen) and an untrained head."""
-        backbone = load_backbone(
-            config.backbone, device=device, with_lm_head=config.head.kind == "first"
-        )
-        model = cls(config, backbone, load_tokenizer(config.backbone.name_or_path))
+        model = cls(config, *_backbone_and_tokenizer(config, device))
         return model.to(device)
 
     @classmethod
@@ -203,13 +266,7 @@ class SPDRanker(nn.Module):
             resolve_dtype(dtype, device)  # an unknown name fails before any weight is read
             config.backbone.dtype = dtype
         adapter = path / ADAPTER_DIR if config.backbone.lora is not None else None
-        backbone = load_backbone(
-            config.backbone,
-            device=device,
-            adapter_path=adapter,
-            with_lm_head=config.head.kind == "first",
-        )
-        model = cls(config, backbone, load_tokenizer(config.backbone.name_or_path))
+        model = cls(config, *_backbone_and_tokenizer(config, device, adapter))
         model.head.load_state_dict(load_file(str(path / HEAD_NAME)))
         model.to(device)
         model.eval()
@@ -228,15 +285,26 @@ class SPDRanker(nn.Module):
 
     @property
     def device(self) -> torch.device:
-        return next(self.backbone.parameters()).device
+        return next(itertools.chain(self.parameters(), self.buffers())).device
 
     def encode(self, slate: Slate) -> EncodedPrompt:
+        """The slate's prompt, and its candidates' normalised features when the model reads them.
+
+        A candidate missing a feature the model reads is a :class:`SlateError` naming it.
+        """
         if len(slate) > self.config.head.positions:
             raise ValueError(
                 f"slate {slate.query.qid!r} has {len(slate)} candidates; this model ranks at most "
                 f"{self.config.head.positions} (its K)"
             )
-        return self.prompts.encode(slate.query.text, slate.candidate_texts(self.config.text_fields))
+        features = self.features(slate) if self.features is not None else None
+        if self.prompts is None:  # features only: no text is read
+            n = len(slate)
+            return EncodedPrompt([], readout=[0] * n, truncated=[False] * n, features=features)
+        texts = slate.candidate_texts(self.config.text_fields)
+        encoded = self.prompts.encode(slate.query.text, texts)
+        encoded.features = features
+        return encoded
 
     def collate(self, encoded: Sequence[EncodedPrompt]) -> Batch:
         return collate(encoded, self.tokenizer.pad_token_id).to(self.device)
@@ -246,13 +314,20 @@ class SPDRanker(nn.Module):
         # A frozen backbone needs no activations kept for backward: only the head learns.
         frozen = self.config.backbone.lora is None
         with torch.set_grad_enabled(torch.is_grad_enabled() and not frozen):
-            if self.first:
-                states = last_token_logits(self.backbone, batch.input_ids, batch.attention_mask)
-            else:
-                states = readout_states(
-                    self.backbone, batch.input_ids, batch.attention_mask, batch.readout
-                )
-        return self.head(states.float(), batch.item_mask)
+            states = self._states(batch)
+        return self.head(states, batch.item_mask, batch.features)
+
+    def _states(self, batch: Batch) -> torch.Tensor | None:
+        """The prefill's output as float32: readout states, FIRST's logits; None without LLM."""
+        if self.config.features_only:
+            return None
+        if self.first:
+            states = last_token_logits(self.backbone, batch.input_ids, batch.attention_mask)
+        else:
+            states = readout_states(
+                self.backbone, batch.input_ids, batch.attention_mask, batch.readout
+            )
+        return states.float()
 
     def order(self, scores: np.ndarray, decoder: str | None = None) -> np.ndarray:
         """Item indices best first: assignment on a matrix, sorting on one score per item."""
@@ -286,15 +361,10 @@ class SPDRanker(nn.Module):
             batch = self.collate(encoded)
             t1 = time.perf_counter()
             with torch.inference_mode():
-                if self.first:
-                    states = last_token_logits(self.backbone, batch.input_ids, batch.attention_mask)
-                else:
-                    states = readout_states(
-                        self.backbone, batch.input_ids, batch.attention_mask, batch.readout
-                    )
+                states = self._states(batch)
                 self.synchronize()
                 t2 = time.perf_counter()
-                scores = self.head(states.float(), batch.item_mask).cpu().numpy()
+                scores = self.head(states, batch.item_mask, batch.features).cpu().numpy()
                 t3 = time.perf_counter()
         finally:
             self.train(was_training)
@@ -361,3 +431,21 @@ class SPDRanker(nn.Module):
 
     def fit(self, train: Any) -> None:
         """Trained by ``spdrank train``; nothing to fit at evaluation time."""
+
+
+def _backbone_and_tokenizer(
+    config: SPDConfig, device: torch.device | str, adapter: Path | None = None
+) -> tuple[nn.Module, Any]:
+    """The backbone (with its trained ``adapter``, if any) and tokenizer ``config`` names.
+
+    A features-only model gets stand-ins for both, and nothing of the LLM is read from disk.
+    """
+    if config.features_only:
+        return NoBackbone(), NoTokenizer()
+    backbone = load_backbone(
+        config.backbone,
+        device=device,
+        adapter_path=adapter,
+        with_lm_head=config.head.kind == "first",
+    )
+    return backbone, load_tokenizer(config.backbone.name_or_path)

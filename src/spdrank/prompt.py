@@ -16,7 +16,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import numpy as np
 
 DEFAULT_INSTRUCTION = (
     "Rank the candidate items by how likely the user is to choose each one next, "
@@ -68,6 +71,9 @@ class EncodedPrompt:
     #: Which candidates were cut to ``max_item_tokens``.
     truncated: list[bool]
     query_truncated: bool = False
+    #: The candidates' normalised upstream features [n, F], for a model that reads them (the
+    #: prompt builder leaves this None; :meth:`spdrank.model.SPDRanker.encode` fills it in).
+    features: np.ndarray | None = None
 
 
 class PromptBuilder:

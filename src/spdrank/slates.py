@@ -3,6 +3,8 @@
 The format follows castorini/rank_llm's request (``query`` + ``candidates`` with ``docid``,
 ``doc`` and ``score``) so its retrieve results feed in directly, plus optional labels:
 ``clicked`` (ground-truth positives) and ``teacher`` (a full ranking, best first).
+A candidate may also carry ``features``: numbers from the upstream system (a retriever score,
+the item's popularity) that a model trained with ``--features`` reads next to the text.
 Extra fields are kept as they are, so a round trip through spdrank loses nothing.
 
 Reading streams line by line (plain or gzip) and every malformed line raises one
@@ -16,6 +18,7 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import math
 import os
 import secrets
 from collections.abc import Iterable, Iterator
@@ -28,6 +31,9 @@ T = TypeVar("T")
 
 #: Fields of ``doc`` searched, in order, for a candidate's text.
 TEXT_FIELDS: tuple[str, ...] = ("title", "text", "contents")
+
+#: The feature name that reads a candidate's own ``score`` field.
+SCORE_FEATURE = "score"
 
 
 class SlateError(ValueError):
@@ -53,7 +59,19 @@ class Candidate:
     docid: str
     doc: dict[str, Any]
     score: float = 0.0
+    #: Upstream signals by name (finite numbers); None when the candidate carries none.
+    features: dict[str, float] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+
+    def feature(self, name: str) -> float | None:
+        """The value of feature ``name``, or None when the candidate lacks it.
+
+        ``score`` is the candidate's own score field (0 when a file leaves it out, as in
+        rank_llm's format), so a retriever's score needs no copy under ``features``.
+        """
+        if name == SCORE_FEATURE:
+            return self.score
+        return None if self.features is None else self.features.get(name)
 
     def text(self, fields: tuple[str, ...] = TEXT_FIELDS) -> str:
         """The candidate's text: the first of ``fields`` present in ``doc``."""
@@ -116,9 +134,7 @@ class Slate:
         query.update(self.query.extra)
         out: dict[str, Any] = {
             "query": query,
-            "candidates": [
-                {"docid": c.docid, "doc": c.doc, "score": c.score, **c.extra} for c in self.candidates
-            ],
+            "candidates": [_candidate_dict(c) for c in self.candidates],
         }
         if self.clicked is not None:
             out["clicked"] = list(self.clicked)
@@ -129,6 +145,40 @@ class Slate:
 
     def candidate_texts(self, fields: tuple[str, ...] = TEXT_FIELDS) -> list[str]:
         return [c.text(fields) for c in self.candidates]
+
+
+def _candidate_dict(c: Candidate) -> dict[str, Any]:
+    out: dict[str, Any] = {"docid": c.docid, "doc": c.doc, "score": c.score}
+    if c.features is not None:
+        out["features"] = dict(c.features)
+    return out | c.extra
+
+
+def parse_features(raw: Any, label: str, where: str | None = None) -> dict[str, float]:
+    """Validate a ``features`` object: names to finite numbers; raises :class:`SlateError`.
+
+    ``label`` names the owner in messages (``candidates[3] (docid 'x')``), so an error says
+    which candidate and which feature to fix. ``score`` is refused as a name: it is the
+    candidate's own field, and two values under one name would be ambiguous.
+    """
+    if not isinstance(raw, dict):
+        raise SlateError(f"{label}: 'features' must be an object {{name: number}}, got "
+                         f"{type(raw).__name__}", where)
+    out: dict[str, float] = {}
+    for name, value in raw.items():
+        if name == SCORE_FEATURE:
+            raise SlateError(
+                f"{label}: features.{SCORE_FEATURE} is not allowed: 'score' is the candidate's "
+                "own score field, read as the feature 'score'", where,
+            )
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            raise SlateError(
+                f"{label}: features.{name} must be a number, got {type(value).__name__}", where
+            )
+        if not math.isfinite(value):
+            raise SlateError(f"{label}: features.{name} must be finite, got {value}", where)
+        out[name] = float(value)
+    return out
 
 
 def _parse_query(raw: Any, where: str | None) -> Query:
@@ -200,8 +250,13 @@ def _parse_candidates(raw: Any, where: str | None, text_fields: tuple[str, ...])
             score = 0.0
         if not isinstance(score, (int, float)) or isinstance(score, bool):
             raise SlateError(f"{label}.score (docid {docid!r}) must be a number", where)
-        extra = {k: v for k, v in cand.items() if k not in ("docid", "doc", "score")}
-        out.append(Candidate(docid=docid, doc=doc, score=float(score), extra=extra))
+        features = cand.get("features")
+        if features is not None:
+            features = parse_features(features, f"{label} (docid {docid!r})", where)
+        extra = {k: v for k, v in cand.items() if k not in ("docid", "doc", "score", "features")}
+        out.append(
+            Candidate(docid=docid, doc=doc, score=float(score), features=features, extra=extra)
+        )
     return out
 
 

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from itertools import islice
 from typing import TYPE_CHECKING, Any
 
 from spdrank.targets import TARGETS
 
 if TYPE_CHECKING:
+    from spdrank.features import FeatureNormalizer
     from spdrank.model import SPDConfig
 
 
@@ -29,6 +31,11 @@ class TrainConfig:
     head_dropout: float = 0.1
     max_item_tokens: int = 32
     max_query_tokens: int = 512
+    #: Upstream features the head reads, comma-separated (``score,popularity``); None: none.
+    features: str | None = None
+    #: Read the features alone, without the backbone (no prefill): what the LLM adds is the
+    #: difference to a run with the same features and the backbone.
+    features_only: bool = False
     limit: int | None = None
     epochs: float = 1.0
     max_steps: int | None = None
@@ -52,6 +59,8 @@ class TrainConfig:
     extra: dict[str, Any] = field(default_factory=dict)
 
     def model_config(self) -> SPDConfig:
+        """The model these settings train; with features, their normalisation is fitted here,
+        in one streamed pass over the training slates (the same ``--limit`` of them)."""
         from spdrank.backbone import BackboneConfig, LoraSettings
         from spdrank.heads import HeadConfig
         from spdrank.model import SPDConfig, first_prompt
@@ -65,12 +74,14 @@ class TrainConfig:
         positions = self.positions
         if self.head == "first":  # one letter per candidate: at most 52
             prompt, positions = first_prompt(prompt), min(positions, len(LETTERS))
+        # Nothing of a backbone that is never loaded is trained: no LoRA without one.
+        frozen = self.frozen or self.features_only
         return SPDConfig(
             backbone=BackboneConfig(
                 name_or_path=self.backbone,
                 layers=self.layers,
                 dtype=self.dtype,
-                lora=None if self.frozen else LoraSettings(r=self.lora_r, alpha=self.lora_alpha),
+                lora=None if frozen else LoraSettings(r=self.lora_r, alpha=self.lora_alpha),
             ),
             head=HeadConfig(
                 kind=self.head,
@@ -80,4 +91,16 @@ class TrainConfig:
                 dropout=self.head_dropout,
             ),
             prompt=prompt,
+            features=self.fit_features(),
+            features_only=self.features_only,
         )
+
+    def fit_features(self) -> FeatureNormalizer | None:
+        """The ``--features`` normalisation, fitted on the training slates (None without)."""
+        from spdrank.features import FeatureNormalizer, parse_feature_names
+        from spdrank.slates import read_slates
+
+        if self.features is None:
+            return None
+        names = parse_feature_names(self.features)
+        return FeatureNormalizer.fit(names, islice(read_slates(self.slates), self.limit))

@@ -45,6 +45,10 @@ def _add_common(p: argparse.ArgumentParser, negatives_default: str | None) -> No
     p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     p.add_argument("--eval-fraction", type=_fraction, default=0.05, metavar="F",
                    help="share of users in eval.jsonl: floor(n_users * F) (default 0.05)")
+    p.add_argument("--features", action="store_true",
+                   help="add per-candidate features from the training slates: popularity and "
+                        "cooccurrence (log1p counts, the slate's own user left out); for "
+                        "`spdrank train --features popularity,cooccurrence`")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
@@ -89,6 +93,7 @@ def _options(args: argparse.Namespace) -> BuildOptions:
         negatives=args.negatives or "uniform",
         seed=args.seed,
         eval_fraction=args.eval_fraction,
+        features=args.features,
     )
 
 

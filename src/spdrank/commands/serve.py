@@ -70,6 +70,7 @@ def run(args: argparse.Namespace) -> int:
         ) from None
     from spdrank.backbone import resolve_device
     from spdrank.model import SPDRanker
+    from spdrank.slates import SCORE_FEATURE, Candidate, Query, Slate
 
     model = SPDRanker.from_pretrained(args.model, device=resolve_device(args.device))
     name = args.served_model_name or Path(args.model).resolve().name
@@ -81,7 +82,12 @@ def run(args: argparse.Namespace) -> int:
     )
     # One ranking before the port opens: lazy initialisation (kernels, allocator) is paid
     # here rather than by the first client, and a broken checkpoint fails before serving.
-    model.rank("warm-up", ["first candidate", "second candidate"])
+    names = model.features.names if model.features is not None else ()
+    features = {n: 0.0 for n in names if n != SCORE_FEATURE} if names else None
+    model.rank(Slate(Query("", "warm-up"), [
+        Candidate(str(i), {"text": text}, features=features)
+        for i, text in enumerate(("first candidate", "second candidate"))
+    ]))
     app = create_app(model, settings, name=name)
     print(f"spdrank serve: {name} on http://{args.host}:{args.port} (docs: /docs)", flush=True)
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, workers=1)

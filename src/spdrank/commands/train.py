@@ -22,6 +22,11 @@ _HELP = {
     "positions": "K, the number of rank positions (>= the largest slate)",
     "max_item_tokens": "token budget per candidate text",
     "max_query_tokens": "token budget for the user context (its end is kept)",
+    "features": "upstream features the head reads next to the hidden states, comma-separated "
+    "names from the candidates' 'features' ('score' reads their score field); z-scored with "
+    "the training slates' mean and std, saved in the checkpoint",
+    "features_only": "train the head on --features alone, without the backbone (no prefill): "
+    "the ablation that shows the LLM's own contribution; the model ranks without the LLM",
     "limit": "use only the first N training slates",
     "epochs": "passes over the training slates (fractions allowed)",
     "max_steps": "train for exactly this many steps (overrides --epochs)",

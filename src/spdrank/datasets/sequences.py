@@ -9,7 +9,10 @@ The setup is leave-one-out next-item prediction, as in the SPD paper:
   the user never interacted with (``uniform``, or ``popularity``: proportional to the item's
   interaction count in the log), or taken from an upstream retriever's lists; the candidate
   order is shuffled so the target's position carries no signal; ``clicked = [target]``;
-- users are split into train and eval: ``floor(n_users * eval_fraction)`` eval users.
+- users are split into train and eval: ``floor(n_users * eval_fraction)`` eval users;
+- with ``features`` (opt-in), each candidate carries ``features: {popularity, cooccurrence}``
+  counted over the training slates, leaving the slate's own user out
+  (:mod:`spdrank.datasets.interaction_features` says why).
 
 Inputs (:func:`read_sequences`, :func:`read_titles`, :func:`read_candidate_lists`):
 
@@ -30,7 +33,8 @@ Determinism: every user's slate comes from its own ``random.Random`` seeded with
 ``(seed, user id)`` (string seeds are hashed with SHA-512, not Python's randomized ``hash``),
 the split from one seeded with ``(seed, "split")`` over the sorted user ids, and nothing
 iterates a set; so the same inputs and parameters give byte-identical files, and a user's
-slate does not depend on the other users, the line order or ``eval_fraction``.
+slate does not depend on the other users, the line order or ``eval_fraction`` (its
+``features``, counted over the other training users, do depend on them, but not on the order).
 
 Output (:func:`build_slates`): ``train.jsonl``, ``eval.jsonl`` and ``manifest.json`` (counts,
 parameters, sha256 of inputs and outputs; no timestamps). All three are written to temporary
@@ -56,12 +60,20 @@ from pathlib import Path
 from typing import Any
 
 from spdrank import __version__
+from spdrank.datasets.interaction_features import FEATURES, InteractionFeatures
 from spdrank.slates import Candidate, Query, Slate, SlateError, atomic_writer, dumps_slate
 
 logger = logging.getLogger(__name__)
 
 #: How an item without a usable title is rendered.
 UNTITLED = "Item {item_id}"
+
+#: How the manifest describes the features, when a build adds them.
+FEATURES_POLICY = (
+    "log1p of each candidate's count (popularity) and co-occurrence score with the user's "
+    "history (cooccurrence) over the training slates' history + target, as the baselines count "
+    "them, leaving the slate's own user out; rounded to 6 decimals"
+)
 
 #: Ways to draw negatives.
 NEGATIVES = ("uniform", "popularity")
@@ -84,6 +96,8 @@ class BuildOptions:
     seed: int = 0
     #: Share of users in the eval split: ``floor(n_users * eval_fraction)`` of them.
     eval_fraction: float = 0.05
+    #: Add per-candidate popularity and co-occurrence features (off: the files are unchanged).
+    features: bool = False
 
     def __post_init__(self) -> None:
         if self.history < 0:
@@ -365,6 +379,12 @@ def _user_rng(seed: int, user: str) -> random.Random:
     return random.Random(f"{seed}\x00{user}")
 
 
+def _history_and_target(items: list[str], history: int) -> tuple[list[str], str]:
+    """A user's last item, and the (at most) ``history`` items before it."""
+    before = items[:-1]
+    return before[max(0, len(before) - history) :], items[-1]
+
+
 def _cut_list(retrieved: list[str], target: str, size: int) -> tuple[list[str], bool, bool]:
     """The retriever's list with the target, cut to ``size``; (list, target added, was cut)."""
     others = [c for c in retrieved if c != target]
@@ -445,6 +465,16 @@ def build_slates(
         )
     shown = {i: title_of(i) for i in shown_items}  # every title a slate shows, resolved once
     eval_users = split_users((u for u, _ in users), options.eval_fraction, options.seed)
+    features = None
+    if options.features:
+        features = InteractionFeatures(
+            [*history, target]
+            for history, target in (
+                _history_and_target(items, options.history)
+                for u, items in users
+                if u not in eval_users
+            )
+        )
 
     files = {TRAIN_FILE: out / TRAIN_FILE, EVAL_FILE: out / EVAL_FILE}
     digests = {name: hashlib.sha256() for name in files}
@@ -461,8 +491,7 @@ def build_slates(
             disable=(not sys.stderr.isatty()) if progress is None else not progress,
         )
         for user, items in bar:
-            target, before = items[-1], items[:-1]
-            history = before[max(0, len(before) - options.history):]
+            history, target = _history_and_target(items, options.history)
             rng = _user_rng(options.seed, user)
             if sampler is not None:
                 docids = [target, *sampler.draw(rng, options.candidates - 1, set(items))]
@@ -482,6 +511,10 @@ def build_slates(
                 candidates=[Candidate(docid=d, doc={"title": shown[d]}) for d in docids],
                 clicked=[target],
             )
+            if features is not None:
+                own = None if user in eval_users else [*history, target]
+                for candidate, values in zip(slate.candidates, features(slate, own)):
+                    candidate.features = values
             name = EVAL_FILE if user in eval_users else TRAIN_FILE
             line = dumps_slate(slate) + "\n"
             handles[name].write(line)
@@ -494,22 +527,27 @@ def build_slates(
             counts.update(list_stats)
         counts["train"] = written[TRAIN_FILE]["slates"]
         counts["eval"] = written[EVAL_FILE]["slates"]
+        parameters: dict[str, Any] = {
+            "history": options.history,
+            "candidates": options.candidates,
+            "negatives": "candidate-file" if candidate_lists is not None else options.negatives,
+            "seed": options.seed,
+            "eval_fraction": options.eval_fraction,
+        }
+        policies = {
+            "untitled": "an item with an empty title or no title row is shown as "
+            "'Item <item_id>'",
+            "titles": "html.unescape, then whitespace collapsed to single spaces",
+            "skipped": "empty lines and users with fewer than 2 items",
+        }
+        if features is not None:  # only then, so a build without features is as it was
+            parameters["features"] = list(FEATURES)
+            policies["features"] = FEATURES_POLICY
         manifest: dict[str, Any] = {
             "spdrank": __version__,
             "command": command,
-            "parameters": {
-                "history": options.history,
-                "candidates": options.candidates,
-                "negatives": "candidate-file" if candidate_lists is not None else options.negatives,
-                "seed": options.seed,
-                "eval_fraction": options.eval_fraction,
-            },
-            "policies": {
-                "untitled": "an item with an empty title or no title row is shown as "
-                "'Item <item_id>'",
-                "titles": "html.unescape, then whitespace collapsed to single spaces",
-                "skipped": "empty lines and users with fewer than 2 items",
-            },
+            "parameters": parameters,
+            "policies": policies,
             "inputs": {k: dict(v) for k, v in (inputs or {}).items()},
             "counts": counts,
             "untitled_examples": untitled[:20],

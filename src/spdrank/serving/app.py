@@ -165,6 +165,13 @@ def create_app(
                 "model_not_found",
                 "model",
             )
+        if engine.features:
+            raise ApiError(
+                422,
+                f"this model reads upstream features ({', '.join(engine.features)}) that "
+                "rerank documents do not carry: send slates with candidates' features to /v1/rank",
+                "features_required",
+            )
         texts = req.texts()
         _check_size(len(texts), engine.max_documents, "documents")
         slate = Slate(
@@ -225,6 +232,7 @@ def create_app(
         data = await _json_body(request)
         try:
             slate = Slate.from_dict(data, text_fields=engine.model.config.text_fields)
+            engine.check(slate)
         except SlateError as exc:
             raise ApiError(422, str(exc), "invalid_slate") from None
         _check_size(len(slate), engine.max_documents, "candidates")

@@ -10,6 +10,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from spdrank.features import raw_features
 from spdrank.ranking import Ranking
 from spdrank.slates import Slate
 
@@ -48,6 +49,20 @@ class Engine:
     @property
     def device(self) -> str:
         return str(self.model.device)
+
+    @property
+    def features(self) -> tuple[str, ...]:
+        """The upstream features the model reads from each candidate (none: ``()``)."""
+        return self.model.features.names if self.model.features is not None else ()
+
+    def check(self, slate: Slate) -> None:
+        """Raise :class:`SlateError` when a candidate lacks a feature the model reads.
+
+        Called on the event loop, so such a request is refused (422) before it is queued
+        rather than failing its batch.
+        """
+        if self.features:
+            raw_features(slate, self.features)
 
     def rank(self, slates: list[Slate]) -> list[Ranked]:
         """One padded prefill over ``slates`` (via ``rank_batch``), plus truncation reports.
