@@ -81,3 +81,15 @@ class TrainConfig:
             ),
             prompt=prompt,
         )
+
+
+def per_process_batch(batch_size: int, processes: int) -> int:
+    """Slates per process in each global batch of ``batch_size``: it must split evenly."""
+    if batch_size < 1:
+        raise ValueError(f"--batch-size must be at least 1, got {batch_size}")
+    if batch_size % processes:
+        raise ValueError(
+            f"--batch-size {batch_size} does not split evenly over {processes} processes: "
+            f"use a multiple of {processes} (each process takes batch-size / processes slates)"
+        )
+    return batch_size // processes
