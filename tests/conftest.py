@@ -7,13 +7,14 @@ SmolLM2 weights (first 1-2 layers) so the production path is always exercised.
 
 from __future__ import annotations
 
+import os
 import random
 from pathlib import Path
 
 import pytest
 import torch
 
-from spdrank.slates import Candidate, Query, Slate
+from spdrank.slates import Candidate, Query, Slate, write_slates
 
 WORDS = ["shampoo", "conditioner", "serum", "lipstick", "mascara", "cream", "lotion", "gel", "polish", "brush", "oil", "mask", "cleanser", "toner", "balm", "spray", "powder", "foundation", "blush", "eyeliner", "perfume", "soap", "scrub"]
 
@@ -75,3 +76,18 @@ def make_slate(rng: random.Random, n: int, qid: str = "q", teacher: bool = True)
 def slates() -> list[Slate]:
     rng = random.Random(0)
     return [make_slate(rng, rng.randint(3, 10), qid=f"u{i}") for i in range(8)]
+
+
+@pytest.fixture
+def train_file(tmp_path, slates) -> Path:
+    """The eight ``slates`` as ``tmp_path/train.jsonl``, where the training tests look for them."""
+    write_slates(tmp_path / "train.jsonl", slates)
+    return tmp_path / "train.jsonl"
+
+
+def subprocess_env() -> dict[str, str]:
+    """The environment for a fresh interpreter that imports this checkout's spdrank."""
+    import spdrank
+
+    src = str(Path(spdrank.__file__).parents[1])
+    return os.environ | {"PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")])}

@@ -164,6 +164,13 @@ def test_error_line_counts_blank_lines(tmp_path):
         list(read_slates(path))
 
 
+def test_text_that_is_not_utf8_is_reported_with_file_and_line(tmp_path):
+    path = tmp_path / "s.jsonl"
+    path.write_bytes(json.dumps(GOOD).encode() + b"\n" + b'{"query": "caf\xe9"}\n')
+    with pytest.raises(SlateError, match=rf"^{re.escape(str(path))}:2: not UTF-8 text \(byte 15 "):
+        list(read_slates(path))
+
+
 def test_missing_file(tmp_path):
     with pytest.raises(SlateError, match="no such slate file"):
         list(read_slates(tmp_path / "nope.jsonl"))

@@ -1,3 +1,4 @@
+import functools
 import json
 import random
 
@@ -30,12 +31,6 @@ def config(tmp_path, backbone, out="run", **kw) -> TrainConfig:
         "progress": False,
     }
     return TrainConfig(**(base | kw))
-
-
-@pytest.fixture
-def train_file(tmp_path, slates):
-    write_slates(tmp_path / "train.jsonl", slates)
-    return tmp_path / "train.jsonl"
 
 
 def weights(run_dir):
@@ -74,12 +69,16 @@ def test_same_seed_same_weights(tmp_path, tiny_backbone, train_file):
     assert any(not (c[k] == v).all() for k, v in weights(tmp_path / "a").items())
 
 
-def test_interrupted_run_resumes_to_the_same_weights(tmp_path, tiny_backbone, train_file):
-    # 8 slates, batch 4: 6 steps cross an epoch boundary and the resume point.
-    train(config(tmp_path, tiny_backbone, out="straight", max_steps=6))
-    first = train(config(tmp_path, tiny_backbone, out="resumed", max_steps=6, stop_after=3))
+@pytest.mark.parametrize("name", ["train.jsonl", "train.jsonl.gz"])
+def test_interrupted_run_resumes_to_the_same_weights(tmp_path, tiny_backbone, slates, name):
+    # 8 slates, batch 4: 6 steps cross an epoch boundary and the resume point. A gzip file is
+    # streamed, and the resumed run replays its place in the epoch by skipping slates.
+    write_slates(tmp_path / name, slates)
+    run = functools.partial(config, tmp_path, tiny_backbone, slates=str(tmp_path / name), max_steps=6)
+    train(run(out="straight"))
+    first = train(run(out="resumed", stop_after=3))
     assert not first["finished"] and (tmp_path / "resumed" / "state").exists()
-    second = train(config(tmp_path, tiny_backbone, out="resumed", max_steps=6))
+    second = train(run(out="resumed"))
     assert second["finished"] and not (tmp_path / "resumed" / "state").exists()
     assert_same(weights(tmp_path / "straight"), weights(tmp_path / "resumed"))
 
@@ -90,11 +89,15 @@ def test_resume_with_other_settings_is_refused(tmp_path, tiny_backbone, train_fi
         train(config(tmp_path, tiny_backbone, max_steps=4, lr=0.5))
 
 
-def test_missing_teacher_labels_fail_before_training(tmp_path, tiny_backbone):
+def test_slates_training_cannot_use_fail_before_training_with_file_and_line(tmp_path, tiny_backbone):
     rng = random.Random(0)
-    write_slates(tmp_path / "train.jsonl", [make_slate(rng, 4, teacher=False)])
-    with pytest.raises(ValueError, match="has no 'teacher' ranking"):
+    slates = [make_slate(rng, 4), make_slate(rng, 4, teacher=False), make_slate(rng, 17)]
+    write_slates(tmp_path / "train.jsonl", slates)
+    with pytest.raises(ValueError, match=r"train\.jsonl:2: slate 'q' has no 'teacher' ranking"):
         train(config(tmp_path, tiny_backbone, max_steps=1))
+    with pytest.raises(ValueError, match=r"train\.jsonl:3: slate 'q' has 17 candidates, more than "
+                       r"the model's 16 rank positions \(--positions\)"):
+        train(config(tmp_path, tiny_backbone, target="clicks", max_steps=1))
 
 
 @pytest.mark.parametrize("head,frozen", [("linear", True), ("slot", False)])

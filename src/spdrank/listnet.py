@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import torch
 
+from spdrank.sinkhorn import reduce_slates
+
 
 def top_one_distribution(target: torch.Tensor, sizes: torch.Tensor) -> torch.Tensor:
     """[B, P, P] target matrices -> [B, P] distributions over each slate's real items."""
@@ -20,11 +22,17 @@ def top_one_distribution(target: torch.Tensor, sizes: torch.Tensor) -> torch.Ten
     return gain / gain.sum(1, keepdim=True)
 
 
-def listnet_loss(scores: torch.Tensor, target: torch.Tensor, sizes: torch.Tensor) -> torch.Tensor:
-    """Mean over slates of -sum_i q_i log softmax(scores)_i, padded items excluded."""
+def listnet_loss(
+    scores: torch.Tensor, target: torch.Tensor, sizes: torch.Tensor, reduction: str = "mean"
+) -> torch.Tensor:
+    """Mean over slates of -sum_i q_i log softmax(scores)_i, padded items excluded.
+
+    ``reduction="none"`` gives the [B] per-slate losses instead.
+    """
     width = target.size(1)
     scores = scores[:, :width]
     real = torch.arange(width, device=scores.device).unsqueeze(0) < sizes.unsqueeze(1)
     log_p = torch.log_softmax(scores.masked_fill(~real, float("-inf")), dim=1)
     q = top_one_distribution(target, sizes)
-    return -(q * torch.where(real, log_p, torch.zeros_like(log_p))).sum(1).mean()
+    per_slate = -(q * torch.where(real, log_p, torch.zeros_like(log_p))).sum(1)
+    return reduce_slates(per_slate, reduction)

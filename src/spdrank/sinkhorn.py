@@ -49,14 +49,25 @@ def log_sinkhorn(
 
 
 def permutation_cross_entropy(
-    log_s: torch.Tensor, target: torch.Tensor, sizes: torch.Tensor
+    log_s: torch.Tensor, target: torch.Tensor, sizes: torch.Tensor, reduction: str = "mean"
 ) -> torch.Tensor:
-    """-sum_ij P_ij log S_ij over the real blocks, averaged over real items.
+    """-sum_ij P_ij log S_ij over each slate's real block, divided by its n; mean over slates.
 
     ``target`` [B, P, P] is the target matrix: a permutation matrix for a teacher ranking, or
     any doubly-stochastic matrix (e.g. clicks spread over the first positions). Entries outside
-    the real block are ignored.
+    the real block are ignored. ``reduction="none"`` gives the [B] per-slate losses, which a
+    data-parallel trainer sums over its share of a batch.
     """
     real = block_mask(sizes, log_s.size(1))
     safe = torch.where(real, log_s, torch.zeros_like(log_s))  # avoid 0 * -inf = nan
-    return -(target * safe * real).sum() / sizes.sum()
+    per_slate = -(target * safe * real).sum((1, 2)) / sizes
+    return reduce_slates(per_slate, reduction)
+
+
+def reduce_slates(per_slate: torch.Tensor, reduction: str) -> torch.Tensor:
+    """[B] per-slate losses, or their mean (``reduction`` "none" or "mean")."""
+    if reduction == "mean":
+        return per_slate.mean()
+    if reduction == "none":
+        return per_slate
+    raise ValueError(f"unknown reduction {reduction!r}: use mean or none")

@@ -287,16 +287,19 @@ class _ClosingGzipFile(gzip.GzipFile):
                 raw.close()
 
 
-def _open_text(path: Path, mode: str, gz: bool | None = None) -> IO[str]:
-    if path.suffix == ".gz" if gz is None else gz:
-        if mode == "w":
-            # No file name (it would be the temporary's) and mtime 0 in the gzip header, so
-            # the same slates give the same bytes.
-            raw = open(path, "wb")  # noqa: SIM115 - closed by the _ClosingGzipFile
-            zipped = _ClosingGzipFile(filename="", mode="wb", fileobj=raw, mtime=0)
-            return io.TextIOWrapper(zipped, encoding="utf-8")
-        return io.TextIOWrapper(gzip.open(path, mode + "b"), encoding="utf-8")
-    return open(path, mode, encoding="utf-8")
+def gzipped(path: Path) -> bool:
+    """Whether spdrank reads and writes ``path`` as gzip (by its ``.gz`` suffix)."""
+    return path.suffix == ".gz"
+
+
+def _open_for_writing(path: Path, gz: bool) -> IO[str]:
+    if gz:
+        # No file name (it would be the temporary's) and mtime 0 in the gzip header, so
+        # the same slates give the same bytes.
+        raw = open(path, "wb")  # noqa: SIM115 - closed by the _ClosingGzipFile
+        zipped = _ClosingGzipFile(filename="", mode="wb", fileobj=raw, mtime=0)
+        return io.TextIOWrapper(zipped, encoding="utf-8")
+    return open(path, "w", encoding="utf-8")
 
 
 def read_slates(
@@ -314,22 +317,43 @@ def read_slates(
 def iter_json_lines(path: str | os.PathLike[str], what: str = "file") -> Iterator[tuple[str, Any]]:
     """``(file:line, parsed JSON)`` for each non-blank line of a JSONL file (``.gz`` too).
 
-    The one place JSONL is parsed, so every reader reports bad lines the same way: a
-    :class:`SlateError` naming ``file:line``.
+    Every reader goes through :func:`iter_lines` and :func:`parse_json_line`, so bad lines
+    are reported the same way everywhere: a :class:`SlateError` naming ``file:line``.
+    """
+    path = Path(path)
+    for lineno, _, line in iter_lines(path, what):
+        where = f"{path}:{lineno}"
+        yield where, parse_json_line(line, where)
+
+
+def iter_lines(path: str | os.PathLike[str], what: str = "file") -> Iterator[tuple[int, int, bytes]]:
+    """``(line number, byte offset, raw line)`` for each non-blank line (``.gz`` too).
+
+    Lines are read as bytes so the offset of each is known: seeking to it in a plain file
+    reads that line again (for gzip the offsets count decompressed bytes and cannot be
+    sought). Line numbers count blank lines too, as an editor does.
     """
     path = Path(path)
     if not path.exists():
         raise SlateError(f"no such {what}: {path}")
-    with _open_text(path, "r") as fh:
+    with gzip.open(path, "rb") if gzipped(path) else open(path, "rb") as fh:
+        offset = 0
         for lineno, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            where = f"{path}:{lineno}"
-            try:
-                data = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise SlateError(f"invalid JSON ({exc.msg} at column {exc.colno})", where) from None
-            yield where, data
+            if line.strip():
+                yield lineno, offset, line
+            offset += len(line)
+
+
+def parse_json_line(line: bytes, where: str) -> Any:
+    """One JSONL line, parsed; a :class:`SlateError` naming ``where`` if it is not JSON."""
+    try:
+        text = line.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise SlateError(f"not UTF-8 text (byte {exc.start + 1} of the line)", where) from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise SlateError(f"invalid JSON ({exc.msg} at column {exc.colno})", where) from None
 
 
 def load_slates(path: str | os.PathLike[str], limit: int | None = None) -> list[Slate]:
@@ -363,7 +387,7 @@ def atomic_writer(path: str | os.PathLike[str]) -> Iterator[IO[str]]:
         except FileExistsError:
             continue
     try:
-        with _open_text(tmp_path, "w", gz=path.suffix == ".gz") as fh:
+        with _open_for_writing(tmp_path, gz=gzipped(path)) as fh:
             yield fh
             fh.flush()
         os.replace(tmp_path, path)

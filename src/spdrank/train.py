@@ -1,17 +1,22 @@
 """Training the SPD student: Sinkhorn cross-entropy against a target permutation per slate.
 
-The loop runs through accelerate, so ``accelerate launch`` spreads it over processes and
-devices unchanged. It is resumable: every ``save_every`` steps it writes a training state
-(model, optimizer, scheduler, step, random-number state) under ``OUT/state`` with no pickles;
-rerunning the same command continues from there. The data order is a pure function of the seed
-and the epoch, so a resumed run sees exactly the batches an uninterrupted one would have, and
-the same seed gives the same weights.
+The loop runs through accelerate, so ``accelerate launch`` or ``spdrank train
+--num-processes N`` spreads it over processes as data-parallel training: each process takes
+its share of every global batch of ``batch_size`` slates, and the loss is weighted so that
+DDP's gradient mean is the gradient of the global batch's mean loss, as one process would
+compute it. Only the main process writes checkpoints, state and logs.
+
+Slates are read from the file as they are needed (:mod:`spdrank.slate_source`), so the
+training file may be larger than memory. The run is resumable: every ``save_every`` steps it
+writes a training state (model, optimizer, scheduler, step, each process's random-number
+state) under ``OUT/state`` with no pickles; rerunning the same command continues from there.
+The data order is a pure function of the seed and the epoch, so a resumed run sees exactly
+the batches an uninterrupted one would have, and the same seed gives the same weights.
 """
 
 from __future__ import annotations
 
 import json
-import logging
 import math
 import shutil
 import time
@@ -21,6 +26,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from accelerate.logging import get_logger
 from safetensors.torch import load_file, save_file
 from tqdm.auto import tqdm
 
@@ -30,11 +36,13 @@ from spdrank.listnet import listnet_loss
 from spdrank.metrics import aggregate, slate_metrics
 from spdrank.model import SPDRanker, collate
 from spdrank.sinkhorn import log_sinkhorn, permutation_cross_entropy
+from spdrank.slate_source import open_slate_source
 from spdrank.slates import Slate, load_slates
 from spdrank.targets import target_matrix
-from spdrank.train_config import TrainConfig
+from spdrank.train_config import TrainConfig, per_process_batch
 
-log = logging.getLogger(__name__)
+#: Logs from the main process only, so N processes do not print every line N times.
+log = get_logger(__name__)
 
 STATE_DIR = "state"
 SUMMARY_NAME = "train.json"
@@ -83,8 +91,20 @@ def _lr_lambda(warmup: int, total: int):
     return f
 
 
-def _epoch_order(n: int, seed: int, epoch: int) -> np.ndarray:
-    return np.random.default_rng([seed, epoch]).permutation(n)
+def share(start: int, stop: int, process: int, processes: int) -> range:
+    """Process ``process``'s contiguous part of the global batch at positions ``start:stop``.
+
+    A full batch splits into equal parts; the short last batch of an epoch into parts whose
+    sizes differ by at most one (some empty when it holds fewer slates than processes).
+    """
+    size, extra = divmod(stop - start, processes)
+    first = start + process * size + min(process, extra)
+    return range(first, first + size + (process < extra))
+
+
+def _dropout_seed(seed: int, process: int) -> int:
+    """The seed of one process's dropout stream: distinct per process and from the init seed."""
+    return int(np.random.SeedSequence([seed, process]).generate_state(1)[0])
 
 
 def evaluate_model(model: SPDRanker, slates: list[Slate], batch_size: int = 4) -> dict[str, float | None]:
@@ -98,7 +118,7 @@ def evaluate_model(model: SPDRanker, slates: list[Slate], batch_size: int = 4) -
 
 
 class Trainer:
-    """Owns one training run: data, model, optimizer, state files."""
+    """Owns one training run (in one process of it): data, model, optimizer, state files."""
 
     def __init__(self, cfg: TrainConfig) -> None:
         from accelerate import Accelerator
@@ -107,25 +127,18 @@ class Trainer:
         self.cfg = cfg
         self.out = Path(cfg.out)
         self.accelerator = Accelerator(cpu=resolve_device(cfg.device) == "cpu")
-        set_seed(cfg.seed)
-        self.train_slates = load_slates(cfg.slates, limit=cfg.limit)
-        if not self.train_slates:
-            raise ValueError(f"{cfg.slates} holds no slates")
-        self.eval_slates = (
-            load_slates(cfg.eval_slates, limit=cfg.eval_limit) if cfg.eval_slates else []
-        )
+        self.processes = self.accelerator.num_processes
+        per_process_batch(cfg.batch_size, self.processes)
+        set_seed(cfg.seed)  # every process builds the same initial weights
         model_config = self.model_config = cfg.model_config()
-        too_long = [s for s in self.train_slates if len(s) > cfg.positions]
-        if too_long:
-            raise ValueError(
-                f"slate {too_long[0].query.qid!r} has {len(too_long[0])} candidates, more than "
-                f"--positions {cfg.positions}"
-            )
-        # Targets are computed up front so a slate without the needed labels fails at once.
-        self.targets = [target_matrix(s, cfg.target) for s in self.train_slates]
+        self.positions = model_config.head.positions
+        self.source = open_slate_source(
+            cfg.slates, seed=cfg.seed, check=self.check_slate, limit=cfg.limit
+        )
+        evaluates = cfg.eval_slates and self.accelerator.is_main_process  # the others train only
+        self.eval_slates = load_slates(cfg.eval_slates, limit=cfg.eval_limit) if evaluates else []
         self.model = SPDRanker.build(model_config, device=self.accelerator.device)
-        self.encoded = [self.model.encode(s) for s in self.train_slates]
-        steps_per_epoch = math.ceil(len(self.train_slates) / cfg.batch_size)
+        steps_per_epoch = math.ceil(len(self.source) / cfg.batch_size)
         self.total_steps = cfg.max_steps or max(1, math.ceil(cfg.epochs * steps_per_epoch))
         self.steps_per_epoch = steps_per_epoch
         head_params = list(self.model.head.parameters())
@@ -145,6 +158,8 @@ class Trainer:
             self.optimizer, _lr_lambda(cfg.warmup_steps, self.total_steps)
         )
         self.model, self.optimizer = self.accelerator.prepare(self.model, self.optimizer)
+        # Each process sees other slates, so each draws its own dropout masks.
+        torch.manual_seed(_dropout_seed(cfg.seed, self.accelerator.process_index))
         self.step = 0
         #: (step, metrics) of the latest evaluation, so the final one is not run twice.
         self.last_eval: tuple[int, dict[str, float | None]] | None = None
@@ -153,18 +168,32 @@ class Trainer:
     def spd(self) -> SPDRanker:
         return self.accelerator.unwrap_model(self.model)
 
+    def check_slate(self, slate: Slate) -> None:
+        """What training needs of a slate beyond its format: it fits K and has its labels."""
+        if len(slate) > self.positions:
+            raise ValueError(
+                f"slate {slate.query.qid!r} has {len(slate)} candidates, more than the model's "
+                f"{self.positions} rank positions (--positions)"
+            )
+        target_matrix(slate, self.cfg.target)  # raises when the target's labels are missing
+
     # -- state -----------------------------------------------------------------------------
 
     def _state_meta(self) -> dict[str, Any]:
-        return {"config": asdict(self.cfg) | {"stop_after": None, "progress": None}}
+        return {
+            "config": asdict(self.cfg) | {"stop_after": None, "progress": None},
+            "processes": self.processes,
+        }
 
     def save_state(self) -> None:
+        """Write the resumable state; every process must call it (it gathers their RNG states)."""
+        rng = self.accelerator.gather(torch.get_rng_state().unsqueeze(0))
         if not self.accelerator.is_main_process:
             return
         with atomic_directory(self.out / STATE_DIR) as tmp:
             self.spd.save_pretrained(tmp / "model")
             opt = _save_optimizer(self.optimizer, tmp / "optimizer.safetensors")
-            save_file({"torch": torch.get_rng_state()}, str(tmp / "rng.safetensors"))
+            save_file({"torch": rng.contiguous()}, str(tmp / "rng.safetensors"))
             meta = self._state_meta() | {
                 "step": self.step,
                 "optimizer": opt,
@@ -185,6 +214,12 @@ class Trainer:
                 f"{state} holds a run with different settings ({', '.join(changed)}); "
                 "use another --out or delete that directory to start over"
             )
+        if meta["processes"] != self.processes:
+            raise ValueError(
+                f"{state} holds a run on {meta['processes']} processes, not {self.processes}: "
+                f"resume it on {meta['processes']} (each process's dropout stream was saved), "
+                "or use another --out"
+            )
         from peft import set_peft_model_state_dict
         from safetensors.torch import load_file as load_st
 
@@ -195,32 +230,51 @@ class Trainer:
             set_peft_model_state_dict(spd.backbone, adapter)
         _load_optimizer(self.optimizer, state / "optimizer.safetensors", meta["optimizer"])
         self.scheduler.load_state_dict(meta["scheduler"])
-        torch.set_rng_state(load_file(str(state / "rng.safetensors"))["torch"])
+        rng = load_file(str(state / "rng.safetensors"))["torch"]
+        # A copy: set_rng_state reads a row view from its storage's start (torch 2.13).
+        torch.set_rng_state(rng[self.accelerator.process_index].clone())
         self.step = meta["step"]
         log.info("resumed from %s at step %d/%d", state, self.step, self.total_steps)
         return True
 
     # -- steps -----------------------------------------------------------------------------
 
-    def batch_indices(self, step: int) -> np.ndarray:
+    def batch_span(self, step: int) -> tuple[int, int, int]:
+        """``(epoch, start, stop)``: the global batch at ``step`` is positions start:stop."""
         epoch, within = divmod(step, self.steps_per_epoch)
-        order = _epoch_order(len(self.train_slates), self.cfg.seed, epoch)
-        return order[within * self.cfg.batch_size : (within + 1) * self.cfg.batch_size]
+        start = within * self.cfg.batch_size
+        return epoch, start, min(start + self.cfg.batch_size, len(self.source))
 
-    def loss_on(self, idx: np.ndarray) -> torch.Tensor:
-        batch = collate([self.encoded[i] for i in idx], self.spd.tokenizer.pad_token_id)
+    def slate_losses(self, slates: list[Slate]) -> torch.Tensor:
+        """The [B] per-slate losses of ``slates``, padded into one prefill."""
+        batch = collate([self.spd.encode(s) for s in slates], self.spd.tokenizer.pad_token_id)
         batch = batch.to(self.accelerator.device)
         scores = self.model(batch).float()
         width = int(batch.sizes.max())
-        target = torch.zeros((len(idx), width, width))
-        for row, i in enumerate(idx):
-            t = self.targets[i]
+        target = torch.zeros((len(slates), width, width))
+        for row, slate in enumerate(slates):
+            t = target_matrix(slate, self.cfg.target)
             target[row, : t.shape[0], : t.shape[1]] = torch.from_numpy(t)
         target = target.to(scores.device)
         if not self.spd.matrix:  # scalar and FIRST peers: one score per item
-            return listnet_loss(scores, target, batch.sizes)
+            return listnet_loss(scores, target, batch.sizes, reduction="none")
         log_s = log_sinkhorn(scores, batch.sizes, tau=self.cfg.tau, iters=self.cfg.sinkhorn_iters)
-        return permutation_cross_entropy(log_s, target, batch.sizes)
+        return permutation_cross_entropy(log_s, target, batch.sizes, reduction="none")
+
+    def loss_at(self, step: int) -> torch.Tensor:
+        """This process's term of the global batch's mean loss at ``step``, ready for DDP.
+
+        DDP averages gradients over the P processes, so a process holding slates S of a batch
+        of B returns P/B * sum of its losses: the mean of those terms is the batch's mean loss.
+        """
+        epoch, start, stop = self.batch_span(step)
+        part = share(start, stop, self.accelerator.process_index, self.processes)
+        if not part:
+            # Fewer slates than processes: this one still joins the gradient all-reduce, with
+            # a zero-weighted pass over the batch's first slate.
+            return self.slate_losses(self.source.take(epoch, start, start + 1)).sum() * 0.0
+        losses = self.slate_losses(self.source.take(epoch, part.start, part.stop))
+        return losses.sum() * (self.processes / (stop - start))
 
     def evaluate(self) -> dict[str, float | None]:
         """Metrics on the eval slice at the current step (computed once per step)."""
@@ -252,8 +306,7 @@ class Trainer:
             self.total_steps, self.step + cfg.stop_after
         )
         while self.step < stop_at:
-            idx = self.batch_indices(self.step)
-            loss = self.loss_on(idx)
+            loss = self.loss_at(self.step)
             self.accelerator.backward(loss)
             if cfg.max_grad_norm:
                 self.accelerator.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm)
@@ -261,7 +314,8 @@ class Trainer:
             self.scheduler.step()
             self.optimizer.zero_grad(set_to_none=True)
             self.step += 1
-            value = float(loss.detach())
+            # The mean of the processes' terms is the global batch's loss (see loss_at).
+            value = float(self.accelerator.reduce(loss.detach(), "mean"))
             if not math.isfinite(value):
                 raise FloatingPointError(f"loss became {value} at step {self.step}; lower --lr")
             loss_ema = value if loss_ema is None else 0.95 * loss_ema + 0.05 * value
@@ -288,7 +342,8 @@ class Trainer:
             "finished": True,
             "step": self.step,
             "total_steps": self.total_steps,
-            "train_slates": len(self.train_slates),
+            "train_slates": len(self.source),
+            "processes": self.processes,
             "wall_s_this_run": round(wall_s, 1),
             "config": asdict(self.cfg),
         }
@@ -303,5 +358,13 @@ class Trainer:
 
 
 def train(cfg: TrainConfig) -> dict[str, Any]:
-    """Train (or resume) a run; the finished model lands in ``OUT/model``."""
-    return Trainer(cfg).run()
+    """Train (or resume) a run; the finished model lands in ``OUT/model``.
+
+    In a data-parallel run every process calls this and gets the summary; only the main
+    process writes files.
+    """
+    trainer = Trainer(cfg)
+    try:
+        return trainer.run()
+    finally:
+        trainer.accelerator.end_training()  # leaves the process group of a launched run

@@ -104,3 +104,15 @@ class TrainConfig:
             return None
         names = parse_feature_names(self.features)
         return FeatureNormalizer.fit(names, islice(read_slates(self.slates), self.limit))
+
+
+def per_process_batch(batch_size: int, processes: int) -> int:
+    """Slates per process in each global batch of ``batch_size``: it must split evenly."""
+    if batch_size < 1:
+        raise ValueError(f"--batch-size must be at least 1, got {batch_size}")
+    if batch_size % processes:
+        raise ValueError(
+            f"--batch-size {batch_size} does not split evenly over {processes} processes: "
+            f"use a multiple of {processes} (each process takes batch-size / processes slates)"
+        )
+    return batch_size // processes

@@ -5,8 +5,12 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+from typing import TYPE_CHECKING
 
 from spdrank.targets import TARGETS
+
+if TYPE_CHECKING:
+    from spdrank.train_config import TrainConfig
 
 _HELP = {
     "slates": "training slates (JSONL, .gz too)",
@@ -70,19 +74,59 @@ def register(sub: argparse._SubParsersAction) -> None:
             choices=_CHOICES.get(f.name), help=help_,
         )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument(
+        "--num-processes", type=int, default=1, metavar="N",
+        help="data-parallel training in N processes on this machine (gloo on CPU, one GPU "
+        "each on GPUs); --batch-size stays the global batch, each process takes 1/N of it "
+        "(default: 1)",
+    )
     p.set_defaults(func=run)
 
 
+def config_argv(cfg: TrainConfig) -> list[str]:
+    """The ``spdrank train`` flags that rebuild ``cfg`` (what launched processes are given)."""
+    argv: list[str] = []
+    for f in dataclasses.fields(cfg):
+        value = getattr(cfg, f.name)
+        if f.name in _SKIP or value is None or value is False:
+            continue
+        flag = "--" + f.name.replace("_", "-")
+        # flag=value, so a value starting with "-" is not read as a flag; str() of a float
+        # round-trips exactly.
+        argv.append(flag if value is True else f"{flag}={value}")
+    return argv + ([] if cfg.progress else ["--no-progress"])
+
+
 def run(args: argparse.Namespace) -> int:
-    from spdrank.train import train
-    from spdrank.train_config import TrainConfig
+    from spdrank.train_config import TrainConfig, per_process_batch
 
     values = {
         f.name: getattr(args, f.name)
         for f in dataclasses.fields(TrainConfig)
         if f.name not in _SKIP
     }
-    summary = train(TrainConfig(**values, progress=not args.no_progress))
+    cfg = TrainConfig(**values, progress=not args.no_progress)
+    if args.num_processes < 1:
+        raise ValueError(f"--num-processes must be at least 1, got {args.num_processes}")
+    if args.num_processes > 1:
+        from spdrank.launch import launch, launched
+
+        if launched():
+            raise ValueError(
+                "this process was launched as one of several already (accelerate launch, "
+                "torchrun); drop --num-processes, the launcher's count applies"
+            )
+        per_process_batch(cfg.batch_size, args.num_processes)  # refuse before starting any
+        verbose = ["--verbose"] if args.verbose else []
+        return launch([*verbose, "train", *config_argv(cfg)], args.num_processes)
+
+    from accelerate import PartialState
+
+    from spdrank.train import train
+
+    summary = train(cfg)
+    if not PartialState().is_main_process:
+        return 0
     print(json.dumps({k: v for k, v in summary.items() if k != "config"}, indent=2))
     if not summary["finished"]:
         print(f"stopped at step {summary['step']}/{summary['total_steps']}; rerun the same "
