@@ -122,7 +122,7 @@ for T in "${STUDENT_TEACHERS[@]}"; do
       while [ "$(jobs -rp | wc -l)" -ge "$JOBS" ]; do wait -n; done
       train_student "$T" "$target" "$head" &
       name=$([ "$head" = attn ] && echo spd || echo "$head")
-      MODELS+=( --model "$name/$target=$WORK/students/$T-$target-$head" )
+      MODELS+=( --model "$name-$target=$WORK/students/$T-$target-$head" )
     done
   done
   wait
