@@ -42,18 +42,6 @@ LATENCY_SLATES=${LATENCY_SLATES:-100}; THROUGHPUT_BATCH=${THROUGHPUT_BATCH:-32}
 GPU=( --device cuda --dtype bfloat16 )
 COOC=$WORK/cooccurrence
 
-# step NAME DONE CMD...: run CMD unless the file DONE exists; print and keep its wall time.
-step() {
-  local name=$1 done=$2; shift 2
-  if [ "$DRY" = 1 ]; then printf '%q ' "$@"; echo; return 0; fi
-  if [ -e "$done" ]; then echo "== $name: already done ($done)"; return 0; fi
-  echo "== $name: $*"
-  local t0=$SECONDS
-  "$@"
-  printf '%s\t%s\n' "$name" $(( SECONDS - t0 )) >> "$OUT/timings.tsv"
-  echo "== $name: $(( SECONDS - t0 )) s"
-}
-
 if [ "$DRY" = 0 ]; then
   [ -x "$BIN/spdrank" ] || { echo "no $BIN/spdrank: run \`make install\` (or set BIN)" >&2; exit 1; }
   "$BIN/python" -c 'import sys, torch; sys.exit(not torch.cuda.is_available())' || {

@@ -1,5 +1,6 @@
 """spdrank bench: one run, every ranker on the same slates; speed-ups; decoder rows sharing one
-forward pass; the latency decomposition; --device/--dtype; benchmarks/gpu.sh's commands parse."""
+forward pass; paired differences vs a reference row; the latency decomposition; --device/--dtype;
+benchmarks/gpu.sh's commands parse."""
 
 from __future__ import annotations
 
@@ -98,12 +99,15 @@ def test_bench_end_to_end(tmp_path, data, eval_slates, spd_dir, tiny_backbone, c
     scalar_dir = tmp_path / "scalar"
     SPDRanker.build(tiny_config(tiny_backbone, "scalar")).save_pretrained(scalar_dir)
     out = tmp_path / "report"
+    preamble = tmp_path / "preamble.md"
+    preamble.write_text("Trained by a script, at a stated scale.\n")
     argv = [
         "bench", "--slates", str(data / "eval.jsonl"), "--ranker", "random",
         "--ranker", "popularity", "--labels", f"direct={data / 'direct.labels.jsonl'}",
         "--model", f"spd={spd_dir}", "--model", f"scalar={scalar_dir}", "--device", "cpu",
         "--out", str(out), "--no-progress", "--latency", "--latency-sizes", "4,12",
-        "--latency-slates", "4", "--batch-size", "2",
+        "--latency-slates", "4", "--batch-size", "2", "--preamble", str(preamble),
+        "--bootstrap", "500",
     ]
     assert spdrank.cli.main(argv) == 0
     assert "report:" in capsys.readouterr().out
@@ -136,7 +140,25 @@ def test_bench_end_to_end(tmp_path, data, eval_slates, spd_dir, tiny_backbone, c
         assert row["slates"] == 4 and row["overhead"] > 0 and row["throughput"] > 0
         assert row["peak_memory_mb"] > 0 and row["peak_memory_batch_mb"] > 0
 
+    # paired differences: every other row minus the first SPD decoder row, slate by slate
+    paired = d["paired"]
+    assert paired["reference"] == "spd:hungarian" and paired["resamples"] == 500
+    assert list(paired["rows"]) == [name for name in d["rankers"] if name != "spd:hungarian"]
+    ref = d["rankers"]["spd:hungarian"]["metrics"]
+    for name, diffs in paired["rows"].items():
+        assert set(diffs) == set(ref) - {"valid"}
+        for metric, diff in diffs.items():
+            # every slate pairs, so the mean difference is the difference of the means
+            assert diff["n"] == len(TEACHER_MS)
+            mean = d["rankers"][name]["metrics"][metric]["mean"] - ref[metric]["mean"]
+            assert diff["mean"] == pytest.approx(mean, abs=1e-12)
+            assert diff["low"] <= diff["mean"] <= diff["high"]
+
     report = (out / "report.md").read_text()
+    assert report.startswith("# spdrank bench: report\n\nTrained by a script, at a stated scale.\n")
+    assert "- wall time of this benchmark: " in report and "latency decomposition" in report
+    assert "## Paired differences vs `spd:hungarian` (95% CI over slates)" in report
+    assert "| spd:greedy | 6 | 6 |" in report
     assert "| ranker | p50 ms | p95 ms | speed-up vs direct | passes |" in report
     assert "Table 5" in report and "| spd | 12 | 4 |" in report
     assert "peak MiB (1 / batch)" in report
@@ -258,6 +280,23 @@ def test_latency_decomposition_stages_fit_in_the_total(spd_model, eval_slates):
         assert r.memory_kind == "process RSS, peak" and r.peak_memory_mb > 0
     with pytest.raises(ValueError, match="--positions 20"):
         decompose(model, eval_slates, sizes=(20,))
+
+
+def test_bench_reference_row(tmp_path, data, capsys):
+    """Without SPD rows the first row is the default reference; --reference picks another, and
+    one that names no row fails before anything is measured."""
+    base = ["bench", "--slates", str(data / "eval.jsonl"), "--ranker", "random", "--ranker",
+            "popularity", "--no-progress"]
+    assert spdrank.cli.main([*base, "--out", str(tmp_path / "a")]) == 0
+    d = json.loads((tmp_path / "a" / "results.json").read_text())
+    assert d["paired"]["reference"] == "random" and list(d["paired"]["rows"]) == ["popularity"]
+    assert spdrank.cli.main([*base, "--reference", "popularity", "--out", str(tmp_path / "b")]) == 0
+    d = json.loads((tmp_path / "b" / "results.json").read_text())
+    assert d["paired"]["reference"] == "popularity" and list(d["paired"]["rows"]) == ["random"]
+    capsys.readouterr()
+    assert spdrank.cli.main([*base, "--reference", "nobody", "--out", str(tmp_path / "c")]) == 2
+    assert "--reference 'nobody' names no row" in capsys.readouterr().err
+    assert not (tmp_path / "c").exists()
 
 
 def test_bench_latency_needs_an_spd_checkpoint(data, capsys):

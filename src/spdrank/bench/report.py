@@ -4,6 +4,9 @@ The speed-up of a row R over a teacher T is T's median latency over R's, both ta
 same results: measured in the same run on the same slates (a replayed teacher's latency is the
 one recorded when it ran). It is undefined (``None``, ``-`` in the table) when either median
 is missing or R's is zero.
+
+Paired differences against a reference row (:mod:`spdrank.paired`) go into ``results.json``
+under ``paired`` and into the report as their own table.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from spdrank.bench import plots
 from spdrank.bench.latency import STAGES, LatencyRow
 from spdrank.evaluate import Results, format_table
 from spdrank.metrics import metric_names
+from spdrank.paired import METHOD, PairedComparison, PairedDifference
 from spdrank.slates import atomic_writer
 
 QUALITY_PLOT = "quality_vs_latency.png"
@@ -79,11 +83,18 @@ def _row(cells: Sequence[str]) -> str:
     return "| " + " | ".join(cells) + " |"
 
 
-def quality_table(results: Results, teachers: Sequence[str]) -> str:
-    """The main table (Tables 2-4) in markdown: latency, speed-ups, passes, quality, fidelity."""
+def table_metrics(results: Results) -> tuple[list[str], list[str]]:
+    """The metrics a report shows: quality (vs clicks), and fidelity (vs a teacher) if any."""
     names = metric_names(results.ks)
     quality = [m for m in names if m not in ("tau", "top1")]
     fidelity = ["tau", "top1"] if results.n_with_teacher else []
+    return quality, fidelity
+
+
+def quality_table(results: Results, teachers: Sequence[str]) -> str:
+    """The main table (Tables 2-4) in markdown: latency, speed-ups, passes, quality, fidelity."""
+    quality, fidelity = table_metrics(results)
+    names = quality + fidelity
     ratios = speedups(results, teachers)
     head = [
         "ranker", "p50 ms", "p95 ms", *(f"speed-up vs {t}" for t in teachers), "passes",
@@ -134,18 +145,52 @@ def latency_table(rows: Sequence[LatencyRow]) -> str:
     return "\n".join(lines)
 
 
+def paired_table(paired: PairedComparison) -> str:
+    """Paired differences in markdown: per row and metric, the mean and its interval.
+
+    An interval that excludes zero is in bold. ``slates``: how many slates were paired. Every
+    click metric is defined on the same slates (those with an informative click), so one count
+    covers them; the teacher metrics have their own.
+    """
+    click = [m for m in paired.metrics if m not in ("tau", "top1")]
+    teacher = [m for m in paired.metrics if m in ("tau", "top1")]
+    counts = [(label, group[0]) for label, group in
+              (("slates", click), ("slates (tau, top1)", teacher)) if group]
+    head = ["ranker", *(label for label, _ in counts), *paired.metrics]
+    lines = [_row(head), _row(["---"] * len(head))]
+    for name, diffs in paired.rows.items():
+        lines.append(_row([
+            name, *(str(diffs[m].n) for _, m in counts), *(_diff(diffs[m]) for m in paired.metrics)
+        ]))
+    return "\n".join(lines)
+
+
+def _diff(d: PairedDifference) -> str:
+    if d.mean is None:
+        return "-"
+    if d.low is None or d.high is None:
+        return f"{d.mean:+.4f}"
+    cell = f"{d.mean:+.4f} [{d.low:+.4f}, {d.high:+.4f}]"
+    return f"**{cell}**" if d.excludes_zero else cell
+
+
 # -- files ------------------------------------------------------------------------------------
 
 
 def bench_dict(
-    results: Results, teachers: Sequence[str], latency: Sequence[LatencyRow]
+    results: Results,
+    teachers: Sequence[str],
+    latency: Sequence[LatencyRow],
+    paired: PairedComparison | None = None,
 ) -> dict[str, Any]:
-    """``results.json``: the evaluation's JSON, plus teachers, speed-ups and the decomposition."""
+    """``results.json``: the evaluation's JSON, plus teachers, speed-ups, the decomposition
+    and the paired differences (``None`` when there was nothing to compare)."""
     return {
         **results.to_dict(),
         "teachers": list(teachers),
         "speedup": speedups(results, teachers),
         "latency": [r.to_dict() for r in latency],
+        "paired": paired.to_dict() if paired is not None else None,
     }
 
 
@@ -155,12 +200,18 @@ def write_report(
     teachers: Sequence[str],
     latency: Sequence[LatencyRow] = (),
     title: str = "spdrank bench",
+    paired: PairedComparison | None = None,
+    preamble: str | None = None,
 ) -> Path:
-    """Write ``report.md``, ``results.json``, ``table.txt`` and the plots into ``out``."""
+    """Write ``report.md``, ``results.json``, ``table.txt`` and the plots into ``out``.
+
+    ``preamble`` (markdown) goes right under the title: how the rows were made, e.g. the scale
+    and commands of the script that trained the checkpoints, which the benchmark cannot know.
+    """
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     with atomic_writer(out / "results.json") as fh:
-        json.dump(bench_dict(results, teachers, latency), fh, indent=2, ensure_ascii=False)
+        json.dump(bench_dict(results, teachers, latency, paired), fh, indent=2, ensure_ascii=False)
         fh.write("\n")
     table = format_table(results)
     with atomic_writer(out / "table.txt") as fh:
@@ -172,11 +223,15 @@ def write_report(
 
     meta = results.meta
     lines = [f"# {title}", ""]
+    if preamble:
+        lines += [preamble.strip(), ""]
     lines += [f"- {k}: {v}" for k, v in meta.get("environment", {}).items()]
     lines.append(
         f"- slates: {meta.get('slates', '?')} ({results.n_slates} evaluated, "
         f"{results.n_with_teacher} with a teacher ranking)"
     )
+    if "eval_s" in meta:
+        lines.append("- wall time of this benchmark: " + _wall_time(meta))
     settings = {k: v for k, v in meta.get("settings", {}).items() if v not in (None, False, [])}
     lines += ["- settings: " + ", ".join(f"`{k}={v}`" for k, v in settings.items()), ""]
     lines += ["## Quality, latency, speed-up (Tables 2-4)", ""]
@@ -195,6 +250,19 @@ def write_report(
     if has_stages:
         lines += [f"![latency stages]({STAGES_PLOT})", ""]
     lines += ["```", table, "```", ""]
+    if paired is not None and paired.rows:
+        lines += [
+            f"## Paired differences vs `{paired.reference}` ({paired.level:.0%} CI over slates)",
+            "", paired_table(paired), "",
+            (
+                f"Each cell: the mean over slates of (row - `{paired.reference}`) on that slate, "
+                f"and a {paired.level:.0%} {METHOD} ({paired.resamples:,} resamples, seed "
+                f"{paired.seed}); bold: the interval excludes zero. Only slates where both rows "
+                "define the metric are paired (a slate with every candidate clicked, or without "
+                "a teacher ranking, is left out)."
+            ),
+            "",
+        ]
     if latency:
         lines += ["## Latency decomposition (Table 5)", "", latency_table(latency), ""]
         lines.append(
@@ -210,3 +278,13 @@ def write_report(
     with atomic_writer(out / "report.md") as fh:
         fh.write("\n".join(lines))
     return out / "report.md"
+
+
+def _wall_time(meta: dict[str, Any]) -> str:
+    """Seconds spent fitting the baselines, evaluating, and decomposing the latency."""
+    parts = [
+        ("fitting", sum(meta["fit_s"].values()) if meta.get("fit_s") else None),
+        ("evaluation", meta.get("eval_s")),
+        ("latency decomposition", meta.get("latency_s")),
+    ]
+    return ", ".join(f"{name} {s:,.1f} s" for name, s in parts if s is not None)

@@ -11,8 +11,13 @@ slate; FIRST and scalar checkpoints sort their scores and keep one row. ``--labe
 the teachers the speed-ups are measured against. ``--latency`` adds the latency decomposition
 of each SPD checkpoint at the ``--latency-sizes``.
 
+Every row is also compared with one reference row, slate by slate (``--reference``, by default
+the first SPD decoder row): the mean paired difference per metric with a bootstrap 95%
+interval (:mod:`spdrank.paired`). So one checkpoint under four decoders is the paper's decoder
+ablation, and checkpoints trained differently are the other ablations (benchmarks/ablation_*.sh).
+
 The folder gets ``report.md``, ``results.json`` (the evaluation's JSON plus ``teachers``,
-``speedup`` and ``latency``), ``table.txt`` and PNG plots.
+``speedup``, ``latency`` and ``paired``), ``table.txt`` and PNG plots.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from spdrank.commands.eval import add_ranker_arguments
+from spdrank.paired import RESAMPLES
 
 RESULTS_ROOT = Path("benchmarks/results")
 
@@ -77,6 +83,27 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument("--out", metavar="DIR", help="results folder (overrides --name)")
     p.add_argument("--title", help="the report's title (default: spdrank bench: NAME)")
+    p.add_argument(
+        "--preamble",
+        metavar="FILE",
+        help="markdown put under the report's title: how the rows were made (the scale and "
+        "commands of a script that trained them)",
+    )
+    paired = p.add_argument_group("paired differences")
+    paired.add_argument(
+        "--reference",
+        metavar="ROW",
+        help="the row every other row is compared with, slate by slate (default: the first "
+        "SPD decoder row, e.g. spd:hungarian; without one, the first row)",
+    )
+    paired.add_argument(
+        "--bootstrap",
+        type=_positive,
+        default=RESAMPLES,
+        metavar="N",
+        help=f"bootstrap resamples of the slates for the 95%% intervals, seeded with --seed "
+        f"(default {RESAMPLES})",
+    )
     lat = p.add_argument_group("latency decomposition")
     lat.add_argument(
         "--latency",
@@ -110,9 +137,10 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from spdrank.bench.plots import require_matplotlib
-    from spdrank.bench.report import environment, write_report
+    from spdrank.bench.report import environment, table_metrics, write_report
     from spdrank.commands.eval import build_rankers, default_train_path, fit_rankers
     from spdrank.evaluate import evaluate, format_table
+    from spdrank.paired import compare
     from spdrank.slates import SlateError, load_slates, read_slates
 
     slates_path = Path(args.slates)
@@ -121,6 +149,7 @@ def run(args: argparse.Namespace) -> int:
     if args.limit is not None and args.limit < 1:
         raise ValueError(f"--limit must be at least 1, got {args.limit}")
     require_matplotlib()
+    preamble = Path(args.preamble).read_text(encoding="utf-8") if args.preamble else None
     out = Path(args.out) if args.out else RESULTS_ROOT / args.name
     train = Path(args.train) if args.train else default_train_path(slates_path)
     progress = False if args.no_progress else None  # None: a bar on a terminal only
@@ -132,6 +161,7 @@ def run(args: argparse.Namespace) -> int:
     teachers = _teacher_names(rankers)
     if args.latency and not spd_models:
         raise ValueError("--latency decomposes SPD checkpoints: pass --model DIR")
+    reference = _reference(rows, args.reference)
     fit_s = fit_rankers(rows, train, progress)
 
     stream = read_slates(slates_path)
@@ -144,7 +174,15 @@ def run(args: argparse.Namespace) -> int:
     eval_s = time.perf_counter() - t0
     print(format_table(results))
 
+    quality, fidelity = table_metrics(results)
+    paired = (
+        compare(results, reference, quality + fidelity, args.bootstrap, seed=args.seed)
+        if reference is not None
+        else None
+    )
+
     latency = []
+    t0 = time.perf_counter()
     if args.latency:
         from spdrank.bench.latency import decompose
 
@@ -165,12 +203,19 @@ def run(args: argparse.Namespace) -> int:
             "train": str(train) if fit_s else None,
             "fit_s": fit_s,
             "eval_s": eval_s,
+            "latency_s": time.perf_counter() - t0 if args.latency else None,
             "environment": environment(),
             "settings": {k: v for k, v in vars(args).items() if k not in ("func", "command")},
         }
     )
     report = write_report(
-        out, results, teachers, latency, title=args.title or f"spdrank bench: {out.name}"
+        out,
+        results,
+        teachers,
+        latency,
+        title=args.title or f"spdrank bench: {out.name}",
+        paired=paired,
+        preamble=preamble,
     )
     print(f"report: {report}")
     return 0
@@ -192,6 +237,21 @@ def _decoder_rows(rankers: list[Any], decoders: list[str] | None) -> tuple[list[
     for ranker in rankers:
         rows += decoder_rows(ranker, names) if any(ranker is m for m in spd) else [ranker]
     return rows, spd
+
+
+def _reference(rows: list[Any], requested: str | None) -> str | None:
+    """The row the others are compared with: ``requested``, checked before anything is measured;
+    by default the first SPD decoder row, else the first row; None when there is one row only."""
+    from spdrank.bench.decoders import DecodedRanker
+
+    names = [r.name for r in rows]
+    if requested is not None:
+        if requested not in names:
+            raise ValueError(f"--reference {requested!r} names no row; rows: {', '.join(names)}")
+        return requested
+    if len(rows) < 2:
+        return None
+    return next((r.name for r in rows if isinstance(r, DecodedRanker)), names[0])
 
 
 def _teacher_names(rankers: list[Any]) -> list[str]:
