@@ -63,6 +63,7 @@ smollm2_label() {  # $1 = split, $2 = mode
   local dir="$WORK/smollm2-$2"; mkdir -p "$dir"
   done_labels "$dir/$1.summary.json" && return 0
   start_server
+  echo "llama.cpp server threads: $THREADS" > "$dir/$1.threads.txt"
   $BIN/spdrank teacher --slates "$WORK/$1.jsonl" --out "$dir/$1.labels.jsonl" --slates-out "$dir/$1.slates.jsonl" \
     --backend openai \
     --base-url "http://127.0.0.1:$PORT/v1" --model-name smollm2 --mode "$2" --concurrency 1 \
@@ -162,8 +163,9 @@ wall_all=$(( $(date +%s) - start_all ))
   echo
   machine_lines
   echo "- data: \`spdrank data beauty --negatives $NEG\`: the first $EVAL_N eval slates and the first $TRAIN_N train slates (50 candidates each, history 10); popularity and co-occurrence are counted on all 21,245 training slates"
-  echo "- teachers: SmolLM2-135M-Instruct (bundled GGUF Q4_1) through llama.cpp's server (llama-cpp-python[server], $THREADS threads, greedy), titles cut to $ITEM_TOKENS tokens, direct mode (cap 6N+16 new tokens) and reasoning mode (cap $REASONING_TOKENS new tokens); and the co-occurrence baseline as \`ranker:cooccurrence\`. Note: co-occurrence counts include each training slate's own next item, so on TRAIN slates it is a stronger teacher than on eval slates"
+  echo "- teachers: SmolLM2-135M-Instruct (bundled GGUF Q4_1) through llama.cpp's server (llama-cpp-python[server], greedy; threads: $(cat "$WORK"/smollm2-*/*.threads.txt 2>/dev/null | sort -u | sed 's/.*: //' | paste -sd/ || echo none yet)), titles cut to $ITEM_TOKENS tokens, direct mode (cap 6N+16 new tokens) and reasoning mode (cap $REASONING_TOKENS new tokens); and the co-occurrence baseline as \`ranker:cooccurrence\`. Note: co-occurrence counts include each training slate's own next item, so on TRAIN slates it is a stronger teacher than on eval slates"
   echo "- students: the first $LAYERS of SmolLM2's 30 layers, LoRA r=$LORA_R on all linear layers, titles cut to $ITEM_TOKENS tokens, $TRAIN_N training slates, batch $BATCH, $EPOCHS epochs, lr 2e-4 (head 1e-3); spd = attention head + Hungarian, first = FIRST (first-token logits over letter labels, ListNet), scalar = one score per item + argsort (ListNet)"
+  echo "- latency: measured on the machine as it was, shared with other jobs (the SmolLM2 labelling runs in the background at low priority); on 2 shared cores the p50/p95 and the teachers' recorded latencies are upper bounds, not idle-machine speeds"
   echo "- wall time of this script (everything not already done): $wall_all s"
   echo
   echo "## Teacher runs"
