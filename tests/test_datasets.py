@@ -25,6 +25,7 @@ from spdrank.datasets.sequences import (
     read_sequences,
     read_titles,
     split_users,
+    validation_users,
 )
 from spdrank.slates import SlateError, load_slates
 
@@ -581,6 +582,118 @@ def test_features_are_byte_identical_across_rebuilds_and_hash_seeds(tmp_path):
         for c in f.candidates:
             c.features = None
         assert p == f
+
+
+# -- the validation split -------------------------------------------------------------------
+
+
+def _lines_of(path: Path) -> list[str]:
+    return path.read_text(encoding="utf-8").splitlines()
+
+
+def test_validation_moves_whole_training_users_out_of_train(tmp_path):
+    plain = _build(tmp_path, out="plain", eval_fraction=0.1)
+    split = _build(tmp_path, out="split", eval_fraction=0.1, validation=5)
+    c = split.counts
+    assert (c["train"], c["valid"], c["eval"]) == (31, 5, 4)
+    train, valid = load_slates(split.train_path), load_slates(split.valid_path)
+    evals = {s.query.qid for s in load_slates(split.eval_path)}
+    valid_users = {s.query.qid for s in valid}
+    assert len(valid_users) == 5
+    assert not valid_users & {s.query.qid for s in train} and not valid_users & evals
+    items = _user_items(tmp_path / "seq.txt")
+    assert all(s.clicked == [items[s.query.qid][-1]] for s in valid)  # the user's last item
+    # The same slates, only sorted into three files: eval as before, train = train + valid.
+    assert _lines_of(split.eval_path) == _lines_of(plain.eval_path)
+    assert sorted(_lines_of(split.train_path) + _lines_of(split.valid_path)) == sorted(
+        _lines_of(plain.train_path)
+    )
+    manifest = json.loads(split.manifest_path.read_text(encoding="utf-8"))
+    assert manifest["parameters"]["validation"] == 5
+    assert "valid.jsonl" in manifest["policies"]["validation"]
+    assert manifest["outputs"]["valid.jsonl"] == {
+        "slates": 5, "candidates": 50, "sha256": seqmod.sha256_file(split.valid_path),
+    }
+    assert "validation" not in plain.manifest["parameters"] and "valid" not in plain.counts
+    assert plain.valid_path is None and not (tmp_path / "plain" / "valid.jsonl").exists()
+
+
+def test_validation_users_are_seeded_and_do_not_depend_on_line_order(tmp_path):
+    a = _build(tmp_path, out="a", validation=6)
+    _write(tmp_path / "seq.txt", list(reversed(_log())))
+    b = _build(tmp_path, out="b", validation=6)
+    assert sorted(_lines_of(a.valid_path)) == sorted(_lines_of(b.valid_path))  # file order: input's
+    other = _build(tmp_path, out="c", validation=6, seed=1)
+    qids = {s.query.qid for s in load_slates(a.valid_path)}
+    assert qids != {s.query.qid for s in load_slates(other.valid_path)}
+    train_users = [f"u{u}" for u in range(40) if f"u{u}" not in split_users(
+        [f"u{u}" for u in range(40)], 0.05, seed=0)]
+    assert qids == validation_users(reversed(train_users), 6, seed=0)
+
+
+def test_validation_cannot_take_every_training_user(tmp_path):
+    with pytest.raises(ValueError, match=r"--validation 38 would take all 38 training users"):
+        _build(tmp_path, validation=38)
+    assert not (tmp_path / "out").exists()
+    assert _build(tmp_path, validation=37).counts["train"] == 1
+    with pytest.raises(ValueError, match="validation must be >= 0"):
+        BuildOptions(validation=-1)
+
+
+def test_features_never_count_a_validation_target(tmp_path):
+    # v's last item z appears in no other sequence. Counted, it would make z popular and
+    # co-occurring with y in every slate showing it; as a validation user, v is never counted.
+    log = ["u1 a b c", "u2 a b d", "u3 b c", "u4 a c", "v x y z"]
+    users = ["u1", "u2", "u3", "u4", "v"]
+    assert split_users(users, 0.2, seed=16) == {"u4"}
+    assert validation_users(["u1", "u2", "u3", "v"], 1, seed=16) == {"v"}
+    _inputs(tmp_path, seq_lines=log, title_lines=[])
+    cands = _write(tmp_path / "c.txt", [f"{u} z c d" for u in users])
+    result = _build(tmp_path, candidate_file=cands, candidates=3, eval_fraction=0.2, seed=16,
+                    validation=1, features=True)
+    slates = {s.query.qid: s for s in _slates(result.out_dir) + load_slates(result.valid_path)}
+    assert {s.query.qid for s in load_slates(result.valid_path)} == {"v"}
+    for slate in slates.values():
+        z = next(c for c in slate.candidates if c.docid == "z")
+        assert z.features == {"popularity": 0.0, "cooccurrence": 0.0}, slate.query.qid
+    # v's own features, like an eval user's, are those of every training user (u1, u2, u3):
+    # c 2, d 1; its history (x, y) co-occurs with nothing.
+    assert {c.docid: c.features for c in slates["v"].candidates}["c"] == {
+        "popularity": _log1p(2), "cooccurrence": 0.0,
+    }
+
+
+def test_with_validation_features_equal_the_baselines_fitted_on_train(tmp_path):
+    """Baselines fitted on train.jsonl see exactly the features' counts, in every split."""
+    _inputs(tmp_path, seq_lines=_log(n_items=25))
+    result = _build(tmp_path, history=3, eval_fraction=0.25, validation=8, features=True)
+    train = load_slates(result.train_path)
+    others = load_slates(result.valid_path) + load_slates(result.eval_path)
+    assert (len(train), len(others)) == (22, 18)
+    for slate in train + others:
+        rest = [s for s in train if s.query.qid != slate.query.qid]
+        popularity, cooccurrence = PopularityRanker(), CooccurrenceRanker()
+        popularity.fit(rest)
+        cooccurrence.fit(rest)
+        expected = [
+            {"popularity": _log1p(p), "cooccurrence": _log1p(c)}
+            for p, c in zip(popularity.scores(slate), cooccurrence.scores(slate))
+        ]
+        assert [c.features for c in slate.candidates] == expected, slate.query.qid
+
+
+def test_command_validation(tmp_path, capsys):
+    seqs, titles = _inputs(tmp_path)
+    out = tmp_path / "cli"
+    args = _parser().parse_args(
+        ["data", "sequences", "--sequences", str(seqs), "--titles", str(titles), "--out",
+         str(out), "--validation", "3", "--no-progress"]
+    )
+    assert args.func(args) == 0
+    printed = capsys.readouterr().out
+    assert "35 train + 3 valid + 2 eval slates" in printed and str(out / "valid.jsonl") in printed
+    with pytest.raises(SystemExit):
+        _parser().parse_args(["data", "beauty", "--out", str(tmp_path), "--validation", "-1"])
 
 
 # -- the bundled Beauty ---------------------------------------------------------------------

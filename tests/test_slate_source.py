@@ -74,6 +74,15 @@ def test_gzip_stream_is_a_seeded_local_shuffle_that_resumes_by_skipping(many):
 
 
 @pytest.mark.parametrize("name", ["s.jsonl", "s.jsonl.gz"])
+def test_numbered_slates_carry_their_place_in_the_file(many, name):
+    """The place ignores blank lines: it indexes per-slate data such as cached states."""
+    source = open_slate_source(many(name, blank_lines=True), seed=3, buffer_size=8)
+    numbered = source.take_numbered(1, 0, 40)
+    assert [s.query.qid for _, s in numbered] == qids(source.take(1, 0, 40))
+    assert all(s.query.qid == f"u{place}" for place, s in numbered)
+
+
+@pytest.mark.parametrize("name", ["s.jsonl", "s.jsonl.gz"])
 def test_limit_reads_only_the_first_slates(many, name):
     path = many(name)
     source = open_slate_source(path, seed=0, limit=5)

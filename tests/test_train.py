@@ -2,13 +2,16 @@ import functools
 import json
 import random
 
+import numpy as np
 import pytest
+import torch
 from safetensors.torch import load_file
 
 from spdrank.cli import main
 from spdrank.metrics import is_valid_permutation
 from spdrank.model import SPDRanker
 from spdrank.slates import SlateError, load_slates, write_slates
+from spdrank.state_cache import open_state_cache
 from spdrank.train import TrainConfig, train
 from tests.conftest import make_slate
 
@@ -254,3 +257,108 @@ def test_feature_settings_that_cannot_work_fail_before_training(
     with pytest.raises(SlateError, match=r"candidates\[0\] \(docid 'd0'\) has no feature 'pop'"):
         run(features="signal,pop")
     assert not (tmp_path / "run").exists()
+
+
+# -- training from cached states -------------------------------------------------------------
+
+
+def test_training_from_cached_states_gives_the_weights_of_live_training(tmp_path, tiny_backbone, train_file):
+    """The same batches, dropout, loss and optimizer: only where the states come from differs."""
+    run = functools.partial(config, tmp_path, tiny_backbone, frozen=True, max_steps=6)
+    train(run(out="live"))
+    cached = functools.partial(run, cache_states=str(tmp_path / "states"), cache_dtype="float32")
+    train(cached(out="cached"))
+    live, from_cache = weights(tmp_path / "live"), weights(tmp_path / "cached")
+    assert live.keys() == from_cache.keys()
+    assert all(torch.allclose(live[k], from_cache[k], atol=1e-5) for k in live)
+    assert not train(cached(out="resumed", stop_after=3))["finished"]
+    assert train(cached(out="resumed"))["finished"]
+    assert_same(weights(tmp_path / "resumed"), from_cache)
+
+
+def test_a_model_trained_from_cache_scores_as_its_cached_states_do(
+    tmp_path, tiny_backbone, train_file
+):
+    cfg = config(tmp_path, tiny_backbone, frozen=True, max_steps=3, cache_states=str(tmp_path / "c"))
+    train(cfg)
+    assert not (tmp_path / "run" / "model" / "adapter").exists()
+    model = SPDRanker.from_pretrained(tmp_path / "run")  # an ordinary checkpoint
+    cache = open_state_cache(tmp_path / "c" / "train", model, train_file, 8, progress=False)
+    for i, slate in enumerate(load_slates(train_file)):
+        with torch.inference_mode():
+            cached = model(cache.batch([i], [slate], model))[0, : len(slate)].numpy()
+        assert np.abs(model.score_matrix(slate) - cached).max() < 2e-3  # float16 states
+
+
+def test_training_from_cache_fits_the_teacher_permutations(tmp_path, tiny_backbone, train_file):
+    summary = train(config(
+        tmp_path, tiny_backbone, frozen=True, cache_states=str(tmp_path / "states"),
+        eval_slates=str(train_file), max_steps=60, head_lr=1e-2, head_dropout=0.0,
+        warmup_steps=5,
+    ))
+    log = [json.loads(line) for line in (tmp_path / "run" / "log.jsonl").open()]
+    losses = [event["loss"] for event in log if "loss" in event]
+    assert losses[-1] < 0.25 * losses[0]
+    assert summary["eval"]["tau"] > 0.8
+
+
+def test_training_from_cache_learns_features_and_runs_no_prefill_once_cached(
+    tmp_path, tiny_backbone, signal_files, monkeypatch
+):
+    from spdrank import model as model_module
+
+    prefills = []
+    real = model_module.readout_states
+
+    def counted(*args):
+        prefills.append(args[1].shape[0])
+        return real(*args)
+
+    monkeypatch.setattr(model_module, "readout_states", counted)
+    _, eval_file = signal_files
+    cfg = functools.partial(
+        config, tmp_path, tiny_backbone, target="clicks", frozen=True, features="signal",
+        max_steps=40, head_lr=1e-2, head_dropout=0.0, warmup_steps=4, eval_every=20,
+        eval_slates=str(eval_file), cache_states=str(tmp_path / "states"),
+    )
+    summary = train(cfg(out="first"))
+    assert sum(prefills) == 32 + 24  # each training and eval slate once, in the cache build
+    assert summary["eval"]["R@1"] >= 0.8  # evaluated from the eval slates' cached states
+    prefills.clear()
+    assert train(cfg(out="second"))["finished"] and prefills == []  # the cache is reused
+    assert top1(SPDRanker.from_pretrained(tmp_path / "second"), eval_file) >= 0.8
+
+
+def test_cache_settings_that_cannot_work_fail_before_anything_is_written(
+    tmp_path, tiny_backbone, train_file, capsys
+):
+    states = str(tmp_path / "states")
+    with pytest.raises(ValueError, match="--cache-states needs --frozen"):
+        train(config(tmp_path, tiny_backbone, max_steps=1, cache_states=states))
+    with pytest.raises(ValueError, match="--head first reads the LM's logits"):
+        train(config(tmp_path, tiny_backbone, head="first", frozen=True, max_steps=1,
+                     cache_states=states))
+    with pytest.raises(ValueError, match="--features-only runs no backbone"):
+        train(config(tmp_path, tiny_backbone, features="x", features_only=True, max_steps=1,
+                     cache_states=states))
+    assert main(["train", "--slates", str(train_file), "--out", str(tmp_path / "run"), "--frozen",
+                 "--cache-states", states, "--batch-size", "2", "--num-processes", "2"]) == 2
+    assert "--cache-states trains in one process" in capsys.readouterr().err
+    assert not (tmp_path / "states").exists() and not (tmp_path / "run").exists()
+
+
+def test_cli_trains_from_cache_then_ranks(tmp_path, tiny_backbone, train_file):
+    out = tmp_path / "cli"
+    assert main([
+        "train", "--slates", str(train_file), "--out", str(out), "--target", "teacher",
+        "--head", "linear", "--frozen", "--cache-states", str(tmp_path / "states"),
+        "--cache-batch-size", "3", "--backbone", tiny_backbone, "--positions", "16",
+        "--max-steps", "2", "--batch-size", "2", "--eval-slates", str(train_file),
+        "--eval-limit", "3", "--no-progress",
+    ]) == 0
+    assert json.loads((out / "train.json").read_text())["config"]["cache_states"]
+    key = json.loads((tmp_path / "states" / "eval" / "key.json").read_text())
+    assert key["key"]["slates"]["count"] == 3 and key["key"]["storage"] == "float16"
+    assert main(["rank", "--model", str(out), "--input", str(train_file), "--output",
+                 str(tmp_path / "ranked.jsonl")]) == 0
+    assert len((tmp_path / "ranked.jsonl").read_text().splitlines()) == 8

@@ -94,7 +94,11 @@ class SPDConfig:
 
 @dataclass
 class Batch:
-    """A padded batch of encoded slates, ready for one prefill."""
+    """A padded batch of encoded slates, ready for one prefill.
+
+    With ``states`` (readout states computed earlier, e.g. by :mod:`spdrank.state_cache`),
+    the prefill is skipped and the token tensors may be empty: the head reads ``states``.
+    """
 
     input_ids: torch.Tensor  # [B, T]
     attention_mask: torch.Tensor  # [B, T]
@@ -102,6 +106,7 @@ class Batch:
     item_mask: torch.Tensor  # [B, N] True for real items
     sizes: torch.Tensor  # [B] items per slate
     features: torch.Tensor | None = None  # [B, N, F] normalised upstream features (padded: 0)
+    states: torch.Tensor | None = None  # [B, N, D] readout states instead of a prefill
 
     def to(self, device: torch.device | str) -> Batch:
         tensors = (getattr(self, f.name) for f in dataclasses.fields(self))
@@ -127,17 +132,19 @@ def collate(encoded: Sequence[EncodedPrompt], pad_id: int) -> Batch:
         readout[i, : len(e.readout)] = torch.tensor(e.readout)
         item_mask[i, : len(e.readout)] = True
     sizes = item_mask.sum(1)
-    return Batch(input_ids, attention, readout, item_mask, sizes, _collate_features(encoded, n))
+    features = pad_features([e.features for e in encoded], n)
+    return Batch(input_ids, attention, readout, item_mask, sizes, features)
 
 
-def _collate_features(encoded: Sequence[EncodedPrompt], n: int) -> torch.Tensor | None:
-    if all(e.features is None for e in encoded):
+def pad_features(features: Sequence[np.ndarray | None], n: int) -> torch.Tensor | None:
+    """Slates' [n_i, F] feature arrays padded to [B, n, F] with zeros; None when none has any."""
+    if all(f is None for f in features):
         return None
-    if any(e.features is None for e in encoded):
+    if any(f is None for f in features):
         raise ValueError("some prompts carry features and others do not: encode them all alike")
-    out = torch.zeros((len(encoded), n, encoded[0].features.shape[1]), dtype=torch.float32)
-    for i, e in enumerate(encoded):
-        out[i, : len(e.features)] = torch.from_numpy(e.features)
+    out = torch.zeros((len(features), n, features[0].shape[1]), dtype=torch.float32)
+    for i, f in enumerate(features):
+        out[i, : len(f)] = torch.from_numpy(f)
     return out
 
 
@@ -297,7 +304,7 @@ class SPDRanker(nn.Module):
                 f"slate {slate.query.qid!r} has {len(slate)} candidates; this model ranks at most "
                 f"{self.config.head.positions} (its K)"
             )
-        features = self.features(slate) if self.features is not None else None
+        features = self.slate_features(slate)
         if self.prompts is None:  # features only: no text is read
             n = len(slate)
             return EncodedPrompt([], readout=[0] * n, truncated=[False] * n, features=features)
@@ -305,6 +312,10 @@ class SPDRanker(nn.Module):
         encoded = self.prompts.encode(slate.query.text, texts)
         encoded.features = features
         return encoded
+
+    def slate_features(self, slate: Slate) -> np.ndarray | None:
+        """The slate's normalised features [n, F] when the model reads features, else None."""
+        return self.features(slate) if self.features is not None else None
 
     def collate(self, encoded: Sequence[EncodedPrompt]) -> Batch:
         return collate(encoded, self.tokenizer.pad_token_id).to(self.device)
@@ -314,13 +325,16 @@ class SPDRanker(nn.Module):
         # A frozen backbone needs no activations kept for backward: only the head learns.
         frozen = self.config.backbone.lora is None
         with torch.set_grad_enabled(torch.is_grad_enabled() and not frozen):
-            states = self._states(batch)
+            states = self.states(batch)
         return self.head(states, batch.item_mask, batch.features)
 
-    def _states(self, batch: Batch) -> torch.Tensor | None:
-        """The prefill's output as float32: readout states, FIRST's logits; None without LLM."""
+    def states(self, batch: Batch) -> torch.Tensor | None:
+        """What the head reads, as float32: readout states (the batch's own, when it carries
+        them, else from a prefill), FIRST's logits; None without an LLM."""
         if self.config.features_only:
             return None
+        if batch.states is not None:
+            return batch.states.float()
         if self.first:
             states = last_token_logits(self.backbone, batch.input_ids, batch.attention_mask)
         else:
@@ -342,26 +356,34 @@ class SPDRanker(nn.Module):
         return self.rank_batch([_as_slate(query, candidates)])[0]
 
     def score_batch(
-        self, slates: Sequence[Slate], encoded: Sequence[EncodedPrompt] | None = None
+        self,
+        slates: Sequence[Slate],
+        encoded: Sequence[EncodedPrompt] | None = None,
+        batch: Batch | None = None,
     ) -> tuple[np.ndarray, dict[str, float]]:
         """Scores of slates from one padded prefill, and the milliseconds of each stage.
 
         Scores are [B, N, K] for SPD and [B, N] for the sorting peers (padded items are 0);
         stages are ``tokenize`` (encode and collate), ``prefill`` and ``head``. Kept apart
         from decoding so one forward pass can be decoded several ways (``spdrank bench``).
+        ``batch``: the slates already collated, e.g. with cached states (then nothing is
+        tokenized).
         """
         was_training = self.training
         self.eval()
         try:
             t0 = time.perf_counter()
-            if encoded is None:
-                encoded = [self.encode(s) for s in slates]
-            elif len(encoded) != len(slates):
-                raise ValueError("encoded prompts must match the slates one to one")
-            batch = self.collate(encoded)
+            if batch is None:
+                if encoded is None:
+                    encoded = [self.encode(s) for s in slates]
+                elif len(encoded) != len(slates):
+                    raise ValueError("encoded prompts must match the slates one to one")
+                batch = self.collate(encoded)
+            else:
+                batch = batch.to(self.device)
             t1 = time.perf_counter()
             with torch.inference_mode():
-                states = self._states(batch)
+                states = self.states(batch)
                 self.synchronize()
                 t2 = time.perf_counter()
                 scores = self.head(states, batch.item_mask, batch.features).cpu().numpy()
@@ -376,6 +398,7 @@ class SPDRanker(nn.Module):
         slates: Sequence[Slate],
         decoder: str | None = None,
         encoded: Sequence[EncodedPrompt] | None = None,
+        batch: Batch | None = None,
     ) -> list[Ranking]:
         """Rank slates in one padded prefill. Timings are the batch's, shared by its slates.
 
@@ -383,10 +406,10 @@ class SPDRanker(nn.Module):
         decreasing: the assignment fixes the order, and M's entries are not comparable across
         positions. The sorting peers report their own per-item scores. ``encoded`` passes
         prompts the caller already encoded (e.g. to read their truncation flags) so they are
-        not tokenized twice.
+        not tokenized twice; ``batch``, the slates already collated (see :meth:`score_batch`).
         """
         decoder = decoder or self.config.decoder
-        scores, timings = self.score_batch(slates, encoded)
+        scores, timings = self.score_batch(slates, encoded, batch)
         t0 = time.perf_counter()
         orders = [self.order(scores[i, : len(s)], decoder) for i, s in enumerate(slates)]
         timings["assign"] = (time.perf_counter() - t0) * 1e3

@@ -1,7 +1,8 @@
 """Training slates read as they are needed, in a seeded order, from files larger than memory.
 
 A :class:`SlateSource` answers one question: which slates sit at positions ``start:stop`` of
-epoch ``e``'s order? That order is a pure function of (seed, epoch), so a resumed run, or
+epoch ``e``'s order? (And, for readers of per-slate data kept elsewhere such as
+:mod:`spdrank.state_cache`, what is each one's place among the file's slates?) That order is a pure function of (seed, epoch), so a resumed run, or
 another process of a data-parallel run, reads exactly the slates an uninterrupted single
 process would. Two sources answer it, picked by the file's name:
 
@@ -75,6 +76,10 @@ class SlateSource(ABC):
 
     def take(self, epoch: int, start: int, stop: int) -> list[Slate]:
         """The slates at positions ``start:stop`` of epoch ``epoch``'s order."""
+        return [slate for _, slate in self.take_numbered(epoch, start, stop)]
+
+    def take_numbered(self, epoch: int, start: int, stop: int) -> list[tuple[int, Slate]]:
+        """Like :meth:`take`, each slate with its 0-based place among the file's slates."""
         if not 0 <= start <= stop <= self.count:
             raise IndexError(f"positions {start}:{stop} are outside 0:{self.count}")
         if _stamp(self.path) != self._stamp:
@@ -82,11 +87,14 @@ class SlateSource(ABC):
                 f"{self.path} changed after training started reading it; its index no longer "
                 "matches it: rerun the command to read it afresh"
             )
-        return [self._load(lineno, line) for lineno, line in self._lines(epoch, start, stop)]
+        return [
+            (index, self._load(lineno, line))
+            for index, lineno, line in self._lines(epoch, start, stop)
+        ]
 
     @abstractmethod
-    def _lines(self, epoch: int, start: int, stop: int) -> Iterable[tuple[int, bytes]]:
-        """``(line number, raw line)`` of the slates at positions ``start:stop``."""
+    def _lines(self, epoch: int, start: int, stop: int) -> Iterable[tuple[int, int, bytes]]:
+        """``(place in the file, line number, raw line)`` of the slates at ``start:stop``."""
 
     def _load(self, lineno: int, line: bytes) -> Slate:
         return load_slate(self.path, lineno, line, self.check)
@@ -131,12 +139,12 @@ class IndexedSlates(SlateSource):
             self._order = (epoch, epoch_order(self.count, self.seed, epoch))
         return self._order[1]
 
-    def _lines(self, epoch: int, start: int, stop: int) -> list[tuple[int, bytes]]:
+    def _lines(self, epoch: int, start: int, stop: int) -> list[tuple[int, int, bytes]]:
         out = []
         with open(self.path, "rb") as fh:
             for i in self.order(epoch)[start:stop]:
                 fh.seek(int(self.offsets[i]))
-                out.append((int(self.linenos[i]), fh.readline()))
+                out.append((int(i), int(self.linenos[i]), fh.readline()))
         return out
 
 
@@ -146,7 +154,7 @@ class _Cursor:
 
     epoch: int
     position: int
-    lines: Iterator[tuple[int, bytes]]
+    lines: Iterator[tuple[int, int, bytes]]
 
 
 class StreamedSlates(SlateSource):
@@ -161,25 +169,27 @@ class StreamedSlates(SlateSource):
         self.buffer_size = buffer_size
         self._cursor: _Cursor | None = None
 
-    def shuffled(self, epoch: int) -> Iterator[tuple[int, bytes]]:
-        """Epoch ``epoch``'s order: each raw line, once, through the shuffle buffer.
+    def shuffled(self, epoch: int) -> Iterator[tuple[int, int, bytes]]:
+        """Epoch ``epoch``'s order: each ``(place, line number, raw line)``, once, through the
+        shuffle buffer.
 
         Once the buffer is full, each line read replaces a uniformly drawn buffered line,
         which comes out; at the end of the file the rest come out in a seeded order.
         """
         rng = np.random.default_rng([self.seed, epoch])
-        buffer: list[tuple[int, bytes]] = []
-        for lineno, _, line in islice(iter_lines(self.path, "slate file"), self.count):
+        buffer: list[tuple[int, int, bytes]] = []
+        lines = islice(iter_lines(self.path, "slate file"), self.count)
+        for index, (lineno, _, line) in enumerate(lines):
             if len(buffer) < self.buffer_size:
-                buffer.append((lineno, line))
+                buffer.append((index, lineno, line))
                 continue
             j = int(rng.integers(self.buffer_size))
             yield buffer[j]
-            buffer[j] = (lineno, line)
+            buffer[j] = (index, lineno, line)
         for j in rng.permutation(len(buffer)):
             yield buffer[j]
 
-    def _lines(self, epoch: int, start: int, stop: int) -> list[tuple[int, bytes]]:
+    def _lines(self, epoch: int, start: int, stop: int) -> list[tuple[int, int, bytes]]:
         cursor = self._cursor
         if cursor is None or cursor.epoch != epoch or cursor.position > start:
             cursor = self._cursor = _Cursor(epoch, 0, self.shuffled(epoch))

@@ -374,9 +374,8 @@ def dumps_slate(slate: Slate) -> str:
 
 
 @contextmanager
-def atomic_writer(path: str | os.PathLike[str]) -> Iterator[IO[str]]:
-    """Write a text file through a temporary sibling that replaces ``path`` only on success."""
-    path = Path(path)
+def _replacing(path: Path) -> Iterator[Path]:
+    """A new empty temporary sibling of ``path`` to fill; it replaces ``path`` only on success."""
     path.parent.mkdir(parents=True, exist_ok=True)
     # Not tempfile.mkstemp: its 0600 mode would stay on the result; this one gets the umask's.
     while True:
@@ -387,13 +386,29 @@ def atomic_writer(path: str | os.PathLike[str]) -> Iterator[IO[str]]:
         except FileExistsError:
             continue
     try:
-        with _open_for_writing(tmp_path, gz=gzipped(path)) as fh:
-            yield fh
-            fh.flush()
+        yield tmp_path
         os.replace(tmp_path, path)
     except BaseException:
         tmp_path.unlink(missing_ok=True)
         raise
+
+
+@contextmanager
+def atomic_writer(path: str | os.PathLike[str]) -> Iterator[IO[str]]:
+    """Write a text file through a temporary sibling that replaces ``path`` only on success."""
+    path = Path(path)
+    with _replacing(path) as tmp_path, _open_for_writing(tmp_path, gz=gzipped(path)) as fh:
+        yield fh
+        fh.flush()
+
+
+def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
+    """Write ``data`` to ``path`` through a temporary sibling, synced to disk before the swap,
+    so that a file under its final name is always whole (what resumable writers rely on)."""
+    with _replacing(Path(path)) as tmp_path, open(tmp_path, "wb") as fh:
+        fh.write(data)
+        fh.flush()
+        os.fsync(fh.fileno())
 
 
 def write_slates(path: str | os.PathLike[str], slates: Iterable[Slate]) -> int:

@@ -12,6 +12,11 @@ writes a training state (model, optimizer, scheduler, step, each process's rando
 state) under ``OUT/state`` with no pickles; rerunning the same command continues from there.
 The data order is a pure function of the seed and the epoch, so a resumed run sees exactly
 the batches an uninterrupted one would have, and the same seed gives the same weights.
+
+With a frozen backbone and ``cache_states``, the readout states of the training and eval
+slates are computed once (:mod:`spdrank.state_cache`) and every step reads them instead of
+running the backbone: the head, targets, loss, data order and checkpoint are those of a live
+run, and the upstream features still come from the slates.
 """
 
 from __future__ import annotations
@@ -34,12 +39,13 @@ from spdrank.atomic_dir import atomic_directory
 from spdrank.backbone import resolve_device
 from spdrank.listnet import listnet_loss
 from spdrank.metrics import aggregate, slate_metrics
-from spdrank.model import SPDRanker, collate
+from spdrank.model import Batch, SPDRanker, collate
 from spdrank.sinkhorn import log_sinkhorn, permutation_cross_entropy
 from spdrank.slate_source import open_slate_source
 from spdrank.slates import Slate, load_slates
+from spdrank.state_cache import StateCache, open_state_cache
 from spdrank.targets import target_matrix
-from spdrank.train_config import TrainConfig, per_process_batch
+from spdrank.train_config import NO_PARALLEL_CACHE, TrainConfig, per_process_batch
 
 #: Logs from the main process only, so N processes do not print every line N times.
 log = get_logger(__name__)
@@ -107,12 +113,16 @@ def _dropout_seed(seed: int, process: int) -> int:
     return int(np.random.SeedSequence([seed, process]).generate_state(1)[0])
 
 
-def evaluate_model(model: SPDRanker, slates: list[Slate], batch_size: int = 4) -> dict[str, float | None]:
-    """Mean metrics of the model on ``slates`` (clicks, and teacher agreement when labelled)."""
+def evaluate_model(
+    model: SPDRanker, slates: list[Slate], batch_size: int = 4, cache: StateCache | None = None
+) -> dict[str, float | None]:
+    """Mean metrics of the model on ``slates`` (clicks, and teacher agreement when labelled);
+    ``cache``: the slates' cached states, read instead of running the backbone."""
     per_slate = []
     for i in range(0, len(slates), batch_size):
         chunk = slates[i : i + batch_size]
-        for slate, ranking in zip(chunk, model.rank_batch(chunk)):
+        batch = None if cache is None else cache.batch(range(i, i + len(chunk)), chunk, model)
+        for slate, ranking in zip(chunk, model.rank_batch(chunk, batch=batch)):
             per_slate.append(slate_metrics(ranking.docids, slate.docids, slate.clicked, slate.teacher))
     return {name: s.mean for name, s in aggregate(per_slate).items()}
 
@@ -129,6 +139,8 @@ class Trainer:
         self.accelerator = Accelerator(cpu=resolve_device(cfg.device) == "cpu")
         self.processes = self.accelerator.num_processes
         per_process_batch(cfg.batch_size, self.processes)
+        if cfg.cache_states and self.processes > 1:
+            raise ValueError(NO_PARALLEL_CACHE)
         set_seed(cfg.seed)  # every process builds the same initial weights
         model_config = self.model_config = cfg.model_config()
         self.positions = model_config.head.positions
@@ -161,6 +173,9 @@ class Trainer:
         # Each process sees other slates, so each draws its own dropout masks.
         torch.manual_seed(_dropout_seed(cfg.seed, self.accelerator.process_index))
         self.step = 0
+        #: The cached states of the training and eval slates (with ``cache_states``).
+        self.cache: StateCache | None = None
+        self.eval_cache: StateCache | None = None
         #: (step, metrics) of the latest evaluation, so the final one is not run twice.
         self.last_eval: tuple[int, dict[str, float | None]] | None = None
 
@@ -237,6 +252,24 @@ class Trainer:
         log.info("resumed from %s at step %d/%d", state, self.step, self.total_steps)
         return True
 
+    def open_caches(self) -> None:
+        """Open (building or completing first) the state caches, with ``cache_states``."""
+        cfg = self.cfg
+        if not cfg.cache_states:
+            return
+        settings = {
+            "storage": cfg.cache_dtype, "batch_size": cfg.cache_batch_size,
+            "progress": cfg.progress,
+        }
+        root = Path(cfg.cache_states)
+        self.cache = open_state_cache(
+            root / "train", self.spd, cfg.slates, len(self.source), **settings
+        )
+        if self.eval_slates:
+            self.eval_cache = open_state_cache(
+                root / "eval", self.spd, cfg.eval_slates, len(self.eval_slates), **settings
+            )
+
     # -- steps -----------------------------------------------------------------------------
 
     def batch_span(self, step: int) -> tuple[int, int, int]:
@@ -245,10 +278,20 @@ class Trainer:
         start = within * self.cfg.batch_size
         return epoch, start, min(start + self.cfg.batch_size, len(self.source))
 
-    def slate_losses(self, slates: list[Slate]) -> torch.Tensor:
-        """The [B] per-slate losses of ``slates``, padded into one prefill."""
-        batch = collate([self.spd.encode(s) for s in slates], self.spd.tokenizer.pad_token_id)
-        batch = batch.to(self.accelerator.device)
+    def batch(self, numbered: list[tuple[int, Slate]]) -> Batch:
+        """The model's input for these slates (each with its place in the file): their padded
+        prompts for one prefill, or their cached states."""
+        slates = [slate for _, slate in numbered]
+        if self.cache is not None:
+            batch = self.cache.batch([i for i, _ in numbered], slates, self.spd)
+        else:
+            batch = collate([self.spd.encode(s) for s in slates], self.spd.tokenizer.pad_token_id)
+        return batch.to(self.accelerator.device)
+
+    def slate_losses(self, numbered: list[tuple[int, Slate]]) -> torch.Tensor:
+        """The [B] per-slate losses of the slates (each with its place in the file)."""
+        slates = [slate for _, slate in numbered]
+        batch = self.batch(numbered)
         scores = self.model(batch).float()
         width = int(batch.sizes.max())
         target = torch.zeros((len(slates), width, width))
@@ -272,14 +315,15 @@ class Trainer:
         if not part:
             # Fewer slates than processes: this one still joins the gradient all-reduce, with
             # a zero-weighted pass over the batch's first slate.
-            return self.slate_losses(self.source.take(epoch, start, start + 1)).sum() * 0.0
-        losses = self.slate_losses(self.source.take(epoch, part.start, part.stop))
+            return self.slate_losses(self.source.take_numbered(epoch, start, start + 1)).sum() * 0.0
+        losses = self.slate_losses(self.source.take_numbered(epoch, part.start, part.stop))
         return losses.sum() * (self.processes / (stop - start))
 
     def evaluate(self) -> dict[str, float | None]:
         """Metrics on the eval slice at the current step (computed once per step)."""
         if self.last_eval is None or self.last_eval[0] != self.step:
-            self.last_eval = (self.step, evaluate_model(self.spd, self.eval_slates))
+            metrics = evaluate_model(self.spd, self.eval_slates, cache=self.eval_cache)
+            self.last_eval = (self.step, metrics)
         return self.last_eval[1]
 
     def log_event(self, event: dict[str, Any]) -> None:
@@ -290,6 +334,7 @@ class Trainer:
 
     def run(self) -> dict[str, Any]:
         cfg = self.cfg
+        self.open_caches()
         self.maybe_resume()
         self.model.train()
         start_step, started = self.step, time.perf_counter()

@@ -13,6 +13,16 @@ if TYPE_CHECKING:
     from spdrank.model import SPDConfig
 
 
+#: How --cache-states may store states.
+CACHE_DTYPES = ("float16", "float32")
+
+#: Why --cache-states runs in one process.
+NO_PARALLEL_CACHE = (
+    "--cache-states trains in one process: a step from cached states runs no prefill, so "
+    "there is little to spread over processes; drop --num-processes"
+)
+
+
 @dataclass
 class TrainConfig:
     slates: str
@@ -36,6 +46,13 @@ class TrainConfig:
     #: Read the features alone, without the backbone (no prefill): what the LLM adds is the
     #: difference to a run with the same features and the backbone.
     features_only: bool = False
+    #: With --frozen: a directory where the backbone's readout states of the training (and
+    #: eval) slates are computed once and read back at every step (:mod:`spdrank.state_cache`).
+    cache_states: str | None = None
+    #: How cached states are stored: float16 (half the disk) or float32.
+    cache_dtype: str = "float16"
+    #: Slates per prefill while the cache is built.
+    cache_batch_size: int = 8
     limit: int | None = None
     epochs: float = 1.0
     max_steps: int | None = None
@@ -68,6 +85,7 @@ class TrainConfig:
 
         if self.target not in TARGETS:
             raise ValueError(f"unknown --target {self.target!r}: choose one of {list(TARGETS)}")
+        self.check_cache_settings()
         prompt = PromptSettings(
             max_item_tokens=self.max_item_tokens, max_query_tokens=self.max_query_tokens
         )
@@ -94,6 +112,26 @@ class TrainConfig:
             features=self.fit_features(),
             features_only=self.features_only,
         )
+
+    def check_cache_settings(self) -> None:
+        """Cached states stand for a prefill only when the prefill never changes."""
+        if self.cache_states is None:
+            return
+        if self.features_only:
+            raise ValueError("--features-only runs no backbone, so it has no states to cache: "
+                             "drop --cache-states")
+        if self.head == "first":
+            raise ValueError("--cache-states stores readout hidden states, but --head first "
+                             "reads the LM's logits (and only LoRA trains it): drop --cache-states")
+        if not self.frozen:
+            raise ValueError("--cache-states needs --frozen: LoRA changes the backbone's states "
+                             "at every step, so cached ones would be stale")
+        if self.cache_dtype not in CACHE_DTYPES:
+            raise ValueError(
+                f"unknown --cache-dtype {self.cache_dtype!r}: use one of {list(CACHE_DTYPES)}"
+            )
+        if self.cache_batch_size < 1:
+            raise ValueError(f"--cache-batch-size must be at least 1, got {self.cache_batch_size}")
 
     def fit_features(self) -> FeatureNormalizer | None:
         """The ``--features`` normalisation, fitted on the training slates (None without)."""

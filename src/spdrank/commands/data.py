@@ -33,7 +33,7 @@ def _fraction(text: str) -> float:
 
 def _add_common(p: argparse.ArgumentParser, negatives_default: str | None) -> None:
     p.add_argument("--out", required=True, metavar="DIR",
-                   help="output directory: train.jsonl, eval.jsonl, manifest.json")
+                   help="output directory: train.jsonl, eval.jsonl (valid.jsonl), manifest.json")
     p.add_argument("--history", type=_int_at_least(0), default=10, metavar="N",
                    help="most recent items before the target kept as history (default 10)")
     p.add_argument("--candidates", type=_int_at_least(1), default=50, metavar="N",
@@ -45,6 +45,10 @@ def _add_common(p: argparse.ArgumentParser, negatives_default: str | None) -> No
     p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     p.add_argument("--eval-fraction", type=_fraction, default=0.05, metavar="F",
                    help="share of users in eval.jsonl: floor(n_users * F) (default 0.05)")
+    p.add_argument("--validation", type=_int_at_least(0), default=0, metavar="N",
+                   help="hold out N training users (a seeded sample): their slates go to "
+                        "valid.jsonl instead of train.jsonl, for model selection, and their "
+                        "sequences are not counted in --features (default 0: no valid.jsonl)")
     p.add_argument("--features", action="store_true",
                    help="add per-candidate features from the training slates: popularity and "
                         "cooccurrence (log1p counts, the slate's own user left out); for "
@@ -94,6 +98,7 @@ def _options(args: argparse.Namespace) -> BuildOptions:
         seed=args.seed,
         eval_fraction=args.eval_fraction,
         features=args.features,
+        validation=args.validation,
     )
 
 
@@ -127,7 +132,7 @@ def print_summary(result: BuildResult) -> None:
     c = m["counts"]
     p = m["parameters"]
     outs = m["outputs"]
-    n_slates = c["train"] + c["eval"]
+    n_slates = c["train"] + c["eval"] + c.get("valid", 0)
     n_cands = sum(o["candidates"] for o in outs.values())
     per_slate = f"{n_cands / n_slates:.1f}" if n_slates else "0"
     source = (
@@ -139,9 +144,10 @@ def print_summary(result: BuildResult) -> None:
     )
     if "users_without_candidate_list" in c:
         skipped += f", {c['users_without_candidate_list']:,} users without a candidate list"
+    valid = f"{c['valid']:,} valid + " if "valid" in c else ""
     lines = [
         (
-            f"{c['train']:,} train + {c['eval']:,} eval slates, {per_slate} candidates per "
+            f"{c['train']:,} train + {valid}{c['eval']:,} eval slates, {per_slate} candidates per "
             f"slate ({source}, history {p['history']}, seed {p['seed']})"
         ),
         (
@@ -162,6 +168,7 @@ def print_summary(result: BuildResult) -> None:
     lines += [
         f"  wrote {result.train_path}",
         f"        {result.eval_path}",
+        *([f"        {result.valid_path}"] if result.valid_path else []),
         f"        {result.manifest_path}",
     ]
     print("\n".join(lines))

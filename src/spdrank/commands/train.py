@@ -8,6 +8,7 @@ import json
 from typing import TYPE_CHECKING
 
 from spdrank.targets import TARGETS
+from spdrank.train_config import CACHE_DTYPES
 
 if TYPE_CHECKING:
     from spdrank.train_config import TrainConfig
@@ -31,6 +32,11 @@ _HELP = {
     "the training slates' mean and std, saved in the checkpoint",
     "features_only": "train the head on --features alone, without the backbone (no prefill): "
     "the ablation that shows the LLM's own contribution; the model ranks without the LLM",
+    "cache_states": "with --frozen: compute the backbone's readout states of the training "
+    "(and eval) slates once into DIR (resumable, checked against the settings) and train the "
+    "head from them; the model saved is an ordinary checkpoint",
+    "cache_dtype": "how cached states are stored",
+    "cache_batch_size": "slates per prefill while the state cache is built",
     "limit": "use only the first N training slates",
     "epochs": "passes over the training slates (fractions allowed)",
     "max_steps": "train for exactly this many steps (overrides --epochs)",
@@ -46,7 +52,11 @@ _HELP = {
     "dtype": "float32, bfloat16, float16, or auto (bfloat16 on CUDA)",
     "stop_after": "stop this run after N steps, keeping the state (rerun to continue)",
 }
-_CHOICES = {"target": list(TARGETS), "head": ["attn", "linear", "slot", "scalar", "first"]}
+_CHOICES = {
+    "target": list(TARGETS),
+    "head": ["attn", "linear", "slot", "scalar", "first"],
+    "cache_dtype": list(CACHE_DTYPES),
+}
 _SKIP = {"extra", "progress"}
 
 
@@ -98,7 +108,7 @@ def config_argv(cfg: TrainConfig) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from spdrank.train_config import TrainConfig, per_process_batch
+    from spdrank.train_config import NO_PARALLEL_CACHE, TrainConfig, per_process_batch
 
     values = {
         f.name: getattr(args, f.name)
@@ -117,6 +127,8 @@ def run(args: argparse.Namespace) -> int:
                 "torchrun); drop --num-processes, the launcher's count applies"
             )
         per_process_batch(cfg.batch_size, args.num_processes)  # refuse before starting any
+        if cfg.cache_states:
+            raise ValueError(NO_PARALLEL_CACHE)
         verbose = ["--verbose"] if args.verbose else []
         return launch([*verbose, "train", *config_argv(cfg)], args.num_processes)
 

@@ -10,9 +10,20 @@ The setup is leave-one-out next-item prediction, as in the SPD paper:
   interaction count in the log), or taken from an upstream retriever's lists; the candidate
   order is shuffled so the target's position carries no signal; ``clicked = [target]``;
 - users are split into train and eval: ``floor(n_users * eval_fraction)`` eval users;
+- with ``validation`` N > 0 (opt-in), N of the training users are held out as a validation
+  split (``valid.jsonl``) for model selection, so ``eval.jsonl`` stays untouched until the
+  end. A user makes one slate, so a validation user's last training slate (its target is the
+  user's last item) is their slate: it moves from ``train.jsonl`` to ``valid.jsonl`` and
+  nothing of that user is trained on;
 - with ``features`` (opt-in), each candidate carries ``features: {popularity, cooccurrence}``
   counted over the training slates, leaving the slate's own user out
   (:mod:`spdrank.datasets.interaction_features` says why).
+
+Leakage: the statistics the baselines fit on ``train.jsonl`` and the builder's ``features``
+count the same sequences: those of the users in ``train.jsonl``. Validation users are treated
+like eval users: their sequences are never counted, so no validation target shows up in any
+count, in any split's features, and a validation slate's features (like an eval slate's) see
+the training users only.
 
 Inputs (:func:`read_sequences`, :func:`read_titles`, :func:`read_candidate_lists`):
 
@@ -31,15 +42,18 @@ item), is rendered as ``Item <item_id>`` (:data:`UNTITLED`); the manifest counts
 
 Determinism: every user's slate comes from its own ``random.Random`` seeded with
 ``(seed, user id)`` (string seeds are hashed with SHA-512, not Python's randomized ``hash``),
-the split from one seeded with ``(seed, "split")`` over the sorted user ids, and nothing
-iterates a set; so the same inputs and parameters give byte-identical files, and a user's
-slate does not depend on the other users, the line order or ``eval_fraction`` (its
-``features``, counted over the other training users, do depend on them, but not on the order).
+the split from one seeded with ``(seed, "split")`` over the sorted user ids, the validation
+users from one seeded with ``(seed, "validation")`` over the sorted training users, and
+nothing iterates a set; so the same inputs and parameters give byte-identical files, and a
+user's slate does not depend on the other users, the line order, ``eval_fraction`` or
+``validation`` (which file it lands in does; its ``features``, counted over the other
+training users, do depend on them, but not on the order).
 
-Output (:func:`build_slates`): ``train.jsonl``, ``eval.jsonl`` and ``manifest.json`` (counts,
-parameters, sha256 of inputs and outputs; no timestamps). All three are written to temporary
-files renamed only once everything is written, so an error leaves a previous build in the
-output directory as it was.
+Output (:func:`build_slates`): ``train.jsonl``, ``eval.jsonl``, ``valid.jsonl`` (only with
+``validation``) and ``manifest.json`` (counts, parameters, sha256 of inputs and outputs; no
+timestamps). All are written to temporary files renamed only once everything is written, so
+an error leaves a previous build in the output directory as it was. A build without
+``validation`` writes exactly what builds did before the option existed.
 """
 
 from __future__ import annotations
@@ -54,6 +68,7 @@ import os
 import random
 import sys
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
@@ -75,11 +90,19 @@ FEATURES_POLICY = (
     "them, leaving the slate's own user out; rounded to 6 decimals"
 )
 
+#: How the manifest describes the validation split, when a build makes one.
+VALIDATION_POLICY = (
+    "a seeded sample of the training users (sorted ids); each one's slate, whose target is "
+    "the user's last item, is written to valid.jsonl instead of train.jsonl; like eval users, "
+    "their sequences are not counted in the features, so no count holds a validation target"
+)
+
 #: Ways to draw negatives.
 NEGATIVES = ("uniform", "popularity")
 
 TRAIN_FILE = "train.jsonl"
 EVAL_FILE = "eval.jsonl"
+VALID_FILE = "valid.jsonl"
 MANIFEST_FILE = "manifest.json"
 
 
@@ -98,6 +121,8 @@ class BuildOptions:
     eval_fraction: float = 0.05
     #: Add per-candidate popularity and co-occurrence features (off: the files are unchanged).
     features: bool = False
+    #: Training users whose slates form ``valid.jsonl`` instead (0: no validation split).
+    validation: int = 0
 
     def __post_init__(self) -> None:
         if self.history < 0:
@@ -108,6 +133,8 @@ class BuildOptions:
             raise ValueError(f"negatives must be one of {list(NEGATIVES)}, got {self.negatives!r}")
         if not 0.0 <= self.eval_fraction <= 1.0:
             raise ValueError(f"eval_fraction must be within [0, 1], got {self.eval_fraction}")
+        if self.validation < 0:
+            raise ValueError(f"validation must be >= 0, got {self.validation}")
 
 
 @dataclass
@@ -148,6 +175,8 @@ class BuildResult:
     eval_path: Path
     manifest_path: Path
     manifest: dict[str, Any]
+    #: ``valid.jsonl``, when the build made a validation split.
+    valid_path: Path | None = None
 
     @property
     def counts(self) -> dict[str, int]:
@@ -294,6 +323,21 @@ def split_users(users: Iterable[str], eval_fraction: float, seed: int) -> set[st
     return set(rng.sample(ordered, eval_count(len(ordered), eval_fraction)))
 
 
+def validation_users(train_users: Iterable[str], n: int, seed: int) -> set[str]:
+    """``n`` of the training users, for ``valid.jsonl``: a seeded sample of the sorted ids.
+
+    At least one training user must remain, or there would be nothing to train on.
+    """
+    ordered = sorted(train_users)
+    if n and n >= len(ordered):
+        raise ValueError(
+            f"--validation {n} would take all {len(ordered)} training users: "
+            "choose fewer, so some remain to train on"
+        )
+    rng = random.Random(f"{seed}\x00validation")
+    return set(rng.sample(ordered, n))
+
+
 class _NegativeSampler:
     """Draws ``k`` distinct items outside a user's items, uniformly or by popularity."""
 
@@ -403,7 +447,7 @@ def build_slates(
     command: str = "sequences",
     progress: bool | None = None,
 ) -> BuildResult:
-    """Write ``train.jsonl``, ``eval.jsonl`` and ``manifest.json`` into ``out_dir``.
+    """Write ``train.jsonl``, ``eval.jsonl`` (``valid.jsonl``) and ``manifest.json`` into ``out_dir``.
 
     ``titles`` maps item ids to cleaned titles (``""`` for an item known to have none);
     ``inputs`` describes the input files for the manifest (``{"name": {"sha256": ...}}``);
@@ -465,27 +509,32 @@ def build_slates(
         )
     shown = {i: title_of(i) for i in shown_items}  # every title a slate shows, resolved once
     eval_users = split_users((u for u, _ in users), options.eval_fraction, options.seed)
+    valid_users = validation_users(
+        (u for u, _ in users if u not in eval_users), options.validation, options.seed
+    )
+    split_of = {u: TRAIN_FILE for u, _ in users} | dict.fromkeys(eval_users, EVAL_FILE)
+    split_of |= dict.fromkeys(valid_users, VALID_FILE)
     features = None
-    if options.features:
+    if options.features:  # counted over train.jsonl's users only, as the baselines count
         features = InteractionFeatures(
             [*history, target]
             for history, target in (
                 _history_and_target(items, options.history)
                 for u, items in users
-                if u not in eval_users
+                if split_of[u] == TRAIN_FILE
             )
         )
 
     files = {TRAIN_FILE: out / TRAIN_FILE, EVAL_FILE: out / EVAL_FILE}
+    if valid_users:
+        files[VALID_FILE] = out / VALID_FILE
     digests = {name: hashlib.sha256() for name in files}
     written = {name: {"slates": 0, "candidates": 0} for name in files}
     list_stats = {"targets_added": 0, "lists_cut": 0, "short_lists": 0}
-    with (
-        atomic_writer(out / MANIFEST_FILE) as manifest_fh,
-        atomic_writer(files[TRAIN_FILE]) as train_fh,
-        atomic_writer(files[EVAL_FILE]) as eval_fh,
-    ):
-        handles = {TRAIN_FILE: train_fh, EVAL_FILE: eval_fh}
+    with ExitStack() as stack:
+        # Entered first, so renamed into place last, once every slate file is.
+        manifest_fh = stack.enter_context(atomic_writer(out / MANIFEST_FILE))
+        handles = {name: stack.enter_context(atomic_writer(path)) for name, path in files.items()}
         bar = tqdm(
             users, desc="slates", unit="user", file=sys.stderr,
             disable=(not sys.stderr.isatty()) if progress is None else not progress,
@@ -511,11 +560,11 @@ def build_slates(
                 candidates=[Candidate(docid=d, doc={"title": shown[d]}) for d in docids],
                 clicked=[target],
             )
+            name = split_of[user]
             if features is not None:
-                own = None if user in eval_users else [*history, target]
+                own = [*history, target] if name == TRAIN_FILE else None  # was it counted?
                 for candidate, values in zip(slate.candidates, features(slate, own)):
                     candidate.features = values
-            name = EVAL_FILE if user in eval_users else TRAIN_FILE
             line = dumps_slate(slate) + "\n"
             handles[name].write(line)
             digests[name].update(line.encode("utf-8"))
@@ -527,6 +576,8 @@ def build_slates(
             counts.update(list_stats)
         counts["train"] = written[TRAIN_FILE]["slates"]
         counts["eval"] = written[EVAL_FILE]["slates"]
+        if valid_users:  # only then, so a build without a validation split is as it was
+            counts["valid"] = written[VALID_FILE]["slates"]
         parameters: dict[str, Any] = {
             "history": options.history,
             "candidates": options.candidates,
@@ -543,6 +594,9 @@ def build_slates(
         if features is not None:  # only then, so a build without features is as it was
             parameters["features"] = list(FEATURES)
             policies["features"] = FEATURES_POLICY
+        if valid_users:
+            parameters["validation"] = options.validation
+            policies["validation"] = VALIDATION_POLICY
         manifest: dict[str, Any] = {
             "spdrank": __version__,
             "command": command,
@@ -562,6 +616,7 @@ def build_slates(
         eval_path=files[EVAL_FILE],
         manifest_path=out / MANIFEST_FILE,
         manifest=manifest,
+        valid_path=files.get(VALID_FILE),
     )
 
 
