@@ -497,6 +497,19 @@ def _log1p(x: float) -> float:
     return round(math.log1p(x), 6)
 
 
+def _assert_features_from_others(slate, train) -> None:
+    """``slate``'s features equal the baselines' scores fitted on the OTHER users' slates."""
+    rest = [s for s in train if s.query.qid != slate.query.qid]
+    popularity, cooccurrence = PopularityRanker(), CooccurrenceRanker()
+    popularity.fit(rest)
+    cooccurrence.fit(rest)
+    expected = [
+        {"popularity": _log1p(p), "cooccurrence": _log1p(c)}
+        for p, c in zip(popularity.scores(slate), cooccurrence.scores(slate))
+    ]
+    assert [c.features for c in slate.candidates] == expected, slate.query.qid
+
+
 def test_features_by_hand_leave_the_slates_own_user_out(tmp_path):
     # Training sequences (history + target): u1 a b c, u2 a b d, u3 b c; u4 is the eval user.
     # Counts over all three: a 2, b 3, c 2, d 1. Co-occurrence (window 20, forward 1,
@@ -549,15 +562,7 @@ def test_features_equal_the_baselines_fitted_without_the_slates_user(tmp_path):
     evals = load_slates(tmp_path / "out" / "eval.jsonl")
     assert len(train) == 30 and len(evals) == 10
     for slate in train + evals:
-        others = [s for s in train if s.query.qid != slate.query.qid]
-        popularity, cooccurrence = PopularityRanker(), CooccurrenceRanker()
-        popularity.fit(others)
-        cooccurrence.fit(others)
-        expected = [
-            {"popularity": _log1p(p), "cooccurrence": _log1p(c)}
-            for p, c in zip(popularity.scores(slate), cooccurrence.scores(slate))
-        ]
-        assert [c.features for c in slate.candidates] == expected, slate.query.qid
+        _assert_features_from_others(slate, train)
     assert sum(c.features["cooccurrence"] > 0 for s in train for c in s.candidates) > 50
 
 
@@ -671,15 +676,7 @@ def test_with_validation_features_equal_the_baselines_fitted_on_train(tmp_path):
     others = load_slates(result.valid_path) + load_slates(result.eval_path)
     assert (len(train), len(others)) == (22, 18)
     for slate in train + others:
-        rest = [s for s in train if s.query.qid != slate.query.qid]
-        popularity, cooccurrence = PopularityRanker(), CooccurrenceRanker()
-        popularity.fit(rest)
-        cooccurrence.fit(rest)
-        expected = [
-            {"popularity": _log1p(p), "cooccurrence": _log1p(c)}
-            for p, c in zip(popularity.scores(slate), cooccurrence.scores(slate))
-        ]
-        assert [c.features for c in slate.candidates] == expected, slate.query.qid
+        _assert_features_from_others(slate, train)
 
 
 def test_command_validation(tmp_path, capsys):

@@ -28,6 +28,7 @@ from itertools import islice
 from pathlib import Path
 from typing import Any
 
+from spdrank.commands.argtypes import positive_int
 from spdrank.commands.eval import add_ranker_arguments
 from spdrank.paired import RESAMPLES
 
@@ -49,16 +50,6 @@ def _sizes(text: str) -> list[int]:
     if min(sizes) < 1:
         raise argparse.ArgumentTypeError("slate sizes must be at least 1")
     return sizes
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
 
 
 def register(subparsers: Any) -> None:
@@ -98,7 +89,7 @@ def register(subparsers: Any) -> None:
     )
     paired.add_argument(
         "--bootstrap",
-        type=_positive,
+        type=positive_int,
         default=RESAMPLES,
         metavar="N",
         help=f"bootstrap resamples of the slates for the 95%% intervals, seeded with --seed "
@@ -120,14 +111,14 @@ def register(subparsers: Any) -> None:
     )
     lat.add_argument(
         "--latency-slates",
-        type=_positive,
+        type=positive_int,
         default=100,
         metavar="N",
         help="slates timed per size, the first N of --slates (default 100)",
     )
     lat.add_argument(
         "--batch-size",
-        type=_positive,
+        type=positive_int,
         default=8,
         metavar="B",
         help="batch size of the throughput measurement (default 8)",
@@ -138,21 +129,15 @@ def register(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from spdrank.bench.plots import require_matplotlib
     from spdrank.bench.report import environment, table_metrics, write_report
-    from spdrank.commands.eval import build_rankers, default_train_path, fit_rankers
+    from spdrank.commands.eval import build_rankers, checked_inputs, fit_rankers
     from spdrank.evaluate import evaluate, format_table
     from spdrank.paired import compare
     from spdrank.slates import SlateError, load_slates, read_slates
 
-    slates_path = Path(args.slates)
-    if not slates_path.exists():
-        raise SlateError(f"no such slate file: {slates_path}")
-    if args.limit is not None and args.limit < 1:
-        raise ValueError(f"--limit must be at least 1, got {args.limit}")
+    slates_path, train, progress = checked_inputs(args)
     require_matplotlib()
     preamble = Path(args.preamble).read_text(encoding="utf-8") if args.preamble else None
     out = Path(args.out) if args.out else RESULTS_ROOT / args.name
-    train = Path(args.train) if args.train else default_train_path(slates_path)
-    progress = False if args.no_progress else None  # None: a bar on a terminal only
 
     rankers = build_rankers(args)
     if not rankers:

@@ -5,20 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from spdrank.commands.argtypes import int_at_least
 from spdrank.datasets.sequences import NEGATIVES, BuildOptions, BuildResult
-
-
-def _int_at_least(low: int):
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-        if value < low:
-            raise argparse.ArgumentTypeError(f"must be >= {low}, got {value}")
-        return value
-
-    return parse
 
 
 def _fraction(text: str) -> float:
@@ -34,9 +22,9 @@ def _fraction(text: str) -> float:
 def _add_common(p: argparse.ArgumentParser, negatives_default: str | None) -> None:
     p.add_argument("--out", required=True, metavar="DIR",
                    help="output directory: train.jsonl, eval.jsonl (valid.jsonl), manifest.json")
-    p.add_argument("--history", type=_int_at_least(0), default=10, metavar="N",
+    p.add_argument("--history", type=int_at_least(0), default=10, metavar="N",
                    help="most recent items before the target kept as history (default 10)")
-    p.add_argument("--candidates", type=_int_at_least(1), default=50, metavar="N",
+    p.add_argument("--candidates", type=int_at_least(1), default=50, metavar="N",
                    help="candidates per slate, the target included (default 50)")
     p.add_argument("--negatives", choices=NEGATIVES, default=negatives_default,
                    help="how negatives are drawn from items the user never interacted with: "
@@ -45,7 +33,7 @@ def _add_common(p: argparse.ArgumentParser, negatives_default: str | None) -> No
     p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     p.add_argument("--eval-fraction", type=_fraction, default=0.05, metavar="F",
                    help="share of users in eval.jsonl: floor(n_users * F) (default 0.05)")
-    p.add_argument("--validation", type=_int_at_least(0), default=0, metavar="N",
+    p.add_argument("--validation", type=int_at_least(0), default=0, metavar="N",
                    help="hold out N training users (a seeded sample): their slates go to "
                         "valid.jsonl instead of train.jsonl, for model selection, and their "
                         "sequences are not counted in --features (default 0: no valid.jsonl)")

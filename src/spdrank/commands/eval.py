@@ -178,9 +178,9 @@ def fit_rankers(
 # -- command --------------------------------------------------------------------------------
 
 
-def run(args: argparse.Namespace) -> int:
-    from spdrank.evaluate import evaluate, format_table, write_per_slate
-    from spdrank.slates import SlateError, atomic_writer, read_slates
+def checked_inputs(args: argparse.Namespace) -> tuple[Path, Path, bool | None]:
+    """The slate file (which must exist), the training file and the progress-bar mode."""
+    from spdrank.slates import SlateError
 
     slates_path = Path(args.slates)
     if not slates_path.exists():
@@ -189,6 +189,14 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--limit must be at least 1, got {args.limit}")
     train = Path(args.train) if args.train else default_train_path(slates_path)
     progress = False if args.no_progress else None  # None: a bar on a terminal only
+    return slates_path, train, progress
+
+
+def run(args: argparse.Namespace) -> int:
+    from spdrank.evaluate import evaluate, format_table, write_per_slate
+    from spdrank.slates import SlateError, atomic_writer, read_slates
+
+    slates_path, train, progress = checked_inputs(args)
 
     rankers = build_rankers(args)
     if not rankers:

@@ -37,6 +37,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from spdrank.commands.argtypes import positive_int
+
 log = logging.getLogger(__name__)
 
 BACKEND_HELP = (
@@ -44,13 +46,6 @@ BACKEND_HELP = (
     "--base-url), ranker:NAME (a built-in baseline: random, popularity, cooccurrence), "
     "file:PATH (rankings computed elsewhere: {qid, ranking} lines or slates with teacher)"
 )
-
-
-def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
 
 
 def register(subparsers: Any) -> None:
@@ -69,15 +64,15 @@ def register(subparsers: Any) -> None:
                    help="the slates with teacher filled (default: <stem>.slates.jsonl beside --out)")
     p.add_argument("--mode", choices=("direct", "reasoning"), default="direct",
                    help="direct: answer the ranking only; reasoning: think, ranking on the last line")
-    p.add_argument("--limit", type=_positive, metavar="N",
+    p.add_argument("--limit", type=positive_int, metavar="N",
                    help="only the first N selected slates (after --shard)")
     p.add_argument("--shard", metavar="i/n",
                    help="only slates whose 0-based index is i modulo n (e.g. 0/4)")
-    p.add_argument("--max-new-tokens", type=_positive, metavar="N",
+    p.add_argument("--max-new-tokens", type=positive_int, metavar="N",
                    help="generation cap (default 6*N+16 direct, 6*N+1024 reasoning)")
-    p.add_argument("--max-item-tokens", type=_positive, default=32, metavar="N",
+    p.add_argument("--max-item-tokens", type=positive_int, default=32, metavar="N",
                    help="tokens kept of each candidate's title (default 32, as the student)")
-    p.add_argument("--max-query-tokens", type=_positive, default=512, metavar="N",
+    p.add_argument("--max-query-tokens", type=positive_int, default=512, metavar="N",
                    help="tokens kept of the user context, its end (default 512)")
     p.add_argument("--max-failures", type=int, default=10, metavar="N",
                    help="stop after N slates failed (default 10; 0: never stop)")
@@ -86,7 +81,7 @@ def register(subparsers: Any) -> None:
     hf = p.add_argument_group("hf backend")
     hf.add_argument("--model", default="bundled",
                     help="HF model id or path, or 'bundled' (SmolLM2-135M-Instruct; default)")
-    hf.add_argument("--batch-size", type=_positive, default=4, metavar="N",
+    hf.add_argument("--batch-size", type=positive_int, default=4, metavar="N",
                     help="slates per generate call (default 4)")
     hf.add_argument("--device", default="auto", metavar="D", help="cpu, cuda or auto")
     hf.add_argument("--dtype", default="auto", metavar="T", help="float32, bfloat16, float16 or auto")
@@ -99,7 +94,7 @@ def register(subparsers: Any) -> None:
     oa.add_argument("--model-name", metavar="NAME", help="model to ask for (default: the server's first model)")
     oa.add_argument("--api-key", metavar="KEY", default=os.environ.get("OPENAI_API_KEY", "none"),
                     help="API key (default $OPENAI_API_KEY, else 'none')")
-    oa.add_argument("--concurrency", type=_positive, default=8, metavar="N",
+    oa.add_argument("--concurrency", type=positive_int, default=8, metavar="N",
                     help="requests in flight per server (default 8)")
     oa.add_argument("--timeout", type=float, default=120.0, metavar="S",
                     help="seconds per request attempt (default 120)")
