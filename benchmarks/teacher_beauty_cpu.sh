@@ -6,7 +6,8 @@
 #       # the report covers every teacher whose runs are complete
 #
 # 1. The bundled SmolLM2-135M-Instruct labels EVAL_N eval slates in direct and in reasoning
-#    mode, and TRAIN_N train slates in direct mode, through llama.cpp's OpenAI-compatible
+#    mode, and the first SMOLLM2_TRAIN_N of the TRAIN_N train slates in direct mode (a slate
+#    costs ~15 s on 2 idle cores, ~30 s on one), through llama.cpp's OpenAI-compatible
 #    server (the `openai` backend, as a vLLM server would be used). The co-occurrence baseline
 #    (`ranker:cooccurrence`, a teacher that carries signal) labels the same slates.
 # 2. The teachers' own quality, status counts, decode passes and latency, next to the baselines.
@@ -23,7 +24,7 @@ NEG=${NEG:-uniform}
 DATA=${DATA:-data-out/beauty-$NEG}
 WORK=${WORK:-runs/teacher-beauty-cpu}
 OUT=${OUT:-benchmarks/results/teacher-beauty-cpu}
-EVAL_N=${EVAL_N:-200}; TRAIN_N=${TRAIN_N:-200}
+EVAL_N=${EVAL_N:-200}; TRAIN_N=${TRAIN_N:-200}; SMOLLM2_TRAIN_N=${SMOLLM2_TRAIN_N:-50}
 ITEM_TOKENS=${ITEM_TOKENS:-12}; REASONING_TOKENS=${REASONING_TOKENS:-512}
 LAYERS=${LAYERS:-2}; EPOCHS=${EPOCHS:-1}; BATCH=${BATCH:-2}; LORA_R=${LORA_R:-16}
 JOBS=${JOBS:-2}  # student trainings in parallel, one thread each (OpenMP threads stall when shared)
@@ -36,6 +37,7 @@ start_all=$(date +%s)
 [ -f "$DATA/manifest.json" ] || $BIN/spdrank data beauty --out "$DATA" --negatives "$NEG" --no-progress
 [ -s "$WORK/eval.jsonl" ] || head -n "$EVAL_N" "$DATA/eval.jsonl" > "$WORK/eval.jsonl"
 [ -s "$WORK/train.jsonl" ] || head -n "$TRAIN_N" "$DATA/train.jsonl" > "$WORK/train.jsonl"
+[ -s "$WORK/train-smollm2.jsonl" ] || head -n "$SMOLLM2_TRAIN_N" "$WORK/train.jsonl" > "$WORK/train-smollm2.jsonl"
 
 # -- 1. labels ---------------------------------------------------------------------------------
 SERVER_PID=
@@ -60,11 +62,12 @@ done_labels() {  # $1 = label summary: present when a run labelled every selecte
   [ -f "$1" ] && $BIN/python -c 'import json,sys; d=json.load(open(sys.argv[1])); sys.exit(d["unlabelled"] != 0)' "$1"
 }
 smollm2_label() {  # $1 = split, $2 = mode
-  local dir="$WORK/smollm2-$2"; mkdir -p "$dir"
+  local dir="$WORK/smollm2-$2" slates="$WORK/$1.jsonl"; mkdir -p "$dir"
+  [ "$1" = eval ] || slates="$WORK/$1-smollm2.jsonl"
   done_labels "$dir/$1.summary.json" && return 0
   start_server
   echo "llama.cpp server threads: $THREADS" > "$dir/$1.threads.txt"
-  $BIN/spdrank teacher --slates "$WORK/$1.jsonl" --out "$dir/$1.labels.jsonl" --slates-out "$dir/$1.slates.jsonl" \
+  $BIN/spdrank teacher --slates "$slates" --out "$dir/$1.labels.jsonl" --slates-out "$dir/$1.slates.jsonl" \
     --backend openai \
     --base-url "http://127.0.0.1:$PORT/v1" --model-name smollm2 --mode "$2" --concurrency 1 \
     --timeout 600 --max-item-tokens "$ITEM_TOKENS" --tokenizer bundled --max-failures 0 \
@@ -162,9 +165,9 @@ wall_all=$(( $(date +%s) - start_all ))
   echo "# Teachers and students on Amazon Beauty 2014, CPU scale"
   echo
   machine_lines
-  echo "- data: \`spdrank data beauty --negatives $NEG\`: the first $EVAL_N eval slates and the first $TRAIN_N train slates (50 candidates each, history 10); popularity and co-occurrence are counted on all 21,245 training slates"
+  echo "- data: \`spdrank data beauty --negatives $NEG\`: the first $EVAL_N eval slates and the first $TRAIN_N train slates ($SMOLLM2_TRAIN_N labelled by SmolLM2; 50 candidates each, history 10); popularity and co-occurrence are counted on all 21,245 training slates"
   echo "- teachers: SmolLM2-135M-Instruct (bundled GGUF Q4_1) through llama.cpp's server (llama-cpp-python[server], greedy; threads: $(cat "$WORK"/smollm2-*/*.threads.txt 2>/dev/null | sort -u | sed 's/.*: //' | paste -sd/ || echo none yet)), titles cut to $ITEM_TOKENS tokens, direct mode (cap 6N+16 new tokens) and reasoning mode (cap $REASONING_TOKENS new tokens); and the co-occurrence baseline as \`ranker:cooccurrence\`. Note: co-occurrence counts include each training slate's own next item, so on TRAIN slates it is a stronger teacher than on eval slates"
-  echo "- students: the first $LAYERS of SmolLM2's 30 layers, LoRA r=$LORA_R on all linear layers, titles cut to $ITEM_TOKENS tokens, $TRAIN_N training slates, batch $BATCH, $EPOCHS epochs, lr 2e-4 (head 1e-3); spd = attention head + Hungarian, first = FIRST (first-token logits over letter labels, ListNet), scalar = one score per item + argsort (ListNet)"
+  echo "- students: the first $LAYERS of SmolLM2's 30 layers, LoRA r=$LORA_R on all linear layers, titles cut to $ITEM_TOKENS tokens, $TRAIN_N training slates ($SMOLLM2_TRAIN_N for the SmolLM2 teacher), batch $BATCH, $EPOCHS epochs, lr 2e-4 (head 1e-3); spd = attention head + Hungarian, first = FIRST (first-token logits over letter labels, ListNet), scalar = one score per item + argsort (ListNet)"
   echo "- latency: measured on the machine as it was, shared with other jobs (the SmolLM2 labelling runs in the background at low priority); on 2 shared cores the p50/p95 and the teachers' recorded latencies are upper bounds, not idle-machine speeds"
   echo "- wall time of this script (everything not already done): $wall_all s"
   echo
@@ -189,7 +192,7 @@ wall_all=$(( $(date +%s) - start_all ))
   echo
   echo "Commands:"
   echo
-  code_block "bash benchmarks/teacher_beauty_cpu.sh ${RUN_TEACHERS[*]}   # NEG=$NEG EVAL_N=$EVAL_N TRAIN_N=$TRAIN_N LAYERS=$LAYERS EPOCHS=$EPOCHS" \
+  code_block "bash benchmarks/teacher_beauty_cpu.sh ${RUN_TEACHERS[*]}   # NEG=$NEG EVAL_N=$EVAL_N TRAIN_N=$TRAIN_N SMOLLM2_TRAIN_N=$SMOLLM2_TRAIN_N LAYERS=$LAYERS EPOCHS=$EPOCHS" \
     "${TEACHERS_EVAL[*]}" "${STUDENTS_EVAL[*]:-}"
 } > "$OUT/report.md"
 cat "$OUT/report.md"
