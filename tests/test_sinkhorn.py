@@ -77,3 +77,44 @@ def test_targets():
         target_matrix(_slate(clicked=["a"]), "teacher")
     with pytest.raises(ValueError, match="no 'clicked'"):
         target_matrix(_slate(teacher=["a", "b", "c", "d"]), "clicks")
+
+
+def test_dcg_position_weights_make_an_error_at_the_top_cost_more():
+    """Two predictions, each wrong on one swapped pair: at the top (positions 0, 1) or at the
+    bottom (2, 3). Uniform weights charge both alike; DCG weights charge the top swap more."""
+    sizes = torch.tensor([4])
+    target = torch.eye(4).unsqueeze(0)
+    top_swapped = torch.eye(4)[[1, 0, 2, 3]].unsqueeze(0) * 4.0
+    bottom_swapped = torch.eye(4)[[0, 1, 3, 2]].unsqueeze(0) * 4.0
+
+    def ce(m, weights):
+        return permutation_cross_entropy(log_sinkhorn(m, sizes), target, sizes, position_weights=weights)
+
+    assert torch.isclose(ce(top_swapped, "uniform"), ce(bottom_swapped, "uniform"))
+    assert ce(top_swapped, "dcg") > ce(bottom_swapped, "dcg")
+
+
+def test_dcg_weights_of_a_uniform_row_keep_the_loss_a_weighted_mean():
+    """A perfectly matching, sharp prediction costs ~0 under either weighting, and padding
+    (a smaller slate in the batch) leaves a slate's loss unchanged."""
+    perm = torch.tensor([2, 0, 3, 1])
+    target = torch.zeros(2, 4, 4)
+    target[0] = torch.eye(4)[perm]
+    target[1, :3, :3] = torch.eye(3)
+    scores = target * 30.0
+    sizes = torch.tensor([4, 3])
+    per_slate = permutation_cross_entropy(
+        log_sinkhorn(scores, sizes), target, sizes, reduction="none", position_weights="dcg"
+    )
+    assert per_slate.shape == (2,) and (per_slate < 1e-3).all()
+    blurred = scores / 10.0
+    in_batch = permutation_cross_entropy(
+        log_sinkhorn(blurred, sizes), target, sizes, reduction="none", position_weights="dcg"
+    )
+    alone = permutation_cross_entropy(
+        log_sinkhorn(blurred[1:, :3, :3], sizes[1:]), target[1:, :3, :3], sizes[1:],
+        position_weights="dcg",
+    )
+    assert torch.isclose(in_batch[1], alone)
+    with pytest.raises(ValueError, match="position weights"):
+        permutation_cross_entropy(log_sinkhorn(scores, sizes), target, sizes, position_weights="top")

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import torch
 
-from spdrank.sinkhorn import reduce_slates
+from spdrank.sinkhorn import position_discounts, reduce_slates
 
 
 def top_one_distribution(target: torch.Tensor, sizes: torch.Tensor) -> torch.Tensor:
     """[B, P, P] target matrices -> [B, P] distributions over each slate's real items."""
     width = target.size(1)
-    weights = 1.0 / torch.log2(torch.arange(width, device=target.device, dtype=target.dtype) + 2)
+    weights = position_discounts(width, target.device, target.dtype)
     real = torch.arange(width, device=target.device).unsqueeze(0) < sizes.unsqueeze(1)
     gain = (target * weights).sum(2) * real
     return gain / gain.sum(1, keepdim=True)

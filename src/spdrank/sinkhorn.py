@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import torch
 
+from spdrank.targets import POSITION_WEIGHTS
+
 NEG_INF = float("-inf")
 
 
@@ -48,19 +50,37 @@ def log_sinkhorn(
     return log_alpha
 
 
+def position_discounts(width: int, device: torch.device | None = None, dtype=torch.float32) -> torch.Tensor:
+    """[width] DCG discounts 1 / log2(2 + j) of positions j = 0, 1, ...: what a top-heavy
+    metric (NDCG, and in effect Recall@k) pays for an item at each position."""
+    return 1.0 / torch.log2(torch.arange(width, device=device, dtype=dtype) + 2)
+
+
 def permutation_cross_entropy(
-    log_s: torch.Tensor, target: torch.Tensor, sizes: torch.Tensor, reduction: str = "mean"
+    log_s: torch.Tensor,
+    target: torch.Tensor,
+    sizes: torch.Tensor,
+    reduction: str = "mean",
+    position_weights: str = "uniform",
 ) -> torch.Tensor:
-    """-sum_ij P_ij log S_ij over each slate's real block, divided by its n; mean over slates.
+    """-sum_ij P_ij w_j log S_ij over each slate's real block, divided by sum_ij P_ij w_j.
 
     ``target`` [B, P, P] is the target matrix: a permutation matrix for a teacher ranking, or
     any doubly-stochastic matrix (e.g. clicks spread over the first positions). Entries outside
-    the real block are ignored. ``reduction="none"`` gives the [B] per-slate losses, which a
-    data-parallel trainer sums over its share of a batch.
+    the real block are ignored. ``position_weights``: ``uniform`` (w = 1, the paper's loss: the
+    mean over the n rows) or ``dcg`` (w_j = 1 / log2(2 + j)): a row counts by the DCG
+    discount of its target position, so the top of the ranking, where the uniform loss spends
+    1/n of its weight, carries as much as the metrics give it. ``reduction="none"`` gives the
+    [B] per-slate losses, which a data-parallel trainer sums over its share of a batch.
     """
+    if position_weights not in POSITION_WEIGHTS:
+        raise ValueError(f"unknown position weights {position_weights!r}: use {list(POSITION_WEIGHTS)}")
     real = block_mask(sizes, log_s.size(1))
     safe = torch.where(real, log_s, torch.zeros_like(log_s))  # avoid 0 * -inf = nan
-    per_slate = -(target * safe * real).sum((1, 2)) / sizes
+    weighted = target * real
+    if position_weights == "dcg":
+        weighted = weighted * position_discounts(log_s.size(2), log_s.device, log_s.dtype)
+    per_slate = -(weighted * safe).sum((1, 2)) / weighted.sum((1, 2))
     return reduce_slates(per_slate, reduction)
 
 

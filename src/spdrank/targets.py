@@ -15,6 +15,8 @@ import numpy as np
 from spdrank.slates import Slate
 
 TARGETS = ("teacher", "clicks", "teacher+clicks")
+#: How the loss weighs a target's positions (:func:`spdrank.sinkhorn.permutation_cross_entropy`).
+POSITION_WEIGHTS = ("uniform", "dcg")
 
 
 def _permutation_matrix(docids: list[str], ranking: list[str]) -> np.ndarray:

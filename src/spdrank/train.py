@@ -302,7 +302,9 @@ class Trainer:
         if not self.spd.matrix:  # scalar and FIRST peers: one score per item
             return listnet_loss(scores, target, batch.sizes, reduction="none")
         log_s = log_sinkhorn(scores, batch.sizes, tau=self.cfg.tau, iters=self.cfg.sinkhorn_iters)
-        return permutation_cross_entropy(log_s, target, batch.sizes, reduction="none")
+        return permutation_cross_entropy(
+            log_s, target, batch.sizes, reduction="none", position_weights=self.cfg.position_weights
+        )
 
     def loss_at(self, step: int) -> torch.Tensor:
         """This process's term of the global batch's mean loss at ``step``, ready for DDP.

@@ -64,6 +64,8 @@ class TrainConfig:
     max_grad_norm: float = 1.0
     tau: float = 1.0
     sinkhorn_iters: int = 20
+    #: How the permutation cross-entropy weighs target positions (``uniform``: the paper).
+    position_weights: str = "uniform"
     eval_every: int = 200
     eval_limit: int = 100
     save_every: int = 100

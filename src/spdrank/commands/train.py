@@ -7,7 +7,7 @@ import dataclasses
 import json
 from typing import TYPE_CHECKING
 
-from spdrank.targets import TARGETS
+from spdrank.targets import POSITION_WEIGHTS, TARGETS
 from spdrank.train_config import CACHE_DTYPES
 
 if TYPE_CHECKING:
@@ -45,6 +45,10 @@ _HELP = {
     "head_lr": "learning rate of the head",
     "tau": "Sinkhorn temperature",
     "sinkhorn_iters": "Sinkhorn iterations",
+    "position_weights": "how the Sinkhorn cross-entropy weighs each target position: uniform "
+    "(the paper: every row alike) or dcg (a row by 1/log2(2+j) of its target position j, so "
+    "the top counts as the metrics count it; ours). Scalar and FIRST peers use ListNet, "
+    "DCG-weighted either way",
     "eval_every": "evaluate every N steps (0: only at the end)",
     "eval_limit": "number of eval slates used",
     "save_every": "write the resumable state every N steps",
@@ -56,6 +60,7 @@ _CHOICES = {
     "target": list(TARGETS),
     "head": ["attn", "linear", "slot", "scalar", "first"],
     "cache_dtype": list(CACHE_DTYPES),
+    "position_weights": list(POSITION_WEIGHTS),
 }
 _SKIP = {"extra", "progress"}
 

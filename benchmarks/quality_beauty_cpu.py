@@ -1,0 +1,326 @@
+"""What makes the SPD student worth its latency on Amazon Beauty, measured at CPU scale.
+
+    .venv/bin/python benchmarks/quality_beauty_cpu.py [--negatives uniform popularity]
+        [--only NAME ...] [--dry-run]
+
+The protocol (issue 9): every configuration trains on the training users and is chosen on a
+validation split of 1,000 other training users (``spdrank data beauty --validation 1000
+--features``); the 1,118 eval slates are scored only for the configurations in the report's
+eval columns. The co-occurrence baseline labels every split as the teacher
+(``spdrank teacher --backend ranker:cooccurrence``), so ``teacher`` and ``teacher+clicks``
+targets are available and every row shows its fidelity to that teacher.
+
+Each configuration is one ``spdrank train`` command (run directory under ``runs/quality-NEG/``;
+a finished run is reused, an interrupted one resumes), its validation metrics come from the
+run's own evaluation on all 1,000 validation slates (through the state cache for frozen-
+backbone runs), and its eval metrics from one ``spdrank eval`` beside the baselines. Writes
+``benchmarks/results/quality-beauty-cpu/`` (report.md, results.json, the commands). The
+slowest parts are the frozen backbone's states, computed once per backbone setting and shared
+by the runs that read them, and the LLM rows' eval (the backbone runs on every eval slate).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import shlex
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+#: Paths are relative to the repository root (the script runs there), so commands read portably.
+ROOT = Path(__file__).resolve().parent.parent
+BIN = Path(".venv/bin")
+OUT = Path("benchmarks/results/quality-beauty-cpu")
+METRICS = ("AUC", "R@1", "R@10", "NDCG@10", "MRR", "tau", "top1")
+FEATURES = ["--features", "popularity,cooccurrence"]
+#: The student's settings every configuration shares unless it says otherwise.
+COMMON = ["--head", "attn", "--batch-size", "32", "--epochs", "1", "--lr", "1e-3",
+          "--head-lr", "1e-3", "--seed", "0", "--save-every", "100", "--eval-every", "0"]
+#: The frozen backbone of the LLM rows: SmolLM2's first LAYERS layers, short titles.
+LAYERS = "2"
+LLM = ["--frozen", "--layers", LAYERS, "--max-item-tokens", "12", "--cache-dtype", "float16"]
+
+
+@dataclass
+class Config:
+    """One row: a training command's extra arguments (or another row's model, decoded anew)."""
+
+    name: str
+    what: str
+    args: list[str] = field(default_factory=list)
+    limit: int | None = None
+    decoder: str | None = None
+    same_model_as: str | None = None
+    llm: bool = False
+    on_eval: bool = True
+
+
+CONFIGS = [
+    # The training target, on 2,000 slates (cheap: features only).
+    Config("features/clicks/2k", "features only, clicks target (the paper's Track 1 signal)",
+           FEATURES + ["--features-only", "--target", "clicks"], limit=2000),
+    Config("features/clicks/2k/expected_rank",
+           "the same model decoded by expected rank instead of the Hungarian assignment",
+           decoder="expected_rank", same_model_as="features/clicks/2k"),
+    Config("features/teacher/2k", "features only, the co-occurrence teacher's ranking",
+           FEATURES + ["--features-only", "--target", "teacher"], limit=2000),
+    Config("features/teacher+clicks/2k", "features only, the teacher's ranking with the click first",
+           FEATURES + ["--features-only", "--target", "teacher+clicks"], limit=2000),
+    # Position weights of the loss: the top counts as the metrics count it.
+    Config("features/teacher+clicks/2k/dcg", "as teacher+clicks, loss rows weighted 1/log2(2+j)",
+           FEATURES + ["--features-only", "--target", "teacher+clicks", "--position-weights", "dcg"],
+           limit=2000),
+    Config("features/clicks/2k/dcg", "as clicks, loss rows weighted 1/log2(2+j)",
+           FEATURES + ["--features-only", "--target", "clicks", "--position-weights", "dcg"],
+           limit=2000),
+    Config("features/clicks/2k/dcg/expected_rank", "the same model decoded by expected rank",
+           decoder="expected_rank", same_model_as="features/clicks/2k/dcg"),
+    # The number of training slates.
+    Config("features/teacher+clicks", "as above on all 20,245 training slates",
+           FEATURES + ["--features-only", "--target", "teacher+clicks"]),
+    # What the LLM's states add (at equal data).
+    Config(f"llm-L{LAYERS}/teacher+clicks/2k",
+           f"frozen SmolLM2 (first {LAYERS} layers) states only, 2,000 slates",
+           LLM + ["--target", "teacher+clicks"], limit=2000, llm=True, on_eval=False),
+    Config(f"llm-L{LAYERS}+features/teacher+clicks/2k",
+           f"frozen SmolLM2 (first {LAYERS} layers) states and the features, 2,000 slates",
+           LLM + FEATURES + ["--target", "teacher+clicks"], limit=2000, llm=True),
+]
+
+
+def run(cmd: list[str], log: Path | None = None, dry: bool = False) -> None:
+    """Run ``cmd`` (one thread: the machine's other core runs other jobs), or print it."""
+    line = shlex.join(cmd)
+    print(("" if dry else "== ") + line, flush=True)
+    if dry:
+        return
+    env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
+    with open(log, "a") if log else open(os.devnull, "w") as fh:
+        subprocess.run(cmd, cwd=ROOT, env=env, check=True, stdout=fh if log else None,
+                       stderr=subprocess.STDOUT if log else None)
+
+
+class Experiment:
+    """The rows for one negative sampler: data, teacher labels, runs, evaluations."""
+
+    def __init__(self, negatives: str, dry: bool) -> None:
+        self.neg = negatives
+        self.dry = dry
+        self.data = Path("data-out") / f"v-{negatives}"
+        self.work = Path("runs") / f"quality-{negatives}"
+        self.labelled = self.work / "cooccurrence"
+        self.commands: list[str] = []
+
+    def sh(self, cmd: list[str], log: Path | None = None) -> None:
+        self.commands.append(shlex.join(cmd))
+        run(cmd, log, self.dry)
+
+    def slates(self, split: str) -> Path:
+        return self.labelled / f"{split}.slates.jsonl"
+
+    def prepare(self) -> None:
+        """The slates (with a validation split and features) and the teacher's labels."""
+        if not (self.data / "manifest.json").exists() or self.dry:
+            self.sh([str(BIN / "spdrank"), "data", "beauty", "--out", str(self.data), "--negatives",
+                     self.neg, "--validation", "1000", "--features", "--no-progress"])
+        for split in ("train", "valid", "eval"):
+            summary = self.labelled / f"{split}.summary.json"
+            if summary.exists() and not self.dry:
+                continue
+            self.sh([str(BIN / "spdrank"), "teacher", "--slates", str(self.data / f"{split}.jsonl"),
+                     "--out", str(self.labelled / f"{split}.labels.jsonl"), "--slates-out",
+                     str(self.slates(split)), "--backend", "ranker:cooccurrence", "--train",
+                     str(self.data / "train.jsonl"), "--json", str(summary), "--no-progress"])
+
+    def run_dir(self, cfg: Config) -> Path:
+        name = cfg.same_model_as or cfg.name
+        return self.work / "runs" / name.replace("/", "__")
+
+    def train(self, cfg: Config) -> None:
+        if cfg.same_model_as:
+            return
+        out = self.run_dir(cfg)
+        if (out / "train.json").exists() and not self.dry:
+            return
+        cmd = [str(BIN / "spdrank"), "train", "--slates", str(self.slates("train")), "--out", str(out),
+               *COMMON, *cfg.args, "--eval-slates", str(self.slates("valid")), "--eval-limit", "1000",
+               "--no-progress"]
+        if cfg.limit:
+            cmd += ["--limit", str(cfg.limit)]
+        if cfg.llm:
+            cmd += ["--cache-states", str(self.work / f"states-L{LAYERS}")]
+        start = time.time()
+        out.parent.mkdir(parents=True, exist_ok=True)
+        self.sh(cmd, out.parent / f"{out.name}.log")
+        if not self.dry:
+            (out / "wall_s.txt").write_text(f"{time.time() - start:.0f}\n")
+
+    def evaluate(self, split: str, rows: list[Config], tag: str) -> dict[str, Any]:
+        """One ``spdrank eval`` of the baselines and ``rows`` on ``split``; cached by file."""
+        result = self.work / f"{split}-{tag}.json"
+        if result.exists() and not self.dry:
+            return json.loads(result.read_text())
+        cmd = [str(BIN / "spdrank"), "eval", "--slates", str(self.slates(split)), "--train",
+               str(self.data / "train.jsonl"), "--ranker", "popularity", "--ranker", "cooccurrence"]
+        for cfg in rows:
+            cmd += ["--model", f"{cfg.name.replace('/', ':')}={self.run_dir(cfg)}"]
+        decoders = {cfg.decoder for cfg in rows}
+        if len(decoders) > 1:
+            raise ValueError(f"one eval call decodes with one decoder, not {decoders}")
+        if rows and rows[0].decoder:
+            cmd += ["--decoder", rows[0].decoder]
+        self.sh(cmd + ["--json", str(result), "--no-progress"], self.work / f"{split}-{tag}.log")
+        return {} if self.dry else json.loads(result.read_text())
+
+    def table(self, configs: list[Config]) -> list[dict[str, Any]]:
+        self.prepare()
+        for cfg in configs:
+            self.train(cfg)
+        by_decoder: dict[str | None, list[Config]] = {}
+        for cfg in configs:
+            if cfg.on_eval:
+                by_decoder.setdefault(cfg.decoder, []).append(cfg)
+        evals = {}
+        for decoder, rows in by_decoder.items():
+            tag = decoder or "own"
+            evals.update(rows_of(self.evaluate("eval", rows, tag)))
+            # Decoder variants also need their validation figures from a plain eval.
+            if decoder:
+                evals.update({f"valid:{k}": v for k, v in rows_of(self.evaluate("valid", rows, tag)).items()})
+        baselines_valid = rows_of(self.evaluate("valid", [], "baselines"))
+        table = []
+        for name in ("popularity", "cooccurrence"):
+            table.append({"row": name, "valid": baselines_valid.get(name), "eval": evals.get(name),
+                          "what": "baseline (counted on the training users)"})
+        for cfg in configs:
+            valid = evals.get(f"valid:{cfg.name.replace('/', ':')}")
+            run_dir = self.run_dir(cfg)
+            summary = {} if self.dry else json.loads((run_dir / "train.json").read_text())
+            if valid is None and summary:
+                valid = summary["eval"]
+            table.append({
+                "row": cfg.name, "what": cfg.what, "valid": pick(valid),
+                "eval": evals.get(cfg.name.replace("/", ":")), "run": str(run_dir),
+                "train_slates": summary.get("train_slates"), "steps": summary.get("total_steps"),
+                "train_wall_s": read_wall(run_dir),
+            })
+        return table
+
+
+def rows_of(result: dict[str, Any]) -> dict[str, dict[str, float]]:
+    """``spdrank eval --json`` output -> {ranker name: its metrics}."""
+    return {name: pick(row["metrics"]) for name, row in result.get("rankers", {}).items()}
+
+
+def pick(metrics: dict[str, Any] | None) -> dict[str, float] | None:
+    if metrics is None:
+        return None
+    values = {m: metrics.get(m) for m in METRICS}
+    # `spdrank eval --json` gives {"mean": x, "n": n} per metric; a run's summary gives x.
+    return {m: v["mean"] if isinstance(v, dict) else v for m, v in values.items() if v is not None}
+
+
+def read_wall(run_dir: Path) -> int | None:
+    path = run_dir / "wall_s.txt"
+    return int(path.read_text()) if path.exists() else None
+
+
+def fmt(metrics: dict[str, float] | None, names: tuple[str, ...]) -> list[str]:
+    return [f"{metrics[m]:.4f}" if metrics and m in metrics else "—" for m in names]
+
+
+def beats_baselines(table: list[dict[str, Any]], row: dict[str, Any], split: str) -> bool | None:
+    """Whether ``row`` beats both baselines on AUC, R@1 and R@10 on ``split``."""
+    mine = row.get(split)
+    bases = [r[split] for r in table if r["row"] in ("popularity", "cooccurrence")]
+    if not mine or not all(bases):
+        return None
+    return all(mine[m] > b[m] for b in bases for m in ("AUC", "R@1", "R@10"))
+
+
+def report(tables: dict[str, list[dict[str, Any]]], argv: list[str], wall_s: float) -> str:
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                            text=True).stdout.strip()
+    cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo")
+                if line.startswith("model name")), "?")
+    lines = [
+        "# Quality of the SPD student on Amazon Beauty at CPU scale (issue 9)",
+        "",
+        f"One command: `.venv/bin/python benchmarks/quality_beauty_cpu.py {shlex.join(argv)}`".rstrip() + "",
+        "",
+        f"- date: {dt.datetime.now(dt.timezone.utc):%Y-%m-%dT%H:%MZ}; commit: {commit}; machine: "
+        f"{os.cpu_count()} CPU cores ({cpu}), no GPU; each job on one thread; wall time of this "
+        f"invocation {wall_s:.0f} s (finished runs reused, their own wall time in the table)",
+        "- data: `spdrank data beauty --validation 1000 --features` (50 candidates, history 10): "
+        "20,245 training slates, 1,000 validation slates (other training users; every choice is "
+        "made on them), the 1,118 eval slates; features = log1p popularity and co-occurrence "
+        "counted on the training users only, each training slate's own user left out",
+        "- teacher: the co-occurrence baseline labels every split (`ranker:cooccurrence`); tau "
+        "and top1 are fidelity to it",
+        f"- students: attention head (2 layers, width 256) + Hungarian unless the row says "
+        f"otherwise; batch 32, 1 epoch, lr 1e-3, seed 0. LLM rows: SmolLM2-135M-Instruct "
+        f"(bundled) cut to its first {LAYERS} of 30 layers, frozen, titles cut to 12 tokens, "
+        "states cached once (float16)",
+        "",
+    ]
+    for neg, table in tables.items():
+        lines += [f"## {neg} negatives", "",
+                  "| row | valid AUC | valid R@1 | valid R@10 | eval AUC | eval R@1 | eval R@10 | "
+                  "eval NDCG@10 | eval tau | eval top1 | beats both (eval) | train slates | train s | what |",
+                  "| --- " * 14 + "|"]
+        for row in table:
+            beat = beats_baselines(table, row, "eval")
+            lines.append("| " + " | ".join([
+                row["row"], *fmt(row["valid"], ("AUC", "R@1", "R@10")),
+                *fmt(row["eval"], ("AUC", "R@1", "R@10", "NDCG@10", "tau", "top1")),
+                "" if row["row"] in ("popularity", "cooccurrence") else {True: "yes", False: "no", None: "—"}[beat],
+                str(row.get("train_slates") or ""), str(row.get("train_wall_s") or ""), row["what"],
+            ]) + " |")
+        students = [r for r in table if r.get("valid") and r["row"] not in ("popularity", "cooccurrence")]
+        if students:
+            best = max(students, key=lambda r: (r["valid"]["R@10"], r["valid"]["AUC"]))
+            lines += ["", f"Best on validation (R@10, then AUC): **{best['row']}**."]
+        lines.append("")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--negatives", nargs="+", default=["uniform", "popularity"],
+                   choices=["uniform", "popularity"])
+    p.add_argument("--only", nargs="+", metavar="NAME", help="only these rows (default: all)")
+    p.add_argument("--dry-run", action="store_true", help="print the commands instead")
+    args = p.parse_args(argv)
+    configs = CONFIGS
+    if args.only:
+        unknown = set(args.only) - {c.name for c in CONFIGS}
+        if unknown:
+            p.error(f"unknown rows {sorted(unknown)}: choose from {[c.name for c in CONFIGS]}")
+        configs = [c for c in CONFIGS if c.name in args.only]
+    os.chdir(ROOT)
+    start = time.time()
+    tables = {}
+    for neg in args.negatives:
+        experiment = Experiment(neg, args.dry_run)
+        tables[neg] = experiment.table(configs)
+        if not args.dry_run:
+            (experiment.work / "commands.txt").write_text("\n".join(experiment.commands) + "\n")
+    if args.dry_run:
+        return 0
+    OUT.mkdir(parents=True, exist_ok=True)
+    text = report(tables, argv, time.time() - start)
+    (OUT / "report.md").write_text(text)
+    (OUT / "results.json").write_text(json.dumps(tables, indent=1) + "\n")
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
