@@ -362,3 +362,43 @@ def test_cli_trains_from_cache_then_ranks(tmp_path, tiny_backbone, train_file):
     assert main(["rank", "--model", str(out), "--input", str(train_file), "--output",
                  str(tmp_path / "ranked.jsonl")]) == 0
     assert len((tmp_path / "ranked.jsonl").read_text().splitlines()) == 8
+
+
+def test_a_click_trained_model_saves_its_decoder_and_expected_rank_orders_the_whole_slate(
+    tmp_path, signal_files
+):
+    """Clicks say only which item goes first, so a click-trained matrix orders its tail
+    arbitrarily under the Hungarian assignment; decoded by expected rank, the whole slate
+    follows the learned signal. ``--decoder`` is saved with the model and used by rank."""
+    from spdrank.decode import decode
+    from spdrank.metrics import kendall_tau
+
+    train_file, eval_file = signal_files
+    train(TrainConfig(
+        slates=str(train_file), out=str(tmp_path / "run"), target="clicks", features="signal",
+        features_only=True, positions=8, head_width=16, head_dropout=0.0, head_lr=1e-2,
+        max_steps=60, batch_size=4, warmup_steps=4, eval_every=0, save_every=0, progress=False,
+        position_weights="dcg", decoder="expected_rank",
+    ))
+    model = SPDRanker.from_pretrained(tmp_path / "run")
+    assert model.config.decoder == "expected_rank"
+    taus: dict[str, list[float]] = {"expected_rank": [], "hungarian": []}
+    for slate in load_slates(eval_file):
+        scores = model.score_matrix(slate)
+        assert model.rank(slate).docids == [slate.docids[i] for i in decode(scores, "expected_rank")]
+        by_signal = [c.docid for c in sorted(slate.candidates, key=lambda c: -c.features["signal"])]
+        for name, found in taus.items():
+            found.append(kendall_tau([slate.docids[i] for i in decode(scores, name)], by_signal))
+    mean = {name: sum(found) / len(found) for name, found in taus.items()}
+    assert mean["expected_rank"] > 0.6 and mean["expected_rank"] > mean["hungarian"] + 0.2
+
+
+def test_an_unknown_decoder_or_position_weighting_fails_before_training(tmp_path, signal_files):
+    train_file, _ = signal_files
+    base = {"slates": str(train_file), "target": "clicks", "features": "signal", "features_only": True,
+                "positions": 8, "head_width": 16, "max_steps": 1, "eval_every": 0, "save_every": 0, "progress": False}
+    with pytest.raises(ValueError, match="decoder"):
+        train(TrainConfig(out=str(tmp_path / "a"), decoder="lapjv-missing", **base))
+    with pytest.raises(ValueError, match="position weights"):
+        train(TrainConfig(out=str(tmp_path / "b"), position_weights="top", **base))
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()

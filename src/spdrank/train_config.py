@@ -66,6 +66,8 @@ class TrainConfig:
     sinkhorn_iters: int = 20
     #: How the permutation cross-entropy weighs target positions (``uniform``: the paper).
     position_weights: str = "uniform"
+    #: The checkpoint's decoder: what evaluation during training, rank, eval and serve use.
+    decoder: str = "hungarian"
     eval_every: int = 200
     eval_limit: int = 100
     save_every: int = 100
@@ -113,6 +115,7 @@ class TrainConfig:
             prompt=prompt,
             features=self.fit_features(),
             features_only=self.features_only,
+            decoder=self.decoder,
         )
 
     def check_cache_settings(self) -> None:

@@ -49,6 +49,9 @@ _HELP = {
     "(the paper: every row alike) or dcg (a row by 1/log2(2+j) of its target position j, so "
     "the top counts as the metrics count it; ours). Scalar and FIRST peers use ListNet, "
     "DCG-weighted either way",
+    "decoder": "the decoder saved with the model, used by its evaluations here and by rank, "
+    "eval and serve unless they name another: hungarian (the paper's assignment), greedy, "
+    "argsort, expected_rank (Sinkhorn, then items by expected position), or a registered one",
     "eval_every": "evaluate every N steps (0: only at the end)",
     "eval_limit": "number of eval slates used",
     "save_every": "write the resumable state every N steps",
