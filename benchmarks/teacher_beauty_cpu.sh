@@ -4,6 +4,8 @@
 #   bash benchmarks/teacher_beauty_cpu.sh [cooccurrence] [smollm2]
 #       # writes benchmarks/results/teacher-beauty-cpu/; the teachers to run (default: both);
 #       # the report covers every teacher whose runs are complete
+#   REASONING=0 bash benchmarks/teacher_beauty_cpu.sh smollm2
+#       # the same without SmolLM2's reasoning-mode labels (its students need only direct mode)
 #
 # 1. The bundled SmolLM2-135M-Instruct labels EVAL_N eval slates in direct and in reasoning
 #    mode, and the first SMOLLM2_TRAIN_N of the TRAIN_N train slates in direct mode (a slate
@@ -31,6 +33,7 @@ JOBS=${JOBS:-2}  # student trainings in parallel, one thread each (OpenMP thread
 RUN_TEACHERS=( "${@:-cooccurrence smollm2}" ); RUN_TEACHERS=( ${RUN_TEACHERS[*]} )
 wants() { [[ " ${RUN_TEACHERS[*]} " == *" $1 "* ]]; }
 PORT=${PORT:-8765}; THREADS=${THREADS:-$(nproc)}
+REASONING=${REASONING:-1}  # 0: skip SmolLM2's reasoning-mode labels (the slowest part) this time
 mkdir -p "$OUT" "$WORK"
 start_all=$(date +%s)
 
@@ -82,8 +85,8 @@ cooc_label() {  # $1 = split
 }
 if wants smollm2; then
   smollm2_label eval direct
-  smollm2_label eval reasoning
   smollm2_label train direct
+  [ "$REASONING" = 0 ] || smollm2_label eval reasoning
   stop_server; SERVER_PID=
 fi
 if wants cooccurrence; then
