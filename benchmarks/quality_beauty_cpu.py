@@ -111,6 +111,13 @@ CONFIGS = [
         candidate=True,
     ),
     Config(
+        "features/teacher/2k/expected_rank",
+        "as above, decoded by expected rank",
+        features_only("--target", "teacher", "--decoder", "expected_rank"),
+        limit=2000,
+        candidate=True,
+    ),
+    Config(
         "features/teacher+clicks/2k",
         "features only, the teacher's ranking with the click first",
         features_only("--target", "teacher+clicks"),

@@ -18,9 +18,16 @@ def test_demo_tiny_end_to_end_and_rerun_reuses(tmp_path, capsys):
         assert f"[{step}/6]" in out
     results = json.loads((root / "report" / "results.json").read_text())
     rankers = results["rankers"]
-    assert {"random", "popularity", "cooccurrence", "spd-student:hungarian"} <= set(rankers)
+    assert {"random", "popularity", "cooccurrence", "spd-student:expected_rank",
+            "spd-student:hungarian"} <= set(rankers)
     assert (root / "report" / "report.md").exists() and list((root / "report").glob("*.png"))
-    student = rankers["spd-student:hungarian"]
+    # the recipe: frozen backbone states (cached) and the upstream features, decoded by
+    # expected rank, which the checkpoint carries
+    saved = json.loads((root / "student" / "model" / "config.json").read_text())
+    assert saved["decoder"] == "expected_rank" and saved["backbone"]["lora"] is None
+    assert saved["features"]["names"] == ["popularity", "cooccurrence"]
+    assert list((root / "states").rglob("*.safetensors"))
+    student = rankers["spd-student:expected_rank"]
     assert student["valid_pct"] == 100.0 and student["n_slates"] == 6
     assert student["decode_passes_mean"] == 1.0
     # fidelity to the teacher is measured: the eval slates carry the teacher's permutation

@@ -2,11 +2,14 @@
 
     spdrank demo [--dir spdrank-demo] [--tiny]
 
-1. builds the bundled Amazon Beauty 2014 slates;
+1. builds the bundled Amazon Beauty 2014 slates, with the upstream features (popularity and
+   co-occurrence counted on the training users);
 2. takes a CPU-sized subset (the first train and eval slates);
 3. labels it with a teacher through ``spdrank teacher``: by default the co-occurrence
    ranker (``ranker:cooccurrence``), a teacher that carries signal and labels in seconds;
-4. trains the SPD student on the teacher's permutations (``spdrank train --target teacher``);
+4. trains the SPD student with the best CPU recipe of ``benchmarks/quality_beauty_cpu.py``
+   (:data:`RECIPE`): frozen SmolLM2 states (computed once, cached) and the features, clicks
+   as the target, decoded by expected rank;
 5. evaluates the student against its teacher and the baselines (``spdrank bench``), with the
    autoregressive SmolLM2 teacher's own answers on the same eval slates replayed from label
    files that ``spdrank teacher`` produced through llama.cpp's server (shipped with the
@@ -39,6 +42,15 @@ AR_TEACHERS = {
 #: The student's row name in the results (``<name>:<decoder>`` in ``spdrank bench``).
 STUDENT = "spd-student"
 
+#: The best CPU recipe (benchmarks/results/quality-beauty-cpu/report.md): the features next
+#: to frozen backbone states, clicks as the target (a click-trained matrix decoded by
+#: expected rank beat every teacher target there), the rest of ``spdrank train``'s settings
+#: as in that report. The scale (layers, slates, titles) comes from :class:`Scale`.
+FEATURES = "popularity,cooccurrence"
+DECODER = "expected_rank"
+RECIPE = ["--target", "clicks", "--decoder", DECODER, "--features", FEATURES, "--frozen",
+          "--head", "attn", "--lr", "1e-3", "--head-lr", "1e-3"]
+
 
 @dataclass(frozen=True)
 class Scale:
@@ -49,14 +61,13 @@ class Scale:
     layers: int
     epochs: float
     batch: int
-    lora_r: int
     item_tokens: int
     #: Rough minutes of the training step on 2 CPU cores, for the step's message.
     train_minutes: float
 
 
-FULL = Scale(train=400, eval=200, layers=2, epochs=1, batch=2, lora_r=16, item_tokens=12, train_minutes=6)
-TINY = Scale(train=8, eval=6, layers=1, epochs=1, batch=2, lora_r=4, item_tokens=6, train_minutes=0.2)
+FULL = Scale(train=1500, eval=200, layers=2, epochs=1, batch=32, item_tokens=12, train_minutes=6)
+TINY = Scale(train=8, eval=6, layers=1, epochs=1, batch=4, item_tokens=6, train_minutes=0.2)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -107,11 +118,12 @@ def run(args: argparse.Namespace) -> int:
         if code:
             raise SystemExit(code)
 
-    if (data / "manifest.json").exists():
+    if has_features(data / "manifest.json"):
         steps.skip(f"Amazon Beauty 2014 slates in {data}")
     else:
-        steps.announce(f"building the Amazon Beauty 2014 slates in {data}", "about 20 s")
-        call(["data", "beauty", "--out", str(data), "--negatives", "uniform"])
+        steps.announce(f"building the Amazon Beauty 2014 slates with their popularity and "
+                       f"co-occurrence features in {data}", "about 1-2 min")
+        call(["data", "beauty", "--out", str(data), "--negatives", "uniform", "--features"])
 
     steps.announce(f"taking the first {scale.train} train and {scale.eval} eval slates into {subset}")
     for split, n in (("train", scale.train), ("eval", scale.eval)):
@@ -135,16 +147,15 @@ def run(args: argparse.Namespace) -> int:
         steps.skip(f"the SPD student in {model_dir}")
     else:
         steps.announce(
-            f"training the SPD student on the teacher's permutations: SmolLM2's first "
-            f"{scale.layers} layers + LoRA r={scale.lora_r}, attention head, {scale.train} slates",
+            f"training the SPD student: SmolLM2's first {scale.layers} layers (frozen; each "
+            f"slate's states computed once into {root / 'states'}) and the features, attention "
+            f"head, clicks as the target, {scale.train} slates",
             f"about {scale.train_minutes:g} min on 2 CPU cores; rerun to resume if interrupted",
         )
         call(["train", "--slates", str(labels / "train.slates.jsonl"), "--out", str(model_dir),
-              "--target", "teacher", "--head", "attn", "--layers", str(scale.layers),
-              "--lora-r", str(scale.lora_r), "--lora-alpha", str(scale.lora_r),
+              *RECIPE, "--cache-states", str(root / "states"), "--layers", str(scale.layers),
               "--max-item-tokens", str(scale.item_tokens), "--batch-size", str(scale.batch),
-              "--epochs", str(scale.epochs), "--save-every", "10",
-              "--device", args.device])
+              "--epochs", str(scale.epochs), "--save-every", "10", "--device", args.device])
 
     report = root / "report"
     steps.announce(
@@ -156,7 +167,8 @@ def run(args: argparse.Namespace) -> int:
             "--ranker", "random", "--ranker", "popularity", "--ranker", "cooccurrence"]
     for name, path in ar_teacher_files().items():
         argv += ["--labels", f"{name}={path}"]
-    argv += ["--model", f"{STUDENT}={model_dir}", "--decoders", "hungarian", "--device", args.device,
+    argv += ["--model", f"{STUDENT}={model_dir}", "--decoders", f"{DECODER},hungarian",
+             "--device", args.device,
              "--out", str(report), "--title", "spdrank demo: the SPD student on Amazon Beauty"]
     call(argv)
 
@@ -180,6 +192,15 @@ def take_first_lines(src: Path, dst: Path, n: int) -> None:
             fout.write(line)
 
 
+def has_features(manifest: Path) -> bool:
+    """Whether the slates of ``manifest`` were built with the features the recipe reads (a
+    demo directory from an earlier version holds slates without them)."""
+    if not manifest.exists():
+        return False
+    built = json.loads(manifest.read_text())["parameters"].get("features") or []
+    return set(FEATURES.split(",")) <= set(built)
+
+
 def ar_teacher_files() -> dict[str, Path]:
     """The shipped SmolLM2 label files (present in the package data)."""
     base = resources.files("spdrank") / "data" / "beauty"
@@ -190,7 +211,7 @@ def ar_teacher_files() -> dict[str, Path]:
 def print_speedup(results: Path) -> None:
     """The student's median latency against each autoregressive teacher's, from the same run."""
     rankers = json.loads(results.read_text())["rankers"]
-    student = rankers.get(f"{STUDENT}:hungarian")
+    student = rankers.get(f"{STUDENT}:{DECODER}")
     if not student:
         return
     ms = student["latency_ms"]["median"]
@@ -211,8 +232,10 @@ Finished in {seconds / 60:.1f} min. Report and plots: {root / 'report'}
 Rank your own slates (JSONL, one slate per line; see the README's slate format):
   spdrank rank --model {model_dir} --input {subset / 'eval.jsonl'} --output {root / 'ranked.jsonl'}
 
-Serve the student over HTTP (Cohere/vLLM-compatible /v1/rerank):
+Serve the student over HTTP. It reads each candidate's upstream features next to its title,
+so send whole slates (the format above) to /v1/rank; /v1/rerank takes text-only documents
+and serves models trained without --features:
   spdrank serve --model {model_dir} --port 8000
-  curl -s localhost:8000/v1/rerank -H 'content-type: application/json' \\
-    -d '{{"query": "bought: argan oil shampoo", "documents": ["argan conditioner", "nail polish"]}}'
+  head -n 1 {subset / 'eval.jsonl'} | curl -s localhost:8000/v1/rank \\
+    -H 'content-type: application/json' -d @-
 """)

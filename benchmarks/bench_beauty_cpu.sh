@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# The headline benchmark (the paper's Tables 2 and 5) at CPU scale, in one `spdrank bench`:
+#
+#   bash benchmarks/bench_beauty_cpu.sh     # writes benchmarks/results/bench-beauty-cpu/
+#
+# On the same 200 Amazon Beauty eval slates (uniform negatives), in one process:
+# - the baselines (random, popularity, co-occurrence);
+# - the autoregressive SmolLM2-135M teacher, direct and with reasoning, replayed from the label
+#   files benchmarks/teacher_beauty_cpu.sh wrote through llama.cpp's server (its own answers,
+#   decode passes and recorded latency; a mode is left out until its 200 slates are labelled);
+# - the single-pass peers and SPD distilled from the co-occurrence teacher by
+#   benchmarks/teacher_beauty_cpu.sh (first 2 layers + LoRA r=16, 200 slates): FIRST,
+#   scalar+argsort, SPD (attention head);
+# - the best CPU students of benchmarks/quality_beauty_cpu.py (issue 9): the features-only head
+#   and frozen SmolLM2 (2 layers) + features;
+# every SPD checkpoint under each decoder (hungarian, greedy, argsort, expected_rank), paired
+# differences against the best student, and the latency decomposition (tokenize, prefill,
+# head, assignment, rest at N = 20, 50, 150 over 100 slates; batched throughput; peak memory;
+# overhead over a bare prefill). Run it alone on the machine: it measures latency.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. benchmarks/lib.sh
+BIN=${BIN:-.venv/bin}
+OUT=${OUT:-benchmarks/results/bench-beauty-cpu}
+TEACHERS=${TEACHERS:-runs/teacher-beauty-cpu}
+QUALITY=${QUALITY:-runs/quality-uniform}
+N=${N:-200}
+mkdir -p "$OUT"
+
+need() { [ -e "$1" ] || { echo "missing $1: run $2 first" >&2; exit 1; }; }
+need "$QUALITY/cooccurrence/eval.slates.jsonl" "benchmarks/quality_beauty_cpu.py --negatives uniform"
+SLATES=$OUT/eval-$N.slates.jsonl  # features and the co-occurrence teacher's ranking filled in
+head -n "$N" "$QUALITY/cooccurrence/eval.slates.jsonl" > "$SLATES"
+
+ROWS=()
+for mode in direct reasoning; do
+  summary=$TEACHERS/smollm2-$mode/eval.summary.json
+  if [ -f "$summary" ] && "$BIN/python" -c 'import json,sys; sys.exit(json.load(open(sys.argv[1]))["unlabelled"] != 0)' "$summary"; then
+    ROWS+=( --labels "smollm2-$mode=$TEACHERS/smollm2-$mode/eval.labels.jsonl" )
+  else
+    echo "SmolLM2 $mode: labels incomplete, row left out (benchmarks/teacher_beauty_cpu.sh)" >&2
+  fi
+done
+for head in first scalar attn; do
+  run=$TEACHERS/students/cooccurrence-teacher-$head
+  need "$run/train.json" "benchmarks/teacher_beauty_cpu.sh cooccurrence"
+  name=$([ "$head" = attn ] && echo spd-lora-teacher || echo "$head-lora-teacher")
+  ROWS+=( --model "$name=$run" )
+done
+best_run() {  # $1 = row prefix in the quality runs: the finished run that took the best settings
+  local run
+  run=$(ls -d "$QUALITY/runs/$1@"* 2>/dev/null | head -n 1)
+  need "$run/train.json" "benchmarks/quality_beauty_cpu.py --negatives uniform"
+  echo "$run"
+}
+ROWS+=( --model "spd-features=$(best_run features__best)" )
+ROWS+=( --model "spd-llm-features=$(best_run llm-L2+features__best__2k)" )
+
+BENCH=( "$BIN/spdrank" bench --slates "$SLATES" --train data-out/v-uniform/train.jsonl
+  --ranker random --ranker popularity --ranker cooccurrence "${ROWS[@]}"
+  --decoders hungarian,greedy,argsort,expected_rank --reference spd-llm-features:expected_rank
+  --latency --latency-slates 100 --device cpu --warmup 1 --seed 0 --out "$OUT"
+  --title "Amazon Beauty at CPU scale: teachers, single-pass peers and SPD students"
+  --preamble "$OUT/preamble.md" --no-progress )
+{
+  echo "One command: \`bash benchmarks/bench_beauty_cpu.sh\` (after benchmarks/teacher_beauty_cpu.sh and benchmarks/quality_beauty_cpu.py)"
+  echo
+  machine_lines
+  echo "- slates: the first $N of the 1,118 eval slates (uniform negatives, 50 candidates) with the features of \`spdrank data beauty --validation 1000 --features\` and the co-occurrence teacher's ranking (tau, top1 are fidelity to it)"
+  echo "- AR teacher rows: SmolLM2-135M-Instruct (bundled GGUF) through llama.cpp's server, 1 thread, replayed with their recorded latency (see benchmarks/results/teacher-beauty-cpu/)"
+  echo "- *-lora-teacher rows: trained on the co-occurrence teacher's rankings of 200 slates, first 2 layers + LoRA r=16 (benchmarks/results/teacher-beauty-cpu/)"
+  echo "- spd-features, spd-llm-features: the issue-9 students (benchmarks/results/quality-beauty-cpu/): attention head on the popularity and co-occurrence features, alone or next to frozen SmolLM2 (first 2 layers) states"
+  echo
+  code_block "$(print_command "${BENCH[@]}")"
+} > "$OUT/preamble.md"
+"${BENCH[@]}"
+print_command "${BENCH[@]}" > "$OUT/command.txt"
