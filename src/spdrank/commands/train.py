@@ -51,7 +51,9 @@ _HELP = {
     "DCG-weighted either way",
     "decoder": "the decoder saved with the model, used by its evaluations here and by rank, "
     "eval and serve unless they name another: hungarian (the paper's assignment), greedy, "
-    "argsort, expected_rank (Sinkhorn, then items by expected position), or a registered one",
+    "argsort, expected_rank (Sinkhorn, then items by expected position), a registered one, or "
+    "auto: expected_rank for --target clicks (clicks train only the top of each row), "
+    "hungarian for the teacher targets",
     "eval_every": "evaluate every N steps (0: only at the end)",
     "eval_limit": "number of eval slates used",
     "save_every": "write the resumable state every N steps",
