@@ -163,6 +163,25 @@ CONFIGS = [
         LLM + FEATURES,
         limit=2000,
         llm=True,
+        on_eval=False,
+        takes_best=True,
+    ),
+    # Steps: from cached states an epoch costs the head alone, so train ten.
+    Config(
+        f"llm-L{LAYERS}/best/2k/10ep",
+        "states only, 10 epochs of the 2,000 slates",
+        [*LLM, "--epochs", "10"],
+        limit=2000,
+        llm=True,
+        on_eval=False,
+        takes_best=True,
+    ),
+    Config(
+        f"llm-L{LAYERS}+features/best/2k/10ep",
+        "states and the features, 10 epochs of the 2,000 slates",
+        [*LLM, *FEATURES, "--epochs", "10"],
+        limit=2000,
+        llm=True,
         takes_best=True,
     ),
 ]

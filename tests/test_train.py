@@ -404,13 +404,8 @@ def test_an_unknown_decoder_or_position_weighting_fails_before_training(tmp_path
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
 
 
-@pytest.mark.parametrize(
-    "target,decoder,saved",
-    [("clicks", "auto", "expected_rank"), ("teacher", "auto", "hungarian"),
-     ("teacher+clicks", "auto", "hungarian"), ("clicks", "greedy", "greedy")],
-)
-def test_the_default_decoder_follows_the_target(tmp_path, target, decoder, saved):
-    cfg = TrainConfig(slates=str(tmp_path / "t.jsonl"), out=str(tmp_path / "o"), target=target,
-                      decoder=decoder, features_only=False)
-    assert TrainConfig.decoder == "auto"
-    assert cfg.model_config().decoder == saved
+@pytest.mark.parametrize("decoder", [None, "hungarian", "greedy"])
+def test_the_checkpoint_carries_its_decoder_expected_rank_by_default(tmp_path, decoder):
+    kw = {} if decoder is None else {"decoder": decoder}
+    cfg = TrainConfig(slates=str(tmp_path / "t.jsonl"), out=str(tmp_path / "o"), **kw)
+    assert cfg.model_config().decoder == (decoder or "expected_rank")

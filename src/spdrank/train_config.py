@@ -67,8 +67,9 @@ class TrainConfig:
     #: How the permutation cross-entropy weighs target positions (``uniform``: the paper).
     position_weights: str = "uniform"
     #: The checkpoint's decoder: what evaluation during training, rank, eval and serve use.
-    #: ``auto``: :func:`decoder_for` the target.
-    decoder: str = "auto"
+    #: Expected rank by default: on Beauty it beat the paper's Hungarian assignment for click
+    #: and teacher targets alike (benchmarks/results/quality-beauty-cpu; docs/architecture.md).
+    decoder: str = "expected_rank"
     eval_every: int = 200
     eval_limit: int = 100
     save_every: int = 100
@@ -116,7 +117,7 @@ class TrainConfig:
             prompt=prompt,
             features=self.fit_features(),
             features_only=self.features_only,
-            decoder=decoder_for(self.target) if self.decoder == "auto" else self.decoder,
+            decoder=self.decoder,
         )
 
     def check_cache_settings(self) -> None:
@@ -148,15 +149,6 @@ class TrainConfig:
             return None
         names = parse_feature_names(self.features)
         return FeatureNormalizer.fit(names, islice(read_slates(self.slates), self.limit))
-
-
-def decoder_for(target: str) -> str:
-    """The decoder that reads what ``target`` trains: a teacher's ranking fills every position,
-    so the Hungarian assignment (the paper's) reads the whole matrix; clicks train only which
-    items come first (the rest of a row is uniform), so the Hungarian order of the tail is
-    arbitrary, while the expected rank orders the whole slate by how strongly each item
-    claims the top (AUC .745 against .633 on Beauty: benchmarks/results/quality-beauty-cpu)."""
-    return "expected_rank" if target == "clicks" else "hungarian"
 
 
 def per_process_batch(batch_size: int, processes: int) -> int:

@@ -43,8 +43,8 @@ AR_TEACHERS = {
 STUDENT = "spd-student"
 
 #: The best CPU recipe (benchmarks/results/quality-beauty-cpu/report.md): the features next
-#: to frozen backbone states, clicks as the target (a click-trained matrix decoded by
-#: expected rank beat every teacher target there), the rest of ``spdrank train``'s settings
+#: to frozen backbone states, clicks as the target, decoded by expected rank (the best of the
+#: targets and decoders on the validation split), the rest of ``spdrank train``'s settings
 #: as in that report. The scale (layers, slates, titles) comes from :class:`Scale`.
 FEATURES = "popularity,cooccurrence"
 DECODER = "expected_rank"

@@ -50,10 +50,9 @@ _HELP = {
     "the top counts as the metrics count it; ours). Scalar and FIRST peers use ListNet, "
     "DCG-weighted either way",
     "decoder": "the decoder saved with the model, used by its evaluations here and by rank, "
-    "eval and serve unless they name another: hungarian (the paper's assignment), greedy, "
-    "argsort, expected_rank (Sinkhorn, then items by expected position), a registered one, or "
-    "auto: expected_rank for --target clicks (clicks train only the top of each row), "
-    "hungarian for the teacher targets",
+    "eval and serve unless they name another: expected_rank (Sinkhorn, then items by expected "
+    "position; it beat hungarian for click and teacher targets on Beauty), hungarian (the "
+    "paper's exact assignment), greedy, argsort, or a registered one",
     "eval_every": "evaluate every N steps (0: only at the end)",
     "eval_limit": "number of eval slates used",
     "save_every": "write the resumable state every N steps",
