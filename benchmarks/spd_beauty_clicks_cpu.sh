@@ -23,7 +23,7 @@ mkdir -p "$OUT"
 TRAIN=( $BIN/spdrank train --slates "$DATA/train.jsonl" --eval-slates "$DATA/eval.jsonl" --eval-limit 100
         --eval-every 125 --save-every 25 --out "$RUN" --target clicks --head attn
         --layers "$LAYERS" --max-item-tokens "$ITEM_TOKENS" --limit "$SLATES" --batch-size "$BATCH"
-        --epochs 1 --lr 2e-4 --head-lr 1e-3 --seed 0 )
+        --epochs 1 --lr 2e-4 --head-lr 1e-3 --seed 0 --decoder hungarian )
 if [ ! -f "$RUN/train.json" ]; then
   start=$(date +%s)
   "${TRAIN[@]}" --no-progress

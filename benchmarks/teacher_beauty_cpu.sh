@@ -115,7 +115,7 @@ train_student() {  # $1 = teacher dir name, $2 = target, $3 = head
   OMP_NUM_THREADS=1 $BIN/spdrank train --slates "$WORK/$1/train.slates.jsonl" --out "$run" --target "$2" --head "$3" \
     --layers "$LAYERS" --lora-r "$LORA_R" --lora-alpha "$LORA_R" --max-item-tokens "$ITEM_TOKENS" \
     --batch-size "$BATCH" --epochs "$EPOCHS" --lr 2e-4 --head-lr 1e-3 --eval-every 100000 \
-    --save-every 25 --seed 0 --no-progress > "$run.log" 2>&1
+    --save-every 25 --seed 0 --decoder hungarian --no-progress > "$run.log" 2>&1
   echo $(( $(date +%s) - t0 )) > "$run/wall_s.txt"
 }
 HEADS=(attn first scalar); TARGETS=(teacher teacher+clicks)
