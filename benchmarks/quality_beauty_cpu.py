@@ -510,6 +510,14 @@ def main(argv: list[str] | None = None) -> int:
         choices=["uniform", "popularity"],
     )
     p.add_argument("--only", nargs="+", metavar="NAME", help="only these rows (default: all)")
+    p.add_argument(
+        "--llm-negatives",
+        nargs="*",
+        default=["uniform", "popularity"],
+        choices=["uniform", "popularity"],
+        help="the negatives whose tables get the LLM rows (their states cost the most; "
+        "default: both)",
+    )
     p.add_argument("--dry-run", action="store_true", help="print the commands instead")
     args = p.parse_args(argv)
     configs = CONFIGS
@@ -523,7 +531,8 @@ def main(argv: list[str] | None = None) -> int:
     tables = {}
     for neg in args.negatives:
         experiment = Experiment(neg, args.dry_run)
-        tables[neg] = experiment.table(configs)
+        rows = [c for c in configs if neg in args.llm_negatives or not c.llm]
+        tables[neg] = experiment.table(rows)
         if not args.dry_run:
             (experiment.work / "commands.txt").write_text("\n".join(experiment.commands) + "\n")
     if args.dry_run:
