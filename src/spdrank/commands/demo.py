@@ -66,7 +66,7 @@ class Scale:
     train_minutes: float
 
 
-FULL = Scale(train=1000, eval=200, layers=2, epochs=1, batch=32, item_tokens=12, train_minutes=5)
+FULL = Scale(train=1000, eval=200, layers=2, epochs=1, batch=16, item_tokens=12, train_minutes=5)
 TINY = Scale(train=8, eval=6, layers=1, epochs=1, batch=4, item_tokens=6, train_minutes=0.2)
 
 
