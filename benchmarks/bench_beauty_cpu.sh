@@ -66,6 +66,7 @@ BENCH=( "$BIN/spdrank" bench --slates "$SLATES" --train data-out/v-uniform/train
   echo "One command: \`bash benchmarks/bench_beauty_cpu.sh\` (after benchmarks/teacher_beauty_cpu.sh and benchmarks/quality_beauty_cpu.py)"
   echo
   machine_lines
+  echo "- load when the benchmark started: $(cut -d' ' -f1-3 /proc/loadavg) (1, 5, 15 min; 2 cores): above ~0.5, other jobs shared the cores and the latencies are upper bounds"
   echo "- slates: the first $N of the 1,118 eval slates (uniform negatives, 50 candidates) with the features of \`spdrank data beauty --validation 1000 --features\` and the co-occurrence teacher's ranking (tau, top1 are fidelity to it)"
   echo "- AR teacher rows: SmolLM2-135M-Instruct (bundled GGUF) through llama.cpp's server, 1 thread, replayed with their recorded latency (see benchmarks/results/teacher-beauty-cpu/)"
   echo "- *-lora-teacher rows: trained on the co-occurrence teacher's rankings of 200 slates, first 2 layers + LoRA r=16 (benchmarks/results/teacher-beauty-cpu/)"

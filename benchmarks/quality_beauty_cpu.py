@@ -353,6 +353,9 @@ class Experiment:
             self.train(cfg)
         evals = rows_of(self.evaluate("eval", [c for c in configs if c.on_eval], "models"))
         baselines_valid = rows_of(self.evaluate("valid", [], "baselines"))
+        paired = self.paired_with_cooccurrence(
+            next(c for c in configs if c.name == "features/best")
+        )
         table = []
         for name in ("popularity", "cooccurrence"):
             table.append(
@@ -377,9 +380,44 @@ class Experiment:
                     "steps": summary.get("total_steps"),
                     "train_wall_s": read_wall(run_dir),
                     "settings_of": self.best if cfg.takes_best else None,
+                    "paired_vs_cooccurrence": paired if cfg.name == "features/best" else None,
                 }
             )
         return table
+
+    def paired_with_cooccurrence(self, cfg: Config) -> dict[str, Any] | None:
+        """Slate-by-slate differences of ``cfg``'s row from co-occurrence on the eval slates,
+        with 95% bootstrap intervals (``spdrank bench --reference``): is a gap noise?"""
+        out = self.work / "paired-eval"
+        cmd = [
+            str(BIN / "spdrank"),
+            "bench",
+            "--slates",
+            str(self.slates("eval")),
+            "--train",
+            str(self.data / "train.jsonl"),
+            "--ranker",
+            "cooccurrence",
+            "--model",
+            f"student={self.run_dir(cfg)}",
+            "--decoders",
+            "expected_rank,hungarian",
+            "--reference",
+            "cooccurrence",
+            "--bootstrap",
+            "2000",
+            "--seed",
+            "0",
+            "--out",
+            str(out),
+            "--no-progress",
+        ]
+        if not (out / "results.json").exists() or self.dry:
+            self.sh(cmd, self.work / "paired-eval.log")
+        if self.dry:
+            return None
+        rows = json.loads((out / "results.json").read_text())["paired"]["rows"]
+        return {name: {m: row[m] for m in ("AUC", "R@1", "R@10")} for name, row in rows.items()}
 
 
 def label(cfg: Config) -> str:
@@ -494,6 +532,19 @@ def report(tables: dict[str, list[dict[str, Any]]], argv: list[str], wall_s: flo
         if students:
             best = max(students, key=lambda r: (r["valid"]["R@10"], r["valid"]["AUC"]))
             lines += ["", f"Best on validation (R@10, then AUC): **{best['row']}**."]
+        for row in table:
+            for name, diffs in (row.get("paired_vs_cooccurrence") or {}).items():
+                cells = ", ".join(
+                    f"{m} {d['mean']:+.4f} [{d['low']:+.4f}, {d['high']:+.4f}]"
+                    for m, d in diffs.items()
+                )
+                lines += [
+                    "",
+                    (
+                        f"{row['row']} (`{name}`) minus co-occurrence on the eval slates, "
+                        f"mean paired difference [95% bootstrap interval]: {cells}."
+                    ),
+                ]
         lines.append("")
     return "\n".join(lines)
 
