@@ -15,7 +15,7 @@
 #   and frozen SmolLM2 (2 layers) + features;
 # every SPD checkpoint under each decoder (hungarian, greedy, argsort, expected_rank), paired
 # differences against the best student, and the latency decomposition (tokenize, prefill,
-# head, assignment, rest at N = 20, 50, 150 over 100 slates; batched throughput; peak memory;
+# head, assignment, rest at N = 20 and 50 over 100 slates; batched throughput; peak memory;
 # overhead over a bare prefill). Run it alone on the machine: it measures latency.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -25,6 +25,8 @@ OUT=${OUT:-benchmarks/results/bench-beauty-cpu}
 TEACHERS=${TEACHERS:-runs/teacher-beauty-cpu}
 QUALITY=${QUALITY:-runs/quality-uniform}
 N=${N:-200}
+# The students rank up to K=64 positions, so N=150 needs a checkpoint trained with --positions 150+.
+LATENCY_SIZES=${LATENCY_SIZES:-20,50}
 mkdir -p "$OUT"
 
 need() { [ -e "$1" ] || { echo "missing $1: run $2 first" >&2; exit 1; }; }
@@ -59,7 +61,7 @@ ROWS+=( --model "spd-llm-features=$(best_run llm-L2+features__best__2k)" )
 BENCH=( "$BIN/spdrank" bench --slates "$SLATES" --train data-out/v-uniform/train.jsonl
   --ranker random --ranker popularity --ranker cooccurrence "${ROWS[@]}"
   --decoders hungarian,greedy,argsort,expected_rank --reference spd-llm-features:expected_rank
-  --latency --latency-slates 100 --device cpu --warmup 1 --seed 0 --out "$OUT"
+  --latency --latency-sizes "$LATENCY_SIZES" --latency-slates 100 --device cpu --warmup 1 --seed 0 --out "$OUT"
   --title "Amazon Beauty at CPU scale: teachers, single-pass peers and SPD students"
   --preamble "$OUT/preamble.md" --no-progress )
 {
