@@ -306,6 +306,25 @@ def test_bench_latency_needs_an_spd_checkpoint(data, capsys):
     assert "--latency decomposes SPD checkpoints" in capsys.readouterr().err
 
 
+def test_latency_leaves_out_features_only_heads_and_refuses_sizes_beyond_k_before_running():
+    """A features-only head has no prefill to decompose; a slate size beyond a checkpoint's K
+    fails before the (long) evaluation, naming the checkpoint."""
+    from types import SimpleNamespace
+
+    from spdrank.commands.bench import latency_models
+
+    def checkpoint(name, features_only, positions=64):
+        head = SimpleNamespace(positions=positions)
+        return SimpleNamespace(name=name, config=SimpleNamespace(features_only=features_only, head=head))
+
+    llm, features = checkpoint("llm", False), checkpoint("features", True)
+    assert latency_models([features, llm], [20, 50]) == [llm]
+    with pytest.raises(ValueError, match="llm ranks at most K=64 .* N=150"):
+        latency_models([llm], [20, 150])
+    with pytest.raises(ValueError, match="that run a backbone"):
+        latency_models([features], [20])
+
+
 # -- device and dtype --------------------------------------------------------------------------
 
 

@@ -148,6 +148,18 @@ class BarePrefill:
         return Ranking(list(slate.docids), timings={"prefill": ms}, decode_passes=1, recorded_ms=ms)
 
 
+def check_sizes(model: SPDRanker, sizes: Sequence[int]) -> None:
+    """Refuse slate sizes beyond the checkpoint's K positions, naming it."""
+    positions = model.config.head.positions
+    too_big = [n for n in sizes if n > positions]
+    if too_big:
+        raise ValueError(
+            f"{model.name} ranks at most K={positions} candidates, so it cannot be timed at "
+            f"N={too_big[0]}: train with --positions {max(too_big)} or more, or pass smaller "
+            "--latency-sizes"
+        )
+
+
 def decompose(
     model: SPDRanker,
     slates: Sequence[Slate],
@@ -161,14 +173,7 @@ def decompose(
     """The decomposition of ``model`` at each slate size, over ``slates`` resized to it."""
     if not slates:
         raise ValueError("the latency decomposition needs at least one slate")
-    positions = model.config.head.positions
-    too_big = [n for n in sizes if n > positions]
-    if too_big:
-        raise ValueError(
-            f"{model.name} ranks at most K={positions} candidates, so it cannot be timed at "
-            f"N={too_big[0]}: train with --positions {max(too_big)} or more, or pass smaller "
-            "--latency-sizes"
-        )
+    check_sizes(model, sizes)
     model.eval()
     bare = BarePrefill(model)
     rows = []

@@ -23,6 +23,7 @@ The folder gets ``report.md``, ``results.json`` (the evaluation's JSON plus ``te
 from __future__ import annotations
 
 import argparse
+import logging
 import time
 from itertools import islice
 from pathlib import Path
@@ -31,6 +32,8 @@ from typing import Any
 from spdrank.commands.argtypes import positive_int
 from spdrank.commands.eval import add_ranker_arguments
 from spdrank.paired import RESAMPLES
+
+log = logging.getLogger(__name__)
 
 RESULTS_ROOT = Path("benchmarks/results")
 
@@ -144,8 +147,7 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("no rankers: pass --ranker, --labels or --model")
     rows, spd_models = _decoder_rows(rankers, args.decoders)
     teachers = _teacher_names(rankers)
-    if args.latency and not spd_models:
-        raise ValueError("--latency decomposes SPD checkpoints: pass --model DIR")
+    timed_models = latency_models(spd_models, args.latency_sizes) if args.latency else []
     reference = _reference(rows, args.reference)
     fit_s = fit_rankers(rows, train, progress)
 
@@ -172,7 +174,7 @@ def run(args: argparse.Namespace) -> int:
         from spdrank.bench.latency import decompose
 
         timed = load_slates(slates_path, limit=args.latency_slates)
-        for model in spd_models:
+        for model in timed_models:
             latency += decompose(
                 model,
                 timed,
@@ -204,6 +206,23 @@ def run(args: argparse.Namespace) -> int:
     )
     print(f"report: {report}")
     return 0
+
+
+def latency_models(spd_models: list, sizes: list[int]) -> list:
+    """The checkpoints ``--latency`` decomposes, checked before anything runs: those with a
+    backbone (a features-only head has no prefill to decompose) that fit every size."""
+    from spdrank.bench.latency import check_sizes
+
+    timed = []
+    for model in spd_models:
+        if model.config.features_only:
+            log.info("%s reads features only: no prefill to decompose, left out of --latency", model.name)
+            continue
+        check_sizes(model, sizes)
+        timed.append(model)
+    if not timed:
+        raise ValueError("--latency decomposes SPD checkpoints that run a backbone: pass --model DIR")
+    return timed
 
 
 def _decoder_rows(rankers: list[Any], decoders: list[str] | None) -> tuple[list[Any], list[Any]]:
