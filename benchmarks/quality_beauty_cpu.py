@@ -353,9 +353,8 @@ class Experiment:
             self.train(cfg)
         evals = rows_of(self.evaluate("eval", [c for c in configs if c.on_eval], "models"))
         baselines_valid = rows_of(self.evaluate("valid", [], "baselines"))
-        paired = self.paired_with_cooccurrence(
-            next(c for c in configs if c.name == "features/best")
-        )
+        best_row = next((c for c in configs if c.name == "features/best"), None)
+        paired = self.paired_with_cooccurrence(best_row) if best_row else None
         table = []
         for name in ("popularity", "cooccurrence"):
             table.append(
