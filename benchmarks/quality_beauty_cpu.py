@@ -85,63 +85,75 @@ def features_only(*args: str) -> list[str]:
     return FEATURES + ["--features-only", *args]
 
 
+def candidate(name: str, what: str, *settings: str) -> Config:
+    """A 2,000-slate features-only row that competes to be the best settings."""
+    return Config(name, what, features_only(*settings), limit=2000, candidate=True)
+
+
 #: The settings a candidate row varies: the rows that take the best one take these from it.
 VARIED = ("--target", "--position-weights", "--decoder")
 
 CONFIGS = [
     # The training target, the loss's position weights and the decoder, on 2,000 slates.
-    Config(
+    candidate(
         "features/clicks/2k",
         "features only, clicks target (the paper's Track 1 signal), Hungarian decoder",
-        features_only("--target", "clicks", "--decoder", "hungarian"),
-        limit=2000,
-        candidate=True,
+        "--target",
+        "clicks",
+        "--decoder",
+        "hungarian",
     ),
-    Config(
+    candidate(
         "features/clicks/2k/expected_rank",
         "as above, decoded by expected rank",
-        features_only("--target", "clicks", "--decoder", "expected_rank"),
-        limit=2000,
-        candidate=True,
+        "--target",
+        "clicks",
+        "--decoder",
+        "expected_rank",
     ),
-    Config(
+    candidate(
         "features/teacher/2k",
         "features only, the co-occurrence teacher's ranking",
-        features_only("--target", "teacher", "--decoder", "hungarian"),
-        limit=2000,
-        candidate=True,
+        "--target",
+        "teacher",
+        "--decoder",
+        "hungarian",
     ),
-    Config(
+    candidate(
         "features/teacher/2k/expected_rank",
         "as above, decoded by expected rank",
-        features_only("--target", "teacher", "--decoder", "expected_rank"),
-        limit=2000,
-        candidate=True,
+        "--target",
+        "teacher",
+        "--decoder",
+        "expected_rank",
     ),
-    Config(
+    candidate(
         "features/teacher+clicks/2k",
         "features only, the teacher's ranking with the click first",
-        features_only("--target", "teacher+clicks", "--decoder", "hungarian"),
-        limit=2000,
-        candidate=True,
+        "--target",
+        "teacher+clicks",
+        "--decoder",
+        "hungarian",
     ),
-    Config(
+    candidate(
         "features/teacher+clicks/2k/dcg",
         "as above, loss rows weighted 1/log2(2+j)",
-        features_only(
-            "--target", "teacher+clicks", "--position-weights", "dcg", "--decoder", "hungarian"
-        ),
-        limit=2000,
-        candidate=True,
+        "--target",
+        "teacher+clicks",
+        "--position-weights",
+        "dcg",
+        "--decoder",
+        "hungarian",
     ),
-    Config(
+    candidate(
         "features/clicks/2k/dcg/expected_rank",
         "clicks, loss rows weighted 1/log2(2+j), decoded by expected rank",
-        features_only(
-            "--target", "clicks", "--position-weights", "dcg", "--decoder", "expected_rank"
-        ),
-        limit=2000,
-        candidate=True,
+        "--target",
+        "clicks",
+        "--position-weights",
+        "dcg",
+        "--decoder",
+        "expected_rank",
     ),
     # The number of training slates.
     Config(
