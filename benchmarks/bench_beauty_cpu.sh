@@ -15,8 +15,14 @@
 #   and frozen SmolLM2 (2 layers) + features;
 # every SPD checkpoint under each decoder (hungarian, greedy, argsort, expected_rank), paired
 # differences against the best student, and the latency decomposition (tokenize, prefill,
-# head, assignment, rest at N = 20 and 50 over 100 slates; batched throughput; peak memory;
+# head, assignment, rest at N = 20, 50 and 150 over 100 slates; batched throughput; peak memory;
 # overhead over a bare prefill). Run it alone on the machine: it measures latency.
+#
+# N = 150: the students rank up to K = 64 positions (FIRST's letters stop at 52), so the script
+# also trains spd-llm-features-k160, the spd-llm-features command with K = 160 positions, from
+# the quality run's cached states (about a minute). It is timed at every size; its quality
+# rows are those of a K=160 head trained on 50-candidate slates, and the other checkpoints
+# are timed at the sizes up to their K.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . benchmarks/lib.sh
@@ -25,8 +31,7 @@ OUT=${OUT:-benchmarks/results/bench-beauty-cpu}
 TEACHERS=${TEACHERS:-runs/teacher-beauty-cpu}
 QUALITY=${QUALITY:-runs/quality-uniform}
 N=${N:-200}
-# The students rank up to K=64 positions, so N=150 needs a checkpoint trained with --positions 150+.
-LATENCY_SIZES=${LATENCY_SIZES:-20,50}
+LATENCY_SIZES=${LATENCY_SIZES:-20,50,150}
 mkdir -p "$OUT"
 
 need() { [ -e "$1" ] || { echo "missing $1: run $2 first" >&2; exit 1; }; }
@@ -56,7 +61,14 @@ best_run() {  # $1 = row prefix in the quality runs: the finished run that took 
   echo "$run"
 }
 ROWS+=( --model "spd-features=$(best_run features__best)" )
-ROWS+=( --model "spd-llm-features=$(best_run llm-L2+features__best__2k)" )
+LLM_RUN=$(best_run llm-L2+features__best__2k)
+ROWS+=( --model "spd-llm-features=$LLM_RUN" )
+WIDE=$QUALITY/runs/llm-L2+features-k160
+if [ ! -f "$WIDE/train.json" ]; then  # $LLM_RUN's own command, with K = 160
+  "$BIN/python" benchmarks/retrain_command.py "$LLM_RUN" "$WIDE" --positions 160 > "$WIDE.cmd"
+  OMP_NUM_THREADS=1 bash "$WIDE.cmd" > "$WIDE.log" 2>&1 || { echo "training $WIDE failed: see $WIDE.log" >&2; exit 1; }
+fi
+ROWS+=( --model "spd-llm-features-k160=$WIDE" )
 
 BENCH=( "$BIN/spdrank" bench --slates "$SLATES" --train data-out/v-uniform/train.jsonl
   --ranker random --ranker popularity --ranker cooccurrence "${ROWS[@]}"
@@ -73,6 +85,7 @@ BENCH=( "$BIN/spdrank" bench --slates "$SLATES" --train data-out/v-uniform/train
   echo "- AR teacher rows: SmolLM2-135M-Instruct (bundled GGUF) through llama.cpp's server, 1 thread, replayed with their recorded latency (see benchmarks/results/teacher-beauty-cpu/)"
   echo "- *-lora-teacher rows: trained on the co-occurrence teacher's rankings of 200 slates, first 2 layers + LoRA r=16 (benchmarks/results/teacher-beauty-cpu/)"
   echo "- spd-features, spd-llm-features: the issue-9 students (benchmarks/results/quality-beauty-cpu/): attention head on the popularity and co-occurrence features, alone or next to frozen SmolLM2 (first 2 layers) states"
+  echo "- spd-llm-features-k160: spd-llm-features's command with K = 160 positions (\`$(cat "$WIDE.cmd")\`), so that N = 150 can be timed; the other checkpoints are timed up to their K (64; FIRST's letters: 52)"
   echo
   code_block "$(print_command "${BENCH[@]}")"
 } > "$OUT/preamble.md"

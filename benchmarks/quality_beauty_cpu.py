@@ -39,6 +39,10 @@ BIN = Path(".venv/bin")
 OUT = Path("benchmarks/results/quality-beauty-cpu")
 METRICS = ("AUC", "R@1", "R@10", "NDCG@10", "MRR", "tau", "top1")
 FEATURES = ["--features", "popularity,cooccurrence"]
+#: The other features of the build, each added to the two the baselines rank by.
+TRANSITION = ["--features", "popularity,cooccurrence,transition"]
+TITLE = ["--features", "popularity,cooccurrence,title_similarity"]
+ALL_FEATURES = ["--features", "popularity,cooccurrence,transition,title_similarity"]
 #: The student's settings every configuration shares unless it says otherwise.
 COMMON = [
     "--head",
@@ -79,10 +83,18 @@ class Config:
     candidate: bool = False
     #: This row takes the winning candidate's settings after its own ``args``.
     takes_best: bool = False
+    #: Its eval slates are compared with co-occurrence's one by one (bootstrap intervals).
+    paired: bool = False
 
 
-def features_only(*args: str) -> list[str]:
-    return FEATURES + ["--features-only", *args]
+def features_only(*args: str, features: list[str] = FEATURES) -> list[str]:
+    return features + ["--features-only", *args]
+
+
+def lever(name: str, what: str, *settings: str) -> Config:
+    """A 2,000-slate features-only row: the best candidate's settings and one lever changed,
+    to be read against that candidate's own row (the same slates, steps and seed)."""
+    return Config(f"lever/{name}", what, features_only(*settings), limit=2000, takes_best=True)
 
 
 def candidate(name: str, what: str, *settings: str) -> Config:
@@ -155,12 +167,51 @@ CONFIGS = [
         "--decoder",
         "expected_rank",
     ),
+    # The optimisation and head levers, one at a time, on 2,000 slates.
+    lever("tau0.5", "Sinkhorn temperature 0.5 (default 1)", "--tau", "0.5"),
+    lever("tau2", "Sinkhorn temperature 2", "--tau", "2"),
+    lever("iters5", "5 Sinkhorn iterations (default 20)", "--sinkhorn-iters", "5"),
+    lever("iters50", "50 Sinkhorn iterations", "--sinkhorn-iters", "50"),
+    lever("width64", "head width 64 (default 256)", "--head-width", "64"),
+    lever("width512", "head width 512", "--head-width", "512"),
+    lever("head-layers1", "1 self-attention layer in the head (default 2)", "--head-layers", "1"),
+    lever("head-layers4", "4 self-attention layers in the head", "--head-layers", "4"),
+    lever("lr3e-4", "learning rate 3e-4 (default 1e-3)", "--lr", "3e-4", "--head-lr", "3e-4"),
+    lever("lr3e-3", "learning rate 3e-3", "--lr", "3e-3", "--head-lr", "3e-3"),
+    lever(
+        "warmup0",
+        "no warm-up (default: 20 of the 63 steps), then linear decay",
+        "--warmup-steps",
+        "0",
+    ),
+    lever("warmup60", "warm-up over nearly every step (60 of 63)", "--warmup-steps", "60"),
     # The number of training slates.
     Config(
         "features/best",
         "the best 2k row's settings on all 20,245 training slates",
         features_only(),
         takes_best=True,
+        paired=True,
+    ),
+    # Features beyond the two the baselines rank by, on all training slates.
+    Config(
+        "features+transition/best",
+        "+ transition: count of the candidate right after the user's last item",
+        features_only(features=TRANSITION),
+        takes_best=True,
+    ),
+    Config(
+        "features+title/best",
+        "+ title_similarity: a lexical retriever's score (TF-IDF cosine with the history titles)",
+        features_only(features=TITLE),
+        takes_best=True,
+    ),
+    Config(
+        "features-all/best",
+        "all four features: popularity, co-occurrence, transition, title_similarity",
+        features_only(features=ALL_FEATURES),
+        takes_best=True,
+        paired=True,
     ),
     # What the LLM's states add, at equal data.
     Config(
@@ -365,8 +416,7 @@ class Experiment:
             self.train(cfg)
         evals = rows_of(self.evaluate("eval", [c for c in configs if c.on_eval], "models"))
         baselines_valid = rows_of(self.evaluate("valid", [], "baselines"))
-        best_row = next((c for c in configs if c.name == "features/best"), None)
-        paired = self.paired_with_cooccurrence(best_row) if best_row else None
+        paired = {c.name: self.paired_with_cooccurrence(c) for c in configs if c.paired}
         table = []
         for name in ("popularity", "cooccurrence"):
             table.append(
@@ -391,7 +441,7 @@ class Experiment:
                     "steps": summary.get("total_steps"),
                     "train_wall_s": read_wall(run_dir),
                     "settings_of": self.best if cfg.takes_best else None,
-                    "paired_vs_cooccurrence": paired if cfg.name == "features/best" else None,
+                    "paired_vs_cooccurrence": paired.get(cfg.name),
                 }
             )
         return table
@@ -399,7 +449,8 @@ class Experiment:
     def paired_with_cooccurrence(self, cfg: Config) -> dict[str, Any] | None:
         """Slate-by-slate differences of ``cfg``'s row from co-occurrence on the eval slates,
         with 95% bootstrap intervals (``spdrank bench --reference``): is a gap noise?"""
-        out = self.work / "paired-eval"
+        # The first paired row keeps the directory it had before there were several.
+        out = self.work / ("paired-eval" if cfg.name == "features/best" else f"paired-{label(cfg)}")
         cmd = [
             str(BIN / "spdrank"),
             "bench",
@@ -424,7 +475,7 @@ class Experiment:
             "--no-progress",
         ]
         if not (out / "results.json").exists() or self.dry:
-            self.sh(cmd, self.work / "paired-eval.log")
+            self.sh(cmd, out.with_suffix(".log"))
         if self.dry:
             return None
         rows = json.loads((out / "results.json").read_text())["paired"]["rows"]
@@ -493,8 +544,11 @@ def report(tables: dict[str, list[dict[str, Any]]], argv: list[str], wall_s: flo
         (
             "- data: `spdrank data beauty --validation 1000 --features` (50 candidates, history 10): "
             "20,245 training slates, 1,000 validation slates (other training users; every choice is "
-            "made on them), the 1,118 eval slates; features = log1p popularity and co-occurrence "
-            "counted on the training users only, each training slate's own user left out"
+            "made on them), the 1,118 eval slates; features: log1p popularity, co-occurrence and "
+            "transition (right after the last item) counted on the training users only, each "
+            "training slate's own user left out, and title_similarity (TF-IDF cosine of the "
+            "titles, no interactions); rows name the features they read (`features` = the two "
+            "the baselines rank by)"
         ),
         (
             "- teacher: the co-occurrence baseline labels every split (`ranker:cooccurrence`); tau "

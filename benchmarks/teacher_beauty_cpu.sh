@@ -6,6 +6,8 @@
 #       # the report covers every teacher whose runs are complete
 #   REASONING=0 bash benchmarks/teacher_beauty_cpu.sh smollm2
 #       # the same without SmolLM2's reasoning-mode labels (its students need only direct mode)
+#   SERVERS=2 THREADS=1 bash benchmarks/teacher_beauty_cpu.sh smollm2
+#       # two one-thread llama.cpp servers behind one `spdrank teacher` (the fastest on 2 cores)
 #
 # 1. The bundled SmolLM2-135M-Instruct labels EVAL_N eval slates in direct and in reasoning
 #    mode, and the first SMOLLM2_TRAIN_N of the TRAIN_N train slates in direct mode (a slate
@@ -32,7 +34,9 @@ LAYERS=${LAYERS:-2}; EPOCHS=${EPOCHS:-1}; BATCH=${BATCH:-2}; LORA_R=${LORA_R:-16
 JOBS=${JOBS:-2}  # student trainings in parallel, one thread each (OpenMP threads stall when shared)
 RUN_TEACHERS=( "${@:-cooccurrence smollm2}" ); RUN_TEACHERS=( ${RUN_TEACHERS[*]} )
 wants() { [[ " ${RUN_TEACHERS[*]} " == *" $1 "* ]]; }
-PORT=${PORT:-8765}; THREADS=${THREADS:-$(nproc)}
+PORT=${PORT:-8765}; THREADS=${THREADS:-$(nproc)}  # threads per llama.cpp server
+SERVERS=${SERVERS:-1}  # llama.cpp servers on PORT, PORT+1, ...: one request each, one spdrank process
+# (on 2 cores, SERVERS=2 THREADS=1 labels nearly twice as fast as one server on 2 threads)
 REASONING=${REASONING:-1}  # 0: skip SmolLM2's reasoning-mode labels (the slowest part) this time
 mkdir -p "$OUT" "$WORK"
 start_all=$(date +%s)
@@ -43,23 +47,35 @@ start_all=$(date +%s)
 [ -s "$WORK/train-smollm2.jsonl" ] || head -n "$SMOLLM2_TRAIN_N" "$WORK/train.jsonl" > "$WORK/train-smollm2.jsonl"
 
 # -- 1. labels ---------------------------------------------------------------------------------
-SERVER_PID=
-stop_server() { [ -z "$SERVER_PID" ] || { kill "$SERVER_PID" 2>/dev/null; wait "$SERVER_PID" 2>/dev/null; } || true; }
+SERVER_PIDS=()
+stop_server() {
+  for pid in "${SERVER_PIDS[@]}"; do kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null || true; done
+  SERVER_PIDS=()
+}
 trap stop_server EXIT
+BASE_URLS=()
+for i in $(seq 0 $(( SERVERS - 1 ))); do BASE_URLS+=( --base-url "http://127.0.0.1:$(( PORT + i ))/v1" ); done
 start_server() {
-  [ -z "$SERVER_PID" ] || return 0
-  if curl -sf "http://127.0.0.1:$PORT/v1/models" >/dev/null; then
-    echo "port $PORT is already serving: stop that server or set PORT" >&2; exit 1
-  fi
+  [ "${#SERVER_PIDS[@]}" = 0 ] || return 0
   GGUF=$($BIN/python -c 'from spdrank.backbone import bundled_gguf; print(bundled_gguf())')
-  $BIN/python -m llama_cpp.server --model "$GGUF" --host 127.0.0.1 --port "$PORT" \
-    --n_ctx 4096 --n_threads "$THREADS" --model_alias smollm2 > "$WORK/llama-server.log" 2>&1 &
-  SERVER_PID=$!
-  for _ in $(seq 120); do
-    curl -sf "http://127.0.0.1:$PORT/v1/models" >/dev/null && return 0
-    sleep 1
+  local port
+  for i in $(seq 0 $(( SERVERS - 1 ))); do
+    port=$(( PORT + i ))
+    if curl -sf "http://127.0.0.1:$port/v1/models" >/dev/null; then
+      echo "port $port is already serving: stop that server or set PORT" >&2; exit 1
+    fi
+    $BIN/python -m llama_cpp.server --model "$GGUF" --host 127.0.0.1 --port "$port" \
+      --n_ctx 4096 --n_threads "$THREADS" --model_alias smollm2 > "$WORK/llama-server.$i.log" 2>&1 &
+    SERVER_PIDS+=($!)
   done
-  echo "llama.cpp's server did not start: see $WORK/llama-server.log" >&2; exit 1
+  for i in $(seq 0 $(( SERVERS - 1 ))); do
+    port=$(( PORT + i ))
+    for _ in $(seq 120); do
+      curl -sf "http://127.0.0.1:$port/v1/models" >/dev/null && continue 2
+      sleep 1
+    done
+    echo "llama.cpp's server on port $port did not start: see $WORK/llama-server.$i.log" >&2; exit 1
+  done
 }
 done_labels() {  # $1 = label summary: present when a run labelled every selected slate
   [ -f "$1" ] && $BIN/python -c 'import json,sys; d=json.load(open(sys.argv[1])); sys.exit(d["unlabelled"] != 0)' "$1"
@@ -69,10 +85,10 @@ smollm2_label() {  # $1 = split, $2 = mode
   [ "$1" = eval ] || slates="$WORK/$1-smollm2.jsonl"
   done_labels "$dir/$1.summary.json" && return 0
   start_server
-  echo "llama.cpp server threads: $THREADS" > "$dir/$1.threads.txt"
+  echo "llama.cpp server threads: $THREADS$( [ "$SERVERS" = 1 ] || echo " ($SERVERS servers, one request each)")" > "$dir/$1.threads.txt"
   $BIN/spdrank teacher --slates "$slates" --out "$dir/$1.labels.jsonl" --slates-out "$dir/$1.slates.jsonl" \
     --backend openai \
-    --base-url "http://127.0.0.1:$PORT/v1" --model-name smollm2 --mode "$2" --concurrency 1 \
+    "${BASE_URLS[@]}" --model-name smollm2 --mode "$2" --concurrency 1 \
     --timeout 600 --max-item-tokens "$ITEM_TOKENS" --tokenizer bundled --max-failures 0 \
     $( [ "$2" = reasoning ] && echo --max-new-tokens "$REASONING_TOKENS" ) \
     --json "$dir/$1.summary.json" --no-progress
@@ -87,7 +103,7 @@ if wants smollm2; then
   smollm2_label eval direct
   smollm2_label train direct
   [ "$REASONING" = 0 ] || smollm2_label eval reasoning
-  stop_server; SERVER_PID=
+  stop_server
 fi
 if wants cooccurrence; then
   cooc_label eval

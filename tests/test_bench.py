@@ -306,9 +306,10 @@ def test_bench_latency_needs_an_spd_checkpoint(data, capsys):
     assert "--latency decomposes SPD checkpoints" in capsys.readouterr().err
 
 
-def test_latency_leaves_out_features_only_heads_and_refuses_sizes_beyond_k_before_running():
-    """A features-only head has no prefill to decompose; a slate size beyond a checkpoint's K
-    fails before the (long) evaluation, naming the checkpoint."""
+def test_latency_leaves_out_features_only_heads_and_sizes_beyond_k_before_running():
+    """A features-only head has no prefill to decompose; a checkpoint is timed at the sizes up
+    to its K; a size no checkpoint can rank fails before the (long) evaluation, naming the
+    checkpoint that comes closest."""
     from types import SimpleNamespace
 
     from spdrank.commands.bench import latency_models
@@ -318,7 +319,11 @@ def test_latency_leaves_out_features_only_heads_and_refuses_sizes_beyond_k_befor
         return SimpleNamespace(name=name, config=SimpleNamespace(features_only=features_only, head=head))
 
     llm, features = checkpoint("llm", False), checkpoint("features", True)
-    assert latency_models([features, llm], [20, 50]) == [llm]
+    wide = checkpoint("wide", False, positions=160)
+    assert latency_models([features, llm], [20, 50]) == [(llm, [20, 50])]
+    assert latency_models([llm, features, wide], [20, 150]) == [(llm, [20]), (wide, [20, 150])]
+    with pytest.raises(ValueError, match="wide ranks at most K=160 .* N=200"):
+        latency_models([llm, wide], [20, 200])
     with pytest.raises(ValueError, match="llm ranks at most K=64 .* N=150"):
         latency_models([llm], [20, 150])
     with pytest.raises(ValueError, match="that run a backbone"):
@@ -360,3 +365,32 @@ def test_gpu_script_commands_parse():
     train = next(argv for argv in commands if argv[1] == "train")
     assert train[train.index("--dtype") + 1] == "bfloat16" and "--limit" not in train
     assert any("--latency" in argv for argv in commands if argv[1] == "bench")
+
+
+def test_retrain_command_rebuilds_a_runs_config_with_the_overrides_last(tmp_path):
+    """benchmarks/retrain_command.py (how bench_beauty_cpu.sh trains its K=160 student): the
+    command it prints parses with the real CLI into the saved config, but for --out and the
+    overrides."""
+    import dataclasses
+    import importlib.util
+
+    from spdrank.train_config import TrainConfig
+
+    spec = importlib.util.spec_from_file_location(
+        "retrain_command", ROOT / "benchmarks" / "retrain_command.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    saved = TrainConfig(slates="s.jsonl", out="old", frozen=True, layers=2, features="a,b",
+                        lr=1e-3, limit=2000, decoder="expected_rank", progress=False)
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "train.json").write_text(json.dumps({"config": dataclasses.asdict(saved)}))
+    cmd = module.command(run, tmp_path / "new", ["--positions", "160"])
+    assert cmd[:2] == [".venv/bin/spdrank", "train"] and cmd[-2:] == ["--positions", "160"]
+    args = spdrank.cli.build_parser().parse_args(cmd[1:])
+    parsed = {f.name: getattr(args, f.name) for f in dataclasses.fields(TrainConfig)
+              if f.name not in ("extra", "progress")}
+    expected = dataclasses.asdict(saved) | {"out": str(tmp_path / "new"), "positions": 160}
+    del expected["extra"], expected["progress"]
+    assert parsed == expected and args.no_progress

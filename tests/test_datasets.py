@@ -453,7 +453,8 @@ def test_command_sequences(tmp_path, capsys):
     )
     assert args.func(args) == 0
     featured = _slates(tmp_path / "featured")
-    assert all(set(c.features) == {"popularity", "cooccurrence"} for s in featured for c in s.candidates)
+    names = {"popularity", "cooccurrence", "transition", "title_similarity"}
+    assert all(set(c.features) == names for s in featured for c in s.candidates)
 
 
 def test_command_candidate_file(tmp_path, capsys):
@@ -497,17 +498,28 @@ def _log1p(x: float) -> float:
     return round(math.log1p(x), 6)
 
 
+INTERACTIONS = ("popularity", "cooccurrence", "transition")
+
+
+def _interactions(features: dict[str, float]) -> dict[str, float]:
+    """The interaction features of a candidate (``title_similarity`` has its own tests)."""
+    return {k: features[k] for k in INTERACTIONS}
+
+
 def _assert_features_from_others(slate, train) -> None:
     """``slate``'s features equal the baselines' scores fitted on the OTHER users' slates."""
     rest = [s for s in train if s.query.qid != slate.query.qid]
     popularity, cooccurrence = PopularityRanker(), CooccurrenceRanker()
-    popularity.fit(rest)
-    cooccurrence.fit(rest)
+    transition = CooccurrenceRanker(window=1, recent=1, backward=0.0)
+    for ranker in (popularity, cooccurrence, transition):
+        ranker.fit(rest)
     expected = [
-        {"popularity": _log1p(p), "cooccurrence": _log1p(c)}
-        for p, c in zip(popularity.scores(slate), cooccurrence.scores(slate))
+        {"popularity": _log1p(p), "cooccurrence": _log1p(c), "transition": _log1p(t)}
+        for p, c, t in zip(
+            popularity.scores(slate), cooccurrence.scores(slate), transition.scores(slate)
+        )
     ]
-    assert [c.features for c in slate.candidates] == expected, slate.query.qid
+    assert [_interactions(c.features) for c in slate.candidates] == expected, slate.query.qid
 
 
 def test_features_by_hand_leave_the_slates_own_user_out(tmp_path):
@@ -520,36 +532,45 @@ def test_features_by_hand_leave_the_slates_own_user_out(tmp_path):
     result = _build(tmp_path, candidate_file=cands, candidates=3, eval_fraction=0.25,
                     features=True)
     features = {
-        s.query.qid: {c.docid: c.features for c in s.candidates} for s in _slates(result.out_dir)
+        s.query.qid: {c.docid: _interactions(c.features) for c in s.candidates}
+        for s in _slates(result.out_dir)
     }
     # u1 (train), history [a, b]: without u1's own a b c, the counts are c 1, d 1, e 0 and
     # co(b->c) = 1, co(a->c) = 0, co(b->d) = 1, co(a->d) = 1; the most recent item (b)
     # weighs 1, the one before (a) 0.8. Counting u1 too would give c 2 and 1 + 1 + 0.8 * 1:
-    # the target ahead of every negative, read off the label.
+    # the target ahead of every negative, read off the label. Transition counts the pairs
+    # (last history item -> candidate) adjacent in a sequence: b->d (u2), b->c (u3).
+    zero = {"popularity": 0.0, "cooccurrence": 0.0, "transition": 0.0}
     assert features["u1"] == {
-        "c": {"popularity": _log1p(1), "cooccurrence": _log1p(1 * 1 + 0.8 * 0)},
-        "d": {"popularity": _log1p(1), "cooccurrence": _log1p(1 * 1 + 0.8 * 1)},
-        "e": {"popularity": 0.0, "cooccurrence": 0.0},
+        "c": {"popularity": _log1p(1), "cooccurrence": _log1p(1 * 1 + 0.8 * 0),
+              "transition": _log1p(1)},
+        "d": {"popularity": _log1p(1), "cooccurrence": _log1p(1 * 1 + 0.8 * 1),
+              "transition": _log1p(1)},
+        "e": zero,
     }
     # u2 (train), history [a, b], target d: without a b d, d is never counted at all.
     assert features["u2"] == {
-        "d": {"popularity": 0.0, "cooccurrence": 0.0},
-        "c": {"popularity": _log1p(2), "cooccurrence": _log1p(1 * 2 + 0.8 * 1)},
-        "e": {"popularity": 0.0, "cooccurrence": 0.0},
+        "d": zero,
+        "c": {"popularity": _log1p(2), "cooccurrence": _log1p(1 * 2 + 0.8 * 1),
+              "transition": _log1p(2)},
+        "e": zero,
     }
-    # u3 (train), history [b], target c: without b c.
+    # u3 (train), history [b], target c: without b c; a never came right after b.
     assert features["u3"] == {
-        "c": {"popularity": _log1p(1), "cooccurrence": _log1p(1)},
-        "a": {"popularity": _log1p(2), "cooccurrence": _log1p(1)},
-        "e": {"popularity": 0.0, "cooccurrence": 0.0},
+        "c": {"popularity": _log1p(1), "cooccurrence": _log1p(1), "transition": _log1p(1)},
+        "a": {"popularity": _log1p(2), "cooccurrence": _log1p(1), "transition": 0.0},
+        "e": zero,
     }
-    # u4 (eval), history [a]: its sequence was never counted, so nothing is left out.
+    # u4 (eval), history [a]: its sequence was never counted, so nothing is left out; a is
+    # followed by b only.
     assert features["u4"] == {
-        "c": {"popularity": _log1p(2), "cooccurrence": _log1p(1)},
-        "d": {"popularity": _log1p(1), "cooccurrence": _log1p(1)},
-        "e": {"popularity": 0.0, "cooccurrence": 0.0},
+        "c": {"popularity": _log1p(2), "cooccurrence": _log1p(1), "transition": 0.0},
+        "d": {"popularity": _log1p(1), "cooccurrence": _log1p(1), "transition": 0.0},
+        "e": zero,
     }
-    assert result.manifest["parameters"]["features"] == ["popularity", "cooccurrence"]
+    assert result.manifest["parameters"]["features"] == [
+        "popularity", "cooccurrence", "transition", "title_similarity",
+    ]
     assert "own user out" in result.manifest["policies"]["features"]
 
 
@@ -660,11 +681,13 @@ def test_features_never_count_a_validation_target(tmp_path):
     assert {s.query.qid for s in load_slates(result.valid_path)} == {"v"}
     for slate in slates.values():
         z = next(c for c in slate.candidates if c.docid == "z")
-        assert z.features == {"popularity": 0.0, "cooccurrence": 0.0}, slate.query.qid
+        assert _interactions(z.features) == {
+            "popularity": 0.0, "cooccurrence": 0.0, "transition": 0.0,
+        }, slate.query.qid
     # v's own features, like an eval user's, are those of every training user (u1, u2, u3):
     # c 2, d 1; its history (x, y) co-occurs with nothing.
-    assert {c.docid: c.features for c in slates["v"].candidates}["c"] == {
-        "popularity": _log1p(2), "cooccurrence": 0.0,
+    assert {c.docid: _interactions(c.features) for c in slates["v"].candidates}["c"] == {
+        "popularity": _log1p(2), "cooccurrence": 0.0, "transition": 0.0,
     }
 
 

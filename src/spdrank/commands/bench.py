@@ -174,11 +174,11 @@ def run(args: argparse.Namespace) -> int:
         from spdrank.bench.latency import decompose
 
         timed = load_slates(slates_path, limit=args.latency_slates)
-        for model in timed_models:
+        for model, sizes in timed_models:
             latency += decompose(
                 model,
                 timed,
-                args.latency_sizes,
+                sizes,
                 batch_size=args.batch_size,
                 seed=args.seed,
                 warmup=args.warmup,
@@ -208,9 +208,13 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def latency_models(spd_models: list, sizes: list[int]) -> list:
-    """The checkpoints ``--latency`` decomposes, checked before anything runs: those with a
-    backbone (a features-only head has no prefill to decompose) that fit every size."""
+def latency_models(spd_models: list, sizes: list[int]) -> list[tuple[Any, list[int]]]:
+    """The checkpoints ``--latency`` decomposes, each with the sizes it is timed at, checked
+    before anything runs: those with a backbone (a features-only head has no prefill to
+    decompose), at each size up to their K. A size no checkpoint can rank is an error, so a
+    benchmark never ends without the figure it was asked for; one checkpoint's K below it
+    only leaves that checkpoint out there (a K=64 student next to a K=160 one, or FIRST,
+    whose single-letter identifiers stop at 52)."""
     from spdrank.bench.latency import check_sizes
 
     timed = []
@@ -218,10 +222,19 @@ def latency_models(spd_models: list, sizes: list[int]) -> list:
         if model.config.features_only:
             log.info("%s reads features only: no prefill to decompose, left out of --latency", model.name)
             continue
-        check_sizes(model, sizes)
-        timed.append(model)
+        fits = [n for n in sizes if n <= model.config.head.positions]
+        if fits != sizes:
+            log.info(
+                "%s ranks at most K=%d candidates: timed at N=%s only",
+                model.name, model.config.head.positions, ",".join(map(str, fits)) or "none",
+            )
+        if fits:
+            timed.append((model, fits))
     if not timed:
         raise ValueError("--latency decomposes SPD checkpoints that run a backbone: pass --model DIR")
+    for n in sizes:
+        if not any(n in fits for _, fits in timed):
+            check_sizes(max((m for m, _ in timed), key=lambda m: m.config.head.positions), [n])
     return timed
 
 

@@ -38,9 +38,10 @@ def _add_common(p: argparse.ArgumentParser, negatives_default: str | None) -> No
                         "valid.jsonl instead of train.jsonl, for model selection, and their "
                         "sequences are not counted in --features (default 0: no valid.jsonl)")
     p.add_argument("--features", action="store_true",
-                   help="add per-candidate features from the training slates: popularity and "
-                        "cooccurrence (log1p counts, the slate's own user left out); for "
-                        "`spdrank train --features popularity,cooccurrence`")
+                   help="add per-candidate features: popularity, cooccurrence and transition "
+                        "(log1p counts over the training slates, the slate's own user left out) "
+                        "and title_similarity (TF-IDF cosine with the history's titles); for "
+                        "e.g. `spdrank train --features popularity,cooccurrence,transition`")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 

@@ -1,4 +1,4 @@
-"""Per-candidate features from the training interactions: popularity and co-occurrence.
+"""Per-candidate features from the training interactions: popularity, co-occurrence, transition.
 
 They are the statistics of the popularity and co-occurrence baselines
 (:mod:`spdrank.baselines`), fitted the way those baselines fit: on each training slate's
@@ -8,7 +8,12 @@ the same evidence, and a features-only model shows what the statistics alone are
 
 - ``popularity``: ``log1p`` of the candidate's count in the training sequences;
 - ``cooccurrence``: ``log1p`` of the co-occurrence baseline's score, the decayed sum of the
-  candidate's co-occurrence counts with the user's most recent history items.
+  candidate's co-occurrence counts with the user's most recent history items;
+- ``transition``: ``log1p`` of how often the candidate came right after the user's last
+  history item (the same counting with a window of 1, forward only, the last item only: a
+  first-order Markov chain). Co-occurrence blends ten history items over a window of 20, so
+  a strong "next purchase" link from the last item is diluted there; here it stands alone,
+  and a model can weigh the two.
 
 Both are rounded to 6 decimals, so the files do not depend on the last bit of a platform's
 ``log1p``. Counts are heavy-tailed, hence the ``log1p``; the model z-scores them again.
@@ -33,7 +38,7 @@ from spdrank.baselines import CooccurrenceRanker
 from spdrank.slates import Slate
 
 #: The feature names, as they appear in a candidate's ``features``.
-FEATURES: tuple[str, ...] = ("popularity", "cooccurrence")
+FEATURES: tuple[str, ...] = ("popularity", "cooccurrence", "transition")
 
 #: Decimals kept of each value.
 DECIMALS = 6
@@ -44,20 +49,24 @@ class InteractionFeatures:
 
     def __init__(self, train_sequences: Iterable[Sequence[str]]) -> None:
         # The co-occurrence baseline counts items too (its popularity fallback): one pass.
+        sequences = [list(s) for s in train_sequences]
         self.stats = CooccurrenceRanker()
-        self.stats.fit_sequences(train_sequences)
+        self.stats.fit_sequences(sequences)
+        self.transition = CooccurrenceRanker(window=1, recent=1, backward=0.0)
+        self.transition.fit_sequences(sequences)
 
     def __call__(self, slate: Slate, own: Sequence[str] | None) -> list[dict[str, float]]:
-        """``{"popularity": ..., "cooccurrence": ...}`` per candidate, in candidate order.
+        """``{"popularity": ..., "cooccurrence": ..., "transition": ...}`` per candidate, in order.
 
         ``own``: the slate's own sequence when it was among the training sequences (a training
         slate), left out of the counts; None for a slate whose sequence was never counted.
         """
         popularity = self.stats.popularity.scores(slate, leave_out=own)
         cooccurrence = self.stats.scores(slate, leave_out=own)
+        transition = self.transition.scores(slate, leave_out=own)
         return [
-            {"popularity": _log1p(p), "cooccurrence": _log1p(c)}
-            for p, c in zip(popularity, cooccurrence)
+            {"popularity": _log1p(p), "cooccurrence": _log1p(c), "transition": _log1p(t)}
+            for p, c, t in zip(popularity, cooccurrence, transition)
         ]
 
 

@@ -15,9 +15,10 @@ The setup is leave-one-out next-item prediction, as in the SPD paper:
   end. A user makes one slate, so a validation user's last training slate (its target is the
   user's last item) is their slate: it moves from ``train.jsonl`` to ``valid.jsonl`` and
   nothing of that user is trained on;
-- with ``features`` (opt-in), each candidate carries ``features: {popularity, cooccurrence}``
-  counted over the training slates, leaving the slate's own user out
-  (:mod:`spdrank.datasets.interaction_features` says why).
+- with ``features`` (opt-in), each candidate carries ``features: {popularity, cooccurrence,
+  transition}`` counted over the training slates, leaving the slate's own user out
+  (:mod:`spdrank.datasets.interaction_features` says why), and ``title_similarity``, a lexical
+  retriever's score from the titles alone (:mod:`spdrank.datasets.title_similarity`).
 
 Leakage: the statistics the baselines fit on ``train.jsonl`` and the builder's ``features``
 count the same sequences: those of the users in ``train.jsonl``. Validation users are treated
@@ -75,7 +76,9 @@ from pathlib import Path
 from typing import Any
 
 from spdrank import __version__
-from spdrank.datasets.interaction_features import FEATURES, InteractionFeatures
+from spdrank.datasets.interaction_features import FEATURES as INTERACTION_FEATURES
+from spdrank.datasets.interaction_features import InteractionFeatures
+from spdrank.datasets.title_similarity import TITLE_SIMILARITY, TitleSimilarity
 from spdrank.slates import Candidate, Query, Slate, SlateError, atomic_writer, dumps_slate
 
 logger = logging.getLogger(__name__)
@@ -83,11 +86,16 @@ logger = logging.getLogger(__name__)
 #: How an item without a usable title is rendered.
 UNTITLED = "Item {item_id}"
 
+#: The features a build with ``features`` adds to every candidate.
+FEATURES: tuple[str, ...] = (*INTERACTION_FEATURES, TITLE_SIMILARITY)
+
 #: How the manifest describes the features, when a build adds them.
 FEATURES_POLICY = (
-    "log1p of each candidate's count (popularity) and co-occurrence score with the user's "
-    "history (cooccurrence) over the training slates' history + target, as the baselines count "
-    "them, leaving the slate's own user out; rounded to 6 decimals"
+    "log1p of each candidate's count (popularity), co-occurrence score with the user's "
+    "history (cooccurrence) and count right after the user's last item (transition) over the "
+    "training slates' history + target, as the baselines count them, leaving the slate's own "
+    "user out; title_similarity: the largest TF-IDF cosine of the candidate's title with a "
+    "history title, IDF over the log's item titles (no interactions); rounded to 6 decimals"
 )
 
 #: How the manifest describes the validation split, when a build makes one.
@@ -514,8 +522,9 @@ def build_slates(
     )
     split_of = {u: TRAIN_FILE for u, _ in users} | dict.fromkeys(eval_users, EVAL_FILE)
     split_of |= dict.fromkeys(valid_users, VALID_FILE)
-    features = None
+    features = similarity = None
     if options.features:  # counted over train.jsonl's users only, as the baselines count
+        similarity = TitleSimilarity(title_of(i) for i in sorted(log.item_counts))
         features = InteractionFeatures(
             [*history, target]
             for history, target in (
@@ -561,10 +570,13 @@ def build_slates(
                 clicked=[target],
             )
             name = split_of[user]
-            if features is not None:
+            if features is not None and similarity is not None:
                 own = [*history, target] if name == TRAIN_FILE else None  # was it counted?
-                for candidate, values in zip(slate.candidates, features(slate, own)):
-                    candidate.features = values
+                titles = similarity([shown[i] for i in history], [shown[d] for d in docids])
+                for candidate, values, title in zip(
+                    slate.candidates, features(slate, own), titles
+                ):
+                    candidate.features = {**values, TITLE_SIMILARITY: title}
             line = dumps_slate(slate) + "\n"
             handles[name].write(line)
             digests[name].update(line.encode("utf-8"))
