@@ -85,6 +85,8 @@ class Config:
     takes_best: bool = False
     #: Its eval slates are compared with co-occurrence's one by one (bootstrap intervals).
     paired: bool = False
+    #: One lever changed from a row's settings (tables of --lever-negatives only).
+    lever: bool = False
 
 
 def features_only(*args: str, features: list[str] = FEATURES) -> list[str]:
@@ -94,7 +96,9 @@ def features_only(*args: str, features: list[str] = FEATURES) -> list[str]:
 def lever(name: str, what: str, *settings: str) -> Config:
     """A 2,000-slate features-only row: the best candidate's settings and one lever changed,
     to be read against that candidate's own row (the same slates, steps and seed)."""
-    return Config(f"lever/{name}", what, features_only(*settings), limit=2000, takes_best=True)
+    return Config(
+        f"lever/{name}", what, features_only(*settings), limit=2000, takes_best=True, lever=True
+    )
 
 
 def candidate(name: str, what: str, *settings: str) -> Config:
@@ -199,12 +203,14 @@ CONFIGS = [
         "+ transition: count of the candidate right after the user's last item",
         features_only(features=TRANSITION),
         takes_best=True,
+        lever=True,
     ),
     Config(
         "features+title/best",
         "+ title_similarity: a lexical retriever's score (TF-IDF cosine with the history titles)",
         features_only(features=TITLE),
         takes_best=True,
+        lever=True,
     ),
     Config(
         "features-all/best",
@@ -634,6 +640,13 @@ def main(argv: list[str] | None = None) -> int:
         help="the negatives whose tables get the LLM rows (their states cost the most; "
         "default: both)",
     )
+    p.add_argument(
+        "--lever-negatives",
+        nargs="*",
+        default=["uniform"],
+        choices=["uniform", "popularity"],
+        help="the negatives whose tables get the one-lever-at-a-time rows (default: uniform)",
+    )
     p.add_argument("--dry-run", action="store_true", help="print the commands instead")
     args = p.parse_args(argv)
     configs = CONFIGS
@@ -647,7 +660,12 @@ def main(argv: list[str] | None = None) -> int:
     tables = {}
     for neg in args.negatives:
         experiment = Experiment(neg, args.dry_run)
-        rows = [c for c in configs if neg in args.llm_negatives or not c.llm]
+        rows = [
+            c
+            for c in configs
+            if (neg in args.llm_negatives or not c.llm)
+            and (neg in args.lever_negatives or not c.lever)
+        ]
         tables[neg] = experiment.table(rows)
         if not args.dry_run:
             (experiment.work / "commands.txt").write_text("\n".join(experiment.commands) + "\n")
