@@ -25,7 +25,7 @@ def test_demo_tiny_end_to_end_and_rerun_reuses(tmp_path, capsys):
     # expected rank, which the checkpoint carries
     saved = json.loads((root / "student" / "model" / "config.json").read_text())
     assert saved["decoder"] == "expected_rank" and saved["backbone"]["lora"] is None
-    assert saved["features"]["names"] == ["popularity", "cooccurrence"]
+    assert saved["features"]["names"] == ["popularity", "cooccurrence", "title_similarity"]
     assert list((root / "states").rglob("*.safetensors"))
     student = rankers["spd-student:expected_rank"]
     assert student["valid_pct"] == 100.0 and student["n_slates"] == 6
