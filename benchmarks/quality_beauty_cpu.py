@@ -211,6 +211,7 @@ CONFIGS = [
         features_only(features=TITLE),
         takes_best=True,
         lever=True,
+        paired=True,
     ),
     Config(
         "features-all/best",
