@@ -11,10 +11,11 @@
 # - the single-pass peers and SPD distilled from the co-occurrence teacher by
 #   benchmarks/teacher_beauty_cpu.sh (first 2 layers + LoRA r=16, 200 slates): FIRST,
 #   scalar+argsort, SPD (attention head);
-# - the best CPU students of benchmarks/quality_beauty_cpu.py (issue 9): the features-only head
-#   and frozen SmolLM2 (2 layers) + features;
+# - the CPU students of benchmarks/quality_beauty_cpu.py (issue 9): the features-only heads (the
+#   baselines' two features; + title similarity, the best on validation) and frozen SmolLM2
+#   (2 layers) + features;
 # every SPD checkpoint under each decoder (hungarian, greedy, argsort, expected_rank), paired
-# differences against the best student, and the latency decomposition (tokenize, prefill,
+# differences against the best student (spd-features-title), and the latency decomposition (tokenize, prefill,
 # head, assignment, rest at N = 20, 50 and 150 over 100 slates; batched throughput; peak memory;
 # overhead over a bare prefill). Run it alone on the machine: it measures latency.
 #
@@ -61,6 +62,7 @@ best_run() {  # $1 = row prefix in the quality runs: the finished run that took 
   echo "$run"
 }
 ROWS+=( --model "spd-features=$(best_run features__best)" )
+ROWS+=( --model "spd-features-title=$(best_run features+title__best)" )
 LLM_RUN=$(best_run llm-L2+features__best__2k)
 ROWS+=( --model "spd-llm-features=$LLM_RUN" )
 WIDE=$QUALITY/runs/llm-L2+features-k160
@@ -72,7 +74,7 @@ ROWS+=( --model "spd-llm-features-k160=$WIDE" )
 
 BENCH=( "$BIN/spdrank" bench --slates "$SLATES" --train data-out/v-uniform/train.jsonl
   --ranker random --ranker popularity --ranker cooccurrence "${ROWS[@]}"
-  --decoders hungarian,greedy,argsort,expected_rank --reference spd-llm-features:expected_rank
+  --decoders hungarian,greedy,argsort,expected_rank --reference spd-features-title:expected_rank
   --latency --latency-sizes "$LATENCY_SIZES" --latency-slates 100 --device cpu --warmup 1 --seed 0 --out "$OUT"
   --title "Amazon Beauty at CPU scale: teachers, single-pass peers and SPD students"
   --preamble "$OUT/preamble.md" --no-progress )
@@ -84,7 +86,7 @@ BENCH=( "$BIN/spdrank" bench --slates "$SLATES" --train data-out/v-uniform/train
   echo "- slates: the first $N of the 1,118 eval slates (uniform negatives, 50 candidates) with the features of \`spdrank data beauty --validation 1000 --features\` and the co-occurrence teacher's ranking (tau, top1 are fidelity to it)"
   echo "- AR teacher rows: SmolLM2-135M-Instruct (bundled GGUF) through llama.cpp's server, 1 thread, replayed with their recorded latency (see benchmarks/results/teacher-beauty-cpu/)"
   echo "- *-lora-teacher rows: trained on the co-occurrence teacher's rankings of 200 slates, first 2 layers + LoRA r=16 (benchmarks/results/teacher-beauty-cpu/)"
-  echo "- spd-features, spd-llm-features: the issue-9 students (benchmarks/results/quality-beauty-cpu/): attention head on the popularity and co-occurrence features, alone or next to frozen SmolLM2 (first 2 layers) states"
+  echo "- spd-features, spd-features-title, spd-llm-features: the issue-9 students (benchmarks/results/quality-beauty-cpu/), all 1 epoch, clicks target, expected-rank decoder: attention head on the popularity and co-occurrence features (20,245 slates), the same plus title_similarity (20,245 slates; the best on validation), the two features next to frozen SmolLM2 (first 2 layers) states (2,000 slates)"
   echo "- spd-llm-features-k160: spd-llm-features's command with K = 160 positions (\`$(cat "$WIDE.cmd")\`), so that N = 150 can be timed; the other checkpoints are timed up to their K (64; FIRST's letters: 52)"
   echo
   code_block "$(print_command "${BENCH[@]}")"

@@ -409,3 +409,17 @@ def test_the_checkpoint_carries_its_decoder_expected_rank_by_default(tmp_path, d
     kw = {} if decoder is None else {"decoder": decoder}
     cfg = TrainConfig(slates=str(tmp_path / "t.jsonl"), out=str(tmp_path / "o"), **kw)
     assert cfg.model_config().decoder == (decoder or "expected_rank")
+
+
+def test_lora_modules_choose_what_lora_adapts_and_are_saved(tmp_path, tiny_backbone, train_file):
+    train(config(tmp_path, tiny_backbone, out="qv", max_steps=1, lora_modules="q_proj, v_proj"))
+    adapted = {k.split(".lora_")[0].rsplit(".", 1)[1] for k in weights(tmp_path / "qv")
+               if k.startswith("lora.")}
+    assert adapted == {"q_proj", "v_proj"}
+    saved = json.loads((tmp_path / "qv" / "model" / "config.json").read_text())
+    assert saved["backbone"]["lora"]["target_modules"] == ["q_proj", "v_proj"]
+    model = SPDRanker.from_pretrained(tmp_path / "qv")
+    assert is_valid_permutation(model.rank(load_slates(train_file)[0]).docids,
+                                load_slates(train_file)[0].docids)
+    with pytest.raises(ValueError, match="--lora-modules is empty"):
+        train(config(tmp_path, tiny_backbone, out="none", max_steps=1, lora_modules=" , "))

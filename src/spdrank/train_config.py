@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from spdrank.targets import TARGETS
 
 if TYPE_CHECKING:
+    from spdrank.backbone import LoraSettings
     from spdrank.features import FeatureNormalizer
     from spdrank.model import SPDConfig
 
@@ -35,6 +36,9 @@ class TrainConfig:
     layers: int | None = None
     lora_r: int = 64
     lora_alpha: int = 64
+    #: The modules LoRA adapts: "all-linear" (the paper) or comma-separated module names
+    #: (``q_proj,v_proj``: the original LoRA's attention-only choice).
+    lora_modules: str = "all-linear"
     positions: int = 64
     head_width: int = 256
     head_layers: int = 2
@@ -84,7 +88,7 @@ class TrainConfig:
     def model_config(self) -> SPDConfig:
         """The model these settings train; with features, their normalisation is fitted here,
         in one streamed pass over the training slates (the same ``--limit`` of them)."""
-        from spdrank.backbone import BackboneConfig, LoraSettings
+        from spdrank.backbone import BackboneConfig
         from spdrank.heads import HeadConfig
         from spdrank.model import SPDConfig, first_prompt
         from spdrank.prompt import LETTERS, PromptSettings
@@ -105,7 +109,7 @@ class TrainConfig:
                 name_or_path=self.backbone,
                 layers=self.layers,
                 dtype=self.dtype,
-                lora=None if frozen else LoraSettings(r=self.lora_r, alpha=self.lora_alpha),
+                lora=None if frozen else self.lora_settings(),
             ),
             head=HeadConfig(
                 kind=self.head,
@@ -118,6 +122,20 @@ class TrainConfig:
             features=self.fit_features(),
             features_only=self.features_only,
             decoder=self.decoder,
+        )
+
+    def lora_settings(self) -> LoraSettings:
+        """--lora-r, --lora-alpha and --lora-modules as the backbone's LoRA settings."""
+        from spdrank.backbone import LoraSettings
+
+        modules = [m.strip() for m in self.lora_modules.split(",") if m.strip()]
+        if not modules:
+            raise ValueError("--lora-modules is empty: use all-linear or module names, "
+                             "e.g. q_proj,v_proj")
+        return LoraSettings(
+            r=self.lora_r,
+            alpha=self.lora_alpha,
+            target_modules="all-linear" if modules == ["all-linear"] else modules,
         )
 
     def check_cache_settings(self) -> None:

@@ -24,6 +24,8 @@ _HELP = {
     "frozen": "freeze the backbone (no LoRA): only the head learns",
     "backbone": "Hugging Face model id or local path; 'bundled' = SmolLM2-135M-Instruct",
     "layers": "keep only the first L transformer layers (early exit)",
+    "lora_modules": "the modules LoRA adapts: all-linear (the paper), or comma-separated "
+    "module names such as q_proj,v_proj",
     "positions": "K, the number of rank positions (>= the largest slate)",
     "max_item_tokens": "token budget per candidate text",
     "max_query_tokens": "token budget for the user context (its end is kept)",
