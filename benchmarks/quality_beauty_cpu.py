@@ -62,9 +62,27 @@ COMMON = [
     "--eval-every",
     "0",
 ]
-#: The frozen backbone of the LLM rows: SmolLM2's first LAYERS layers, short titles.
-LAYERS = "2"
-LLM = ["--frozen", "--layers", LAYERS, "--max-item-tokens", "12", "--cache-dtype", "float16"]
+#: The backbone of the LLM rows unless they say otherwise: SmolLM2's first LAYERS layers,
+#: titles cut to ITEM_TOKENS tokens.
+LAYERS = 2
+ITEM_TOKENS = 12
+
+
+def backbone(
+    layers: int = LAYERS,
+    item_tokens: int = ITEM_TOKENS,
+    lora_r: int | None = None,
+    lora_modules: str | None = None,
+) -> list[str]:
+    """The backbone arguments of an LLM row: frozen (its states cached) unless ``lora_r``."""
+    args = ["--layers", str(layers), "--max-item-tokens", str(item_tokens)]
+    if lora_r is None:
+        return ["--frozen", *args, "--cache-dtype", "float16"]
+    args += ["--lora-r", str(lora_r), "--lora-alpha", str(lora_r)]
+    return args + (["--lora-modules", lora_modules] if lora_modules else [])
+
+
+LLM = backbone()
 
 
 @dataclass
@@ -87,6 +105,18 @@ class Config:
     paired: bool = False
     #: One lever changed from a row's settings (tables of --lever-negatives only).
     lever: bool = False
+    #: Most recent items kept as the user's history (``spdrank data beauty --history``): a
+    #: value other than the build's 10 reads slates (and baselines) of its own build.
+    history: int = 10
+
+    def states(self) -> str | None:
+        """The state cache directory's name of a frozen-backbone row (None: no cache): one per
+        backbone setting and build, shared by the rows that read the same states."""
+        if "--frozen" not in self.args:
+            return None
+        layers = self.args[self.args.index("--layers") + 1]
+        tokens = self.args[self.args.index("--max-item-tokens") + 1]
+        return f"states-L{layers}-t{tokens}" + ("" if self.history == 10 else f"-h{self.history}")
 
 
 def features_only(*args: str, features: list[str] = FEATURES) -> list[str]:
@@ -104,6 +134,12 @@ def lever(name: str, what: str, *settings: str) -> Config:
 def candidate(name: str, what: str, *settings: str) -> Config:
     """A 2,000-slate features-only row that competes to be the best settings."""
     return Config(name, what, features_only(*settings), limit=2000, candidate=True)
+
+
+def llm_lever(name: str, what: str, args: list[str], on_eval: bool = False) -> Config:
+    """A 2,000-slate row with the backbone (frozen or LoRA) and the best candidate's settings,
+    scored on the eval slates only when asked: each eval runs the backbone on every slate."""
+    return Config(name, what, args, limit=2000, llm=True, on_eval=on_eval, takes_best=True)
 
 
 #: The settings a candidate row varies: the rows that take the best one take these from it.
@@ -257,6 +293,66 @@ CONFIGS = [
         on_eval=False,
         takes_best=True,
     ),
+    # The LLM-side levers against the text signal's own row at equal data (2,000 slates).
+    Config(
+        "features+title/best/2k",
+        "the three features of the best row, 2,000 slates: what the LLM rows below add to",
+        features_only(features=TITLE),
+        limit=2000,
+        takes_best=True,
+    ),
+    llm_lever(
+        f"llm-L{LAYERS}+title/best/2k",
+        f"frozen SmolLM2 (first {LAYERS} layers) states next to the three features, 2,000 slates",
+        LLM + TITLE,
+        on_eval=True,
+    ),
+    llm_lever(
+        "llm-L6/best/2k",
+        "depth: frozen SmolLM2's first 6 layers, states only, 2,000 slates",
+        backbone(layers=6),
+    ),
+    llm_lever(
+        "llm-L6+title/best/2k",
+        "depth: the first 6 layers' states next to the three features, 2,000 slates",
+        backbone(layers=6) + TITLE,
+    ),
+    llm_lever(
+        f"llm-L{LAYERS}+title/best/2k/t24",
+        f"title token budget 24 (default {ITEM_TOKENS}): states next to the three features",
+        backbone(item_tokens=24) + TITLE,
+    ),
+    llm_lever(
+        f"lora-L{LAYERS}-r16+title/best/2k",
+        f"SmolLM2's first {LAYERS} layers trained with LoRA r=16 on every linear layer, "
+        "next to the three features, 2,000 slates",
+        backbone(lora_r=16) + TITLE,
+    ),
+    llm_lever(
+        f"lora-L{LAYERS}-r64+title/best/2k",
+        "as above, LoRA r=64 (spdrank train's default)",
+        backbone(lora_r=64) + TITLE,
+    ),
+    llm_lever(
+        f"lora-L{LAYERS}-r16-qv+title/best/2k",
+        "as above, LoRA r=16 on the attention's query and value projections only",
+        backbone(lora_r=16, lora_modules="q_proj,v_proj") + TITLE,
+    ),
+    # History length: the features read the history too (co-occurrence, title similarity).
+    Config(
+        "features+title/best/h5",
+        "history of the 5 most recent items (default 10), the three features, all training slates",
+        features_only(features=TITLE),
+        takes_best=True,
+        history=5,
+    ),
+    Config(
+        "features+title/best/h20",
+        "history of the 20 most recent items, the three features, all training slates",
+        features_only(features=TITLE),
+        takes_best=True,
+        history=20,
+    ),
 ]
 
 
@@ -284,40 +380,52 @@ class Experiment:
     def __init__(self, negatives: str, dry: bool) -> None:
         self.neg = negatives
         self.dry = dry
-        self.data = Path("data-out") / f"v-{negatives}"
         self.work = Path("runs") / f"quality-{negatives}"
-        self.labelled = self.work / "cooccurrence"
+        #: Every command this invocation ran, or would run (commands.txt accumulates them).
         self.commands: list[str] = []
         #: The candidate row whose settings the ``takes_best`` rows use.
         self.best: str | None = None
+        #: The history lengths whose slates and labels are ready.
+        self.prepared: set[int] = set()
 
     def sh(self, cmd: list[str], log: Path | None = None) -> None:
         self.commands.append(shlex.join(cmd))
         run(cmd, log, self.dry)
 
-    def slates(self, split: str) -> Path:
-        return self.labelled / f"{split}.slates.jsonl"
+    def data(self, history: int = 10) -> Path:
+        return Path("data-out") / (f"v-{self.neg}" + ("" if history == 10 else f"-h{history}"))
 
-    def prepare(self) -> None:
+    def labelled(self, history: int = 10) -> Path:
+        return self.work / ("cooccurrence" + ("" if history == 10 else f"-h{history}"))
+
+    def slates(self, split: str, history: int = 10) -> Path:
+        return self.labelled(history) / f"{split}.slates.jsonl"
+
+    def prepare(self, history: int = 10) -> None:
         """The slates (with a validation split and features) and the teacher's labels."""
-        if not (self.data / "manifest.json").exists() or self.dry:
+        if history in self.prepared:
+            return
+        self.prepared.add(history)
+        data = self.data(history)
+        if not (data / "manifest.json").exists() or self.dry:
             self.sh(
                 [
                     str(BIN / "spdrank"),
                     "data",
                     "beauty",
                     "--out",
-                    str(self.data),
+                    str(data),
                     "--negatives",
                     self.neg,
                     "--validation",
                     "1000",
                     "--features",
+                    *([] if history == 10 else ["--history", str(history)]),
                     "--no-progress",
                 ]
             )
         for split in ("train", "valid", "eval"):
-            summary = self.labelled / f"{split}.summary.json"
+            summary = self.labelled(history) / f"{split}.summary.json"
             if summary.exists() and not self.dry:
                 continue
             self.sh(
@@ -325,15 +433,15 @@ class Experiment:
                     str(BIN / "spdrank"),
                     "teacher",
                     "--slates",
-                    str(self.data / f"{split}.jsonl"),
+                    str(data / f"{split}.jsonl"),
                     "--out",
-                    str(self.labelled / f"{split}.labels.jsonl"),
+                    str(self.labelled(history) / f"{split}.labels.jsonl"),
                     "--slates-out",
-                    str(self.slates(split)),
+                    str(self.slates(split, history)),
                     "--backend",
                     "ranker:cooccurrence",
                     "--train",
-                    str(self.data / "train.jsonl"),
+                    str(data / "train.jsonl"),
                     "--json",
                     str(summary),
                     "--no-progress",
@@ -366,74 +474,102 @@ class Experiment:
         out = self.run_dir(cfg)
         if (out / "train.json").exists() and not self.dry:
             return
+        self.prepare(cfg.history)
         cmd = [
             str(BIN / "spdrank"),
             "train",
             "--slates",
-            str(self.slates("train")),
+            str(self.slates("train", cfg.history)),
             "--out",
             str(out),
             *COMMON,
             *cfg.args,
             *best,
             "--eval-slates",
-            str(self.slates("valid")),
+            str(self.slates("valid", cfg.history)),
             "--eval-limit",
             "1000",
             "--no-progress",
         ]
         if cfg.limit:
             cmd += ["--limit", str(cfg.limit)]
-        if cfg.llm:
-            cmd += ["--cache-states", str(self.work / f"states-L{LAYERS}")]
+        if cfg.states():
+            cmd += ["--cache-states", str(self.work / cfg.states())]
         start = time.time()
-        out.parent.mkdir(parents=True, exist_ok=True)
+        if not self.dry:
+            out.parent.mkdir(parents=True, exist_ok=True)
         self.sh(cmd, out.parent / f"{out.name}.log")
         if not self.dry:
             (out / "wall_s.txt").write_text(f"{time.time() - start:.0f}\n")
 
-    def evaluate(self, split: str, rows: list[Config], tag: str) -> dict[str, Any]:
-        """One ``spdrank eval`` of the baselines and ``rows`` on ``split`` (each model with its
-        own decoder); reused while it covers every row."""
+    def evaluate(
+        self, split: str, rows: list[Config], history: int = 10, what: str = "models"
+    ) -> dict[str, Any]:
+        """The baselines and ``rows`` on ``split`` of the ``history`` build (each model with its
+        own decoder), in ``{split}[-hH]-{what}.json``: rows not yet in it are evaluated by one
+        more ``spdrank eval`` and merged in, so a new row never re-scores the others."""
+        tag = what if history == 10 else f"h{history}-{what}"
         result = self.work / f"{split}-{tag}.json"
+        done: dict[str, Any] = {"rankers": {}, "parts": []}
+        if result.exists() and not self.dry:
+            done = json.loads(result.read_text())
+            done.setdefault("parts", [done.get("meta")])
+        missing = [c for c in rows if label(c) not in done["rankers"]]
+        if done["rankers"] and not missing:
+            return done
+        part = self.work / f"{split}-{tag}.part.json"
         cmd = [
             str(BIN / "spdrank"),
             "eval",
             "--slates",
-            str(self.slates(split)),
+            str(self.slates(split, history)),
             "--train",
-            str(self.data / "train.jsonl"),
+            str(self.data(history) / "train.jsonl"),
             "--ranker",
             "popularity",
             "--ranker",
             "cooccurrence",
         ]
-        for cfg in rows:
+        for cfg in missing:
             cmd += ["--model", f"{label(cfg)}={self.run_dir(cfg)}"]
-        if result.exists() and not self.dry:
-            done = json.loads(result.read_text())
-            if {label(c) for c in rows} <= set(done["rankers"]):
-                return done
-        self.sh(cmd + ["--json", str(result), "--no-progress"], self.work / f"{split}-{tag}.log")
-        return {} if self.dry else json.loads(result.read_text())
+        self.sh(cmd + ["--json", str(part), "--no-progress"], self.work / f"{split}-{tag}.log")
+        if self.dry:
+            return {}
+        new = json.loads(part.read_text())
+        # The baselines are deterministic: a part's agree with the file's, so the first stay.
+        done["rankers"] = {**new["rankers"], **done["rankers"]}
+        done["parts"].append(new["meta"])
+        done.update({k: v for k, v in new.items() if k not in ("rankers", "meta")})
+        tmp = result.with_suffix(".tmp")
+        tmp.write_text(json.dumps(done, indent=1) + "\n")
+        tmp.replace(result)
+        part.unlink()
+        return done
 
     def table(self, configs: list[Config]) -> list[dict[str, Any]]:
         self.prepare()
         for cfg in configs:
             self.train(cfg)
-        evals = rows_of(self.evaluate("eval", [c for c in configs if c.on_eval], "models"))
-        baselines_valid = rows_of(self.evaluate("valid", [], "baselines"))
-        paired = {c.name: self.paired_with_cooccurrence(c) for c in configs if c.paired}
+        histories = sorted({c.history for c in configs} | {10}, key=lambda h: (h != 10, h))
+        evals: dict[int, dict[str, dict[str, float]]] = {}
         table = []
-        for name in ("popularity", "cooccurrence"):
-            table.append(
-                {
-                    "row": name,
-                    "valid": baselines_valid.get(name),
-                    "eval": evals.get(name),
-                    "what": "baseline (counted on the training users)",
-                }
-            )
+        for history in histories:
+            mine = [c for c in configs if c.history == history]
+            evals[history] = rows_of(self.evaluate("eval", [c for c in mine if c.on_eval], history))
+            valid = rows_of(self.evaluate("valid", [], history, "baselines"))
+            for name in ("popularity", "cooccurrence"):
+                table.append(
+                    {
+                        "row": name + ("" if history == 10 else f"/h{history}"),
+                        "baseline": True,
+                        "history": history,
+                        "valid": valid.get(name),
+                        "eval": evals[history].get(name),
+                        "what": "baseline (counted on the training users)"
+                        + ("" if history == 10 else f", history of {history} items"),
+                    }
+                )
+        paired = {c.name: self.paired_with_cooccurrence(c) for c in configs if c.paired}
         for cfg in configs:
             run_dir = self.run_dir(cfg)
             summary = {} if self.dry else json.loads((run_dir / "train.json").read_text())
@@ -442,8 +578,9 @@ class Experiment:
                     "row": cfg.name,
                     "what": cfg.what + (f" ({self.best}'s settings)" if cfg.takes_best else ""),
                     "valid": pick(summary.get("eval")),
-                    "eval": evals.get(label(cfg)),
+                    "eval": evals[cfg.history].get(label(cfg)),
                     "run": str(run_dir),
+                    "history": cfg.history,
                     "train_slates": summary.get("train_slates"),
                     "steps": summary.get("total_steps"),
                     "train_wall_s": read_wall(run_dir),
@@ -462,9 +599,9 @@ class Experiment:
             str(BIN / "spdrank"),
             "bench",
             "--slates",
-            str(self.slates("eval")),
+            str(self.slates("eval", cfg.history)),
             "--train",
-            str(self.data / "train.jsonl"),
+            str(self.data(cfg.history) / "train.jsonl"),
             "--ranker",
             "cooccurrence",
             "--model",
@@ -517,9 +654,11 @@ def fmt(metrics: dict[str, float] | None, names: tuple[str, ...]) -> list[str]:
 
 
 def beats_baselines(table: list[dict[str, Any]], row: dict[str, Any], split: str) -> bool | None:
-    """Whether ``row`` beats both baselines on AUC, R@1 and R@10 on ``split``."""
+    """Whether ``row`` beats both baselines (on slates of its history length) on AUC, R@1 and
+    R@10 on ``split``."""
     mine = row.get(split)
-    bases = [r[split] for r in table if r["row"] in ("popularity", "cooccurrence")]
+    history = row.get("history", 10)
+    bases = [r[split] for r in table if r.get("baseline") and r.get("history", 10) == history]
     if not mine or not all(bases):
         return None
     return all(mine[m] > b[m] for b in bases for m in ("AUC", "R@1", "R@10"))
@@ -563,9 +702,16 @@ def report(tables: dict[str, list[dict[str, Any]]], argv: list[str], wall_s: flo
         ),
         (
             f"- students: attention head (2 layers, width 256) + Hungarian unless the row says "
-            f"otherwise; batch 32, 1 epoch, lr 1e-3, seed 0. LLM rows: SmolLM2-135M-Instruct "
-            f"(bundled) cut to its first {LAYERS} of 30 layers, frozen, titles cut to 12 tokens, "
-            "states cached once (float16)"
+            f"otherwise; batch 32, 1 epoch, lr 1e-3 (head and LoRA), seed 0. LLM rows: "
+            f"SmolLM2-135M-Instruct (bundled) cut to its first {LAYERS} of 30 layers (L6: 6), "
+            f"titles cut to {ITEM_TOKENS} tokens (t24: 24), frozen with its states cached once "
+            "(float16), or (lora-* rows) trained with LoRA (alpha = r), which no cache can serve"
+        ),
+        (
+            "- history: the user's 10 most recent items unless the row says otherwise (h5, h20: "
+            "slates of their own `--history` build, the same users and candidates, with their own "
+            "baselines: popularity/hH, cooccurrence/hH); `beats both` compares a row with the "
+            "baselines of its own build"
         ),
         "",
     ]
@@ -588,9 +734,7 @@ def report(tables: dict[str, list[dict[str, Any]]], argv: list[str], wall_s: flo
                         row["row"],
                         *fmt(row["valid"], ("AUC", "R@1", "R@10")),
                         *fmt(row["eval"], ("AUC", "R@1", "R@10", "NDCG@10", "tau", "top1")),
-                        ""
-                        if row["row"] in ("popularity", "cooccurrence")
-                        else {True: "yes", False: "no", None: "—"}[beat],
+                        "" if row.get("baseline") else {True: "yes", False: "no", None: "—"}[beat],
                         str(row.get("train_slates") or ""),
                         str(row.get("train_wall_s") or ""),
                         row["what"],
@@ -598,9 +742,7 @@ def report(tables: dict[str, list[dict[str, Any]]], argv: list[str], wall_s: flo
                 )
                 + " |"
             )
-        students = [
-            r for r in table if r.get("valid") and r["row"] not in ("popularity", "cooccurrence")
-        ]
+        students = [r for r in table if r.get("valid") and not r.get("baseline")]
         if students:
             best = max(students, key=lambda r: (r["valid"]["R@10"], r["valid"]["AUC"]))
             lines += ["", f"Best on validation (R@10, then AUC): **{best['row']}**."]
@@ -632,7 +774,19 @@ def main(argv: list[str] | None = None) -> int:
         default=["uniform", "popularity"],
         choices=["uniform", "popularity"],
     )
-    p.add_argument("--only", nargs="+", metavar="NAME", help="only these rows (default: all)")
+    p.add_argument(
+        "--only",
+        nargs="+",
+        metavar="NAME",
+        help="only these rows, their table printed, the committed report left alone (default: all)",
+    )
+    p.add_argument(
+        "--skip",
+        nargs="+",
+        default=[],
+        metavar="NAME",
+        help="every row but these (rows not measured yet: the report names them in its command)",
+    )
     p.add_argument(
         "--llm-negatives",
         nargs="*",
@@ -650,12 +804,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--dry-run", action="store_true", help="print the commands instead")
     args = p.parse_args(argv)
-    configs = CONFIGS
-    if args.only:
-        unknown = set(args.only) - {c.name for c in CONFIGS}
-        if unknown:
-            p.error(f"unknown rows {sorted(unknown)}: choose from {[c.name for c in CONFIGS]}")
-        configs = [c for c in CONFIGS if c.name in args.only]
+    unknown = (set(args.only or []) | set(args.skip)) - {c.name for c in CONFIGS}
+    if unknown:
+        p.error(f"unknown rows {sorted(unknown)}: choose from {[c.name for c in CONFIGS]}")
+    configs = [
+        c for c in CONFIGS if (not args.only or c.name in args.only) and c.name not in args.skip
+    ]
     os.chdir(ROOT)
     start = time.time()
     tables = {}
@@ -668,9 +822,13 @@ def main(argv: list[str] | None = None) -> int:
             and (neg in args.lever_negatives or not c.lever)
         ]
         tables[neg] = experiment.table(rows)
-        if not args.dry_run:
-            (experiment.work / "commands.txt").write_text("\n".join(experiment.commands) + "\n")
+        if not args.dry_run and experiment.commands:
+            with open(experiment.work / "commands.txt", "a") as fh:
+                fh.write("\n".join(experiment.commands) + "\n")
     if args.dry_run:
+        return 0
+    if args.only:
+        print(report(tables, argv, time.time() - start))
         return 0
     OUT.mkdir(parents=True, exist_ok=True)
     text = report(tables, argv, time.time() - start)

@@ -9,6 +9,7 @@ import os
 import random
 import shlex
 import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -394,3 +395,47 @@ def test_retrain_command_rebuilds_a_runs_config_with_the_overrides_last(tmp_path
     expected = dataclasses.asdict(saved) | {"out": str(tmp_path / "new"), "positions": 160}
     del expected["extra"], expected["progress"]
     assert parsed == expected and args.no_progress
+
+
+# -- benchmarks/quality_beauty_cpu.py ----------------------------------------------------------
+
+
+def test_quality_driver_dry_run_commands_parse(capsys, monkeypatch):
+    """The issue-9 driver's rows: every command it would run parses with the real CLI; each
+    frozen backbone setting gets its own state cache, LoRA rows none, and a history length
+    other than 10 its own build."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "quality_beauty_cpu", ROOT / "benchmarks" / "quality_beauty_cpu.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, module)  # its dataclasses look themselves up
+    monkeypatch.chdir(ROOT)  # main() moves to the repository root: undone after the test
+    spec.loader.exec_module(module)
+    assert module.main(["--negatives", "uniform", "--llm-negatives", "uniform", "--dry-run"]) == 0
+    lines = [line for line in capsys.readouterr().out.splitlines()
+             if line.startswith(".venv/bin/spdrank ")]
+    assert len(lines) > 40
+    parser = spdrank.cli.build_parser()
+    trains = {}
+    for line in lines:
+        argv = shlex.split(line)
+        if "<the best candidate's" in argv:  # a dry run cannot know the winner: a placeholder
+            argv = argv[: argv.index("<the best candidate's")] + argv[argv.index(">") + 1:]
+        args = parser.parse_args(argv[1:])
+        if argv[1] == "train":
+            trains[args.out.split("/")[-1]] = args
+    caches = {name: args.cache_states for name, args in trains.items()}
+    assert caches["llm-L2+title__best__2k"].endswith("/states-L2-t12")
+    assert caches["llm-L6+title__best__2k"].endswith("/states-L6-t12")
+    assert caches["llm-L2+title__best__2k__t24"].endswith("/states-L2-t24")
+    qv = trains["lora-L2-r16-qv+title__best__2k"]
+    assert qv.cache_states is None and not qv.frozen and qv.lora_modules == "q_proj,v_proj"
+    assert trains["features+title__best__h5"].slates.startswith(
+        "runs/quality-uniform/cooccurrence-h5/"
+    )
+    assert any("--history 5" in line and "data-out/v-uniform-h5" in line for line in lines)
+    for bad in (["--only", "nope"], ["--skip", "nope"]):
+        with pytest.raises(SystemExit):
+            module.main(["--dry-run", *bad])
