@@ -43,6 +43,8 @@ FEATURES = ["--features", "popularity,cooccurrence"]
 TRANSITION = ["--features", "popularity,cooccurrence,transition"]
 TITLE = ["--features", "popularity,cooccurrence,title_similarity"]
 ALL_FEATURES = ["--features", "popularity,cooccurrence,transition,title_similarity"]
+#: Validation slates (``spdrank data beauty --validation``), every one scored.
+VALIDATION = 1000
 #: The student's settings every configuration shares unless it says otherwise.
 COMMON = [
     "--head",
@@ -300,6 +302,7 @@ CONFIGS = [
         features_only(features=TITLE),
         limit=2000,
         takes_best=True,
+        lever=True,
     ),
     llm_lever(
         f"llm-L{LAYERS}+title/best/2k",
@@ -345,6 +348,7 @@ CONFIGS = [
         features_only(features=TITLE),
         takes_best=True,
         history=5,
+        lever=True,
     ),
     Config(
         "features+title/best/h20",
@@ -352,6 +356,7 @@ CONFIGS = [
         features_only(features=TITLE),
         takes_best=True,
         history=20,
+        lever=True,
     ),
 ]
 
@@ -418,7 +423,7 @@ class Experiment:
                     "--negatives",
                     self.neg,
                     "--validation",
-                    "1000",
+                    str(VALIDATION),
                     "--features",
                     *([] if history == 10 else ["--history", str(history)]),
                     "--no-progress",
@@ -488,7 +493,7 @@ class Experiment:
             "--eval-slates",
             str(self.slates("valid", cfg.history)),
             "--eval-limit",
-            "1000",
+            str(VALIDATION),
             "--no-progress",
         ]
         if cfg.limit:
@@ -745,7 +750,18 @@ def report(tables: dict[str, list[dict[str, Any]]], argv: list[str], wall_s: flo
         students = [r for r in table if r.get("valid") and not r.get("baseline")]
         if students:
             best = max(students, key=lambda r: (r["valid"]["R@10"], r["valid"]["AUC"]))
-            lines += ["", f"Best on validation (R@10, then AUC): **{best['row']}**."]
+            recall = best["valid"]["R@10"]
+            # R@10 is a mean of 0/1 hits over the validation slates: its binomial error.
+            error = (recall * (1 - recall) / VALIDATION) ** 0.5
+            tied = [
+                r["row"] for r in students if r is not best and recall - r["valid"]["R@10"] <= error
+            ]
+            summary = (
+                f"Best on validation (R@10, then AUC): **{best['row']}** (R@10 {recall:.3f}; one "
+                f"standard error of a R@10 over {VALIDATION:,} slates: {error:.3f}, so within it: "
+                f"{', '.join(tied) or 'none'})."
+            )
+            lines += ["", summary]
         for row in table:
             for name, diffs in (row.get("paired_vs_cooccurrence") or {}).items():
                 cells = ", ".join(
