@@ -45,6 +45,15 @@ TITLE = ["--features", "popularity,cooccurrence,title_similarity"]
 ALL_FEATURES = ["--features", "popularity,cooccurrence,transition,title_similarity"]
 #: Validation slates (``spdrank data beauty --validation``), every one scored.
 VALIDATION = 1000
+#: The builder's history length; a row with another one reads slates of its own build.
+HISTORY = 10
+
+
+def build_suffix(history: int) -> str:
+    """What names a build's files apart from the default build's: ``-h5`` for history 5."""
+    return "" if history == HISTORY else f"-h{history}"
+
+
 #: The student's settings every configuration shares unless it says otherwise.
 COMMON = [
     "--head",
@@ -109,7 +118,7 @@ class Config:
     lever: bool = False
     #: Most recent items kept as the user's history (``spdrank data beauty --history``): a
     #: value other than the build's 10 reads slates (and baselines) of its own build.
-    history: int = 10
+    history: int = HISTORY
 
     def states(self) -> str | None:
         """The state cache directory's name of a frozen-backbone row (None: no cache): one per
@@ -118,7 +127,7 @@ class Config:
             return None
         layers = self.args[self.args.index("--layers") + 1]
         tokens = self.args[self.args.index("--max-item-tokens") + 1]
-        return f"states-L{layers}-t{tokens}" + ("" if self.history == 10 else f"-h{self.history}")
+        return f"states-L{layers}-t{tokens}" + build_suffix(self.history)
 
 
 def features_only(*args: str, features: list[str] = FEATURES) -> list[str]:
@@ -397,16 +406,16 @@ class Experiment:
         self.commands.append(shlex.join(cmd))
         run(cmd, log, self.dry)
 
-    def data(self, history: int = 10) -> Path:
-        return Path("data-out") / (f"v-{self.neg}" + ("" if history == 10 else f"-h{history}"))
+    def data(self, history: int = HISTORY) -> Path:
+        return Path("data-out") / f"v-{self.neg}{build_suffix(history)}"
 
-    def labelled(self, history: int = 10) -> Path:
-        return self.work / ("cooccurrence" + ("" if history == 10 else f"-h{history}"))
+    def labelled(self, history: int = HISTORY) -> Path:
+        return self.work / f"cooccurrence{build_suffix(history)}"
 
-    def slates(self, split: str, history: int = 10) -> Path:
+    def slates(self, split: str, history: int = HISTORY) -> Path:
         return self.labelled(history) / f"{split}.slates.jsonl"
 
-    def prepare(self, history: int = 10) -> None:
+    def prepare(self, history: int = HISTORY) -> None:
         """The slates (with a validation split and features) and the teacher's labels."""
         if history in self.prepared:
             return
@@ -425,7 +434,7 @@ class Experiment:
                     "--validation",
                     str(VALIDATION),
                     "--features",
-                    *([] if history == 10 else ["--history", str(history)]),
+                    *([] if history == HISTORY else ["--history", str(history)]),
                     "--no-progress",
                 ]
             )
@@ -508,12 +517,12 @@ class Experiment:
             (out / "wall_s.txt").write_text(f"{time.time() - start:.0f}\n")
 
     def evaluate(
-        self, split: str, rows: list[Config], history: int = 10, what: str = "models"
+        self, split: str, rows: list[Config], history: int = HISTORY, what: str = "models"
     ) -> dict[str, Any]:
         """The baselines and ``rows`` on ``split`` of the ``history`` build (each model with its
         own decoder), in ``{split}[-hH]-{what}.json``: rows not yet in it are evaluated by one
         more ``spdrank eval`` and merged in, so a new row never re-scores the others."""
-        tag = what if history == 10 else f"h{history}-{what}"
+        tag = what if history == HISTORY else f"h{history}-{what}"
         result = self.work / f"{split}-{tag}.json"
         done: dict[str, Any] = {"rankers": {}, "parts": []}
         if result.exists() and not self.dry:
@@ -555,7 +564,9 @@ class Experiment:
         self.prepare()
         for cfg in configs:
             self.train(cfg)
-        histories = sorted({c.history for c in configs} | {10}, key=lambda h: (h != 10, h))
+        histories = sorted(
+            {c.history for c in configs} | {HISTORY}, key=lambda h: (h != HISTORY, h)
+        )
         evals: dict[int, dict[str, dict[str, float]]] = {}
         table = []
         for history in histories:
@@ -565,13 +576,13 @@ class Experiment:
             for name in ("popularity", "cooccurrence"):
                 table.append(
                     {
-                        "row": name + ("" if history == 10 else f"/h{history}"),
+                        "row": name + ("" if history == HISTORY else f"/h{history}"),
                         "baseline": True,
                         "history": history,
                         "valid": valid.get(name),
                         "eval": evals[history].get(name),
                         "what": "baseline (counted on the training users)"
-                        + ("" if history == 10 else f", history of {history} items"),
+                        + ("" if history == HISTORY else f", history of {history} items"),
                     }
                 )
         paired = {c.name: self.paired_with_cooccurrence(c) for c in configs if c.paired}
@@ -662,8 +673,8 @@ def beats_baselines(table: list[dict[str, Any]], row: dict[str, Any], split: str
     """Whether ``row`` beats both baselines (on slates of its history length) on AUC, R@1 and
     R@10 on ``split``."""
     mine = row.get(split)
-    history = row.get("history", 10)
-    bases = [r[split] for r in table if r.get("baseline") and r.get("history", 10) == history]
+    history = row.get("history", HISTORY)
+    bases = [r[split] for r in table if r.get("baseline") and r.get("history", HISTORY) == history]
     if not mine or not all(bases):
         return None
     return all(mine[m] > b[m] for b in bases for m in ("AUC", "R@1", "R@10"))
