@@ -346,6 +346,18 @@ def test_dtype_override_loads_the_backbone_in_bfloat16(spd_dir, eval_slates):
 # -- benchmarks/gpu.sh -------------------------------------------------------------------------
 
 
+def load_benchmark(name: str, monkeypatch: pytest.MonkeyPatch):
+    """benchmarks/NAME.py as a module (the folder is no package), registered in sys.modules
+    for the test's duration: dataclasses look their module up there."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, name, module)
+    spec.loader.exec_module(module)
+    return module
+
+
 def test_gpu_script_commands_parse():
     """Every spdrank command the GPU script would run exists, with every flag it passes."""
     env = {**os.environ, "BIN": "/nonexistent/bin"}
@@ -368,20 +380,15 @@ def test_gpu_script_commands_parse():
     assert any("--latency" in argv for argv in commands if argv[1] == "bench")
 
 
-def test_retrain_command_rebuilds_a_runs_config_with_the_overrides_last(tmp_path):
+def test_retrain_command_rebuilds_a_runs_config_with_the_overrides_last(tmp_path, monkeypatch):
     """benchmarks/retrain_command.py (how bench_beauty_cpu.sh trains its K=160 student): the
     command it prints parses with the real CLI into the saved config, but for --out and the
     overrides."""
     import dataclasses
-    import importlib.util
 
     from spdrank.train_config import TrainConfig
 
-    spec = importlib.util.spec_from_file_location(
-        "retrain_command", ROOT / "benchmarks" / "retrain_command.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_benchmark("retrain_command", monkeypatch)
     saved = TrainConfig(slates="s.jsonl", out="old", frozen=True, layers=2, features="a,b",
                         lr=1e-3, limit=2000, decoder="expected_rank", progress=False)
     run = tmp_path / "run"
@@ -404,15 +411,8 @@ def test_quality_driver_dry_run_commands_parse(capsys, monkeypatch):
     """The issue-9 driver's rows: every command it would run parses with the real CLI; each
     frozen backbone setting gets its own state cache, LoRA rows none, and a history length
     other than 10 its own build."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location(
-        "quality_beauty_cpu", ROOT / "benchmarks" / "quality_beauty_cpu.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, spec.name, module)  # its dataclasses look themselves up
+    module = load_benchmark("quality_beauty_cpu", monkeypatch)
     monkeypatch.chdir(ROOT)  # main() moves to the repository root: undone after the test
-    spec.loader.exec_module(module)
     assert module.main(["--negatives", "uniform", "--llm-negatives", "uniform", "--dry-run"]) == 0
     lines = [line for line in capsys.readouterr().out.splitlines()
              if line.startswith(".venv/bin/spdrank ")]

@@ -418,8 +418,8 @@ def test_lora_modules_choose_what_lora_adapts_and_are_saved(tmp_path, tiny_backb
     assert adapted == {"q_proj", "v_proj"}
     saved = json.loads((tmp_path / "qv" / "model" / "config.json").read_text())
     assert saved["backbone"]["lora"]["target_modules"] == ["q_proj", "v_proj"]
-    model = SPDRanker.from_pretrained(tmp_path / "qv")
-    assert is_valid_permutation(model.rank(load_slates(train_file)[0]).docids,
-                                load_slates(train_file)[0].docids)
+    slate = load_slates(train_file)[0]
+    assert is_valid_permutation(SPDRanker.from_pretrained(tmp_path / "qv").rank(slate).docids,
+                                slate.docids)
     with pytest.raises(ValueError, match="--lora-modules is empty"):
         train(config(tmp_path, tiny_backbone, out="none", max_steps=1, lora_modules=" , "))
