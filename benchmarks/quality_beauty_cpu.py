@@ -105,9 +105,6 @@ class Config:
     args: list[str] = field(default_factory=list)
     limit: int | None = None
     llm: bool = False
-    #: Scored on the eval slates too. The LLM rows' eval runs the backbone on every slate, so
-    #: of them only the better on validation (1 epoch; 10 overfit the 2,000 slates) is.
-    on_eval: bool = True
     #: A 2,000-slate features-only row that competes for the best target/weights/decoder.
     candidate: bool = False
     #: This row takes the winning candidate's settings after its own ``args``.
@@ -147,10 +144,9 @@ def candidate(name: str, what: str, *settings: str) -> Config:
     return Config(name, what, features_only(*settings), limit=2000, candidate=True)
 
 
-def llm_lever(name: str, what: str, args: list[str], on_eval: bool = False) -> Config:
-    """A 2,000-slate row with the backbone (frozen or LoRA) and the best candidate's settings,
-    scored on the eval slates only when asked: each eval runs the backbone on every slate."""
-    return Config(name, what, args, limit=2000, llm=True, on_eval=on_eval, takes_best=True)
+def llm_lever(name: str, what: str, args: list[str]) -> Config:
+    """A 2,000-slate row with the backbone (frozen or LoRA) and the best candidate's settings."""
+    return Config(name, what, args, limit=2000, llm=True, takes_best=True)
 
 
 #: The settings a candidate row varies: the rows that take the best one take these from it.
@@ -274,7 +270,6 @@ CONFIGS = [
         LLM,
         limit=2000,
         llm=True,
-        on_eval=False,
         takes_best=True,
     ),
     Config(
@@ -292,7 +287,6 @@ CONFIGS = [
         [*LLM, "--epochs", "10"],
         limit=2000,
         llm=True,
-        on_eval=False,
         takes_best=True,
     ),
     Config(
@@ -301,7 +295,6 @@ CONFIGS = [
         [*LLM, *FEATURES, "--epochs", "10"],
         limit=2000,
         llm=True,
-        on_eval=False,
         takes_best=True,
     ),
     # The LLM-side levers against the text signal's own row at equal data (2,000 slates).
@@ -317,7 +310,6 @@ CONFIGS = [
         f"llm-L{LAYERS}+title/best/2k",
         f"frozen SmolLM2 (first {LAYERS} layers) states next to the three features, 2,000 slates",
         LLM + TITLE,
-        on_eval=True,
     ),
     llm_lever(
         "llm-L6/best/2k",
@@ -521,17 +513,24 @@ class Experiment:
     ) -> dict[str, Any]:
         """The baselines and ``rows`` on ``split`` of the ``history`` build (each model with its
         own decoder), in ``{split}[-hH]-{what}.json``: rows not yet in it are evaluated by one
-        more ``spdrank eval`` and merged in, so a new row never re-scores the others."""
+        more ``spdrank eval`` and merged in, so a new row never re-scores the others. Two
+        drivers may evaluate different rows at once: each writes its own part file and merges
+        it into the file as it is when its evaluation ends."""
         tag = what if history == HISTORY else f"h{history}-{what}"
         result = self.work / f"{split}-{tag}.json"
-        done: dict[str, Any] = {"rankers": {}, "parts": []}
-        if result.exists() and not self.dry:
-            done = json.loads(result.read_text())
-            done.setdefault("parts", [done.get("meta")])
+
+        def read() -> dict[str, Any]:
+            if not result.exists() or self.dry:
+                return {"rankers": {}, "parts": []}
+            found = json.loads(result.read_text())
+            found.setdefault("parts", [found.get("meta")])
+            return found
+
+        done = read()
         missing = [c for c in rows if label(c) not in done["rankers"]]
         if done["rankers"] and not missing:
             return done
-        part = self.work / f"{split}-{tag}.part.json"
+        part = self.work / f"{split}-{tag}.part-{os.getpid()}.json"
         cmd = [
             str(BIN / "spdrank"),
             "eval",
@@ -550,11 +549,12 @@ class Experiment:
         if self.dry:
             return {}
         new = json.loads(part.read_text())
+        done = read()
         # The baselines are deterministic: a part's agree with the file's, so the first stay.
         done["rankers"] = {**new["rankers"], **done["rankers"]}
         done["parts"].append(new["meta"])
         done.update({k: v for k, v in new.items() if k not in ("rankers", "meta")})
-        tmp = result.with_suffix(".tmp")
+        tmp = part.with_suffix(".tmp")
         tmp.write_text(json.dumps(done, indent=1) + "\n")
         tmp.replace(result)
         part.unlink()
@@ -571,7 +571,7 @@ class Experiment:
         table = []
         for history in histories:
             mine = [c for c in configs if c.history == history]
-            evals[history] = rows_of(self.evaluate("eval", [c for c in mine if c.on_eval], history))
+            evals[history] = rows_of(self.evaluate("eval", mine, history))
             valid = rows_of(self.evaluate("valid", [], history, "baselines"))
             for name in ("popularity", "cooccurrence"):
                 table.append(

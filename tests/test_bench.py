@@ -439,3 +439,30 @@ def test_quality_driver_dry_run_commands_parse(capsys, monkeypatch):
     for bad in (["--only", "nope"], ["--skip", "nope"]):
         with pytest.raises(SystemExit):
             module.main(["--dry-run", *bad])
+
+
+def test_quality_driver_merges_concurrent_evaluations(tmp_path, monkeypatch):
+    """Two drivers scoring different rows on the same split at once: the one finishing second
+    merges into the file as the first left it, so neither row is lost and none is re-scored."""
+    module = load_benchmark("quality_beauty_cpu", monkeypatch)
+    monkeypatch.chdir(tmp_path)
+    first, second = module.Experiment("uniform", dry=False), module.Experiment("uniform", dry=False)
+    first.work.mkdir(parents=True)
+    row_a, row_b = module.Config("a/row", "a"), module.Config("b/row", "b")
+    scored: list[str] = []
+
+    def fake_eval(cmd, log, dry):  # stands in for `spdrank eval`: one metric per --model
+        names = [cmd[i + 1].split("=")[0] for i, arg in enumerate(cmd) if arg == "--model"]
+        scored.extend(names)
+        if names == ["a:row"]:  # while the first driver evaluates, the second finishes
+            second.evaluate("eval", [row_b])
+        rankers = {"popularity": {"auc": 0.6}} | {name: {"auc": 0.7} for name in names}
+        part = Path(cmd[cmd.index("--json") + 1])
+        part.write_text(json.dumps({"rankers": rankers, "meta": {"models": names}}))
+
+    monkeypatch.setattr(module, "run", fake_eval)
+    merged = first.evaluate("eval", [row_a])
+    assert set(merged["rankers"]) == {"popularity", "a:row", "b:row"}
+    assert merged == json.loads((first.work / "eval-models.json").read_text())
+    assert len(merged["parts"]) == 2 and not list(first.work.glob("*.part*"))
+    assert first.evaluate("eval", [row_a, row_b]) == merged and scored == ["a:row", "b:row"]
