@@ -729,7 +729,10 @@ def report(tables: dict[str, list[dict[str, Any]]], argv: list[str], wall_s: flo
             f"otherwise; batch 32, 1 epoch, lr 1e-3 (head and LoRA), seed 0. LLM rows: "
             f"SmolLM2-135M-Instruct (bundled) cut to its first {LAYERS} of 30 layers (L6: 6), "
             f"titles cut to {ITEM_TOKENS} tokens (t24: 24), frozen with its states cached once "
-            "(float16), or (lora-* rows) trained with LoRA (alpha = r), which no cache can serve"
+            "(float16), or (lora-* rows) trained with LoRA (alpha = r), which no cache can serve; "
+            "`train s` is the wall time of the invocation that finished the row's training, "
+            "including the states it cached (an interrupted earlier one's not counted); `—` under eval: scored on validation only (the LLM's states alone and "
+            "the ten-epoch rows, far below both baselines there)"
         ),
         (
             "- history: the user's 10 most recent items unless the row says otherwise (h5, h20: "
