@@ -17,7 +17,8 @@
 # every SPD checkpoint under each decoder (hungarian, greedy, argsort, expected_rank), paired
 # differences against the best student (spd-features-title), and the latency decomposition
 # (tokenize, prefill, head, assignment, rest at N = 20, 50 and 150 over 100 slates; batched
-# throughput; peak memory; overhead over a bare prefill). Run it alone on the machine: it measures latency.
+# throughput; peak memory; overhead over a bare prefill). Run it alone on the machine: it
+# measures latency.
 #
 # N = 150: the students rank up to K = 64 positions (FIRST's letters stop at 52), so the script
 # also trains spd-llm-features-k160, the spd-llm-features command with K = 160 positions, from

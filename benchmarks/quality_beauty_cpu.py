@@ -731,8 +731,9 @@ def report(tables: dict[str, list[dict[str, Any]]], argv: list[str], wall_s: flo
             f"titles cut to {ITEM_TOKENS} tokens (t24: 24), frozen with its states cached once "
             "(float16), or (lora-* rows) trained with LoRA (alpha = r), which no cache can serve; "
             "`train s` is the wall time of the invocation that finished the row's training, "
-            "including the states it cached (an interrupted earlier one's not counted); `—` under eval: scored on validation only (the LLM's states alone and "
-            "the ten-epoch rows, far below both baselines there)"
+            "including the states it cached (an interrupted earlier one's not counted); `—` "
+            "under eval: scored on validation only (the LLM's states alone and the ten-epoch "
+            "rows, far below both baselines there)"
         ),
         (
             "- history: the user's 10 most recent items unless the row says otherwise (h5, h20: "
