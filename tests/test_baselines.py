@@ -11,13 +11,15 @@ import pytest
 from spdrank.baselines import (
     BASELINES,
     CooccurrenceRanker,
+    FeatureRanker,
     PopularityRanker,
     RandomRanker,
+    baseline_names,
     make_baseline,
 )
 from spdrank.metrics import is_valid_permutation
 from spdrank.ranking import Ranker
-from spdrank.slates import Candidate, Query, Slate, read_slates, write_slates
+from spdrank.slates import Candidate, Query, Slate, SlateError, read_slates, write_slates
 
 
 def mk(qid: str, history: list[str], cands: list[str], clicked: list[str] | None = None) -> Slate:
@@ -153,6 +155,73 @@ def test_cooccurrence_never_counts_eval_slates():
     before = {k: dict(v) for k, v in co.co.items()}
     co.rank(mk("e", ["x"], ["a", "e"], clicked=["e"]))
     assert co.co == before
+
+
+# -- a feature the slates carry ----------------------------------------------------------------
+
+
+def with_feature(
+    qid: str, values: dict[str, float | None], name: str = "title_similarity"
+) -> Slate:
+    """A slate whose candidates carry ``name`` (None: the candidate lacks it), in dict order."""
+    return Slate(
+        query=Query(qid=qid, text="-"),
+        candidates=[
+            Candidate(
+                docid=d,
+                doc={"title": f"item {d}"},
+                features=None if v is None else {name: v, "other": -v},
+            )
+            for d, v in values.items()
+        ],
+    )
+
+
+def test_feature_ranker_orders_by_the_feature_and_reports_it_as_scores():
+    s = with_feature("u", {"a": 0.1, "b": 0.7, "c": 0.3})
+    out = FeatureRanker("title_similarity").rank(s)
+    assert out.docids == ["b", "c", "a"] and out.scores == [0.7, 0.3, 0.1]
+    assert FeatureRanker("other").rank(s).docids == ["a", "c", "b"]  # any feature by name
+    assert out.decode_passes == 0
+
+
+def test_feature_ranker_breaks_ties_by_candidate_order():
+    s = with_feature("u", {"z": 0.0, "b": 0.4, "y": 0.0, "a": 0.0, "c": 0.4, "x": -0.0})
+    out = FeatureRanker("title_similarity").rank(s)
+    assert out.docids == ["b", "c", "z", "y", "a", "x"]  # not by docid, not reversed
+    assert out.scores == [0.4, 0.4, 0.0, 0.0, 0.0, 0.0]
+    assert FeatureRanker("title_similarity").rank(s).docids == out.docids
+
+
+def test_feature_ranker_reads_the_candidate_score_field():
+    cands = [Candidate(d, {"title": d}, score=v) for d, v in (("a", 1.0), ("b", 2.0))]
+    s = Slate(Query("u", "-"), cands)
+    assert make_baseline("feature:score").rank(s).docids == ["b", "a"]
+
+
+def test_feature_ranker_missing_feature_names_slate_candidate_and_feature():
+    s = with_feature("user-7", {"a": 0.2, "b": None, "c": 0.1})
+    with pytest.raises(SlateError) as info:
+        make_baseline("title_similarity").rank(s)
+    message = str(info.value)
+    assert "slate 'user-7'" in message and "docid 'b'" in message
+    assert "no feature 'title_similarity'" in message
+    with pytest.raises(SlateError, match=r"docid 'a'\) has no feature 'bm25'.*it has other, title"):
+        make_baseline("feature:bm25").rank(with_feature("u", {"a": 0.2}))
+
+
+def test_feature_ranker_needs_no_training_and_is_named_by_its_feature():
+    ranker = make_baseline("feature:title_similarity")
+    assert isinstance(ranker, FeatureRanker) and isinstance(ranker, Ranker)
+    assert ranker.name == "feature:title_similarity" and ranker.feature == "title_similarity"
+    assert not ranker.needs_train and ranker.ranks_by_scores
+    alias = make_baseline("title_similarity")
+    assert alias.name == "title_similarity" and alias.feature == "title_similarity"
+    assert "title_similarity" in baseline_names() and "title_similarity" not in BASELINES
+    with pytest.raises(ValueError, match="names no feature"):
+        make_baseline("feature:")
+    with pytest.raises(ValueError, match="feature:NAME"):
+        make_baseline("title-similarity")
 
 
 # -- all baselines ----------------------------------------------------------------------------

@@ -120,7 +120,7 @@ def test_bench_end_to_end(tmp_path, data, eval_slates, spd_dir, tiny_backbone, c
     for name, row in d["rankers"].items():
         assert row["n_slates"] == len(TEACHER_MS), name
         assert set(row["metrics"]) == {
-            "AUC", "R@1", "R@10", "NDCG@1", "NDCG@10", "MRR", "tau", "top1",
+            "AUC", "R@1", "R@10", "NDCG@1", "NDCG@10", "MRR", "tau", "top1", "top10",
         }
         assert row["valid_pct"] == 100.0
         assert row["latency_ms"]["median"] is not None and row["latency_ms"]["p95"] is not None
@@ -159,7 +159,8 @@ def test_bench_end_to_end(tmp_path, data, eval_slates, spd_dir, tiny_backbone, c
     assert report.startswith("# spdrank bench: report\n\nTrained by a script, at a stated scale.\n")
     assert "- wall time of this benchmark: " in report and "latency decomposition" in report
     assert "## Paired differences vs `spd:hungarian` (95% CI over slates)" in report
-    assert "| spd:greedy | 6 | 6 |" in report
+    assert "| ranker | slates | slates (tau) | slates (top1, top10) | AUC |" in report
+    assert "| spd:greedy | 6 | 6 | 6 |" in report
     assert "| ranker | p50 ms | p95 ms | speed-up vs direct | passes |" in report
     assert "Table 5" in report and "| spd | 12 | 4 |" in report
     assert "peak MiB (1 / batch)" in report

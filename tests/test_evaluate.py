@@ -110,7 +110,7 @@ def test_table_and_json():
     lines = table.splitlines()
     assert lines[0].split() == [
         "ranker", "n", "valid%", "AUC", "R@1", "R@10", "NDCG@1", "NDCG@10", "MRR",
-        "tau", "top1", "passes", "p50", "ms", "p95", "ms",
+        "tau", "top1", "top10", "passes", "p50", "ms", "p95", "ms",
     ]
     assert lines[2].startswith("random") and lines[3].startswith("identity")
     assert len(lines[2]) == len(lines[3]) == len(lines[0])  # fixed width
@@ -121,6 +121,22 @@ def test_table_and_json():
     assert len(ident["per_slate"]) == 3 and ident["per_slate"][2]["AUC"] is None
     no_teacher = evaluate([RandomRanker()], [EVAL[2]], warmup=0)
     assert "tau" not in format_table(no_teacher).split()
+
+
+def test_teacher_scores_make_ties_ties():
+    """slate.teacher_scores reach the metrics: the order inside a tie is not scored."""
+    tied = mk("t", [], list("abcd"), teacher=list("abcd"))
+    tied.teacher_scores = [1.0, 0.0, 0.0, 0.0]
+    flat = mk("f", [], list("abcd"), teacher=list("abcd"))
+    flat.teacher_scores = [0.0] * 4
+    res = evaluate([Fixed("dcba", lambda s: s.docids[::-1])], [tied, flat], warmup=0)
+    first, second = (r.metrics.values for r in res["dcba"].records)
+    assert first["tau"] == -1.0  # only a's three pairs are ordered; tau-a would say -1 too
+    assert first["top1"] == 0.0 and first["top10"] == 1.0
+    assert second["tau"] is None and second["top1"] == 1.0  # every candidate tied at the top
+    rev = evaluate([Fixed("acbd", lambda s: list("acbd"))], [tied], warmup=0)
+    assert rev["acbd"].records[0].metrics.values["tau"] == 1.0  # tau-a: 2/3
+    assert "dcba: tau over 1 of 2 slates" in format_table(res)
 
 
 # -- CLI --------------------------------------------------------------------------------------
@@ -180,6 +196,33 @@ def test_cli_missing_training_data_is_a_clear_error(cli, data_dir, capsys):
     err = capsys.readouterr().err
     assert "popularity need training slates" in err and "--train" in err
     assert cli([*argv, "--ranker", "random"]) == 0  # random needs none
+
+
+def test_cli_feature_baseline_rows_need_no_training_file(cli, tmp_path, capsys):
+    slates = [
+        Slate(
+            query=Query(qid=f"e{u}", text="-"),
+            candidates=[
+                Candidate(docid=d, doc={"title": d}, features={"title_similarity": v})
+                for d, v in (("a", 0.0), ("b", 0.9), ("c", 0.0), ("d", 0.2))
+            ],
+            clicked=["b"],
+        )
+        for u in range(2)
+    ]
+    write_slates(tmp_path / "eval.jsonl", slates)
+    out = tmp_path / "results.json"
+    argv = ["eval", "--slates", str(tmp_path / "eval.jsonl"), "--no-progress", "--json", str(out)]
+    assert cli([*argv, "--ranker", "title_similarity", "--ranker", "feature:title_similarity"]) == 0
+    d = json.loads(out.read_text())
+    assert list(d["rankers"]) == ["title_similarity", "feature:title_similarity"]
+    assert d["rankers"]["title_similarity"]["metrics"]["R@1"]["mean"] == 1.0
+    assert d["meta"]["train"] is None  # nothing was fitted
+    assert cli([*argv, "--ranker", "feature:nope"]) == 2
+    assert "no feature 'nope'" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        cli([*argv, "--ranker", "title-similarity"])
+    assert "unknown baseline 'title-similarity'" in capsys.readouterr().err
 
 
 def test_cli_missing_slates(cli, tmp_path, capsys):

@@ -23,6 +23,7 @@ from spdrank.metrics import (
     repair_ranking,
     slate_metrics,
     top1_agreement,
+    topk_overlap,
 )
 
 TEN = list("abcdefghij")
@@ -169,6 +170,101 @@ def test_top1_agreement():
     assert top1_agreement([], list("abc")) is None
 
 
+# -- agreement with a reference that has ties -------------------------------------------------
+
+
+def test_kendall_tau_with_ties_counts_only_the_pairs_the_reference_orders():
+    # reference a > {b, c} > d: of the 6 pairs, (b, c) is a tie; 5 are ordered.
+    ref, scores = list("abcd"), [3.0, 1.0, 1.0, 0.0]
+    assert kendall_tau(list("acbd"), ref, scores) == 1.0  # the tie's order costs nothing
+    assert kendall_tau(list("acbd"), ref) == pytest.approx(2 / 3)  # tau-a counts (b, c): 5-1 / 6
+    # b a d c: (a,b) discordant, (c,d) discordant; (a,c) (a,d) (b,d) concordant -> (3-2)/5
+    assert kendall_tau(list("badc"), ref, scores) == pytest.approx(1 / 5)
+    assert kendall_tau(list("badc"), ref) == pytest.approx((4 - 2) / 6)  # tau-a: (b, c) too
+    assert kendall_tau(list("dcba"), ref, scores) == -1.0
+
+
+def test_kendall_tau_is_none_when_the_reference_orders_no_pair():
+    assert kendall_tau(list("cab"), list("abc"), [0.0, 0.0, 0.0]) is None
+    assert kendall_tau(["a"], ["a"], [1.0]) is None
+    # a above the tied b, c: two ordered pairs, (c, a) discordant and (a, b) concordant
+    assert kendall_tau(list("cab"), list("abc"), [1.0, 0.0, 0.0]) == 0.0
+    assert kendall_tau(list("bca"), list("abc"), [1.0, 0.0, 0.0]) == -1.0
+    assert kendall_tau(list("ba"), list("ab"), [1.0, 1.0]) is None
+
+
+def test_kendall_tau_with_distinct_scores_is_tau_a():
+    rng = random.Random(5)
+    for n in range(2, 20):
+        ref = [f"d{i}" for i in range(n)]
+        ranking = rng.sample(ref, n)
+        scores = [float(n - i) for i in range(n)]
+        assert kendall_tau(ranking, ref, scores) == kendall_tau(ranking, ref)
+
+
+def test_kendall_tau_with_ties_matches_brute_force():
+    rng = random.Random(3)
+    for _ in range(200):
+        n = rng.randint(2, 12)
+        ref = [f"d{i}" for i in range(n)]
+        scores = sorted((float(rng.randint(0, 3)) for _ in range(n)), reverse=True)
+        ranking = rng.sample(ref, n)
+        score = dict(zip(ref, scores))
+        signs = [
+            (score[x] > score[y]) - (score[x] < score[y])
+            for x, y in itertools.combinations(ranking, 2)
+        ]
+        ordered = sum(1 for s in signs if s)
+        expected = sum(signs) / ordered if ordered else None
+        assert kendall_tau(ranking, ref, scores) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize(
+    "scores,problem",
+    [
+        ([1.0, 2.0, 0.0], "non-increasing"),
+        ([1.0, 0.0], "2 reference scores for 3 items"),
+        ([1.0, float("nan"), 0.0], "finite"),
+    ],
+)
+def test_reference_scores_must_fit_the_reference(scores, problem):
+    with pytest.raises(ValueError, match=problem):
+        kendall_tau(list("abc"), list("abc"), scores)
+    with pytest.raises(ValueError, match=problem):
+        top1_agreement(list("abc"), list("abc"), scores)
+
+
+def test_top1_agreement_with_a_tied_top_group():
+    ref, scores = list("abcd"), [0.5, 0.5, 0.5, 0.1]
+    assert top1_agreement(list("cabd"), ref, scores) == 1.0  # c shares the top score
+    assert top1_agreement(list("cabd"), ref) == 0.0  # without scores only a is first
+    assert top1_agreement(list("dabc"), ref, scores) == 0.0
+    assert top1_agreement(list("badc"), ref, [0.5, 0.4, 0.4, 0.1]) == 0.0  # no tie at the top
+
+
+def test_topk_overlap_by_hand():
+    ref = list("abcdef")
+    assert topk_overlap(list("abcdef"), ref, 3) == 1.0
+    assert topk_overlap(list("abdcef"), ref, 3) == pytest.approx(2 / 3)
+    assert topk_overlap(list("fedcba"), ref, 3) == 0.0
+    assert topk_overlap(list("fedcba"), ref, 6) == 1.0  # the whole slate
+    assert topk_overlap(list("fedcba"), ref, 10) == 1.0  # k cut to the slate's size
+    assert topk_overlap([], ref, 3) is None
+    with pytest.raises(ValueError):
+        topk_overlap(ref, ref, 0)
+
+
+def test_topk_overlap_boundary_ties_cannot_penalise():
+    # top 3 of a > b > {c, d, e} > f: the third place is a three-way tie
+    ref, scores = list("abcdef"), [5.0, 4.0, 1.0, 1.0, 1.0, 0.0]
+    assert topk_overlap(list("abedcf"), ref, 3, scores) == 1.0  # e is as good as c
+    assert topk_overlap(list("abedcf"), ref, 3) == pytest.approx(2 / 3)  # tie ignored
+    assert topk_overlap(list("abfcde"), ref, 3, scores) == pytest.approx(2 / 3)  # f is not
+    # every item tied: any top k is the reference's, and the value stays at most 1
+    assert topk_overlap(list("fedcba"), ref, 3, [0.0] * 6) == 1.0
+    assert topk_overlap(list("cdabef"), ref, 2, scores) == 0.0  # a and b are not tied
+
+
 # -- validity ---------------------------------------------------------------------------------
 
 
@@ -201,6 +297,7 @@ def test_slate_metrics_by_hand():
     assert sm.values["NDCG@10"] == pytest.approx(0.5)
     assert sm.values["MRR"] == pytest.approx(1 / 3)
     assert sm.values["tau"] == -1.0 and sm.values["top1"] == 0.0
+    assert sm.values["top10"] == 1.0  # ten candidates: every ranking keeps the whole slate
 
 
 def test_slate_metrics_degenerate_slates_have_no_click_metrics():
@@ -209,6 +306,25 @@ def test_slate_metrics_degenerate_slates_have_no_click_metrics():
         sm = slate_metrics(ids, ids, clicked=clicked)
         assert all(sm.values[m] is None for m in ("AUC", "R@1", "R@10", "NDCG@1", "MRR"))
         assert sm.values["tau"] is None and sm.values["top1"] is None
+        assert sm.values["top10"] is None
+
+
+def test_slate_metrics_with_teacher_scores():
+    ids = [f"d{i}" for i in range(12)]
+    teacher = ids[:]
+    scores = [1.0, 0.5] + [0.0] * 10  # the lexical teacher: most candidates at 0.0
+    ranking = ["d1", "d0", *reversed(ids[2:])]  # top pair swapped, the 0.0 block reversed
+    sm = slate_metrics(ranking, ids, teacher=teacher, teacher_scores=scores)
+    # ordered pairs: (d0, d1) and each of d0, d1 with the 10 tied: 21; one discordant
+    assert sm.values["tau"] == pytest.approx((21 - 2) / 21)
+    assert sm.values["top1"] == 0.0
+    assert sm.values["top10"] == 1.0  # the 10th best score is 0.0: every candidate is top 10
+    plain = slate_metrics(ranking, ids, teacher=teacher)
+    # tau-a: 1 + 45 of 66 pairs discordant; top 10: d0..d9, of which d2, d3 fell out
+    assert plain.values["tau"] == pytest.approx((66 - 2 * 46) / 66)
+    assert plain.values["top10"] == pytest.approx(0.8)
+    tied = slate_metrics(ranking, ids, teacher=teacher, teacher_scores=[0.0] * 12)
+    assert tied.values["tau"] is None and tied.values["top1"] == 1.0
 
 
 def test_slate_metrics_repairs_invalid_output():

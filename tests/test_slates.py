@@ -328,3 +328,59 @@ def test_bad_features_name_file_line_candidate_and_feature(tmp_path, features, p
     slate["candidates"][2]["features"] = features
     message = _error_for(tmp_path, json.dumps(slate))  # json writes NaN and -Infinity
     assert f"candidates[2] (docid 'c'): {problem}" in message
+
+
+# -- teacher scores -------------------------------------------------------------------------
+
+
+def test_teacher_scores_round_trip_and_files_without_them_are_unchanged(tmp_path):
+    data = _good()
+    data["teacher_scores"] = [0.5, 0, 0]
+    path = _write_lines(tmp_path / "in.jsonl", [json.dumps(data)])
+    slate = load_slates(path)[0]
+    assert slate.teacher_scores == [0.5, 0.0, 0.0] and slate.extra == {}
+    assert all(isinstance(x, float) for x in slate.teacher_scores)
+    out = tmp_path / "out.jsonl"
+    write_slates(out, [slate])
+    written = json.loads(out.read_text(encoding="utf-8"))
+    assert written["teacher_scores"] == [0.5, 0.0, 0.0]
+    assert list(written) == ["query", "candidates", "clicked", "teacher", "teacher_scores"]
+    assert load_slates(out)[0] == slate
+    out2 = tmp_path / "out2.jsonl"
+    write_slates(out2, load_slates(out))
+    assert out2.read_bytes() == out.read_bytes()
+
+    plain = _write_lines(tmp_path / "plain.jsonl", [dumps_slate(Slate.from_dict(_good()))])
+    again = tmp_path / "again.jsonl"
+    write_slates(again, load_slates(plain))
+    assert again.read_bytes() == plain.read_bytes()
+    assert "teacher_scores" not in again.read_text(encoding="utf-8")
+    assert load_slates(again)[0].teacher_scores is None
+
+
+@pytest.mark.parametrize(
+    "change,problem",
+    [
+        ([1.0, 0.5], "'teacher_scores' has 2 scores for the 3 items of 'teacher'"),
+        (1.0, "'teacher_scores' must be a list of numbers, got float"),
+        ([1.0, "x", 0.0], "teacher_scores[1] (docid 'a') must be a number, got str"),
+        ([1.0, True, 0.0], "teacher_scores[1] (docid 'a') must be a number, got bool"),
+        ([1.0, float("nan"), 0.0], "teacher_scores[1] (docid 'a') must be finite, got nan"),
+        (
+            [0.0, 0.5, 0.0],
+            (
+                "'teacher_scores' must be non-increasing along 'teacher': teacher_scores[1] "
+                "(docid 'a') = 0.5 is above the 0.0 before it"
+            ),
+        ),
+        ("no teacher", "'teacher_scores' needs a 'teacher' ranking to align with"),
+    ],
+)
+def test_bad_teacher_scores_name_file_line_and_problem(tmp_path, change, problem):
+    slate = _good()
+    if change == "no teacher":
+        del slate["teacher"]
+        change = [1.0, 0.5, 0.0]
+    slate["teacher_scores"] = change
+    message = _error_for_slate(tmp_path, slate)  # json writes NaN
+    assert problem in message

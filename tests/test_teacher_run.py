@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from spdrank.baselines import CooccurrenceRanker
+from spdrank.baselines import CooccurrenceRanker, FeatureRanker, PopularityRanker
 from spdrank.cli import main
 from spdrank.slates import Candidate, Query, Slate, load_slates, write_slates
 from spdrank.teacher.labels import LabelStore
@@ -66,6 +66,8 @@ def test_ranker_backend_end_to_end_and_rerun_skips(data, capsys):
         assert rec["status"] == "ok" and rec["decode_passes"] == 0
         assert rec["backend"] == "ranker:cooccurrence" and rec["mode"] == "direct"
         assert rec["raw"].startswith("[") and rec["n"] == len(slate) and "latency_ms" in rec
+        # co-occurrence breaks its score ties by popularity: its scores are not its order
+        assert "scores" not in rec and slate.teacher_scores is None
     summary = json.loads((data / "summary.json").read_text())
     assert summary["statuses"]["ok"] == 12 and summary["labelled_now"] == 12
     out = capsys.readouterr().out
@@ -81,6 +83,86 @@ def test_limit_and_custom_slates_out(data):
     assert teacher(data, "--limit", "3", "--slates-out", str(data / "x.jsonl")) == 0
     assert len(records(data / "labels.jsonl")) == 3
     assert [s.query.qid for s in load_slates(data / "x.jsonl")] == ["u0", "u1", "u2"]
+
+
+def with_similarity(slates: list[Slate], seed: int = 0) -> list[Slate]:
+    """The slates with a lexical score per candidate: mostly 0.0, as a title retriever gives."""
+    rng = random.Random(seed)
+    for slate in slates:
+        for cand in slate.candidates:
+            cand.features = {"title_similarity": rng.choice([0.0, 0.0, 0.0, 0.25, 0.5])}
+    return slates
+
+
+def test_lexical_teacher_records_its_scores_and_ties(tmp_path):
+    slates = with_similarity(make_slates(12, seed=2))
+    write_slates(tmp_path / "slates.jsonl", slates)  # no train.jsonl: nothing to fit
+    assert teacher(tmp_path, backend="ranker:title_similarity") == 0
+    recs = records(tmp_path / "labels.jsonl")
+    labelled = load_slates(tmp_path / "labels.slates.jsonl")
+    ranker = FeatureRanker("title_similarity")
+    for slate, rec, out in zip(slates, recs, labelled):
+        expected = ranker.rank(slate)
+        assert rec["backend"] == "ranker:title_similarity" and rec["status"] == "ok"
+        assert rec["ranking"] == expected.docids and rec["scores"] == expected.scores
+        assert out.teacher == expected.docids and out.teacher_scores == expected.scores
+    assert any(len(set(r["scores"])) < len(r["scores"]) for r in recs)  # ties were recorded
+    assert '"teacher_scores":[' in (tmp_path / "labels.slates.jsonl").read_text()
+
+    # a rerun writes the labelled slates again from the records on disk: the same bytes
+    before = (tmp_path / "labels.slates.jsonl").read_bytes()
+    (tmp_path / "labels.slates.jsonl").unlink()
+    assert teacher(tmp_path, backend="ranker:title_similarity") == 0
+    assert (tmp_path / "labels.slates.jsonl").read_bytes() == before
+
+    # merge keeps the scores, and prefers the copy that has them
+    bare = [{k: v for k, v in rec.items() if k != "scores"} for rec in recs[:4]]
+    (tmp_path / "bare.jsonl").write_text("".join(json.dumps(r) + "\n" for r in bare))
+    merge = ["teacher", "merge", "--slates", str(tmp_path / "slates.jsonl"),
+             "--out", str(tmp_path / "m.jsonl")]
+    labels = [str(tmp_path / "bare.jsonl"), str(tmp_path / "labels.jsonl")]
+    assert main([*merge, "--labels", *labels]) == 0
+    assert load_slates(tmp_path / "m.slates.jsonl") == labelled
+    assert (tmp_path / "m.slates.jsonl").read_bytes() == before
+
+
+def test_label_scores_are_checked_and_may_be_absent(tmp_path, capsys):
+    slates = with_similarity(make_slates(3, seed=4))
+    write_slates(tmp_path / "slates.jsonl", slates)
+    assert teacher(tmp_path, backend="ranker:title_similarity") == 0
+    recs = records(tmp_path / "labels.jsonl")
+    merge = ["teacher", "merge", "--slates", str(tmp_path / "slates.jsonl"),
+             "--out", str(tmp_path / "m.jsonl")]
+
+    # old records without scores: labelled slates without teacher_scores
+    (tmp_path / "old.jsonl").write_text(
+        "".join(json.dumps({k: v for k, v in r.items() if k != "scores"}) + "\n" for r in recs)
+    )
+    assert main([*merge, "--labels", str(tmp_path / "old.jsonl")]) == 0
+    assert [s.teacher_scores for s in load_slates(tmp_path / "m.slates.jsonl")] == [None] * 3
+
+    # scores that disagree with the ranking: an error naming file:line
+    bad = dict(recs[1], scores=sorted(recs[1]["scores"]))
+    bad["scores"][-1] += 1.0  # strictly increasing somewhere
+    (tmp_path / "bad.jsonl").write_text(json.dumps(bad) + "\n")
+    assert main([*merge, "--labels", str(tmp_path / "bad.jsonl"), "--allow-missing"]) == 2
+    err = capsys.readouterr().err
+    assert f"{tmp_path / 'bad.jsonl'}:1" in err and "'scores' must be non-increasing" in err
+
+    # the same ranking with other scores is a conflict
+    other = dict(recs[1], scores=[x + 1.0 for x in recs[1]["scores"]])
+    (tmp_path / "other.jsonl").write_text(json.dumps(other) + "\n")
+    labels = [str(tmp_path / "labels.jsonl"), str(tmp_path / "other.jsonl")]
+    assert main([*merge, "--labels", *labels]) == 2
+    assert "conflicting scores" in capsys.readouterr().err
+
+
+def test_popularity_teacher_records_scores(data):
+    assert teacher(data, backend="ranker:popularity") == 0
+    ranker = PopularityRanker()
+    ranker.fit(load_slates(data / "train.jsonl"))
+    for slate in load_slates(data / "labels.slates.jsonl"):
+        assert slate.teacher_scores == ranker.rank(slate).scores
 
 
 def test_file_backend_statuses_and_missing_qid(data, capsys):
@@ -114,6 +196,7 @@ def test_file_backend_statuses_and_missing_qid(data, capsys):
     assert teacher(data, backend=f"file:{data / 'teach.jsonl'}") == 0
     assert records(data / "labels.jsonl")[-1]["qid"] == "u0"
     assert len(load_slates(data / "labels.slates.jsonl")) == 12
+    assert all("scores" not in r for r in records(data / "labels.jsonl"))  # a file teacher's
 
 
 def test_duplicate_qid_is_an_error_naming_file_and_line(data, capsys):

@@ -1,4 +1,4 @@
-"""Non-LLM rankers to compare against: random, popularity, item co-occurrence.
+"""Non-LLM rankers to compare against: random, popularity, item co-occurrence, a feature.
 
 They set the floor any learned ranker has to clear, and they cost microseconds, so they
 also anchor the latency column. Each implements :class:`spdrank.ranking.Ranker`: ``fit``
@@ -8,6 +8,14 @@ works; nothing holds all slates), and ``rank`` returns a full permutation, alway
 Only training slates feed the statistics: an evaluation slate's clicked item is never
 counted, so an item that is popular only among evaluation targets earns no credit.
 
+:class:`FeatureRanker` (``feature:NAME``) learns nothing: it orders by a number the upstream
+system wrote into each candidate, e.g. the lexical retriever's ``title_similarity`` of the
+Beauty builder (also registered under that name), which makes it a lexical baseline and a
+cheap, deterministic teacher whose ties are real ties.
+
+A ranker whose ``ranks_by_scores`` is true orders by ``Ranking.scores`` alone, equal scores
+kept in candidate order: its equal scores are ties, which a teacher run records as such.
+
 The statistics also feed models as upstream features (:mod:`spdrank.datasets.interaction_features`),
 which is why the count-based rankers can fit on plain interaction sequences and score a slate
 as if one fitted sequence had been left out.
@@ -16,12 +24,18 @@ as if one fitted sequence had been left out.
 from __future__ import annotations
 
 import hashlib
+import math
 import random
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from functools import partial
 
+from spdrank.datasets.title_similarity import TITLE_SIMILARITY
 from spdrank.ranking import Ranker, Ranking
-from spdrank.slates import Slate
+from spdrank.slates import Slate, SlateError
+
+#: ``feature:NAME`` names the :class:`FeatureRanker` of feature ``NAME``.
+FEATURE_PREFIX = "feature:"
 
 
 def _sequence(slate: Slate) -> list[str]:
@@ -68,6 +82,7 @@ class PopularityRanker:
     """
 
     needs_train = True
+    ranks_by_scores = True
 
     def __init__(self, name: str = "popularity") -> None:
         self.name = name
@@ -121,6 +136,8 @@ class CooccurrenceRanker:
     """
 
     needs_train = True
+    #: Its score ties are ordered by popularity, so equal scores are not ties of its ranking.
+    ranks_by_scores = False
 
     def __init__(
         self,
@@ -204,20 +221,97 @@ class CooccurrenceRanker:
         return Ranking(docids=[docids[i] for i in order], scores=[scores[i] for i in order])
 
 
-#: Baselines by the name the CLI uses (``spdrank eval --ranker NAME``).
+class FeatureRanker:
+    """Candidates by one feature the slate carries (``Candidate.feature``), highest first.
+
+    Nothing to fit: the upstream system computed the values. ``Ranking.scores`` are the
+    values, best first; equal values (a lexical score is 0.0 for most candidates) keep the
+    slate's candidate order, so the output is deterministic and its ties visible in the
+    scores. A candidate without the feature is an error naming the slate, the candidate and
+    the feature: ranking it by a made-up default would hide a file built without it.
+    """
+
+    needs_train = False
+    ranks_by_scores = True
+
+    def __init__(self, feature: str, name: str | None = None) -> None:
+        if not feature:
+            raise ValueError("a feature ranker needs a feature name (feature:NAME)")
+        self.feature = feature
+        self.name = name or f"{FEATURE_PREFIX}{feature}"
+
+    def fit(self, train: Iterable[Slate]) -> None:
+        """Nothing to learn: every slate carries its own values."""
+
+    def scores(self, slate: Slate) -> list[float]:
+        """The feature's value of each candidate, in candidate order."""
+        out: list[float] = []
+        for i, cand in enumerate(slate.candidates):
+            value = cand.feature(self.feature)
+            if value is None:
+                have = sorted(cand.features or ())
+                raise SlateError(
+                    f"{self.name}: slate {slate.query.qid!r}: candidates[{i}] (docid "
+                    f"{cand.docid!r}) has no feature {self.feature!r} to rank by; it has "
+                    f"{', '.join(have) or 'none'}"
+                )
+            if not math.isfinite(value):  # only the 'score' field can get here unchecked
+                raise SlateError(
+                    f"{self.name}: slate {slate.query.qid!r}: candidates[{i}] (docid "
+                    f"{cand.docid!r}) has a non-finite {self.feature!r}: {value}"
+                )
+            out.append(value)
+        return out
+
+    def rank(self, slate: Slate) -> Ranking:
+        docids = slate.docids
+        scores = self.scores(slate)
+        order = _sorted_by([(s,) for s in scores])
+        return Ranking(docids=[docids[i] for i in order], scores=[scores[i] for i in order])
+
+
+#: Baselines by the name the CLI uses (``spdrank eval --ranker NAME``); with no ``--ranker``,
+#: eval runs all of these (they need nothing but the slates' ids and histories).
 BASELINES: dict[str, Callable[..., Ranker]] = {
     "random": RandomRanker,
     "popularity": PopularityRanker,
     "cooccurrence": CooccurrenceRanker,
 }
 
+#: Named feature baselines: alias -> the feature it ranks by (as ``feature:NAME`` would).
+FEATURE_BASELINES: dict[str, str] = {
+    "title_similarity": TITLE_SIMILARITY,
+}
 
-def make_baseline(name: str, **kwargs: object) -> Ranker:
-    """Build a baseline by registry name; keyword arguments go to its constructor."""
+
+def baseline_names() -> list[str]:
+    """Every registered name, for help texts and messages (``feature:NAME`` besides)."""
+    return sorted([*BASELINES, *FEATURE_BASELINES])
+
+
+def baseline_factory(name: str) -> Callable[..., Ranker]:
+    """The constructor behind a baseline name; ``ValueError`` naming the choices if unknown.
+
+    A registry name, an alias of :data:`FEATURE_BASELINES`, or ``feature:NAME`` for any
+    feature the slates carry.
+    """
+    if name.startswith(FEATURE_PREFIX):
+        feature = name[len(FEATURE_PREFIX) :]
+        if not feature:
+            raise ValueError(f"baseline {name!r} names no feature: use feature:NAME")
+        return partial(FeatureRanker, feature)
+    if name in FEATURE_BASELINES:
+        return partial(FeatureRanker, FEATURE_BASELINES[name], name=name)
     try:
-        factory = BASELINES[name]
+        return BASELINES[name]
     except KeyError:
         raise ValueError(
-            f"unknown baseline {name!r}; choose from {', '.join(sorted(BASELINES))}"
+            f"unknown baseline {name!r}; choose from {', '.join(baseline_names())}, "
+            f"or {FEATURE_PREFIX}NAME to rank by a candidate feature"
         ) from None
-    return factory(**kwargs)
+
+
+def make_baseline(name: str, **kwargs: object) -> Ranker:
+    """Build a baseline by name (see :func:`baseline_factory`); keyword arguments go to its
+    constructor."""
+    return baseline_factory(name)(**kwargs)

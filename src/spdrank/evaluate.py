@@ -23,7 +23,14 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from spdrank.metrics import MetricSummary, SlateMetrics, aggregate, metric_names, slate_metrics
+from spdrank.metrics import (
+    TEACHER_METRICS,
+    MetricSummary,
+    SlateMetrics,
+    aggregate,
+    metric_names,
+    slate_metrics,
+)
 from spdrank.ranking import Ranker, Ranking
 from spdrank.slates import Slate, atomic_writer
 
@@ -191,7 +198,9 @@ def evaluate(
                 for _ in range(warmup):
                     ranker.rank(slate)
             out, latency_ms = _timed_rank(ranker, slate)
-            sm = slate_metrics(list(out.docids), docids, slate.clicked, slate.teacher, ks)
+            sm = slate_metrics(
+                list(out.docids), docids, slate.clicked, slate.teacher, ks, slate.teacher_scores
+            )
             res.records.append(
                 SlateRecord(
                     index=index,
@@ -231,13 +240,14 @@ def _timed_rank(ranker: Ranker, slate: Slate) -> tuple[Ranking, float]:
 def format_table(results: Results) -> str:
     """A fixed-width table a person can read: one row per ranker, means over slates.
 
-    Teacher columns (``tau``, ``top1``) appear only when some slate has a teacher ranking.
-    A footer says over how many slates the click and teacher metrics were averaged when that
-    differs from the number of slates.
+    Teacher columns (:data:`~spdrank.metrics.TEACHER_METRICS`) appear only when some slate
+    has a teacher ranking. A footer says over how many slates the click and teacher metrics
+    were averaged when that differs from the number of slates; tau has its own count, since
+    a slate whose teacher scored every candidate alike orders no pair.
     """
     names = metric_names(results.ks)
     if not results.n_with_teacher:
-        names = [m for m in names if m not in ("tau", "top1")]
+        names = [m for m in names if m not in TEACHER_METRICS]
     width = max([6, *(len(r.name) for r in results.rankers)])
     head = (
         f"{'ranker':<{width}} {'n':>6} {'valid%':>6} "
@@ -259,12 +269,25 @@ def format_table(results: Results) -> str:
             + f" {_num(d['decode_passes_mean'], 6, 2)} {_num(lat['median'], 9, 3)}"
             f" {_num(lat['p95'], 9, 3)}"
         )
-        for group, ms in (("click", names[0]), ("teacher", "tau")):
-            n_m = d["metrics"].get(ms, {}).get("n")
-            if ms in names and n_m is not None and n_m != r.n:
-                notes.append(f"{r.name}: {group} metrics over {n_m} of {r.n} slates")
+        notes.extend(_count_notes(r.name, r.n, d["metrics"], names))
     lines.extend(notes)
     return "\n".join(lines)
+
+
+def _count_notes(
+    name: str, n: int, metrics: dict[str, dict[str, Any]], shown: Sequence[str]
+) -> list[str]:
+    """Footer lines for the metric groups averaged over fewer than all ``n`` slates."""
+    tau, top1 = TEACHER_METRICS[:2]
+    groups = [("click metrics", shown[0]), ("teacher metrics", top1)]
+    if metrics.get(tau, {}).get("n") != metrics.get(top1, {}).get("n"):
+        groups.append(("tau", tau))  # a teacher that ties every candidate orders no pair
+    notes = []
+    for group, metric in groups:
+        n_m = metrics.get(metric, {}).get("n")
+        if metric in shown and n_m is not None and n_m != n:
+            notes.append(f"{name}: {group} over {n_m} of {n} slates")
+    return notes
 
 
 def _num(v: float | None, width: int, digits: int) -> str:

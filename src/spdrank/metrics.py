@@ -12,8 +12,14 @@ Undefined values are ``None``, never a made-up number, and aggregation skips the
   (trivially: NDCG = MRR = 1), but :func:`slate_metrics` drops *all* click metrics for such
   a slate, because no ranking can do better or worse on it and because every click metric
   should average over the same slates;
-- :func:`kendall_tau` returns ``None`` for fewer than two items, :func:`top1_agreement`
-  for an empty ranking.
+- :func:`kendall_tau` returns ``None`` when the reference orders no pair (fewer than two
+  items, or all of them tied), :func:`top1_agreement` and :func:`topk_overlap` for an empty
+  ranking.
+
+Agreement with a reference takes the reference's scores when it has them (a teacher that
+ranks by a score gives many candidates the same one): tied items are not an order to imitate,
+so only the pairs the reference orders strictly count, and a tie at the top or at the k-th
+place counts every tied item as the reference's choice.
 
 Clicked ids that a ranking does not contain are treated as ranked below everything (a miss),
 which is what a truncated top-k list means.
@@ -22,13 +28,21 @@ which is what a truncated top-k list means.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import pairwise
+
+#: The k of the teacher overlap metric ``top{k}`` (:func:`topk_overlap`).
+OVERLAP_K = 10
+
+#: The metrics against the teacher (fidelity), in table order; the rest are click metrics.
+TEACHER_METRICS: tuple[str, ...] = ("tau", "top1", f"top{OVERLAP_K}")
 
 
 def metric_names(ks: Sequence[int] = (1, 10)) -> list[str]:
     """The names :func:`slate_metrics` fills, in table order: click metrics, then teacher."""
-    return ["AUC", *(f"R@{k}" for k in ks), *(f"NDCG@{k}" for k in ks), "MRR", "tau", "top1"]
+    return ["AUC", *(f"R@{k}" for k in ks), *(f"NDCG@{k}" for k in ks), "MRR", *TEACHER_METRICS]
 
 
 # -- validity -------------------------------------------------------------------------------
@@ -162,28 +176,65 @@ def mrr(ranking: Sequence[str], clicked: Collection[str]) -> float | None:
 # -- agreement with a reference ranking -----------------------------------------------------
 
 
-def kendall_tau(ranking: Sequence[str], reference: Sequence[str]) -> float | None:
-    """Kendall's tau-a between two orderings of the same items: 1 same, -1 reversed.
+def kendall_tau(
+    ranking: Sequence[str],
+    reference: Sequence[str],
+    reference_scores: Sequence[float] | None = None,
+) -> float | None:
+    """Kendall's tau between a ranking and a reference over the same items: 1 same, -1 reversed.
 
-    Raises ``ValueError`` if the two hold different items or repeat one (a tau between
-    different sets means nothing). ``None`` for fewer than two items.
+    Without ``reference_scores`` every pair is ordered by the reference (tau-a). With them
+    (aligned with ``reference``, non-increasing), a pair the reference scores equally is a
+    tie, not an order to imitate, and is left out: tau is (concordant - discordant) over the
+    pairs with different reference scores. ``None`` when the reference orders no pair (fewer
+    than two items, or all tied). Raises ``ValueError`` if the two hold different items or
+    repeat one (a tau between different sets means nothing), or for unusable scores.
     """
     if len(set(reference)) != len(reference) or len(set(ranking)) != len(ranking):
         raise ValueError("kendall_tau: a ranking repeats an item")
     if set(ranking) != set(reference):
         extra = sorted(set(ranking) ^ set(reference))[:5]
         raise ValueError(f"kendall_tau: the rankings hold different items, e.g. {extra}")
-    n = len(ranking)
-    if n < 2:
+    group = tie_groups(reference, reference_scores)
+    n = len(reference)
+    sizes = Counter(group.values())
+    ordered = n * (n - 1) // 2 - sum(t * (t - 1) // 2 for t in sizes.values())
+    if ordered == 0:
         return None
-    where = {d: i for i, d in enumerate(reference)}
-    discordant = _count_inversions([where[d] for d in ranking])
-    pairs = n * (n - 1) // 2
-    return (pairs - 2 * discordant) / pairs
+    discordant = _count_inversions([group[d] for d in ranking])
+    return (ordered - 2 * discordant) / ordered
+
+
+def tie_groups(
+    reference: Sequence[str], reference_scores: Sequence[float] | None = None
+) -> dict[str, int]:
+    """Each item's tie group in the reference: 0 for the best, counting up.
+
+    Without scores every item is its own group (its position). With them, consecutive items
+    with equal scores share a group; the scores must be finite, one per item and
+    non-increasing, else the order and the scores would disagree (``ValueError``).
+    """
+    if reference_scores is None:
+        return {d: i for i, d in enumerate(reference)}
+    scores = [float(s) for s in reference_scores]
+    if len(scores) != len(reference):
+        raise ValueError(f"{len(scores)} reference scores for {len(reference)} items")
+    if not all(math.isfinite(s) for s in scores):
+        raise ValueError("reference scores must be finite")
+    if any(b > a for a, b in pairwise(scores)):
+        raise ValueError("reference scores must be non-increasing along the reference")
+    out: dict[str, int] = {}
+    current = 0
+    for i, (d, s) in enumerate(zip(reference, scores)):
+        if i and s != scores[i - 1]:
+            current += 1
+        out[d] = current
+    return out
 
 
 def _count_inversions(seq: list[int]) -> int:
-    """Pairs i < j with seq[i] > seq[j], by merge sort (O(n log n))."""
+    """Pairs i < j with seq[i] > seq[j] strictly (equal values are no inversion), by merge
+    sort (O(n log n))."""
     if len(seq) < 2:
         return 0
     mid = len(seq) // 2
@@ -199,11 +250,45 @@ def _count_inversions(seq: list[int]) -> int:
     return inv
 
 
-def top1_agreement(ranking: Sequence[str], reference: Sequence[str]) -> float | None:
-    """1.0 if both put the same item first, else 0.0; ``None`` if either is empty."""
+def top1_agreement(
+    ranking: Sequence[str],
+    reference: Sequence[str],
+    reference_scores: Sequence[float] | None = None,
+) -> float | None:
+    """1.0 if the ranking's first item is the reference's first, else 0.0.
+
+    With ``reference_scores`` any item of the reference's top-scored tie group counts as its
+    first. ``None`` if either is empty.
+    """
     if not ranking or not reference:
         return None
-    return 1.0 if ranking[0] == reference[0] else 0.0
+    group = tie_groups(reference, reference_scores)
+    return 1.0 if group.get(ranking[0]) == 0 else 0.0
+
+
+def topk_overlap(
+    ranking: Sequence[str],
+    reference: Sequence[str],
+    k: int,
+    reference_scores: Sequence[float] | None = None,
+) -> float | None:
+    """|ranking[:k] ∩ the reference's top k| / k: how much of the reference's head is kept.
+
+    With ``reference_scores`` the reference's top k is every item scoring at least its k-th
+    best score, so which of the items tied at the boundary a ranking keeps cannot cost it;
+    the value still cannot pass 1, as ``ranking[:k]`` holds at most k items. ``k`` is cut to
+    the reference's length (a slate of fewer than k items is kept whole by any ranking).
+    ``None`` if either is empty.
+    """
+    if k < 1:
+        raise ValueError(f"topk_overlap: k must be at least 1, got {k}")
+    if not ranking or not reference:
+        return None
+    k = min(k, len(reference))
+    group = tie_groups(reference, reference_scores)
+    last = group[reference[k - 1]]
+    head = {d for d, g in group.items() if g <= last}
+    return sum(1 for d in ranking[:k] if d in head) / k
 
 
 # -- per slate and aggregated ---------------------------------------------------------------
@@ -227,12 +312,14 @@ def slate_metrics(
     clicked: Collection[str] | None = None,
     teacher: Sequence[str] | None = None,
     ks: Sequence[int] = (1, 10),
+    teacher_scores: Sequence[float] | None = None,
 ) -> SlateMetrics:
     """All metrics of one ranker output on one slate.
 
     Click metrics are ``None`` when the slate has no clicks or every candidate is clicked
     (nothing a ranking can get right or wrong there); teacher metrics are ``None`` without
-    a teacher ranking.
+    a teacher ranking. ``teacher_scores`` (aligned with ``teacher``) make the teacher metrics
+    count the teacher's ties as ties (see :func:`kendall_tau`).
     """
     valid = is_valid_permutation(ranking, docids)
     ranked = list(ranking) if valid else repair_ranking(ranking, docids)
@@ -245,9 +332,22 @@ def slate_metrics(
     for k in ks:
         values[f"NDCG@{k}"] = ndcg_at_k(ranked, pos, k) if informative else None
     values["MRR"] = mrr(ranked, pos) if informative else None
-    values["tau"] = kendall_tau(ranked, teacher) if teacher else None
-    values["top1"] = top1_agreement(ranked, teacher) if teacher else None
+    values.update(_teacher_metrics(ranked, teacher, teacher_scores))
     return SlateMetrics(valid=valid, values=values)
+
+
+def _teacher_metrics(
+    ranked: Sequence[str], teacher: Sequence[str] | None, scores: Sequence[float] | None
+) -> dict[str, float | None]:
+    """The :data:`TEACHER_METRICS` of a repaired ranking; all ``None`` without a teacher."""
+    if not teacher:
+        return dict.fromkeys(TEACHER_METRICS)
+    tau, top1, overlap = TEACHER_METRICS
+    return {
+        tau: kendall_tau(ranked, teacher, scores),
+        top1: top1_agreement(ranked, teacher, scores),
+        overlap: topk_overlap(ranked, teacher, OVERLAP_K, scores),
+    }
 
 
 @dataclass

@@ -2,7 +2,9 @@
 
 The format follows castorini/rank_llm's request (``query`` + ``candidates`` with ``docid``,
 ``doc`` and ``score``) so its retrieve results feed in directly, plus optional labels:
-``clicked`` (ground-truth positives) and ``teacher`` (a full ranking, best first).
+``clicked`` (ground-truth positives) and ``teacher`` (a full ranking, best first), with
+``teacher_scores`` when the teacher ranked by a score (aligned with ``teacher``, so equal
+scores say which candidates the teacher left tied).
 A candidate may also carry ``features``: numbers from the upstream system (a retriever score,
 the item's popularity) that a model trained with ``--features`` reads next to the text.
 Extra fields are kept as they are, so a round trip through spdrank loses nothing.
@@ -34,6 +36,9 @@ TEXT_FIELDS: tuple[str, ...] = ("title", "text", "contents")
 
 #: The feature name that reads a candidate's own ``score`` field.
 SCORE_FEATURE = "score"
+
+#: A slate's own fields; any other top-level key is kept in ``Slate.extra``.
+_SLATE_FIELDS = ("query", "candidates", "clicked", "teacher", "teacher_scores")
 
 
 class SlateError(ValueError):
@@ -88,6 +93,9 @@ class Slate:
     clicked: list[str] | None = None
     teacher: list[str] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    #: The teacher's score of each item of ``teacher`` (non-increasing), when it ranked by one:
+    #: candidates with equal scores are ties, which fidelity metrics do not count as an order.
+    teacher_scores: list[float] | None = None
 
     @property
     def docids(self) -> list[str]:
@@ -124,8 +132,16 @@ class Slate:
                     f"missing {missing[:5]}{' ...' if len(missing) > 5 else ''}",
                     where,
                 )
-        extra = {k: v for k, v in data.items() if k not in ("query", "candidates", "clicked", "teacher")}
-        return cls(query=query, candidates=candidates, clicked=clicked, teacher=teacher, extra=extra)
+        teacher_scores = _parse_teacher_scores(data.get("teacher_scores"), teacher, where)
+        extra = {k: v for k, v in data.items() if k not in _SLATE_FIELDS}
+        return cls(
+            query=query,
+            candidates=candidates,
+            clicked=clicked,
+            teacher=teacher,
+            extra=extra,
+            teacher_scores=teacher_scores,
+        )
 
     def to_dict(self) -> dict[str, Any]:
         query: dict[str, Any] = {"qid": self.query.qid, "text": self.query.text}
@@ -140,6 +156,8 @@ class Slate:
             out["clicked"] = list(self.clicked)
         if self.teacher is not None:
             out["teacher"] = list(self.teacher)
+        if self.teacher_scores is not None:
+            out["teacher_scores"] = list(self.teacher_scores)
         out.update(self.extra)
         return out
 
@@ -258,6 +276,52 @@ def _parse_candidates(raw: Any, where: str | None, text_fields: tuple[str, ...])
             Candidate(docid=docid, doc=doc, score=float(score), features=features, extra=extra)
         )
     return out
+
+
+def check_teacher_scores(
+    raw: Any,
+    teacher: list[str] | None,
+    where: str | None = None,
+    names: tuple[str, str] = ("teacher_scores", "teacher"),
+) -> list[float]:
+    """Validate scores of a teacher ranking; raises :class:`SlateError` naming the problem.
+
+    They must be finite numbers, one per item of ``teacher``, and non-increasing along it:
+    scores that disagreed with the ranking would make its ties (equal scores) meaningless.
+    ``names``: the fields of the scores and of the ranking, as the messages call them.
+    """
+    field_name, ranking_name = names
+    if teacher is None:
+        raise SlateError(f"{field_name!r} needs a {ranking_name!r} ranking to align with", where)
+    if not isinstance(raw, list):
+        raise SlateError(
+            f"{field_name!r} must be a list of numbers, got {type(raw).__name__}", where
+        )
+    if len(raw) != len(teacher):
+        raise SlateError(
+            f"{field_name!r} has {len(raw)} scores for the {len(teacher)} items of "
+            f"{ranking_name!r}",
+            where,
+        )
+    for i, value in enumerate(raw):
+        label = f"{field_name}[{i}] (docid {teacher[i]!r})"
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            raise SlateError(f"{label} must be a number, got {type(value).__name__}", where)
+        if not math.isfinite(value):
+            raise SlateError(f"{label} must be finite, got {value}", where)
+        if i and value > raw[i - 1]:
+            raise SlateError(
+                f"{field_name!r} must be non-increasing along {ranking_name!r}: {label} = "
+                f"{value} is above the {raw[i - 1]} before it",
+                where,
+            )
+    return [float(v) for v in raw]
+
+
+def _parse_teacher_scores(
+    raw: Any, teacher: list[str] | None, where: str | None
+) -> list[float] | None:
+    return None if raw is None else check_teacher_scores(raw, teacher, where)
 
 
 def _parse_id_list(raw: Any, name: str, docids: set[str], where: str | None) -> list[str] | None:

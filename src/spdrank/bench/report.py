@@ -24,7 +24,7 @@ from spdrank import __version__
 from spdrank.bench import plots
 from spdrank.bench.latency import STAGES, LatencyRow
 from spdrank.evaluate import Results, format_table
-from spdrank.metrics import metric_names
+from spdrank.metrics import TEACHER_METRICS, metric_names
 from spdrank.paired import METHOD, PairedComparison, PairedDifference
 from spdrank.slates import atomic_writer
 
@@ -86,8 +86,8 @@ def _row(cells: Sequence[str]) -> str:
 def table_metrics(results: Results) -> tuple[list[str], list[str]]:
     """The metrics a report shows: quality (vs clicks), and fidelity (vs a teacher) if any."""
     names = metric_names(results.ks)
-    quality = [m for m in names if m not in ("tau", "top1")]
-    fidelity = ["tau", "top1"] if results.n_with_teacher else []
+    quality = [m for m in names if m not in TEACHER_METRICS]
+    fidelity = list(TEACHER_METRICS) if results.n_with_teacher else []
     return quality, fidelity
 
 
@@ -150,12 +150,17 @@ def paired_table(paired: PairedComparison) -> str:
 
     An interval that excludes zero is in bold. ``slates``: how many slates were paired. Every
     click metric is defined on the same slates (those with an informative click), so one count
-    covers them; the teacher metrics have their own.
+    covers them; the teacher metrics have their own, and tau one of its own again (a slate
+    whose teacher scored every candidate alike orders no pair).
     """
-    click = [m for m in paired.metrics if m not in ("tau", "top1")]
-    teacher = [m for m in paired.metrics if m in ("tau", "top1")]
-    counts = [(label, group[0]) for label, group in
-              (("slates", click), ("slates (tau, top1)", teacher)) if group]
+    tau = TEACHER_METRICS[0]
+    click = [m for m in paired.metrics if m not in TEACHER_METRICS]
+    ties = [m for m in paired.metrics if m == tau]
+    teacher = [m for m in paired.metrics if m in TEACHER_METRICS and m != tau]
+    groups = (
+        ("slates", click), (f"slates ({tau})", ties), (f"slates ({', '.join(teacher)})", teacher)
+    )
+    counts = [(label, group[0]) for label, group in groups if group]
     head = ["ranker", *(label for label, _ in counts), *paired.metrics]
     lines = [_row(head), _row(["---"] * len(head))]
     for name, diffs in paired.rows.items():
@@ -240,9 +245,11 @@ def write_report(
         "Latency is per slate, batch size 1, the wall time of one `rank()` call; a replayed "
         "teacher's is the one recorded when it ran. Speed-up vs T: T's median latency over the "
         "row's, both from this table. Passes: sequential forward passes to decode the ranking. "
-        "Quality is measured against the clicks; tau and top1 against the slates' teacher "
-        "field. Rows `MODEL:DECODER` are one checkpoint under each decoder: they share one "
-        "forward pass per slate, and each reports that forward plus its own decode."
+        "Quality is measured against the clicks; tau, top1 and top10 (overlap of the top 10) "
+        "against the slates' teacher field, counting candidates the teacher scored alike "
+        "(`teacher_scores`) as ties. Rows `MODEL:DECODER` are one checkpoint under each "
+        "decoder: they share one forward pass per slate, and each reports that forward plus its "
+        "own decode."
     )
     lines += ["", f"![quality vs latency]({QUALITY_PLOT})", ""]
     if unplotted:

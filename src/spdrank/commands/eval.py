@@ -1,11 +1,14 @@
 """``spdrank eval``: run rankers over the same slates and print one results table.
 
     spdrank eval --slates eval.jsonl [--train train.jsonl] --ranker random --ranker popularity \\
-        --ranker cooccurrence [--limit N] [--json out.json] [--per-slate rows.jsonl]
+        --ranker cooccurrence --ranker title_similarity [--limit N] [--json out.json] \\
+        [--per-slate rows.jsonl]
 
 Rankers that learn statistics (popularity, co-occurrence) are fitted on ``--train``, which
-defaults to ``train.jsonl`` (or ``train.jsonl.gz``) beside the ``--slates`` file. No torch
-is imported here: model-backed rankers are built inside :func:`build_rankers` on demand.
+defaults to ``train.jsonl`` (or ``train.jsonl.gz``) beside the ``--slates`` file; a feature
+ranker (``title_similarity``, ``feature:NAME``) reads the slates' own features and needs no
+training file. No torch is imported here: model-backed rankers are built inside
+:func:`build_rankers` on demand.
 """
 
 from __future__ import annotations
@@ -18,7 +21,13 @@ from itertools import islice
 from pathlib import Path
 from typing import Any
 
-from spdrank.baselines import BASELINES, make_baseline
+from spdrank.baselines import (
+    BASELINES,
+    FEATURE_PREFIX,
+    baseline_factory,
+    baseline_names,
+    make_baseline,
+)
 from spdrank.ranking import Ranker
 
 log = logging.getLogger(__name__)
@@ -53,8 +62,12 @@ def add_ranker_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--ranker",
         action="append",
-        choices=sorted(BASELINES),
-        help="a baseline to evaluate; repeat for several (default: all baselines)",
+        type=baseline_name,
+        metavar="NAME",
+        help=f"a baseline to evaluate: {', '.join(baseline_names())}, or {FEATURE_PREFIX}NAME "
+        "(rank by that candidate feature of the slates, e.g. feature:score); title_similarity "
+        "is feature:title_similarity (`spdrank data ... --features`); repeat for several "
+        f"(default: {', '.join(BASELINES)})",
     )
     p.add_argument("--limit", type=int, metavar="N", help="evaluate only the first N slates")
     p.add_argument("--seed", type=int, default=0, help="seed of the random ranker (default 0)")
@@ -86,6 +99,15 @@ def add_ranker_arguments(p: argparse.ArgumentParser) -> None:
         "(default: the checkpoint's own)",
     )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def baseline_name(text: str) -> str:
+    """``--ranker``'s type: a name :func:`spdrank.baselines.make_baseline` knows."""
+    try:
+        baseline_factory(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
 
 
 def default_train_path(slates: str | Path) -> Path:

@@ -7,9 +7,11 @@ flight when killed. A failed job (a request that kept failing) is an outcome wit
 set and is NOT recorded, so a rerun retries it.
 
 ``ranker:NAME`` makes any built-in baseline the teacher (a cheap, deterministic stand-in for
-an LLM, and a way to test the whole pipeline); ``file:PATH`` takes permutations computed
-elsewhere, as ``{qid, ranking: [docids]}`` lines (a label file works) or slates with
-``teacher`` filled.
+an LLM, and a way to test the whole pipeline); a ranker that orders by its scores alone
+(``ranks_by_scores``: popularity, ``title_similarity``, ``feature:NAME``) also hands over its
+scores, so the candidates it scored equally are recorded as ties rather than as an order.
+``file:PATH`` takes permutations computed elsewhere, as ``{qid, ranking: [docids]}`` lines (a
+label file works) or slates with ``teacher`` filled.
 """
 
 from __future__ import annotations
@@ -46,6 +48,9 @@ class Generation:
     latency_ms: float
     #: Ids already known (1-based, 0 = not a candidate): skips text parsing; non-text teachers.
     ids: list[int] | None = None
+    #: The teacher's score of each of ``ids`` (non-increasing), from a teacher that ranks by a
+    #: score alone: equal scores are ties. None for teachers without such scores (LLMs).
+    scores: list[float] | None = None
     #: Generation stopped at the token cap (the ranking is probably cut short).
     hit_max_tokens: bool = False
     #: The server that answered, for backends that spread slates over several.
@@ -87,7 +92,12 @@ def default_max_new_tokens(n: int, mode: str) -> int:
 
 
 class RankerBackend:
-    """Any :class:`~spdrank.ranking.Ranker` (fitted already) as the teacher; 0 decode passes."""
+    """Any :class:`~spdrank.ranking.Ranker` (fitted already) as the teacher; 0 decode passes.
+
+    The ranking's scores go along only when the ranker says its scores alone decide its order
+    (``ranks_by_scores``): the co-occurrence ranker breaks its score ties by popularity, so
+    its equal scores are not ties, and recording them as such would discard that order.
+    """
 
     needs_prompt = False
     tokenizer = None
@@ -105,7 +115,10 @@ class RankerBackend:
             t0 = time.perf_counter()
             ranking = self.ranker.rank(job.slate)
             latency = (time.perf_counter() - t0) * 1000.0
-            yield Outcome(job, _from_docids(job.slate, ranking.docids, latency, text=None))
+            generation = _from_docids(job.slate, ranking.docids, latency, text=None)
+            if getattr(self.ranker, "ranks_by_scores", False) and ranking.scores is not None:
+                generation.scores = [float(x) for x in ranking.scores]
+            yield Outcome(job, generation)
 
     def close(self) -> None:
         """Nothing held."""

@@ -12,7 +12,10 @@ An exclusive ``flock`` on the file stops two runs from appending to the same lab
 A record: ``qid``, ``status``, ``issues``, ``n``, ``raw`` (the answer text), ``parsed``
 (1-based ids as read), ``ranking`` (the repaired permutation as docids, best first),
 ``decode_passes``, ``latency_ms``, ``hit_max_tokens``, ``backend``, ``mode``; ``server``
-(the URL that answered) when the backend spreads slates over servers.
+(the URL that answered) when the backend spreads slates over servers; ``scores`` (aligned with
+``ranking``, non-increasing) when the teacher ranks by a score alone, so that its equal scores
+reach the labelled slates as ties (``teacher_scores``). Records without ``scores`` (LLM
+teachers, older files) are read as before.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from spdrank.slates import Slate, SlateError, iter_json_lines
+from spdrank.slates import Slate, SlateError, check_teacher_scores, iter_json_lines
 from spdrank.teacher.backends import Generation
 from spdrank.teacher.parse import judge_ids, parse_response
 
@@ -51,6 +54,11 @@ class Label:
     def ranking(self) -> list[str]:
         return self.record["ranking"]
 
+    @property
+    def scores(self) -> list[float] | None:
+        """The teacher's scores aligned with :attr:`ranking`, when it ranked by a score."""
+        return self.record.get("scores")
+
 
 def make_record(slate: Slate, generation: Generation, backend: str, mode: str) -> dict[str, Any]:
     """Judge and repair ``generation`` for ``slate``: the record the label file stores.
@@ -64,6 +72,8 @@ def make_record(slate: Slate, generation: Generation, backend: str, mode: str) -
     else:
         parsed = parse_response(generation.text, n, mode)
     docids = slate.docids
+    ranking = [docids[i] for i in parsed.permutation]
+    scores = _ranking_scores(slate, generation, ranking)
     return {
         "qid": slate.query.qid,
         "status": parsed.status,
@@ -71,7 +81,8 @@ def make_record(slate: Slate, generation: Generation, backend: str, mode: str) -
         "n": n,
         "raw": generation.text,
         "parsed": parsed.ids,
-        "ranking": [docids[i] for i in parsed.permutation],
+        "ranking": ranking,
+        **({"scores": scores} if scores is not None else {}),
         "decode_passes": generation.decode_passes,
         "latency_ms": round(generation.latency_ms, 3),
         "hit_max_tokens": generation.hit_max_tokens,
@@ -80,6 +91,33 @@ def make_record(slate: Slate, generation: Generation, backend: str, mode: str) -
         **({"server": generation.server} if generation.server is not None else {}),
         **generation.extra,
     }
+
+
+def _ranking_scores(
+    slate: Slate, generation: Generation, ranking: list[str]
+) -> list[float] | None:
+    """The generation's scores in the order of the (repaired) ``ranking``, if it has them.
+
+    None when it has none, or when the repair added candidates the teacher never scored:
+    a score made up for them would claim ties the teacher did not make.
+    """
+    if generation.scores is None or generation.ids is None:
+        return None
+    if len(generation.scores) != len(generation.ids):
+        raise LabelError(
+            f"qid {slate.query.qid!r}: the teacher gave {len(generation.scores)} scores for "
+            f"{len(generation.ids)} ranked ids"
+        )
+    docids = slate.docids
+    by_docid: dict[str, float] = {}
+    for i, score in zip(generation.ids, generation.scores):
+        if 1 <= i <= len(docids):
+            by_docid.setdefault(docids[i - 1], score)  # the repair keeps a first occurrence
+    if not all(d in by_docid for d in ranking):
+        return None
+    scores = [by_docid[d] for d in ranking]
+    check_teacher_scores(scores, ranking, f"qid {slate.query.qid!r}", ("scores", "ranking"))
+    return scores
 
 
 def read_labels(path: str | os.PathLike[str], repair: bool = False) -> dict[str, Label]:
@@ -129,6 +167,11 @@ def _check_record(data: Any, where: str) -> None:
     ranking = data.get("ranking")
     if not isinstance(ranking, list) or not all(isinstance(d, str) for d in ranking):
         raise LabelError("a label record needs 'ranking': a list of docids", where)
+    if data.get("scores") is not None:
+        try:
+            check_teacher_scores(data["scores"], ranking, names=("scores", "ranking"))
+        except SlateError as exc:
+            raise LabelError(str(exc), where) from None
 
 
 def check_ranking(label: Label, slate: Slate) -> list[str]:
@@ -141,6 +184,15 @@ def check_ranking(label: Label, slate: Slate) -> list[str]:
             label.where,
         )
     return list(ranking)
+
+
+def apply_label(label: Label, slate: Slate) -> Slate:
+    """Fill ``slate``'s ``teacher`` from the label (checked against its candidates), and its
+    ``teacher_scores`` from the label's scores, or None when the teacher gave none."""
+    slate.teacher = check_ranking(label, slate)
+    scores = label.scores
+    slate.teacher_scores = None if scores is None else [float(x) for x in scores]
+    return slate
 
 
 class LabelStore:

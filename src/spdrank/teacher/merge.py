@@ -2,11 +2,13 @@
 
 Shards are labelled independently (``--shard i/n`` on n machines), so merging must catch what
 independence allows: a qid labelled in two files with different rankings (two teachers, or
-labels made from different slates) is an error naming both ``file:line``; the same ranking
-twice is harmless and counted. Slates without any label are reported, and the merged files
-are written only when every slate has one (unless ``allow_missing``), so a merged file is
-never silently partial. A shard's torn last line (a killed run) is skipped, not repaired:
-merge never modifies its inputs.
+labels made from different slates), or with the same ranking but different scores, is an
+error naming both ``file:line``; the same label twice is harmless and counted (where only one
+copy has scores, that copy is kept). A label's scores go into the labelled slates as
+``teacher_scores``. Slates without any label are reported, and the merged files are written
+only when every slate has one (unless ``allow_missing``), so a merged file is never silently
+partial. A shard's torn last line (a killed run) is skipped, not repaired: merge never
+modifies its inputs.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from spdrank.slates import atomic_writer, dumps_slate
 from spdrank.teacher.labels import (
     Label,
     LabelError,
+    apply_label,
     check_ranking,
     read_labels,
     read_unique_slates,
@@ -57,13 +60,25 @@ def collect_labels(paths: Sequence[str | os.PathLike[str]], summary: MergeSummar
             seen = merged.get(qid)
             if seen is None:
                 merged[qid] = label
-            elif seen.ranking == label.ranking:
-                summary.duplicates += 1
-            else:
-                raise LabelError(
-                    f"qid {qid!r} has conflicting rankings here and at {seen.where}", label.where
-                )
+                continue
+            _check_same(seen, label)
+            summary.duplicates += 1
+            if seen.scores is None and label.scores is not None:
+                merged[qid] = label
     return merged
+
+
+def _check_same(seen: Label, label: Label) -> None:
+    """Two labels of one qid must agree on the ranking, and on the scores where both have them."""
+    qid = label.record["qid"]
+    if seen.ranking != label.ranking:
+        raise LabelError(
+            f"qid {qid!r} has conflicting rankings here and at {seen.where}", label.where
+        )
+    if seen.scores is not None and label.scores is not None and seen.scores != label.scores:
+        raise LabelError(
+            f"qid {qid!r} has conflicting scores here and at {seen.where}", label.where
+        )
 
 
 def merge_labels(
@@ -97,8 +112,7 @@ def merge_labels(
                 continue
             fh_labels.write(json.dumps(label.record, ensure_ascii=False, separators=(",", ":")))
             fh_labels.write("\n")
-            slate.teacher = list(label.ranking)
-            fh_slates.write(dumps_slate(slate))
+            fh_slates.write(dumps_slate(apply_label(label, slate)))
             fh_slates.write("\n")
     summary.written = True
     return summary

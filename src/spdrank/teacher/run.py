@@ -12,7 +12,7 @@ coordination (``spdrank teacher merge`` joins them); ``--limit N`` then keeps th
 those. Both are fixed by the file, so they select the same slates on every rerun.
 
 When every selected slate has a label, the selected slates are also written with ``teacher``
-filled (atomically), ready for training.
+filled (atomically), ready for training, and ``teacher_scores`` where the label has scores.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from typing import Any
 
 from spdrank.slates import Slate, write_slates
 from spdrank.teacher.backends import Backend, Job
-from spdrank.teacher.labels import LabelStore, check_ranking, make_record, read_unique_slates
+from spdrank.teacher.labels import LabelStore, apply_label, make_record, read_unique_slates
 from spdrank.teacher.parse import OK, STATUSES
 from spdrank.teacher.prompt import TeacherPromptSettings, build_messages
 
@@ -233,8 +233,7 @@ def _summarise(store: LabelStore, selected: list[str], summary: RunSummary) -> N
 
 def _labelled(options: RunOptions, store: LabelStore) -> Iterator[Slate]:
     for slate in select(options.slates, options.shard, options.limit):
-        slate.teacher = check_ranking(store.labels[slate.query.qid], slate)
-        yield slate
+        yield apply_label(store.labels[slate.query.qid], slate)
 
 
 def format_summary(summary: RunSummary) -> str:
