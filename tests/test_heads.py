@@ -3,7 +3,10 @@ import torch
 
 from spdrank.heads import HEADS, FirstHead, HeadConfig, build_head
 
-MATRIX_HEADS = sorted(k for k, cls in HEADS.items() if cls.matrix)
+#: Heads that read the candidates alone; the history head has its own tests below.
+MATRIX_HEADS = sorted(
+    k for k, cls in HEADS.items() if cls.matrix and not getattr(cls, "reads_history", False)
+)
 
 
 @pytest.mark.parametrize("kind", MATRIX_HEADS)
@@ -58,7 +61,7 @@ def test_scalar_head_gives_one_score_per_item_independent_of_padding():
 
 # -- upstream features -----------------------------------------------------------------------
 
-ALL_HEADS = sorted(HEADS)
+ALL_HEADS = sorted(k for k, cls in HEADS.items() if not getattr(cls, "reads_history", False))
 
 
 @pytest.mark.parametrize("kind", ALL_HEADS)
@@ -123,3 +126,66 @@ def test_checkpoints_from_before_features_still_load(kind, old_names):
     fresh.load_state_dict(old)  # strict: every key must be mapped
     h, mask = torch.randn(1, 4, 8), torch.ones(1, 4, dtype=torch.bool)
     torch.testing.assert_close(fresh(h, mask), trained(h, mask))
+
+
+# -- the history head ------------------------------------------------------------------------
+
+
+def _history_head(features: int = 0):
+    torch.manual_seed(0)
+    cfg = HeadConfig(kind="history", positions=12, width=16, heads=2, dropout=0.0)
+    return build_head(24, cfg, features).eval()
+
+
+def test_history_head_padding_of_items_and_history_cannot_leak():
+    head = _history_head(features=2)
+    h, f = torch.randn(1, 5, 24), torch.randn(1, 5, 2)
+    hist = torch.randn(1, 3, 24)
+    alone = head(h, torch.ones(1, 5, dtype=torch.bool), f, hist, torch.ones(1, 3, dtype=torch.bool))
+    assert alone.shape == (1, 5, 12)
+    hb, fb, histb = torch.randn(2, 8, 24) * 100, torch.randn(2, 8, 2) * 100, torch.randn(2, 6, 24) * 100
+    hb[0, :5], fb[0, :5], histb[0, :3] = h[0], f[0], hist[0]
+    mask = torch.ones(2, 8, dtype=torch.bool)
+    mask[0, 5:] = False
+    hmask = torch.ones(2, 6, dtype=torch.bool)
+    hmask[0, 3:] = False
+    padded = head(hb, mask, fb, histb, hmask)
+    torch.testing.assert_close(padded[0, :5], alone[0], rtol=1e-5, atol=1e-5)
+    assert (padded[0, 5:] == 0).all()
+
+
+def test_history_head_reads_the_history_and_is_equivariant_in_the_items():
+    head = _history_head()
+    h, hist = torch.randn(1, 6, 24), torch.randn(1, 4, 24)
+    mask, hmask = torch.ones(1, 6, dtype=torch.bool), torch.ones(1, 4, dtype=torch.bool)
+    m = head(h, mask, None, hist, hmask)
+    assert not torch.allclose(head(h, mask, None, torch.randn(1, 4, 24), hmask), m)
+    perm = torch.randperm(6)
+    torch.testing.assert_close(head(h[:, perm], mask, None, hist, hmask), m[:, perm], rtol=1e-5, atol=1e-5)
+    assert not torch.allclose(m[0, :, 0], m[0, :, 1])
+
+
+def test_history_head_matches_candidates_with_the_closest_history_item():
+    head = _history_head()
+    history = torch.randn(1, 3, 24)
+    cands = torch.cat([history[:, 1:2], torch.randn(1, 1, 24)], dim=1)  # a copy, a stranger
+    hmask = torch.tensor([[True, True, False]])  # the third history item is padding
+    stats = head.match(cands, history, hmask)
+    q = torch.nn.functional.normalize(head.match_query(cands), dim=-1)
+    k = torch.nn.functional.normalize(head.match_key(history), dim=-1)
+    sims = q @ k.transpose(1, 2)
+    torch.testing.assert_close(stats[0, :, 0], sims[0, :, :2].max(-1).values)
+    torch.testing.assert_close(stats[0, :, 1], sims[0, :, :2].mean(-1))
+    torch.testing.assert_close(stats[0, :, 2], sims[0, :, 1])  # the most recent real item
+
+
+def test_history_head_ranks_a_slate_without_history():
+    head = _history_head()
+    empty = torch.zeros(2, 1, 24)
+    out = head(torch.randn(2, 4, 24), torch.ones(2, 4, dtype=torch.bool), None, empty,
+               torch.zeros(2, 1, dtype=torch.bool))
+    assert torch.isfinite(out).all()
+    with pytest.raises(ValueError, match="needs a backbone"):
+        build_head(0, HeadConfig(kind="history"), 2)
+    with pytest.raises(ValueError, match="history items' states"):
+        head(torch.randn(1, 4, 24), torch.ones(1, 4, dtype=torch.bool))

@@ -1,3 +1,4 @@
+import dataclasses
 import json
 import random
 
@@ -158,3 +159,34 @@ def test_features_only_builds_saves_loads_and_ranks_without_the_backbone(
 def test_first_cannot_run_on_features_alone(slates):
     with pytest.raises(ValueError, match="FIRST scores candidates by the backbone's letter logits"):
         SPDRanker(feature_config("unused", "first", features_only=True), NoBackbone(), NoTokenizer())
+
+
+def test_mean_readout_pools_every_token_of_a_span():
+    from spdrank.backbone import pool_spans
+
+    hidden = torch.randn(2, 7, 3)
+    first = torch.tensor([[1, 4], [0, 6]])
+    last = torch.tensor([[3, 4], [5, 6]])
+    mean = pool_spans(hidden, first, last, "mean")
+    torch.testing.assert_close(mean[0, 0], hidden[0, 1:4].mean(0))
+    torch.testing.assert_close(mean[0, 1], hidden[0, 4])
+    torch.testing.assert_close(mean[1, 0], hidden[1, 0:6].mean(0))
+    torch.testing.assert_close(pool_spans(hidden, first, last, "last")[1, 0], hidden[1, 5])
+
+
+def test_history_head_model_round_trips_and_ranks(tmp_path, tiny_backbone, slates):
+    torch.manual_seed(0)
+    config = SPDConfig(
+        backbone=BackboneConfig(name_or_path=tiny_backbone, lora=None),
+        head=HeadConfig(kind="history", positions=16, width=32),
+        prompt=PromptSettings(readout="mean", history_items=True),
+    )
+    model = SPDRanker.build(config)
+    model.save_pretrained(tmp_path / "m")
+    loaded = SPDRanker.from_pretrained(tmp_path / "m")
+    for slate in slates[:3]:
+        assert sorted(loaded.rank(slate).docids) == sorted(slate.docids)
+        np.testing.assert_allclose(loaded.score_matrix(slate), model.eval().score_matrix(slate), atol=1e-5)
+    without = dataclasses.replace(config, prompt=PromptSettings(readout="mean"))
+    with pytest.raises(ValueError, match="history_items=True"):
+        SPDRanker.build(without)

@@ -71,3 +71,46 @@ def test_chat_template_wraps_prompt(tokenizer):
     plain = PromptBuilder(tokenizer, PromptSettings(use_chat_template=False))
     bare = tokenizer.decode(plain.encode("1. soap", ["gel"]).input_ids)
     assert "system" not in bare and "assistant" not in bare
+
+
+def test_candidate_spans_cover_exactly_their_tokens(tokenizer):
+    builder = PromptBuilder(tokenizer, PromptSettings(max_item_tokens=5))
+    texts = ["red lipstick matte finish long wear", "", "x"]
+    enc = builder.encode("1. a history line", texts)
+    for first, last, text in zip(enc.first, enc.readout, texts):
+        item = builder.item_tokens(text)
+        if item:
+            assert enc.input_ids[first : last + 1] == item
+        else:  # no tokens: the span is the marker's last token, like the readout
+            assert first == last
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_history_items_are_spanned_one_per_line_without_their_list_number(tokenizer, seed):
+    rng = random.Random(seed)
+    lines = [" ".join(rng.choices(WORDS, k=rng.randint(1, 8))) for _ in range(rng.randint(1, 6))]
+    query = "\n".join(f"{k}. {line}" for k, line in enumerate(lines, start=1))
+    settings = PromptSettings(max_item_tokens=4, history_items=True)
+    builder = PromptBuilder(tokenizer, settings)
+    enc = check(builder, tokenizer, query + "\n", ["cand one", HOSTILE[1]])
+    assert len(enc.history) == len(lines) and not enc.query_truncated
+    for (first, last), line in zip(enc.history, lines):
+        assert enc.input_ids[first : last + 1] == builder.item_tokens(line)
+    assert all(b[0] > a[1] for a, b in zip(enc.history, enc.history[1:]))
+    assert enc.history[-1][1] < enc.first[0]
+
+
+def test_history_budget_keeps_the_most_recent_whole_lines(tokenizer):
+    settings = PromptSettings(max_item_tokens=8, max_query_tokens=12, history_items=True)
+    builder = PromptBuilder(tokenizer, settings)
+    lines = ["1. oldest brush set", "2. middle shampoo bottle", "3. newest nail polish red"]
+    enc = builder.encode("\n".join(lines), ["c"])
+    assert enc.query_truncated and 1 <= len(enc.history) < 3
+    last_first, last_end = enc.history[-1]
+    assert enc.input_ids[last_first : last_end + 1] == builder.item_tokens("newest nail polish red")
+    assert builder.encode("", ["c"]).history == []
+
+
+def test_unknown_readout_is_refused():
+    with pytest.raises(ValueError, match="unknown readout 'max'"):
+        PromptSettings(readout="max")

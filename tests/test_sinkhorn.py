@@ -79,6 +79,23 @@ def test_targets():
         target_matrix(_slate(teacher=["a", "b", "c", "d"]), "clicks")
 
 
+def test_teacher_ties_share_their_block_of_positions():
+    s = _slate(teacher=["c", "a", "d", "b"], clicked=["d"])
+    s.teacher_scores = [0.9, 0.0, 0.0, 0.0]  # a, d and b tie behind c
+    t = target_matrix(s, "teacher")
+    np.testing.assert_allclose(t[2], [1, 0, 0, 0])  # c alone first
+    for row in (0, 1, 3):  # a, b, d: a third of positions 2-4 each
+        np.testing.assert_allclose(t[row], [0, 1 / 3, 1 / 3, 1 / 3])
+    tc = target_matrix(s, "teacher+clicks")  # d clicked: first; c, then the tie a, b
+    np.testing.assert_allclose(tc[3], [1, 0, 0, 0])
+    np.testing.assert_allclose(tc[2], [0, 1, 0, 0])
+    np.testing.assert_allclose(tc[0], [0, 0, 0.5, 0.5])
+    np.testing.assert_allclose(tc[1], [0, 0, 0.5, 0.5])
+    s.teacher_scores = [4.0, 3.0, 2.0, 1.0]  # no tie: the permutation itself
+    np.testing.assert_allclose(target_matrix(s, "teacher"), target_matrix(
+        _slate(teacher=["c", "a", "d", "b"]), "teacher"))
+
+
 def test_dcg_position_weights_make_an_error_at_the_top_cost_more():
     """Two predictions, each wrong on one swapped pair: at the top (positions 0, 1) or at the
     bottom (2, 3). Uniform weights charge both alike; DCG weights charge the top swap more."""

@@ -35,7 +35,7 @@ def cache_of(model, path, directory, **kw):
 
 def live_states(model: SPDRanker, slate) -> torch.Tensor:
     with torch.inference_mode():
-        return model.states(model.collate([model.encode(slate)]))[0]
+        return model.read(model.collate([model.encode(slate)]))[0][0]
 
 
 def snapshot(directory) -> dict[str, bytes]:
@@ -76,7 +76,7 @@ def test_an_interrupted_build_resumes_with_the_missing_shards_only(
     tmp_path, frozen, train_file, monkeypatch
 ):
     prefills = []
-    real = frozen.states
+    real = frozen.read
 
     def counted(batch, fail_at=None):
         prefills.append(len(batch.sizes))
@@ -84,7 +84,7 @@ def test_an_interrupted_build_resumes_with_the_missing_shards_only(
             raise KeyboardInterrupt
         return real(batch)
 
-    monkeypatch.setattr(frozen, "states", lambda batch: counted(batch, fail_at=3))
+    monkeypatch.setattr(frozen, "read", lambda batch: counted(batch, fail_at=3))
     with pytest.raises(KeyboardInterrupt):
         cache_of(frozen, train_file, tmp_path / "c")
     # The third shard failed: the first two are whole, and nothing half-written is left.
@@ -92,7 +92,7 @@ def test_an_interrupted_build_resumes_with_the_missing_shards_only(
         "key.json", shard_name(0), shard_name(1),
     ]
     prefills.clear()
-    monkeypatch.setattr(frozen, "states", counted)
+    monkeypatch.setattr(frozen, "read", counted)
     cache_of(frozen, train_file, tmp_path / "c")
     assert prefills == [2]  # slates 6 and 7, the last shard
     cache_of(frozen, train_file, tmp_path / "c")
@@ -120,7 +120,7 @@ def test_a_cache_made_with_other_settings_is_refused_naming_them(
     assert "storage (cached \"float32\", now \"float16\")" in refused(frozen, storage="float16")
     slates[3].candidates[0].doc["title"] = "a different title"
     write_slates(tmp_path / "edited.jsonl", slates)
-    assert "slates.sha256" in refused(frozen, tmp_path / "edited.jsonl")
+    assert "slates.texts" in refused(frozen, tmp_path / "edited.jsonl")
     with torch.no_grad():
         next(frozen.backbone.parameters())[0, 0] += 1.0
     message = refused(frozen)
@@ -143,3 +143,72 @@ def test_states_that_change_in_training_cannot_be_cached(tmp_path, tiny_backbone
     with pytest.raises(ValueError, match="only a frozen backbone's readout states"):
         cache_of(build(tiny_backbone, lora=True), train_file, tmp_path / "c")
     assert not (tmp_path / "c").exists()
+
+
+def test_the_same_texts_labelled_otherwise_read_the_same_cache(tmp_path, frozen, train_file, slates):
+    cache_of(frozen, train_file, tmp_path / "c")
+    before = snapshot(tmp_path / "c")
+    for slate in slates:
+        slate.teacher = list(reversed(slate.docids))
+        slate.candidates[0].features = {"new": 1.0}
+    write_slates(tmp_path / "labelled.jsonl", slates)
+    assert len(cache_of(frozen, tmp_path / "labelled.jsonl", tmp_path / "c")) == 8
+    assert snapshot(tmp_path / "c") == before
+
+
+def test_a_shorter_run_reads_a_whole_shard_prefix_of_a_larger_cache(
+    tmp_path, frozen, train_file, monkeypatch
+):
+    cache_of(frozen, train_file, tmp_path / "c")  # 8 slates in shards of 3
+    calls = []
+    monkeypatch.setattr(frozen, "read", lambda batch: calls.append(batch) or None)
+    kw = {"storage": "float32", "batch_size": 3, "shard_size": 3, "progress": False}
+    prefix = open_state_cache(tmp_path / "c", frozen, train_file, 6, **kw)
+    assert len(prefix) == 6 and not calls
+    assert torch.equal(prefix.slate_states(5), cache_of(frozen, train_file, tmp_path / "c").slate_states(5))
+    # 4 slates end inside a shard: no digest of that prefix was kept, so it is refused.
+    with pytest.raises(ValueError, match="slates.count"):
+        open_state_cache(tmp_path / "c", frozen, train_file, 4, **kw)
+
+
+def test_history_states_are_cached_with_the_candidates(tmp_path, tiny_backbone, train_file):
+    torch.manual_seed(0)
+    config = SPDConfig(
+        backbone=BackboneConfig(name_or_path=tiny_backbone, lora=None),
+        head=HeadConfig(kind="history", positions=16, width=32, dropout=0.0),
+        prompt=PromptSettings(max_item_tokens=8, readout="mean", history_items=True),
+    )
+    model = SPDRanker.build(config).eval()
+    cache = cache_of(model, train_file, tmp_path / "c")
+    slates = load_slates(train_file)
+    for i in (0, 7):
+        live = model.collate([model.encode(slates[i])])
+        with torch.inference_mode():
+            items, history = model.read(live)
+        assert torch.allclose(cache.slate_states(i), items[0], atol=1e-5)
+        assert torch.allclose(cache.slate_states(i, "history"), history[0], atol=1e-5)
+    batch = cache.batch([0, 7], [slates[0], slates[7]], model)
+    with torch.inference_mode():
+        cached = model(batch)
+        for row, i in enumerate((0, 7)):
+            alone = model(model.collate([model.encode(slates[i])]))[0]
+            n = len(slates[i])
+            assert torch.allclose(cached[row, :n], alone[:n], atol=1e-4)
+
+
+def test_a_cache_of_whole_shards_grows_by_the_slates_a_longer_run_adds(
+    tmp_path, frozen, train_file, monkeypatch
+):
+    kw = {"storage": "float32", "batch_size": 3, "shard_size": 3, "progress": False}
+    open_state_cache(tmp_path / "c", frozen, train_file, 6, **kw)
+    prefills = []
+    real = frozen.read
+    monkeypatch.setattr(frozen, "read", lambda batch: prefills.append(len(batch.sizes)) or real(batch))
+    grown = open_state_cache(tmp_path / "c", frozen, train_file, 8, **kw)
+    assert prefills == [2] and len(grown) == 8  # only slates 6 and 7
+    assert snapshot(tmp_path / "c") == snapshot(cache_of(frozen, train_file, tmp_path / "s").directory)
+    assert len(open_state_cache(tmp_path / "c", frozen, train_file, 6, **kw)) == 6
+    # A cache ending inside a shard cannot grow: its last shard would have to be rewritten.
+    open_state_cache(tmp_path / "part", frozen, train_file, 4, **kw)
+    with pytest.raises(ValueError, match="slates.count"):
+        open_state_cache(tmp_path / "part", frozen, train_file, 8, **kw)

@@ -308,13 +308,13 @@ def test_training_from_cache_learns_features_and_runs_no_prefill_once_cached(
     from spdrank import model as model_module
 
     prefills = []
-    real = model_module.readout_states
+    real = model_module.last_hidden
 
     def counted(*args):
         prefills.append(args[1].shape[0])
         return real(*args)
 
-    monkeypatch.setattr(model_module, "readout_states", counted)
+    monkeypatch.setattr(model_module, "last_hidden", counted)
     _, eval_file = signal_files
     cfg = functools.partial(
         config, tmp_path, tiny_backbone, target="clicks", frozen=True, features="signal",

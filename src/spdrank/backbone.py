@@ -215,20 +215,31 @@ def _last_hidden(model: nn.Module, input_ids: torch.Tensor, attention_mask: torc
     return decoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
 
 
-def readout_states(
-    model: nn.Module,
-    input_ids: torch.Tensor,
-    attention_mask: torch.Tensor,
-    readout: torch.Tensor,
-) -> torch.Tensor:
-    """One prefill; the last hidden state at each readout index.
+def last_hidden(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    """One prefill; the last kept layer's hidden states [B, T, D]."""
+    return _last_hidden(model, input_ids, attention_mask)
 
-    ``input_ids``/``attention_mask``: [B, T]; ``readout``: [B, N] token indices (padded items
-    may point anywhere valid, e.g. 0). Returns [B, N, D].
+
+def pool_spans(
+    hidden: torch.Tensor, first: torch.Tensor, last: torch.Tensor, how: str = "last"
+) -> torch.Tensor:
+    """One vector per token span: the state at ``last``, or the mean over ``first..last``.
+
+    ``hidden``: [B, T, D]; ``first``/``last``: [B, M] inclusive token indices (padded spans may
+    point anywhere valid, e.g. 0..0). Returns [B, M, D]. The mean is a difference of prefix
+    sums, so every span costs the same whatever its length.
     """
-    hidden = _last_hidden(model, input_ids, attention_mask)
-    index = readout.unsqueeze(-1).expand(-1, -1, hidden.size(-1))
-    return torch.gather(hidden, 1, index)
+    if how == "last":
+        return torch.gather(hidden, 1, last.unsqueeze(-1).expand(-1, -1, hidden.size(-1)))
+    if how != "mean":
+        raise ValueError(f"unknown readout {how!r}: use last or mean")
+    sums = torch.cumsum(hidden.float(), dim=1)
+    sums = torch.cat([sums.new_zeros(sums.size(0), 1, sums.size(2)), sums], dim=1)
+    d = hidden.size(-1)
+    upper = torch.gather(sums, 1, (last + 1).unsqueeze(-1).expand(-1, -1, d))
+    lower = torch.gather(sums, 1, first.unsqueeze(-1).expand(-1, -1, d))
+    count = (last - first + 1).clamp(min=1).unsqueeze(-1)
+    return ((upper - lower) / count).to(hidden.dtype)
 
 
 def last_token_logits(

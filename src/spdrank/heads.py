@@ -25,12 +25,14 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 
 @dataclass
 class HeadConfig:
-    kind: str = "attn"  # "linear" | "attn" | "slot" (SPD); "scalar" | "first" (peers)
+    #: "linear" | "attn" | "slot" | "history" (SPD); "scalar" | "first" (peers)
+    kind: str = "attn"
     #: Number of rank positions; must be >= the largest slate.
     positions: int = 64
     #: Width of the head's own layers (attn/slot), projected down from the backbone's D.
@@ -176,6 +178,82 @@ class SlotQueryHead(nn.Module):
         return (scores * self.scale).masked_fill(~mask.unsqueeze(-1), 0.0)
 
 
+class HistoryAttentionHead(nn.Module):
+    """The attention head, also reading the states of the user's history items.
+
+    In the paper's head a candidate meets the history only through the backbone's causal
+    attention, which a few frozen layers barely use. Here each candidate is compared with each
+    history item directly, twice:
+
+    - a match: cosines between learned projections of the candidate's and the history items'
+      states, summarised per candidate as their largest, their mean and the most recent
+      item's (the shape of a retriever's "closest item in the history" score), and added to
+      the candidate's input;
+    - cross-attention: each layer lets the candidates attend to each other and to the history
+      items (plus one learned slot, so a slate without history still attends to something).
+
+    Padded history items are masked everywhere, so the scores do not depend on padding.
+    """
+
+    matrix = True
+    reads_history = True
+
+    def __init__(self, hidden: int, cfg: HeadConfig, features: int = 0) -> None:
+        super().__init__()
+        if not hidden:
+            raise ValueError("the history head compares hidden states: it needs a backbone")
+        self.proj = _state_projection(hidden, cfg.width)
+        self.history_proj = _state_projection(hidden, cfg.width)
+        self.features = _feature_projection(features, cfg.width)
+        self.match_query = _state_projection(hidden, cfg.width)
+        self.match_key = _state_projection(hidden, cfg.width)
+        self.match_out = nn.Linear(3, cfg.width)
+        self.null = nn.Parameter(torch.zeros(1, 1, cfg.width))
+        layer = nn.TransformerDecoderLayer(
+            cfg.width, cfg.heads, 4 * cfg.width, cfg.dropout, batch_first=True, norm_first=True
+        )
+        self.decoder = nn.TransformerDecoder(layer, cfg.layers)
+        self.norm = nn.LayerNorm(cfg.width)
+        self.out = nn.Linear(cfg.width, cfg.positions)
+
+    def match(
+        self, h: torch.Tensor, history: torch.Tensor, history_mask: torch.Tensor
+    ) -> torch.Tensor:
+        """Per candidate [B, N, 3]: its largest, mean and most recent cosine with the history
+        (0 for a slate without history)."""
+        q = F.normalize(self.match_query(h), dim=-1)
+        k = F.normalize(self.match_key(history), dim=-1)
+        sim = torch.einsum("bnd,bhd->bnh", q, k)
+        real = history_mask.unsqueeze(1)
+        count = history_mask.sum(1)
+        largest = sim.masked_fill(~real, float("-inf")).amax(-1)
+        mean = (sim * real).sum(-1) / count.clamp(min=1).unsqueeze(-1)
+        latest = (count - 1).clamp(min=0).view(-1, 1, 1).expand(-1, sim.size(1), 1)
+        recent = torch.gather(sim, 2, latest).squeeze(-1)
+        stats = torch.stack([largest, mean, recent], dim=-1)
+        return stats.masked_fill((count == 0).view(-1, 1, 1), 0.0)
+
+    def forward(
+        self,
+        h: torch.Tensor | None,
+        mask: torch.Tensor,
+        features: torch.Tensor | None = None,
+        history: torch.Tensor | None = None,
+        history_mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        if h is None or history is None or history_mask is None:
+            raise ValueError("this head reads the candidates' and the history items' states")
+        x = _item_inputs(self.proj, h, self.features, features)
+        x = x + self.match_out(self.match(h, history, history_mask))
+        b = x.size(0)
+        memory = torch.cat([self.null.expand(b, -1, -1), self.history_proj(history)], dim=1)
+        memory_mask = torch.cat([history_mask.new_ones(b, 1), history_mask], dim=1)
+        x = self.decoder(
+            x, memory, tgt_key_padding_mask=~mask, memory_key_padding_mask=~memory_mask
+        )
+        return self.out(self.norm(x)).masked_fill(~mask.unsqueeze(-1), 0.0)
+
+
 class ScalarHead(nn.Module):
     """The classic pointwise peer: one score per item, ranked by sorting (no positions).
 
@@ -232,6 +310,7 @@ HEADS: dict[str, type[nn.Module]] = {
     "linear": LinearProbe,
     "attn": SelfAttentionHead,
     "slot": SlotQueryHead,
+    "history": HistoryAttentionHead,
     "scalar": ScalarHead,
 }
 

@@ -31,10 +31,11 @@ from spdrank.atomic_dir import atomic_directory
 from spdrank.backbone import (
     BackboneConfig,
     hidden_size,
+    last_hidden,
     last_token_logits,
     load_backbone,
     load_tokenizer,
-    readout_states,
+    pool_spans,
     resolve_dtype,
 )
 from spdrank.decode import decode, get_decoder, sort_scores
@@ -107,6 +108,11 @@ class Batch:
     sizes: torch.Tensor  # [B] items per slate
     features: torch.Tensor | None = None  # [B, N, F] normalised upstream features (padded: 0)
     states: torch.Tensor | None = None  # [B, N, D] readout states instead of a prefill
+    first: torch.Tensor | None = None  # [B, N] first token of each item's text
+    history_first: torch.Tensor | None = None  # [B, H] first token of each history item
+    history_last: torch.Tensor | None = None  # [B, H] last token of each history item
+    history_mask: torch.Tensor | None = None  # [B, H] True for real history items
+    history_states: torch.Tensor | None = None  # [B, H, D] history states instead of a prefill
 
     def to(self, device: torch.device | str) -> Batch:
         tensors = (getattr(self, f.name) for f in dataclasses.fields(self))
@@ -114,7 +120,7 @@ class Batch:
 
 
 def collate(encoded: Sequence[EncodedPrompt], pad_id: int) -> Batch:
-    """Right-pad token ids and item lists; readout indices are unaffected by right padding.
+    """Right-pad token ids, item spans and history spans; indices are unaffected by right padding.
 
     The features travel with the prompts, so whatever encodes slates and collates them (the
     training loop, ``rank_batch``, the server) hands them to the head without knowing of them.
@@ -125,15 +131,29 @@ def collate(encoded: Sequence[EncodedPrompt], pad_id: int) -> Batch:
     input_ids = torch.full((b, t), pad_id, dtype=torch.long)
     attention = torch.zeros((b, t), dtype=torch.long)
     readout = torch.zeros((b, n), dtype=torch.long)
+    first = torch.zeros((b, n), dtype=torch.long)
     item_mask = torch.zeros((b, n), dtype=torch.bool)
     for i, e in enumerate(encoded):
         input_ids[i, : len(e.input_ids)] = torch.tensor(e.input_ids)
         attention[i, : len(e.input_ids)] = 1
         readout[i, : len(e.readout)] = torch.tensor(e.readout)
+        first[i, : len(e.readout)] = torch.tensor(e.first if e.first is not None else e.readout)
         item_mask[i, : len(e.readout)] = True
     sizes = item_mask.sum(1)
     features = pad_features([e.features for e in encoded], n)
-    return Batch(input_ids, attention, readout, item_mask, sizes, features)
+    batch = Batch(input_ids, attention, readout, item_mask, sizes, features, first=first)
+    if any(e.history is not None for e in encoded):
+        spans = [e.history or [] for e in encoded]
+        h = max(1, max(len(x) for x in spans))
+        batch.history_first = torch.zeros((b, h), dtype=torch.long)
+        batch.history_last = torch.zeros((b, h), dtype=torch.long)
+        batch.history_mask = torch.zeros((b, h), dtype=torch.bool)
+        for i, x in enumerate(spans):
+            if x:
+                batch.history_first[i, : len(x)] = torch.tensor([a for a, _ in x])
+                batch.history_last[i, : len(x)] = torch.tensor([z for _, z in x])
+                batch.history_mask[i, : len(x)] = True
+    return batch
 
 
 def pad_features(features: Sequence[np.ndarray | None], n: int) -> torch.Tensor | None:
@@ -231,6 +251,13 @@ class SPDRanker(nn.Module):
             hidden = 0 if config.features_only else hidden_size(backbone)
             self.head = build_head(hidden, config.head, n_features)
         self.matrix = bool(getattr(self.head, "matrix", False))
+        #: The head compares candidates with the user's history items (their own states).
+        self.reads_history = bool(getattr(self.head, "reads_history", False))
+        if self.reads_history and not config.prompt.history_items:
+            raise ValueError(
+                f"head {config.head.kind!r} reads the history items' states: build the prompt "
+                "with history_items=True (spdrank train sets it for this head)"
+            )
         self.prompts = None if config.features_only else PromptBuilder(tokenizer, config.prompt)
         get_decoder(config.decoder)  # fail early on an unknown decoder
         self.name = f"spd-{config.head.kind}" if self.matrix else config.head.kind
@@ -325,23 +352,41 @@ class SPDRanker(nn.Module):
         # A frozen backbone needs no activations kept for backward: only the head learns.
         frozen = self.config.backbone.lora is None
         with torch.set_grad_enabled(torch.is_grad_enabled() and not frozen):
-            states = self.states(batch)
-        return self.head(states, batch.item_mask, batch.features)
+            items, history = self.read(batch)
+        return self.score(items, history, batch)
 
-    def states(self, batch: Batch) -> torch.Tensor | None:
-        """What the head reads, as float32: readout states (the batch's own, when it carries
-        them, else from a prefill), FIRST's logits; None without an LLM."""
+    def score(
+        self, items: torch.Tensor | None, history: torch.Tensor | None, batch: Batch
+    ) -> torch.Tensor:
+        """The head's scores from what :meth:`read` returned for ``batch``."""
+        if self.reads_history:
+            return self.head(items, batch.item_mask, batch.features, history, batch.history_mask)
+        return self.head(items, batch.item_mask, batch.features)
+
+    def read(self, batch: Batch) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """What the head reads, as float32, from one prefill (or the batch's cached states).
+
+        Returns the candidates' states [B, N, D] (FIRST: the LM's logits [B, V]; None without
+        an LLM) and, for a head that reads the user's history, the history items' states
+        [B, H, D] (else None). Each item's states are pooled over its text's tokens as the
+        prompt settings' ``readout`` says.
+        """
         if self.config.features_only:
-            return None
+            return None, None
         if batch.states is not None:
-            return batch.states.float()
+            history = batch.history_states.float() if batch.history_states is not None else None
+            return batch.states.float(), history
         if self.first:
-            states = last_token_logits(self.backbone, batch.input_ids, batch.attention_mask)
-        else:
-            states = readout_states(
-                self.backbone, batch.input_ids, batch.attention_mask, batch.readout
-            )
-        return states.float()
+            logits = last_token_logits(self.backbone, batch.input_ids, batch.attention_mask)
+            return logits.float(), None
+        hidden = last_hidden(self.backbone, batch.input_ids, batch.attention_mask)
+        how = self.config.prompt.readout
+        first = batch.first if batch.first is not None else batch.readout
+        items = pool_spans(hidden, first, batch.readout, how).float()
+        if batch.history_first is None or not self.reads_history:
+            return items, None
+        history = pool_spans(hidden, batch.history_first, batch.history_last, how)
+        return items, history.float()
 
     def order(self, scores: np.ndarray, decoder: str | None = None) -> np.ndarray:
         """Item indices best first: assignment on a matrix, sorting on one score per item."""
@@ -383,10 +428,10 @@ class SPDRanker(nn.Module):
                 batch = batch.to(self.device)
             t1 = time.perf_counter()
             with torch.inference_mode():
-                states = self.states(batch)
+                items, history = self.read(batch)
                 self.synchronize()
                 t2 = time.perf_counter()
-                scores = self.head(states, batch.item_mask, batch.features).cpu().numpy()
+                scores = self.score(items, history, batch).cpu().numpy()
                 t3 = time.perf_counter()
         finally:
             self.train(was_training)

@@ -1,8 +1,10 @@
 """One prompt per slate, as token ids, plus the readout index of every candidate.
 
 The prompt holds an instruction, the user context and the numbered candidates, wrapped in the
-model's chat template when it has one. SPD reads each candidate's hidden state at the LAST
-token of its text, so those positions must be exact whatever the text holds.
+model's chat template when it has one. SPD reads each candidate's hidden states over the tokens of
+its text (the LAST token, or the mean of all of them), so those positions must be exact
+whatever the text holds. With ``history_items`` the user context is read the same way: each
+line of it is one history item, and the head may read each item's states too.
 
 That is why the prompt is assembled from separately tokenized pieces instead of tokenizing
 one long string: a candidate's tokens are produced from its own text alone (truncated to a
@@ -14,6 +16,7 @@ after the user message) is the only place special tokens are parsed.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
@@ -27,6 +30,10 @@ DEFAULT_INSTRUCTION = (
 )
 _SENTINEL = "\u2063SPDRANK_BODY\u2063"
 LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+#: How an item's token states become one vector: its last token's, or the mean of all of them.
+READOUTS = ("last", "mean")
+#: A history line's leading list number (``"3. "``): a place in the list, not the item's text.
+_LIST_NUMBER = re.compile(r"^\s*\d+[.)]\s+")
 
 
 @dataclass
@@ -44,6 +51,13 @@ class PromptSettings:
     labels: str = "numbers"
     #: Text appended after the assistant turn opens (FIRST appends "[" and reads the next token).
     answer_prefix: str = ""
+    #: How an item's token states are pooled into the vector the head reads: "last" (the
+    #: paper's readout) or "mean" (every token of the item's text).
+    readout: str = "last"
+    #: Read the user context as items: each non-empty line is one history item (a leading
+    #: ``"3. "`` list number excluded), cut to ``max_item_tokens`` and spanned like a
+    #: candidate, so a head can compare candidates with what the user chose before.
+    history_items: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -51,6 +65,10 @@ class PromptSettings:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> PromptSettings:
         return cls(**data)
+
+    def __post_init__(self) -> None:
+        if self.readout not in READOUTS:
+            raise ValueError(f"unknown readout {self.readout!r}: use one of {list(READOUTS)}")
 
     def label(self, index: int) -> str:
         """The identifier of the candidate at 0-based ``index``."""
@@ -74,6 +92,10 @@ class EncodedPrompt:
     #: The candidates' normalised upstream features [n, F], for a model that reads them (the
     #: prompt builder leaves this None; :meth:`spdrank.model.SPDRanker.encode` fills it in).
     features: np.ndarray | None = None
+    #: Index of the first token of each candidate's text (its span ends at ``readout``).
+    first: list[int] | None = None
+    #: ``(first, last)`` token indices of each history item, oldest first (``history_items``).
+    history: list[tuple[int, int]] | None = None
 
 
 class PromptBuilder:
@@ -115,10 +137,15 @@ class PromptBuilder:
         s = self.settings
         ids: list[int] = list(self._prefix)
         ids += self._literal(s.instruction + "\n\nUser history:\n")
-        query = self._encode(query_text)
-        query_truncated = len(query) > s.max_query_tokens
-        ids += query[-s.max_query_tokens :] if query_truncated else query
+        if s.history_items:
+            history, query_truncated = self._history(query_text, ids)
+        else:
+            history = None
+            query = self._encode(query_text)
+            query_truncated = len(query) > s.max_query_tokens
+            ids += query[-s.max_query_tokens :] if query_truncated else query
         ids += self._literal(f"\n\nCandidates ({len(candidate_texts)}):")
+        first: list[int] = []
         readout: list[int] = []
         truncated: list[bool] = []
         for i, text in enumerate(candidate_texts):
@@ -126,12 +153,49 @@ class PromptBuilder:
             # Text that yields no tokens is read out at its marker's last token.
             item = self._encode(text)
             truncated.append(len(item) > s.max_item_tokens)
+            first.append(len(ids) if item else len(ids) - 1)
             ids += item[: s.max_item_tokens]
             readout.append(len(ids) - 1)
         ids += self._literal("\n")
         ids += self._suffix
         ids += self._literal(s.answer_prefix)
-        return EncodedPrompt(ids, readout, truncated, query_truncated)
+        return EncodedPrompt(
+            ids, readout, truncated, query_truncated, first=first, history=history
+        )
+
+    def _history(self, query_text: str, ids: list[int]) -> tuple[list[tuple[int, int]], bool]:
+        """Append the user context as items, one per non-empty line, to ``ids``; their spans.
+
+        The most recent lines that fit ``max_query_tokens`` are kept (a line is never cut in
+        the middle of the budget: older lines are dropped whole), each line's text cut to
+        ``max_item_tokens`` like a candidate's.
+        """
+        s = self.settings
+        lines: list[tuple[list[int], list[int]]] = []
+        for line in query_text.splitlines():
+            if not line.strip():
+                continue
+            number = _LIST_NUMBER.match(line)
+            cut = number.end() if number else 0
+            lines.append((self._encode(line[:cut]), self._encode(line[cut:])[: s.max_item_tokens]))
+        kept: list[tuple[list[int], list[int]]] = []
+        used = 0
+        for number_ids, text_ids in reversed(lines):
+            size = len(number_ids) + len(text_ids) + 1
+            if kept and used + size > s.max_query_tokens:
+                break
+            kept.append((number_ids, text_ids))
+            used += size
+        kept.reverse()
+        spans: list[tuple[int, int]] = []
+        for k, (number_ids, text_ids) in enumerate(kept):
+            if k:
+                ids += self._literal("\n")
+            ids += number_ids
+            if text_ids:
+                spans.append((len(ids), len(ids) + len(text_ids) - 1))
+                ids += text_ids
+        return spans, len(kept) < len(lines)
 
     def item_tokens(self, text: str) -> list[int]:
         """The tokens a candidate's text contributes (after the budget): its readout is the last."""

@@ -12,7 +12,9 @@ reading a few kilobytes per slate.
 - ``key.json``: what the states are a function of (:func:`cache_key`) and the layout;
 - ``shard-00000.safetensors``, ...: slates ``[i * shard_size, (i + 1) * shard_size)`` of the
   file, as ``states`` [sum of their n, D] (each slate's n rows one after another, in the
-  storage dtype) and ``sizes`` [slates] (each slate's n; its item mask is the first n of N).
+  storage dtype) and ``sizes`` [slates] (each slate's n; its item mask is the first n of N);
+  for a head that reads the user's history, also ``history`` [sum of their h, D] and
+  ``history_sizes`` [slates], the history items' states laid out the same way.
 
 Nothing is a pickle. States are stored as float16 by default, half of float32's size: the
 head's scores from them stay within 2e-3 of their scale of those from float32 states (tested;
@@ -25,9 +27,16 @@ key and computes only the missing ones.
 
 **Never silently stale.** The key holds the backbone's name, a digest of its loaded weights,
 its layers and dtype, the prompt settings, the text fields, a digest of the file's first
-prompt (it changes with the tokenizer or the prompt code), the slate file's sha256, the slate
-count and the storage dtype. Opening a cache whose key differs is an error naming every
-setting that differs; the cache is never reused, nor overwritten, on a mismatch.
+prompt (it changes with the tokenizer or the prompt code), a digest of the texts the prompts
+are made of (each slate's user context and candidate texts, in order), the slate count and
+the storage dtype. Opening a cache whose key differs is an error naming every setting that
+differs; the cache is never reused, nor overwritten, on a mismatch.
+
+**One cache per text, whatever the labels.** The states depend on the slates' texts only, not
+on their labels or features, so the key digests the texts rather than the file: the same
+slates labelled by another teacher read the same cache. The digest of every whole number of
+shards is kept too, so a run on the first 512 slates reads a cache built for 8,192 of them
+(the prefix of a learning curve) instead of computing its own.
 
 States are computed with the backbone in eval mode, as at inference: a frozen backbone is a
 fixed feature extractor, so any dropout it has is off.
@@ -50,14 +59,13 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from spdrank.backbone import hidden_size
-from spdrank.datasets.sequences import sha256_file
 from spdrank.model import Batch, SPDRanker, pad_features
 from spdrank.slates import Slate, atomic_write_bytes, atomic_writer, batched, read_slates
 from spdrank.train_config import CACHE_DTYPES
 
 KEY_NAME = "key.json"
 FORMAT = "spdrank-states"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 #: Slates per shard: the unit of work a rerun skips or redoes.
 SHARD_SIZE = 256
 #: How states may be stored, by name.
@@ -82,16 +90,41 @@ def weights_digest(module: nn.Module) -> str:
     return digest.hexdigest()
 
 
+def text_digests(
+    slates_path: str | os.PathLike[str], count: int, fields: tuple[str, ...], every: int
+) -> dict[int, str]:
+    """sha256 of the prompt texts of the first k slates, for each multiple k of ``every`` up to
+    ``count`` and for ``count`` itself: what the cached states of those slates depend on."""
+    digest = hashlib.sha256()
+    out: dict[int, str] = {}
+    for k, slate in enumerate(islice(read_slates(slates_path), count), start=1):
+        texts = [slate.query.text, slate.candidate_texts(fields)]
+        digest.update(json.dumps(texts, ensure_ascii=False).encode("utf-8", "surrogatepass"))
+        digest.update(b"\n")
+        if k % every == 0 or k == count:
+            out[k] = digest.hexdigest()
+    if count not in out:
+        raise ValueError(f"{slates_path} holds fewer than {count} slates to cache")
+    return out
+
+
 def cache_key(
-    model: SPDRanker, slates_path: str | os.PathLike[str], count: int, storage: str
+    model: SPDRanker,
+    slates_path: str | os.PathLike[str],
+    count: int,
+    storage: str,
+    texts: str | None = None,
 ) -> dict[str, Any]:
-    """Everything the cached states of the first ``count`` slates of ``slates_path`` depend on."""
+    """Everything the cached states of the first ``count`` slates of ``slates_path`` depend on;
+    ``texts``: their :func:`text_digests` entry for ``count``, when already computed."""
     if storage not in STORAGE_DTYPES:
         raise ValueError(f"unknown --cache-dtype {storage!r}: use one of {list(STORAGE_DTYPES)}")
     config = model.config
     first = next(read_slates(slates_path), None)
     if first is None:
         raise ValueError(f"{slates_path} holds no slates to cache")
+    if texts is None:
+        texts = text_digests(slates_path, count, config.text_fields, SHARD_SIZE)[count]
     prompt = model.encode(first)
     return {
         "format": FORMAT,
@@ -105,7 +138,7 @@ def cache_key(
         "first_prompt": hashlib.sha256(
             json.dumps([prompt.input_ids, prompt.readout]).encode()
         ).hexdigest(),
-        "slates": {"path": str(slates_path), "sha256": sha256_file(slates_path), "count": count},
+        "slates": {"path": str(slates_path), "texts": texts, "count": count},
         "storage": storage,
     }
 
@@ -148,7 +181,7 @@ class StateCache:
         self.shard_size = shard_size
         self.hidden = hidden
         #: Open shards: the safetensors handle and the row offsets of its slates.
-        self._shards: dict[int, tuple[Any, list[int]]] = {}
+        self._shards: dict[tuple[int, str], tuple[Any, list[int]]] = {}
 
     def __len__(self) -> int:
         return self.count
@@ -157,14 +190,16 @@ class StateCache:
         shards = range(-(-self.count // self.shard_size))
         return [i for i in shards if not (self.directory / shard_name(i)).exists()]
 
-    def _shard(self, index: int) -> tuple[Any, list[int]]:
-        if index not in self._shards:
+    def _shard(self, index: int, name: str = "states") -> tuple[Any, list[int]]:
+        """The open shard ``index`` and the row offsets of its slates in tensor ``name``."""
+        if (index, name) not in self._shards:
             path = self.directory / shard_name(index)
             if not path.exists():
                 raise FileNotFoundError(f"{path} is missing: the cache is incomplete, rebuild it")
+            sizes_name = "sizes" if name == "states" else f"{name}_sizes"
             try:
                 handle = safe_open(str(path), framework="pt")
-                sizes = handle.get_tensor("sizes").tolist()
+                sizes = handle.get_tensor(sizes_name).tolist()
             except (SafetensorError, KeyError) as exc:
                 raise ValueError(
                     f"{path} is not a readable shard ({exc}): delete it and rerun to compute it "
@@ -173,16 +208,17 @@ class StateCache:
             offsets = [0]
             for n in sizes:
                 offsets.append(offsets[-1] + n)
-            self._shards[index] = (handle, offsets)
-        return self._shards[index]
+            self._shards[index, name] = (handle, offsets)
+        return self._shards[index, name]
 
-    def slate_states(self, index: int) -> torch.Tensor:
-        """The [n, D] float32 readout states of the file's slate ``index`` (0-based)."""
+    def slate_states(self, index: int, name: str = "states") -> torch.Tensor:
+        """The [n, D] float32 readout states of the file's slate ``index`` (0-based); with
+        ``name="history"``, the [h, D] states of its history items."""
         if not 0 <= index < self.count:
             raise IndexError(f"slate {index} is outside the cache's 0:{self.count}")
-        handle, offsets = self._shard(index // self.shard_size)
+        handle, offsets = self._shard(index // self.shard_size, name)
         row = index % self.shard_size
-        return handle.get_slice("states")[offsets[row] : offsets[row + 1]].float()
+        return handle.get_slice(name)[offsets[row] : offsets[row + 1]].float()
 
     def batch(self, indices: Sequence[int], slates: Sequence[Slate], model: SPDRanker) -> Batch:
         """The batch ``model`` reads for ``slates``, the file's slates at ``indices``: their
@@ -194,13 +230,9 @@ class StateCache:
                     f"{self.directory} holds {len(rows)} states for slate {index}, which has "
                     f"{len(slate)} candidates: the cache is not of this slate file"
                 )
-        b, n = len(states), max(len(rows) for rows in states)
-        padded = torch.zeros((b, n, self.hidden))
-        item_mask = torch.zeros((b, n), dtype=torch.bool)
-        for i, rows in enumerate(states):
-            padded[i, : len(rows)] = rows
-            item_mask[i, : len(rows)] = True
-        return Batch(
+        padded, item_mask = _pad(states, self.hidden)
+        b, n = item_mask.shape
+        batch = Batch(
             input_ids=torch.zeros((b, 0), dtype=torch.long),
             attention_mask=torch.zeros((b, 0), dtype=torch.long),
             readout=torch.zeros((b, n), dtype=torch.long),
@@ -209,6 +241,21 @@ class StateCache:
             features=pad_features([model.slate_features(s) for s in slates], n),
             states=padded,
         )
+        if model.reads_history:
+            history = [self.slate_states(i, "history") for i in indices]
+            batch.history_states, batch.history_mask = _pad(history, self.hidden)
+        return batch
+
+
+def _pad(rows: Sequence[torch.Tensor], hidden: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Slates' [n_i, D] rows padded to [B, max(1, max n_i), D], and the mask of real rows."""
+    b, n = len(rows), max(1, max(len(r) for r in rows))
+    padded = torch.zeros((b, n, hidden))
+    mask = torch.zeros((b, n), dtype=torch.bool)
+    for i, r in enumerate(rows):
+        padded[i, : len(r)] = r
+        mask[i, : len(r)] = True
+    return padded, mask
 
 
 def open_state_cache(
@@ -236,28 +283,60 @@ def open_state_cache(
     if batch_size < 1 or shard_size < 1:
         raise ValueError(f"batch and shard sizes must be at least 1, got {batch_size}, {shard_size}")
     directory = Path(directory)
-    key = cache_key(model, slates_path, count, storage)
-    hidden = hidden_size(model.backbone)
     meta_path = directory / KEY_NAME
-    if meta_path.exists():
-        meta = json.loads(meta_path.read_text(encoding="utf-8"))
-        differences = key_differences(meta["key"], key)
+    meta = json.loads(meta_path.read_text(encoding="utf-8")) if meta_path.exists() else None
+    if meta is not None:
+        shard_size, hidden = meta["shard_size"], meta["hidden"]
+    digests = text_digests(slates_path, count, model.config.text_fields, shard_size)
+    key = cache_key(model, slates_path, count, storage, digests[count])
+    if meta is not None:
+        differences = key_differences(_cached_key_for(meta, count, digests), key)
         if differences:
             raise ValueError(
                 f"{directory} holds states cached with other settings: "
                 + "; ".join(differences)
                 + ". Delete it, or choose another cache directory"
             )
-        shard_size, hidden = meta["shard_size"], meta["hidden"]
+        if count > int(meta["key"]["slates"]["count"]):  # grown: the key now covers them all
+            prefixes = meta.get("prefixes", {}) | {str(k): v for k, v in digests.items()}
+            with atomic_writer(meta_path) as fh:
+                fh.write(json.dumps(meta | {"key": key, "prefixes": prefixes}, indent=1) + "\n")
     elif directory.exists() and any(directory.iterdir()):
         raise ValueError(f"{directory} is not empty and holds no {KEY_NAME}: not a state cache")
     else:
+        hidden = hidden_size(model.backbone)
         with atomic_writer(meta_path) as fh:
-            meta = {"key": key, "shard_size": shard_size, "hidden": hidden}
+            meta = {
+                "key": key,
+                "shard_size": shard_size,
+                "hidden": hidden,
+                "prefixes": {str(k): v for k, v in digests.items()},
+            }
             fh.write(json.dumps(meta, indent=1) + "\n")
     cache = StateCache(directory, key, shard_size, hidden)
     _complete(cache, model, slates_path, STORAGE_DTYPES[storage], batch_size, progress)
     return cache
+
+
+def _cached_key_for(
+    meta: dict[str, Any], count: int, digests: dict[int, str]
+) -> dict[str, Any]:
+    """The cached key as it reads for a run on the first ``count`` slates.
+
+    A cache of more slates holds a shorter run's whenever it kept the digest of exactly that
+    prefix; a cache of whole shards whose slates begin the wanted ones grows by the rest.
+    Otherwise the key is as cached, and the slate count or texts differ.
+    """
+    key = meta["key"]
+    cached = int(key["slates"]["count"])
+    texts = None
+    if count < cached:
+        texts = meta.get("prefixes", {}).get(str(count))
+    elif count > cached and cached % meta["shard_size"] == 0:
+        texts = digests[count] if digests.get(cached) == key["slates"]["texts"] else None
+    if texts is None:
+        return key
+    return key | {"slates": key["slates"] | {"texts": texts, "count": count}}
 
 
 def _complete(
@@ -297,15 +376,29 @@ def _shard_tensors(
     model: SPDRanker, slates: list[Slate], storage: torch.dtype, batch_size: int, bar: tqdm
 ) -> dict[str, torch.Tensor]:
     rows: list[torch.Tensor] = []
+    history_rows: list[torch.Tensor] = []
     for chunk in batched(slates, batch_size):
+        batch = model.collate([model.encode(s) for s in chunk])
         with torch.inference_mode():
-            states = model.states(model.collate([model.encode(s) for s in chunk]))
+            states, history = model.read(batch)
         rows.extend(states[i, : len(s)].cpu() for i, s in enumerate(chunk))
+        if history is not None:
+            real = batch.history_mask.sum(1).tolist()
+            history_rows.extend(history[i, :h].cpu() for i, h in enumerate(real))
         bar.update(len(chunk))
+    tensors = {"states": _stored(rows, storage), "sizes": torch.tensor([len(s) for s in slates])}
+    if model.reads_history:
+        tensors["history"] = _stored(history_rows, storage)
+        tensors["history_sizes"] = torch.tensor([len(r) for r in history_rows])
+    return tensors
+
+
+def _stored(rows: list[torch.Tensor], storage: torch.dtype) -> torch.Tensor:
+    """Rows concatenated in the storage dtype; an error where they exceed its range."""
     stored = torch.cat(rows).to(storage)
     if not torch.isfinite(stored).all():
         raise ValueError(
             f"readout states exceed {storage}'s range (largest magnitude "
             f"{torch.cat(rows).abs().max().item():.4g}): use --cache-dtype float32"
         )
-    return {"states": stored.contiguous(), "sizes": torch.tensor([len(s) for s in slates])}
+    return stored.contiguous()

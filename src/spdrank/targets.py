@@ -1,6 +1,8 @@
 """Training targets: what permutation (or soft assignment) a slate should be decoded into.
 
 - ``teacher``: the teacher's ranking as a permutation matrix (the paper's distillation).
+  When the teacher ranked by scores (``teacher_scores``), items it scored equally are a tie,
+  not an order: like clicks, each tie group spreads its mass over its block of positions.
 - ``clicks``: clicked items share the first c positions, the others share the rest (the
   paper's Track 1). Clicks say nothing about the order among clicked or among unclicked
   items, so the target spreads mass uniformly there rather than inventing an order.
@@ -19,12 +21,31 @@ TARGETS = ("teacher", "clicks", "teacher+clicks")
 POSITION_WEIGHTS = ("uniform", "dcg")
 
 
-def _permutation_matrix(docids: list[str], ranking: list[str]) -> np.ndarray:
-    pos = {d: j for j, d in enumerate(ranking)}
+def _block_matrix(docids: list[str], ranking: list[str], keys: list[object]) -> np.ndarray:
+    """Rows: ``docids``; columns: positions. Consecutive items of ``ranking`` with equal
+    ``keys`` form a block that shares its positions uniformly (a permutation matrix when
+    every key differs from its neighbours')."""
+    row = {d: i for i, d in enumerate(docids)}
     out = np.zeros((len(docids), len(docids)), dtype=np.float32)
-    for i, d in enumerate(docids):
-        out[i, pos[d]] = 1.0
+    start = 0
+    for end in range(1, len(ranking) + 1):
+        if end == len(ranking) or keys[end] != keys[start]:
+            for d in ranking[start:end]:
+                out[row[d], start:end] = 1.0 / (end - start)
+            start = end
     return out
+
+
+def _teacher_matrix(slate: Slate, with_clicks: bool) -> np.ndarray:
+    """The teacher's ranking (clicked items first with ``with_clicks``), its ties shared."""
+    ranking = clicks_first(slate.teacher, slate.clicked) if with_clicks else slate.teacher
+    scores = slate.teacher_scores
+    score_of = dict(zip(slate.teacher, scores)) if scores is not None else None
+    hit = set(slate.clicked or ()) if with_clicks else set()
+    keys: list[object] = [
+        (d in hit, score_of[d]) if score_of is not None else i for i, d in enumerate(ranking)
+    ]
+    return _block_matrix(slate.docids, ranking, keys)
 
 
 def clicks_first(ranking: list[str], clicked: list[str]) -> list[str]:
@@ -46,10 +67,8 @@ def target_matrix(slate: Slate, kind: str) -> np.ndarray:
         )
     if kind in ("clicks", "teacher+clicks") and not slate.clicked:
         raise ValueError(f"slate {slate.query.qid!r} has no 'clicked' items for target {kind!r}")
-    if kind == "teacher":
-        return _permutation_matrix(docids, slate.teacher)
-    if kind == "teacher+clicks":
-        return _permutation_matrix(docids, clicks_first(slate.teacher, slate.clicked))
+    if kind in ("teacher", "teacher+clicks"):
+        return _teacher_matrix(slate, with_clicks=kind == "teacher+clicks")
     hit = set(slate.clicked)
     c = len(hit)
     out = np.zeros((n, n), dtype=np.float32)

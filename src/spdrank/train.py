@@ -123,7 +123,10 @@ def evaluate_model(
         chunk = slates[i : i + batch_size]
         batch = None if cache is None else cache.batch(range(i, i + len(chunk)), chunk, model)
         for slate, ranking in zip(chunk, model.rank_batch(chunk, batch=batch)):
-            per_slate.append(slate_metrics(ranking.docids, slate.docids, slate.clicked, slate.teacher))
+            per_slate.append(slate_metrics(
+                ranking.docids, slate.docids, slate.clicked, slate.teacher,
+                teacher_scores=slate.teacher_scores,
+            ))
     return {name: s.mean for name, s in aggregate(per_slate).items()}
 
 

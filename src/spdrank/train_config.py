@@ -45,6 +45,8 @@ class TrainConfig:
     head_dropout: float = 0.1
     max_item_tokens: int = 32
     max_query_tokens: int = 512
+    #: How an item's token states are pooled: "last" (the paper) or "mean".
+    readout: str = "last"
     #: Upstream features the head reads, comma-separated (``score,popularity``); None: none.
     features: str | None = None
     #: Read the features alone, without the backbone (no prefill): what the LLM adds is the
@@ -97,7 +99,11 @@ class TrainConfig:
             raise ValueError(f"unknown --target {self.target!r}: choose one of {list(TARGETS)}")
         self.check_cache_settings()
         prompt = PromptSettings(
-            max_item_tokens=self.max_item_tokens, max_query_tokens=self.max_query_tokens
+            max_item_tokens=self.max_item_tokens,
+            max_query_tokens=self.max_query_tokens,
+            readout=self.readout,
+            # The history head reads each history item's states: the prompt must span them.
+            history_items=self.head == "history",
         )
         positions = self.positions
         if self.head == "first":  # one letter per candidate: at most 52

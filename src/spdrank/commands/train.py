@@ -18,7 +18,9 @@ _HELP = {
     "out": "run directory: the model lands in OUT/model; OUT/state makes the run resumable",
     "eval_slates": "slates for periodic evaluation (a slice: --eval-limit)",
     "target": "what to imitate: the teacher's ranking, clicks first, or both",
-    "head": "SPD heads: attn (2-layer self-attention), linear (probe), slot (slot-query); "
+    "head": "SPD heads: attn (2-layer self-attention), linear (probe), slot (slot-query), "
+    "history (attention that also reads the history items' states: candidates matched with "
+    "and attending to what the user chose before; reads the user context one item a line); "
     "single-pass peers: scalar (one score per item + argsort, ListNet), first (FIRST: "
     "first-token logits over candidate letters, ListNet)",
     "frozen": "freeze the backbone (no LoRA): only the head learns",
@@ -29,6 +31,8 @@ _HELP = {
     "positions": "K, the number of rank positions (>= the largest slate)",
     "max_item_tokens": "token budget per candidate text",
     "max_query_tokens": "token budget for the user context (its end is kept)",
+    "readout": "how an item's token states become the vector the head reads: last (its last "
+    "token's, the paper) or mean (the mean over its text's tokens)",
     "features": "upstream features the head reads next to the hidden states, comma-separated "
     "names from the candidates' 'features' ('score' reads their score field); z-scored with "
     "the training slates' mean and std, saved in the checkpoint",
@@ -64,7 +68,8 @@ _HELP = {
 }
 _CHOICES = {
     "target": list(TARGETS),
-    "head": ["attn", "linear", "slot", "scalar", "first"],
+    "head": ["attn", "linear", "slot", "history", "scalar", "first"],
+    "readout": ["last", "mean"],
     "cache_dtype": list(CACHE_DTYPES),
     "position_weights": list(POSITION_WEIGHTS),
 }
