@@ -74,3 +74,61 @@ def test_generate_yields_one_outcome_per_job_in_batches(backend):
     outcomes = list(backend.generate(jobs))
     assert [o.job.slate.query.qid for o in outcomes] == [s.query.qid for s in slates]
     assert all(o.error is None and 1 <= o.generation.decode_passes <= 6 for o in outcomes)
+
+
+def expected_passes(backend, ids: list[int]) -> int:
+    """Tokens of ``[a] > [b] > ...`` piece by piece, plus the end-of-sequence token."""
+    pieces = backend.pieces(len(ids))
+    return len(pieces.first[ids[0] - 1]) + sum(len(pieces.later[i - 1]) for i in ids[1:]) + 1
+
+
+def test_constrained_answers_are_permutations_with_exact_passes(tiny_backbone, tmp_path):
+    from spdrank.teacher.hf import HFBackend
+
+    slates = make_slates(5, seed=7)  # 3 to 8 candidates: a batch mixes sizes and padding
+    write_slates(tmp_path / "slates.jsonl", slates)
+    code = main(["teacher", "--slates", str(tmp_path / "slates.jsonl"), "--out",
+                 str(tmp_path / "labels.jsonl"), "--backend", "hf", "--model", tiny_backbone,
+                 "--device", "cpu", "--batch-size", "3", "--constrained", "--no-progress"])
+    assert code == 0
+    recs = records(tmp_path / "labels.jsonl")
+    backend = HFBackend(tiny_backbone, device="cpu", constrained=True)
+    assert backend.name == f"hf:{tiny_backbone}+constrained"
+    for rec, slate in zip(recs, slates):
+        assert rec["status"] == "ok" and rec["issues"] == [] and not rec["hit_max_tokens"]
+        assert rec["backend"] == backend.name
+        assert sorted(rec["parsed"]) == list(range(1, len(slate) + 1))
+        assert rec["decode_passes"] == expected_passes(backend, rec["parsed"])
+
+
+def test_constrained_is_refused_where_it_cannot_apply(tiny_backbone, tmp_path, capsys):
+    from spdrank.teacher.hf import HFBackend
+
+    with pytest.raises(ValueError, match="--mode direct"):
+        HFBackend(tiny_backbone, mode="reasoning", constrained=True)
+    write_slates(tmp_path / "slates.jsonl", make_slates(2))
+    base = ["teacher", "--slates", str(tmp_path / "slates.jsonl"), "--out",
+            str(tmp_path / "labels.jsonl"), "--no-progress"]
+    assert main([*base, "--backend", "ranker:random", "--constrained"]) == 2
+    assert "hf and openai backends only" in capsys.readouterr().err
+    assert main([*base, "--backend", "hf", "--guided", "llama"]) == 2
+    assert "add --constrained" in capsys.readouterr().err
+    assert not (tmp_path / "labels.jsonl").exists()
+
+
+@pytest.mark.slow
+def test_constrained_real_model_labels_two_slates(tmp_path):
+    """The bundled SmolLM2's real weights (first 2 layers): still a permutation every time."""
+    from spdrank.teacher.hf import HFBackend
+
+    slates = make_slates(2, seed=8)
+    write_slates(tmp_path / "slates.jsonl", slates)
+    code = main(["teacher", "--slates", str(tmp_path / "slates.jsonl"), "--out",
+                 str(tmp_path / "labels.jsonl"), "--backend", "hf", "--model", "bundled",
+                 "--layers", "2", "--device", "cpu", "--constrained", "--no-progress"])
+    assert code == 0
+    backend = HFBackend("bundled", layers=2, device="cpu", constrained=True)
+    for rec, slate in zip(records(tmp_path / "labels.jsonl"), slates):
+        assert rec["status"] == "ok" and rec["backend"] == "hf:bundled,layers=2+constrained"
+        assert sorted(rec["ranking"]) == sorted(slate.docids)
+        assert rec["decode_passes"] == expected_passes(backend, rec["parsed"])

@@ -152,6 +152,30 @@ def test_openai_backend_labels_every_slate(slates_file):
     assert [s.teacher for s in labelled] == [s.docids[::-1] for s in slates.values()]
 
 
+@pytest.mark.parametrize(
+    ("guided", "field"),
+    [(None, "grammar"), ("llama", "grammar"), ("vllm", "structured_outputs"),
+     ("vllm-legacy", "guided_regex")],
+)
+def test_constrained_sends_the_servers_grammar_field(slates_file, guided, field):
+    from spdrank.teacher.grammar import guided_body
+
+    extra = ["--guided", guided] if guided else []
+    with FakeServer() as server:
+        code, out = run_openai(slates_file, server, "--concurrency", "1", "--constrained", *extra,
+                               "--extra-body", '{"top_k": 1}')
+    assert code == 0
+    slates = {s.query.qid: s for s in load_slates(slates_file)}
+    kind = guided or "llama"
+    for rec in records(out):
+        assert rec["status"] == "ok" and rec["backend"] == f"openai:fake-ranker+guided-{kind}"
+    # One request per slate, in file order (one at a time): each constrained for its own size.
+    assert len(server.requests) == len(slates)
+    for body, slate in zip(server.requests, slates.values()):
+        assert {k: body[k] for k in guided_body(kind, len(slate))} == guided_body(kind, len(slate))
+        assert field in body and body["top_k"] == 1
+
+
 def test_retries_after_server_errors(slates_file):
     with FakeServer(fail_first=2) as server:
         code, out = run_openai(slates_file, server, "--concurrency", "1", "--retries", "2",

@@ -1,17 +1,23 @@
 """``spdrank teacher``: label slates with an autoregressive listwise teacher, resumably.
 
-    spdrank teacher --slates train.jsonl --out labels.jsonl --backend hf [--model bundled]
+    spdrank teacher --slates train.jsonl --out labels.jsonl --backend hf [--model bundled] \
+        [--constrained]
+    spdrank teacher --slates train.jsonl --out labels.jsonl --backend likelihood [--layers L]
     spdrank teacher --slates train.jsonl --out labels.jsonl --backend openai \\
-        --base-url http://localhost:8000/v1 [--model-name M] [--concurrency 32]
+        --base-url http://localhost:8000/v1 [--model-name M] [--concurrency 32] \
+        [--constrained [--guided llama|vllm]]
     spdrank teacher --slates train.jsonl --out labels.jsonl --backend ranker:cooccurrence
+    spdrank teacher --slates train.jsonl --out labels.jsonl --backend ranker:title_similarity
     spdrank teacher --slates train.jsonl --out labels.jsonl --backend file:rankings.jsonl
     spdrank teacher merge --labels a.jsonl b.jsonl --slates train.jsonl --out merged.jsonl
 
 Writes one record per slate to ``--out`` as it goes (a rerun skips labelled qids), then the
 selected slates with ``teacher`` filled to ``--slates-out`` (default ``<stem>.slates.jsonl``
-beside ``--out``). ``--shard i/n`` labels the slates whose index (0-based, counting slates)
-is i modulo n; ``teacher merge`` joins the shards. Exit status 1 when slates are left
-unlabelled (failed requests: rerun to retry), 2 on bad input.
+beside ``--out``), with ``teacher_scores`` when the teacher ranks by a score alone
+(ranker:popularity, ranker:title_similarity, ranker:feature:NAME), so its ties stay ties.
+``--shard i/n`` labels the slates whose index (0-based, counting slates) is i modulo n;
+``teacher merge`` joins the shards. Exit status 1 when slates are left unlabelled (failed
+requests: rerun to retry), 2 on bad input.
 
 On a cluster, two patterns, which combine:
 
@@ -38,12 +44,15 @@ from pathlib import Path
 from typing import Any
 
 from spdrank.commands.argtypes import positive_int
+from spdrank.teacher.grammar import GUIDED
 
 log = logging.getLogger(__name__)
 
 BACKEND_HELP = (
-    "hf (local transformers model, --model), openai (an OpenAI-compatible server, "
-    "--base-url), ranker:NAME (a built-in baseline: random, popularity, cooccurrence), "
+    "hf (local transformers model, --model), likelihood (the local --model scores each "
+    "title: log p(title | history) - log p(title), no decoding), openai (an OpenAI-compatible "
+    "server, --base-url), ranker:NAME (a built-in baseline: random, popularity, cooccurrence, "
+    "title_similarity, or feature:NAME to rank by a feature the slates carry), "
     "file:PATH (rankings computed elsewhere: {qid, ranking} lines or slates with teacher)"
 )
 
@@ -78,9 +87,16 @@ def register(subparsers: Any) -> None:
                    help="stop after N slates failed (default 10; 0: never stop)")
     p.add_argument("--json", metavar="FILE", help="also write the run summary as JSON")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    hf = p.add_argument_group("hf backend")
+    hf = p.add_argument_group("hf and likelihood backends")
     hf.add_argument("--model", default="bundled",
                     help="HF model id or path, or 'bundled' (SmolLM2-135M-Instruct; default)")
+    hf.add_argument("--layers", type=positive_int, metavar="L",
+                    help="keep only the model's first L layers (default: all)")
+    hf.add_argument("--constrained", action="store_true",
+                    help="constrained decoding, direct mode only. hf: the model may emit only "
+                    "tokens that continue a valid ranking, so every answer names each "
+                    "candidate once (the backend's name gets '+constrained'); openai: the "
+                    "server constrains the format, see --guided")
     hf.add_argument("--batch-size", type=positive_int, default=4, metavar="N",
                     help="slates per generate call (default 4)")
     hf.add_argument("--device", default="auto", metavar="D", help="cpu, cuda or auto")
@@ -107,6 +123,12 @@ def register(subparsers: Any) -> None:
     oa.add_argument("--extra-body", metavar="JSON",
                     help="extra request fields, e.g. '{\"chat_template_kwargs\": "
                     "{\"enable_thinking\": false}}' for vLLM + Qwen3")
+    oa.add_argument("--guided", choices=GUIDED,
+                    help="with --constrained, the request field that constrains each answer to "
+                    "the ranking format with exactly N ids in 1..N (repeats stay possible; the "
+                    "repair handles them): llama (llama.cpp's 'grammar', GBNF; default), vllm "
+                    "('structured_outputs' regex), vllm-legacy ('guided_regex', vLLM before "
+                    "0.12)")
     oa.add_argument("--tokenizer", metavar="NAME",
                     help="HF tokenizer (or 'bundled') for the token budgets "
                     "(default: a character budget, 4 per token)")
@@ -139,7 +161,14 @@ def build_backend(args: argparse.Namespace, slates: Path) -> Any:
         from spdrank.teacher.hf import HFBackend
 
         return HFBackend(args.model, mode=args.mode, batch_size=args.batch_size,
-                         max_new_tokens=args.max_new_tokens, device=args.device, dtype=args.dtype)
+                         max_new_tokens=args.max_new_tokens, device=args.device, dtype=args.dtype,
+                         constrained=args.constrained, layers=args.layers)
+    if spec == "likelihood":
+        from spdrank.teacher.likelihood import LikelihoodBackend
+
+        return LikelihoodBackend(args.model, layers=args.layers, device=args.device,
+                                 dtype=args.dtype, max_item_tokens=args.max_item_tokens,
+                                 max_query_tokens=args.max_query_tokens)
     if spec == "openai":
         from spdrank.teacher.openai_api import OpenAIBackend
 
@@ -155,6 +184,7 @@ def build_backend(args: argparse.Namespace, slates: Path) -> Any:
             max_new_tokens=args.max_new_tokens,
             extra_body=json.loads(args.extra_body) if args.extra_body else None,
             tokenizer=tokenizer,
+            guided=(args.guided or "llama") if args.constrained else None,
         )
     if spec.startswith("ranker:"):
         from spdrank.baselines import make_baseline
@@ -198,6 +228,12 @@ def run(args: argparse.Namespace) -> int:
     missing = [f"--{name}" for name in ("slates", "out", "backend") if not getattr(args, name)]
     if missing:
         raise ValueError(f"the following arguments are required: {', '.join(missing)}")
+    if args.constrained and args.backend not in ("hf", "openai"):
+        raise ValueError("--constrained applies to the hf and openai backends only")
+    if args.guided and not args.constrained:
+        raise ValueError("--guided says how the openai backend constrains: add --constrained")
+    if args.constrained and args.mode != "direct":
+        raise ValueError("--constrained decodes the ranking alone: it needs --mode direct")
     if args.extra_body:
         json.loads(args.extra_body)  # fail before any work
     if args.backend == "openai":

@@ -11,11 +11,15 @@ once and cached as JSONL. The pieces, one module each:
 - :mod:`~spdrank.teacher.backends` (``ranker:NAME``, ``file:PATH``), :mod:`~spdrank.teacher.hf`
   (local transformers) and :mod:`~spdrank.teacher.openai_api` (OpenAI-compatible servers, one
   or many: :mod:`~spdrank.teacher.servers` picks which one takes each request);
+  :mod:`~spdrank.teacher.constrained` and :mod:`~spdrank.teacher.grammar` make their answers
+  valid by construction; :mod:`~spdrank.teacher.likelihood` ranks by title likelihood instead
+  of decoding;
 - :mod:`~spdrank.teacher.labels`: the append-only, crash-safe label file;
 - :mod:`~spdrank.teacher.run`: the resumable labelling loop; :mod:`~spdrank.teacher.merge`
   joins shards.
 
-Nothing here imports torch at module level: only the ``hf`` backend needs it.
+Nothing here imports torch at module level: only the in-process backends (``hf``,
+``likelihood``) need it.
 """
 
 from spdrank.teacher.labels import LabelError, LabelStore, read_labels

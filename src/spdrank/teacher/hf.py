@@ -9,6 +9,11 @@ Reasoning models whose template takes ``enable_thinking`` (Qwen3) get it set fro
 Decode passes are the generated tokens up to and including the first end-of-sequence token
 (one forward pass each); latency is the whole batch's wall time (batch size 1 gives the
 per-slate latency a single request would see).
+
+``constrained`` masks, at every step, the tokens that would not continue a valid ranking
+(:mod:`~spdrank.teacher.constrained`): every answer is then a full permutation (status
+``ok``) and its decode passes are exact. The backend's name ends in ``+constrained`` so the
+label records say so. ``layers`` keeps the first L layers only (a cheaper, weaker teacher).
 """
 
 from __future__ import annotations
@@ -17,10 +22,13 @@ import copy
 import logging
 import time
 from collections.abc import Iterable, Iterator
+from typing import Any
 
 from spdrank.prompt import template_around
 from spdrank.slates import batched
 from spdrank.teacher.backends import Generation, Job, Outcome, default_max_new_tokens
+from spdrank.teacher.constrained import PermutationLogitsProcessor, Pieces, build_pieces
+from spdrank.teacher.lm import load_causal_lm
 
 log = logging.getLogger(__name__)
 
@@ -38,30 +46,28 @@ class HFBackend:
         max_new_tokens: int | None = None,
         device: str = "auto",
         dtype: str = "auto",
+        constrained: bool = False,
+        layers: int | None = None,
     ) -> None:
         import torch
-        from transformers import AutoModelForCausalLM
-
-        from spdrank.backbone import load_tokenizer, resolve_device, resolve_dtype, resolve_path
 
         if batch_size < 1:
             raise ValueError("--batch-size must be at least 1")
-        self.name = f"hf:{model}"
+        if constrained and mode != "direct":
+            raise ValueError("--constrained decodes the ranking alone: it needs --mode direct")
+        self.name = f"hf:{model}" + (f",layers={layers}" if layers else "")
+        self.name += "+constrained" if constrained else ""
         self.mode = mode
         self.batch_size = batch_size
         self.max_new_tokens = max_new_tokens
-        self.device = resolve_device(device)
-        path = resolve_path(model)
-        self.tokenizer = load_tokenizer(path)
-        self.model = AutoModelForCausalLM.from_pretrained(
-            path, dtype=resolve_dtype(dtype, self.device)
-        ).to(self.device)
-        self.model.eval()
+        self.constrained = constrained
+        self.model, self.tokenizer, self.device = load_causal_lm(model, layers, device, dtype)
         self._torch = torch
         gen = self.model.generation_config
         eos = gen.eos_token_id if gen.eos_token_id is not None else self.tokenizer.eos_token_id
-        self.stop_ids = set(eos if isinstance(eos, list) else [eos]) - {None}
-        self.stop_ids.add(self.tokenizer.pad_token_id)
+        self.eos_ids = set(eos if isinstance(eos, list) else [eos]) - {None}
+        self.stop_ids = self.eos_ids | {self.tokenizer.pad_token_id}
+        self._pieces: dict[int, Pieces] = {}
 
     # -- prompt -----------------------------------------------------------------------------
 
@@ -97,9 +103,7 @@ class HFBackend:
         pad = self.tokenizer.pad_token_id
         input_ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts])
         mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
-        cap = self.max_new_tokens or max(
-            default_max_new_tokens(len(job.slate), self.mode) for job in batch
-        )
+        processors, cap = self._constraint(batch, width)
         config = copy.deepcopy(self.model.generation_config)
         config.do_sample = False
         config.temperature = None
@@ -113,6 +117,7 @@ class HFBackend:
                 input_ids=input_ids.to(self.device),
                 attention_mask=mask.to(self.device),
                 generation_config=config,
+                logits_processor=processors,
             )
         latency = (time.perf_counter() - t0) * 1000.0
         outcomes = []
@@ -129,6 +134,30 @@ class HFBackend:
             )
             outcomes.append(Outcome(job, generation))
         return outcomes
+
+    def _constraint(self, batch: list[Job], width: int) -> tuple[Any, int]:
+        """The logits processors for ``batch`` (None unconstrained) and its token cap.
+
+        Constrained, the default cap is the longest answer the constraint allows, so no
+        answer is ever cut short; a smaller ``--max-new-tokens`` still applies.
+        """
+        if not self.constrained:
+            cap = self.max_new_tokens or max(
+                default_max_new_tokens(len(job.slate), self.mode) for job in batch
+            )
+            return None, cap
+        from transformers import LogitsProcessorList
+
+        pieces = [self.pieces(len(job.slate)) for job in batch]
+        cap = self.max_new_tokens or max(p.max_tokens() for p in pieces)
+        processor = PermutationLogitsProcessor(pieces, self.eos_ids, width)
+        return LogitsProcessorList([processor]), cap
+
+    def pieces(self, n: int) -> Pieces:
+        """The answer pieces for a slate of ``n`` (tokenized once per slate size)."""
+        if n not in self._pieces:
+            self._pieces[n] = build_pieces(self.tokenizer, n)
+        return self._pieces[n]
 
     def close(self) -> None:
         self.model = None

@@ -11,6 +11,11 @@ at once. A request whose retries all failed takes its server out of rotation and
 again on another server, once per server, so a dead server among several loses no slates.
 The client's own retries are off so the count of attempts is ours. Greedy (temperature 0);
 decode passes are ``usage.completion_tokens``.
+
+``guided`` asks the server to constrain each answer to the ranking format for the slate's
+size (:mod:`~spdrank.teacher.grammar`: a GBNF ``grammar`` for llama.cpp, a regex for vLLM),
+merged into each request's body over ``extra_body``; the backend's name then ends in
+``+guided-KIND`` so the label records say how their answers were decoded.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any
 
 from spdrank.teacher.backends import Generation, Job, Outcome, default_max_new_tokens
+from spdrank.teacher.grammar import guided_body
 from spdrank.teacher.servers import Server, ServerPool, backoff_delay
 
 log = logging.getLogger(__name__)
@@ -48,11 +54,16 @@ class OpenAIBackend:
         max_new_tokens: int | None = None,
         extra_body: dict[str, Any] | None = None,
         tokenizer: Any | None = None,
+        guided: str | None = None,
     ) -> None:
         from openai import OpenAI
 
         if retries < 0 or timeout_s <= 0 or backoff_s < 0:
             raise ValueError("--retries and --retry-backoff must be >= 0, --timeout > 0")
+        if guided is not None:
+            if mode != "direct":
+                raise ValueError("--guided constrains the whole answer: it needs --mode direct")
+            guided_body(guided, 1)  # an unknown kind fails before any request
         urls = [base_urls] if isinstance(base_urls, str) else list(base_urls)
         self.servers = ServerPool(
             [
@@ -68,6 +79,8 @@ class OpenAIBackend:
         self.backoff_s = backoff_s
         self.max_new_tokens = max_new_tokens
         self.extra_body = extra_body
+        self.guided = guided
+        self._suffix = f"+guided-{guided}" if guided else ""
         self.tokenizer = tokenizer
         if model_name:
             for server in self.servers:
@@ -75,7 +88,7 @@ class OpenAIBackend:
         else:
             self._find_models()
         models = dict.fromkeys(s.model_name for s in self.servers if s.model_name)
-        self.name = "openai:" + ",".join(models)
+        self.name = "openai:" + ",".join(models) + self._suffix
 
     def _find_models(self) -> None:
         """Ask each server for its model; one that cannot answer starts out of rotation."""
@@ -116,9 +129,16 @@ class OpenAIBackend:
             return exc.status_code in _RETRY_STATUS or exc.status_code >= 500
         return False
 
+    def request_body(self, n: int) -> dict[str, Any] | None:
+        """Extra request fields for a slate of ``n``: ``extra_body``, then the constraint."""
+        if self.guided is None:
+            return self.extra_body
+        return {**(self.extra_body or {}), **guided_body(self.guided, n)}
+
     def request(self, job: Job, server: Server) -> Generation:
         """One completion from ``server``, retried; raises the last error when every attempt failed."""
         cap = self.max_new_tokens or default_max_new_tokens(len(job.slate), self.mode)
+        body = self.request_body(len(job.slate))
         for attempt in range(self.retries + 1):
             t0 = time.perf_counter()
             try:
@@ -130,7 +150,7 @@ class OpenAIBackend:
                     temperature=0.0,
                     max_tokens=cap,
                     timeout=self.timeout_s,
-                    extra_body=self.extra_body,
+                    extra_body=body,
                 )
             except Exception as exc:
                 if attempt == self.retries or not self._retryable(exc):
@@ -149,7 +169,7 @@ class OpenAIBackend:
                 latency_ms=latency,
                 hit_max_tokens=choice.finish_reason == "length",
                 server=server.url,
-                backend=f"openai:{server.model_name}",
+                backend=f"openai:{server.model_name}{self._suffix}",
                 extra={"attempts": attempt + 1},
             )
         raise AssertionError("unreachable")

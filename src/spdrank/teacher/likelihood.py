@@ -1,0 +1,223 @@
+"""The ``likelihood`` teacher: rank candidates by how much the user's history raises their title.
+
+A listwise teacher decodes its ranking token by token, and a small model loses track of the
+ids. This teacher decodes nothing: each candidate's score is the pointwise mutual information
+between the user's history and its title under the LM,
+
+    score(c) = log p(title_c | history prompt) - log p(title_c | neutral prompt),
+
+a ranking is always a full permutation (status ``ok``), and decode passes are 0. The
+subtraction matters: ``log p(title | history)`` alone prefers short, generic titles, which
+any context makes likely; the neutral term measures exactly that prior and removes it.
+
+The history prompt is a chat whose user turn holds the history and asks for the item the
+user will choose next; the title is the assistant's answer. The neutral prompt is the same
+chat with the history left out, so the difference isolates what the history contributes
+(rather than what the instruction's wording does). Without a chat template both are plain
+text ending in ``The user will choose next:`` and the title follows after a space.
+
+Cost per slate: one forward over the history prompt (its KV cache kept), then one batched
+forward of all ``n`` titles on that cache (right-padded; causal attention keeps a title's
+tokens blind to its padding), and the same over the neutral prompt, whose cache is computed
+once per run. A title's neutral log-probability does not depend on the slate, so it is
+remembered (by token ids, up to ``neutral_memo`` titles) and computed again only for titles
+not seen yet. Titles are cut to ``max_item_tokens`` tokens and tokenized alone, with
+special-token strings split, as the student's prompt does; the history keeps its last
+``max_query_tokens`` tokens. Latency is each slate's own wall time.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from spdrank.prompt import template_around
+from spdrank.slates import Slate
+from spdrank.teacher.backends import Generation, Job, Outcome
+from spdrank.teacher.lm import load_causal_lm
+from spdrank.teacher.parse import render_ids
+
+SYSTEM = (
+    "You are an expert recommender system. Given a user's history, you name the item the "
+    "user is most likely to choose next."
+)
+ASK = "Name the item the user will choose next."
+PLAIN_ASK = "The user will choose next:"
+
+
+@dataclass
+class Prefix:
+    """A prompt run once: its KV cache per layer ([1, heads, P, d] keys and values), its
+    length, and the log-probabilities of the token that follows it ([V])."""
+
+    keys_values: list[tuple[torch.Tensor, torch.Tensor]]
+    length: int
+    next_logprobs: torch.Tensor
+
+
+class LikelihoodBackend:
+    """Scores every candidate of a slate by PMI with the user's history; best first."""
+
+    needs_prompt = False
+
+    def __init__(
+        self,
+        model: str = "bundled",
+        layers: int | None = None,
+        device: str = "auto",
+        dtype: str = "auto",
+        max_item_tokens: int = 32,
+        max_query_tokens: int = 512,
+        neutral_memo: int = 100_000,
+    ) -> None:
+        if max_item_tokens < 1 or max_query_tokens < 1:
+            raise ValueError("--max-item-tokens and --max-query-tokens must be at least 1")
+        self.name = f"likelihood:{model}" + (f",layers={layers}" if layers else "")
+        self.max_item_tokens = max_item_tokens
+        self.max_query_tokens = max_query_tokens
+        self.model, self.tokenizer, self.device = load_causal_lm(model, layers, device, dtype)
+        self._ends = template_around(self.tokenizer, [{"role": "system", "content": SYSTEM}])
+        self._neutral_memo_size = neutral_memo
+        self._neutral_memo: dict[tuple[int, ...], float] = {}
+        self._neutral: Prefix | None = None
+
+    # -- token ids ---------------------------------------------------------------------------
+
+    def _ids(self, text: str, specials: bool = False) -> list[int]:
+        if not text:
+            return []
+        out = self.tokenizer(text, add_special_tokens=False, split_special_tokens=not specials)
+        return list(out["input_ids"])
+
+    def prompt_ids(self, history: str | None) -> list[int]:
+        """The history prompt's token ids (the neutral prompt's with ``history=None``).
+
+        Only the template's own text is parsed for special tokens, so a history holding
+        ``<|im_end|>`` stays plain text.
+        """
+        body: list[int] = []
+        if history is not None:
+            query = self._ids(history)[-self.max_query_tokens :]
+            body = self._ids("User history:\n") + query + self._ids("\n\n")
+        if self._ends is not None:
+            before, after = self._ends
+            return self._ids(before, True) + body + self._ids(ASK) + self._ids(after, True)
+        bos = [self.tokenizer.bos_token_id] if self.tokenizer.bos_token_id is not None else []
+        return bos + body + self._ids(PLAIN_ASK)
+
+    def title_ids(self, slate: Slate) -> list[list[int]]:
+        """Each candidate's title tokens, cut to ``max_item_tokens``."""
+        lead = "" if self._ends is not None else " "
+        texts = slate.candidate_texts()
+        return [self._ids(lead + text if text else "")[: self.max_item_tokens] for text in texts]
+
+    # -- forward passes ----------------------------------------------------------------------
+
+    @torch.inference_mode()
+    def run_prefix(self, ids: Sequence[int]) -> Prefix:
+        """One forward over a prompt; keeps its cache and the next token's log-probabilities."""
+        out = self.model(
+            input_ids=torch.tensor([list(ids)], device=self.device),
+            use_cache=True,
+            logits_to_keep=1,
+        )
+        keys_values = [(layer.keys, layer.values) for layer in out.cache.layers]
+        logprobs = torch.log_softmax(out.logits[0, -1].float(), dim=-1)
+        return Prefix(keys_values, len(ids), logprobs)
+
+    @torch.inference_mode()
+    def continuation_logprobs(self, prefix: Prefix, titles: Sequence[list[int]]) -> list[float]:
+        """log p(title | prefix) for each title, in one batched forward on the prefix's cache.
+
+        Titles are right-padded; a title's first token is scored by the prefix's own next-token
+        distribution, each later token by the title's previous position. An empty title
+        scores 0.
+        """
+        from transformers import DynamicCache
+
+        n = len(titles)
+        width = max((len(t) for t in titles), default=0)
+        if width == 0:
+            return [0.0] * n
+        pad = self.tokenizer.pad_token_id
+        ids = torch.tensor([t + [pad] * (width - len(t)) for t in titles], device=self.device)
+        real = torch.tensor(
+            [[1] * len(t) + [0] * (width - len(t)) for t in titles], device=self.device
+        )
+        first = prefix.next_logprobs[ids[:, 0]]
+        if width == 1:
+            return (first * real[:, 0]).tolist()
+        # The last position predicts nothing that is scored: leave it out of the forward.
+        inputs, mask = ids[:, :-1], real[:, :-1]
+        cache = DynamicCache(
+            config=self.model.config,
+            ddp_cache_data=[
+                (k.expand(n, -1, -1, -1), v.expand(n, -1, -1, -1)) for k, v in prefix.keys_values
+            ]
+        )
+        attention = torch.cat(
+            [torch.ones(n, prefix.length, dtype=mask.dtype, device=self.device), mask], dim=1
+        )
+        positions = torch.arange(prefix.length, prefix.length + width - 1, device=self.device)
+        hidden = self.model.get_decoder()(
+            input_ids=inputs,
+            attention_mask=attention,
+            position_ids=positions.unsqueeze(0).expand(n, -1),
+            cache=cache,
+            use_cache=True,
+        ).last_hidden_state
+        scored = real[:, 1:].bool()  # positions whose next token is a real title token
+        logits = self.model.get_output_embeddings()(hidden[scored]).float()
+        targets = ids[:, 1:][scored]
+        token_logprobs = logits.gather(1, targets[:, None])[:, 0] - logits.logsumexp(dim=-1)
+        rows = torch.arange(n, device=self.device)[:, None].expand(-1, width - 1)[scored]
+        totals = (first * real[:, 0]).double()
+        totals.index_add_(0, rows, token_logprobs.double())
+        return totals.tolist()
+
+    def neutral_logprobs(self, titles: Sequence[list[int]]) -> list[float]:
+        """log p(title | neutral prompt) per title, computing only the titles not seen yet."""
+        if self._neutral is None:
+            self._neutral = self.run_prefix(self.prompt_ids(None))
+        keys = [tuple(t) for t in titles]
+        todo = list(dict.fromkeys(k for k in keys if k not in self._neutral_memo))
+        fresh = dict(zip(todo, self.continuation_logprobs(self._neutral, [list(k) for k in todo])))
+        out = [self._neutral_memo.get(k, fresh.get(k)) for k in keys]
+        for key, value in fresh.items():
+            if len(self._neutral_memo) < self._neutral_memo_size:
+                self._neutral_memo[key] = value
+        return out
+
+    def scores(self, slate: Slate) -> list[float]:
+        """Each candidate's PMI score, in slate order."""
+        titles = self.title_ids(slate)
+        prefix = self.run_prefix(self.prompt_ids(slate.query.text))
+        context = self.continuation_logprobs(prefix, titles)
+        neutral = self.neutral_logprobs(titles)
+        return [c - p for c, p in zip(context, neutral)]
+
+    # -- the backend -------------------------------------------------------------------------
+
+    def generate(self, jobs: Iterable[Job]) -> Iterator[Outcome]:
+        for job in jobs:
+            t0 = time.perf_counter()
+            scores = self.scores(job.slate)
+            latency = (time.perf_counter() - t0) * 1000.0
+            order = sorted(range(len(scores)), key=lambda i: (-scores[i], i))
+            ids = [i + 1 for i in order]
+            yield Outcome(
+                job,
+                Generation(
+                    text=render_ids(ids),
+                    decode_passes=0,
+                    latency_ms=latency,
+                    ids=ids,
+                    scores=[scores[i] for i in order],
+                ),
+            )
+
+    def close(self) -> None:
+        self.model = None

@@ -1,0 +1,36 @@
+"""Load a causal LM for an in-process teacher (``hf``, ``likelihood``), optionally cut short.
+
+:func:`spdrank.backbone.load_backbone` serves the student (LoRA, no cache, hidden states);
+a teacher needs the LM head and the KV cache, and nothing else. ``layers`` keeps the first
+``L`` transformer layers, cut in the config before loading so only their weights are read:
+a weaker but much cheaper teacher, and what lets tests run the real weights quickly.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def load_causal_lm(
+    model: str, layers: int | None = None, device: str = "auto", dtype: str = "auto"
+) -> tuple[Any, Any, str]:
+    """The model (eval mode, on its device), its tokenizer, and the resolved device."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from spdrank.backbone import load_tokenizer, resolve_device, resolve_dtype, resolve_path
+
+    device = resolve_device(device)
+    path = resolve_path(model)
+    config = AutoConfig.from_pretrained(path)
+    if layers is not None:
+        total = config.num_hidden_layers
+        if not 1 <= layers <= total:
+            raise ValueError(f"--layers must be between 1 and {total} for {model}")
+        config.num_hidden_layers = layers
+        if isinstance(getattr(config, "layer_types", None), list):
+            config.layer_types = config.layer_types[:layers]
+    lm = AutoModelForCausalLM.from_pretrained(
+        path, config=config, dtype=resolve_dtype(dtype, device)
+    ).to(device)
+    lm.eval()
+    return lm, load_tokenizer(path), device
