@@ -26,7 +26,11 @@
 # 5. `spdrank bench` on all eval slates: baselines, SPD under every decoder, the peers, and
 #    the latency decomposition at N = 20, 50, 150 (Tables 2-5 without the AR teachers);
 # 6. `spdrank bench` on the $AR_N AR-labelled slates: the same rows next to the AR teachers,
-#    with the speed-ups over them (Table 2).
+#    with the speed-ups over them (Table 2);
+# 7. fidelity at full scale (benchmarks/results/fidelity-beauty-cpu at CPU scale): students
+#    reading only SmolLM2's frozen states (all 30 layers, mean readout, history head) distil
+#    teachers the prompt's text determines, the lexical teacher on every train slate and
+#    SmolLM2's likelihood teacher on the first $FID_TRAIN, each scored on all eval slates.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . benchmarks/lib.sh
@@ -37,6 +41,7 @@ DATA=${DATA:-data-out/beauty-uniform}
 WORK=${WORK:-runs/gpu-beauty}
 OUT=${OUT:-benchmarks/results/gpu-beauty}
 AR_N=${AR_N:-24}; REASONING_TOKENS=${REASONING_TOKENS:-512}
+FDATA=${FDATA:-data-out/beauty-features}; FID=$WORK/fidelity; FID_TRAIN=${FID_TRAIN:-4096}
 BATCH=${BATCH:-16}; POSITIONS=${POSITIONS:-150}; PEERS=${PEERS:-}
 LATENCY_SLATES=${LATENCY_SLATES:-100}; THROUGHPUT_BATCH=${THROUGHPUT_BATCH:-32}
 GPU=( --device cuda --dtype bfloat16 )
@@ -101,6 +106,34 @@ step bench-teachers "$OUT/teachers/report.md" \
   --title "The first $AR_N Beauty eval slates: next to the autoregressive teachers" \
   --labels "smollm2-direct=$WORK/smollm2-direct/eval.labels.jsonl" \
   --labels "smollm2-reasoning=$WORK/smollm2-reasoning/eval.labels.jsonl"
+
+# -- 7. fidelity: students of teachers the prompt's text determines ----------------------------
+step data-features "$FDATA/manifest.json" \
+  "$BIN/spdrank" data beauty --out "$FDATA" --features --validation 1000 --no-progress
+for SPLIT in train valid eval; do
+  step "lexical-$SPLIT" "$FID/lexical/$SPLIT.labels.slates.jsonl" \
+    "$BIN/spdrank" teacher --slates "$FDATA/$SPLIT.jsonl" --out "$FID/lexical/$SPLIT.labels.jsonl" \
+    --backend ranker:title_similarity --no-progress
+  step "likelihood-$SPLIT" "$FID/likelihood/$SPLIT.labels.slates.jsonl" \
+    "$BIN/spdrank" teacher --slates "$FDATA/$SPLIT.jsonl" \
+    --out "$FID/likelihood/$SPLIT.labels.jsonl" --backend likelihood --model bundled \
+    --max-item-tokens 12 --batch-size 1 "${GPU[@]}" \
+    $( [ "$SPLIT" = train ] && echo --limit "$FID_TRAIN" ) --no-progress
+done
+for TEACHER in lexical likelihood; do
+  run=$FID/students/$TEACHER
+  step "fidelity-$TEACHER" "$run/train.json" \
+    "$BIN/spdrank" train --slates "$FID/$TEACHER/train.labels.slates.jsonl" \
+    --eval-slates "$FID/$TEACHER/valid.labels.slates.jsonl" --eval-limit 1000 --eval-every 0 \
+    --out "$run" --target teacher --head history --readout mean --frozen --max-item-tokens 12 \
+    --cache-states "$FID/states" --batch-size 64 --epochs 8 --head-lr 1e-3 --seed 0 \
+    "${GPU[@]}" --no-progress
+  step "fidelity-bench-$TEACHER" "$OUT/fidelity-$TEACHER/report.md" \
+    "$BIN/spdrank" bench --slates "$FID/$TEACHER/eval.labels.slates.jsonl" \
+    --train "$FDATA/train.jsonl" --ranker cooccurrence --ranker title_similarity \
+    --model "student=$run" "${GPU[@]}" --out "$OUT/fidelity-$TEACHER" \
+    --title "Fidelity to the $TEACHER teacher: all Beauty eval slates" --no-progress
+done
 [ "$DRY" = 0 ] || exit 0
 
 # -- the index -------------------------------------------------------------------------------
@@ -114,6 +147,7 @@ step bench-teachers "$OUT/teachers/report.md" \
   echo
   echo "- [all eval slates, with the latency decomposition](all/report.md)"
   echo "- [next to the autoregressive teachers](teachers/report.md)"
+  echo "- fidelity, students reading only SmolLM2's states: [lexical teacher](fidelity-lexical/report.md), [likelihood teacher](fidelity-likelihood/report.md)"
   echo
   echo "Step timings (seconds, every run of this script):"
   echo

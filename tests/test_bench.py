@@ -467,3 +467,31 @@ def test_quality_driver_merges_concurrent_evaluations(tmp_path, monkeypatch):
     assert merged == json.loads((first.work / "eval-models.json").read_text())
     assert len(merged["parts"]) == 2 and not list(first.work.glob("*.part*"))
     assert first.evaluate("eval", [row_a, row_b]) == merged and scored == ["a:row", "b:row"]
+
+
+def test_fidelity_driver_dry_run_commands_parse(capsys, monkeypatch):
+    """benchmarks/fidelity_beauty_cpu.py: every command it would run parses with the real CLI;
+    each row reads the state cache of its backbone setting, and features-only rows none."""
+    module = load_benchmark("fidelity_beauty_cpu", monkeypatch)
+    monkeypatch.setattr(module, "WORK", Path("/nonexistent/work"))
+    monkeypatch.setattr(module, "DATA", Path("/nonexistent/data"))
+    assert module.main(["--dry-run"]) == 0
+    commands = [shlex.split(line) for line in capsys.readouterr().out.splitlines()
+                if line.startswith(".venv/bin/spdrank ")]
+    parser = spdrank.cli.build_parser()
+    for argv in commands:
+        parser.parse_args(argv[1:])
+    trains = [argv for argv in commands if argv[1] == "train"]
+    assert len(trains) == len(module.rows())
+    teachers = [argv for argv in commands if argv[1] == "teacher"]
+    assert {argv[argv.index("--backend") + 1] for argv in teachers} == {
+        "ranker:title_similarity", "likelihood", "hf"}
+    assert any("--constrained" in argv for argv in teachers)
+    assert [argv for argv in commands if argv[1] == "bench"], "the teachers' table"
+    for row, argv in zip(module.rows(), trains):
+        if row.reads_states():
+            assert argv[argv.index("--cache-states") + 1] == str(row.states())
+        else:
+            assert "--cache-states" not in argv and "--frozen" not in argv
+    with pytest.raises(SystemExit):
+        module.main(["--dry-run", "--only", "no/such/row"])

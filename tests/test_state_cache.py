@@ -156,7 +156,7 @@ def test_the_same_texts_labelled_otherwise_read_the_same_cache(tmp_path, frozen,
     assert snapshot(tmp_path / "c") == before
 
 
-def test_a_shorter_run_reads_a_whole_shard_prefix_of_a_larger_cache(
+def test_a_shorter_run_reads_a_prefix_of_a_larger_cache(
     tmp_path, frozen, train_file, monkeypatch
 ):
     cache_of(frozen, train_file, tmp_path / "c")  # 8 slates in shards of 3
@@ -166,9 +166,15 @@ def test_a_shorter_run_reads_a_whole_shard_prefix_of_a_larger_cache(
     prefix = open_state_cache(tmp_path / "c", frozen, train_file, 6, **kw)
     assert len(prefix) == 6 and not calls
     assert torch.equal(prefix.slate_states(5), cache_of(frozen, train_file, tmp_path / "c").slate_states(5))
-    # 4 slates end inside a shard: no digest of that prefix was kept, so it is refused.
-    with pytest.raises(ValueError, match="slates.count"):
-        open_state_cache(tmp_path / "c", frozen, train_file, 4, **kw)
+    inside = open_state_cache(tmp_path / "c", frozen, train_file, 4, **kw)  # mid-shard
+    assert len(inside) == 4 and not calls
+    with pytest.raises(IndexError):
+        inside.slate_states(4)
+    slates = load_slates(train_file)
+    slates[2].query.text = "another history"
+    write_slates(tmp_path / "edited.jsonl", slates)
+    with pytest.raises(ValueError, match="slates.texts"):
+        open_state_cache(tmp_path / "c", frozen, tmp_path / "edited.jsonl", 4, **kw)
 
 
 def test_history_states_are_cached_with_the_candidates(tmp_path, tiny_backbone, train_file):

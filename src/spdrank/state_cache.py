@@ -34,9 +34,10 @@ differs; the cache is never reused, nor overwritten, on a mismatch.
 
 **One cache per text, whatever the labels.** The states depend on the slates' texts only, not
 on their labels or features, so the key digests the texts rather than the file: the same
-slates labelled by another teacher read the same cache. The digest of every whole number of
-shards is kept too, so a run on the first 512 slates reads a cache built for 8,192 of them
-(the prefix of a learning curve) instead of computing its own.
+slates labelled by another teacher read the same cache. The digest of every prefix is kept too
+(``prefixes``), so a run on the first 512 slates reads a cache built for 8,192 of them (the
+prefix of a learning curve) instead of computing its own, and a cache of whole shards grows
+by the shards a longer run adds.
 
 States are computed with the backbone in eval mode, as at inference: a frozen backbone is a
 fixed feature extractor, so any dropout it has is off.
@@ -94,7 +95,8 @@ def text_digests(
     slates_path: str | os.PathLike[str], count: int, fields: tuple[str, ...], every: int
 ) -> dict[int, str]:
     """sha256 of the prompt texts of the first k slates, for each multiple k of ``every`` up to
-    ``count`` and for ``count`` itself: what the cached states of those slates depend on."""
+    ``count`` and for ``count`` itself: what the cached states of those slates depend on.
+    Hashing is cheap next to parsing the slates, so caches keep every prefix's."""
     digest = hashlib.sha256()
     out: dict[int, str] = {}
     for k, slate in enumerate(islice(read_slates(slates_path), count), start=1):
@@ -287,7 +289,7 @@ def open_state_cache(
     meta = json.loads(meta_path.read_text(encoding="utf-8")) if meta_path.exists() else None
     if meta is not None:
         shard_size, hidden = meta["shard_size"], meta["hidden"]
-    digests = text_digests(slates_path, count, model.config.text_fields, shard_size)
+    digests = text_digests(slates_path, count, model.config.text_fields, every=1)
     key = cache_key(model, slates_path, count, storage, digests[count])
     if meta is not None:
         differences = key_differences(_cached_key_for(meta, count, digests), key)
@@ -323,8 +325,9 @@ def _cached_key_for(
 ) -> dict[str, Any]:
     """The cached key as it reads for a run on the first ``count`` slates.
 
-    A cache of more slates holds a shorter run's whenever it kept the digest of exactly that
-    prefix; a cache of whole shards whose slates begin the wanted ones grows by the rest.
+    A cache of more slates holds a shorter run's when its digest of that prefix matches; a
+    cache of whole shards whose slates begin the wanted ones grows by the rest (one ending
+    inside a shard would have to rewrite it, so it does not grow).
     Otherwise the key is as cached, and the slate count or texts differ.
     """
     key = meta["key"]

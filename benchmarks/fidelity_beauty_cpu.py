@@ -1,0 +1,479 @@
+"""Does a single-pass student learn its teacher from what it reads? Amazon Beauty, CPU scale.
+
+    .venv/bin/python benchmarks/fidelity_beauty_cpu.py [--only NAME ...] [--dry-run]
+
+Teachers whose rankings the prompt's text determines, so that a perfect single-pass student
+exists: ``lexical`` ranks the candidates by their title's TF-IDF similarity with the history
+(``spdrank teacher --backend ranker:title_similarity``; its many equal scores are ties, kept
+in ``teacher_scores``), and, where its labels exist, ``likelihood``, SmolLM2 scoring each
+candidate by log p(title | history) - log p(title). Every student reads SmolLM2's frozen
+first L layers (states cached once per backbone setting and shared by every row and teacher
+that reads them) and no upstream feature, unless its row says so.
+
+Each row is one ``spdrank train`` command (run directories under ``runs/fidelity/``; a
+finished run is reused). Settings are read on the 1,000 validation users (the run's own
+evaluation); the rows are then scored once on the 1,118 eval slates, through a state cache
+of those slates, beside the baselines, with paired 95% bootstrap intervals. Fidelity is
+Kendall tau over the pairs the teacher orders, top-1 agreement (the student's first among
+the teacher's best) and top-10 overlap; quality is against the held-out clicks.
+
+Writes ``benchmarks/results/fidelity-beauty-cpu/`` (report.md, results.json, commands.txt,
+learning-curve plots).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import shlex
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+BIN = Path(".venv/bin")
+OUT = Path("benchmarks/results/fidelity-beauty-cpu")
+WORK = Path("runs/fidelity")
+DATA = Path("data-out/v-uniform")
+VALIDATION = 1000
+FIDELITY = ("tau", "top1", "top10")
+QUALITY = ("AUC", "R@1", "R@10", "NDCG@10", "MRR")
+
+
+@dataclass(frozen=True)
+class Teacher:
+    """How one teacher labels the splits, and how many slates of each (None: all)."""
+
+    backend: tuple[str, ...]
+    limits: dict[str, int | None]
+
+
+TEACHERS = {
+    "lexical": Teacher(("--backend", "ranker:title_similarity"),
+                       {"train": 8192, "valid": None, "eval": None}),
+    # The whole SmolLM2 on every title of a slate: about 5 s a slate on one core, so fewer.
+    "likelihood": Teacher(("--backend", "likelihood", "--model", "bundled",
+                           "--max-item-tokens", "12", "--batch-size", "1"),
+                          {"train": 512, "valid": 100, "eval": 100}),
+    # SmolLM2 writing its ranking under constrained decoding: about 30 s a slate here, and
+    # no student (too few labels); its row of the teachers' table.
+    "constrained": Teacher(("--backend", "hf", "--model", "bundled", "--constrained",
+                            "--max-item-tokens", "12", "--batch-size", "1"), {"eval": 20}),
+}
+BASELINES = ("random", "popularity", "cooccurrence", "title_similarity")
+#: Rows every eval table is compared with, slate by slate, when they are in it.
+REFERENCES = ("clicks/3f-only", "cooccurrence")
+
+
+@dataclass
+class Row:
+    """One student: the settings of its ``spdrank train`` command."""
+
+    name: str
+    what: str
+    teacher: str = "lexical"
+    layers: int = 2
+    readout: str = "mean"
+    head: str = "history"
+    limit: int = 2048
+    epochs: float = 8
+    target: str = "teacher"
+    features: str | None = None
+    extra: list[str] = field(default_factory=list)
+    #: Scored on the eval slates (the validation figures come with every row).
+    on_eval: bool = True
+    #: Part of the learning curve of its teacher and depth.
+    curve: bool = False
+
+    def states(self) -> Path:
+        """The state cache this row reads: one per backbone setting, whatever the labels."""
+        history = "hist" if self.head == "history" else "nohist"
+        return WORK / f"states-L{self.layers}-{self.readout}-{history}"
+
+    def run_dir(self) -> Path:
+        return WORK / "runs" / self.name
+
+    def reads_states(self) -> bool:
+        return "--features-only" not in self.extra
+
+    def train_command(self) -> list[str]:
+        cmd = [
+            str(BIN / "spdrank"), "train",
+            "--slates", str(labelled(self.teacher, "train")),
+            "--eval-slates", str(labelled(self.teacher, "valid")),
+            "--out", str(self.run_dir()),
+            "--target", self.target, "--head", self.head,
+        ]
+        if self.reads_states():
+            cmd += ["--readout", self.readout, "--frozen", "--layers", str(self.layers),
+                    "--max-item-tokens", "12", "--cache-states", str(self.states())]
+        cmd += [
+            "--limit", str(self.limit), "--epochs", str(self.epochs),
+            "--batch-size", "32", "--head-lr", "1e-3", "--warmup-steps", "20",
+            "--eval-every", "0", "--eval-limit",
+            str(TEACHERS[self.teacher].limits["valid"] or VALIDATION), "--seed", "0",
+            "--no-progress",
+        ]
+        if self.features:
+            cmd += ["--features", self.features]
+        return cmd + self.extra
+
+
+def rows() -> list[Row]:
+    """Every row of the report, grouped by the question it answers."""
+    return [
+        # Can a student reading SmolLM2's states learn the lexical teacher, and what does it
+        # take? The readout and head, at 512 training slates (validation only).
+        Row("lex/paper/512", "the paper's head and readout: attention over the candidates' "
+            "last-token states", head="attn", readout="last", limit=512, on_eval=False),
+        Row("lex/mean/512", "the same head on states averaged over each title's tokens",
+            head="attn", limit=512, on_eval=False),
+        Row("lex/history-mean/512", "the history head on mean states (the recipe)",
+            limit=512, on_eval=False, curve=True),
+        Row("lex/history-mean", "the recipe on 2,048 training slates", curve=True),
+        # Does the LLM replace the lexical score, and add to the features? (clicks)
+        Row("clicks/3f-only", "popularity + co-occurrence + title similarity alone, no LLM",
+            head="attn", target="clicks", features="popularity,cooccurrence,title_similarity", epochs=4,
+            extra=["--features-only"]),
+        Row("clicks/history-mean+pop+co", "SmolLM2 states (recipe) + popularity + "
+            "co-occurrence: the LLM in place of the lexical score", target="clicks",
+            features="popularity,cooccurrence", epochs=4),
+        Row("clicks/history-mean+3f", "SmolLM2 states (recipe) + the three features",
+            target="clicks", features="popularity,cooccurrence,title_similarity", epochs=4),
+        # SmolLM2's own ranking, valid by construction, as the teacher.
+        Row("lik/history-mean/512", "the recipe distilled from SmolLM2's likelihood teacher",
+            teacher="likelihood", limit=512, curve=True),
+    ]
+
+
+def labelled(teacher: str, split: str) -> Path:
+    return WORK / teacher / f"{split}.labels.slates.jsonl"
+
+
+def run(cmd: list[str], log: Path | None = None) -> float:
+    """Run ``cmd`` from the repository root; its output to ``log``; seconds taken."""
+    print("$", shlex.join(cmd), flush=True)
+    t0 = time.perf_counter()
+    with open(log, "a") if log else open(os.devnull, "w") as fh:
+        done = subprocess.run(cmd, cwd=ROOT, stdout=fh, stderr=subprocess.STDOUT, check=False)
+    if done.returncode:
+        raise SystemExit(f"failed ({done.returncode}): {shlex.join(cmd)}; see {log}")
+    return time.perf_counter() - t0
+
+
+def prepare(teachers: set[str], dry: bool) -> list[list[str]]:
+    """The data build and each teacher's labels (each step skipped when done)."""
+    cmds = []
+    if not (DATA / "valid.jsonl").exists():
+        cmds.append([str(BIN / "spdrank"), "data", "beauty", "--out", str(DATA), "--features",
+                     "--validation", str(VALIDATION), "--no-progress"])
+    for name in sorted(teachers):
+        teacher = TEACHERS[name]
+        for split, limit in teacher.limits.items():
+            if not labelled(name, split).exists():
+                cmds.append([
+                    str(BIN / "spdrank"), "teacher", "--slates", str(DATA / f"{split}.jsonl"),
+                    "--out", str(WORK / name / f"{split}.labels.jsonl"), *teacher.backend,
+                    "--no-progress", *(["--limit", str(limit)] if limit else []),
+                ])
+    if not dry:
+        WORK.mkdir(parents=True, exist_ok=True)
+        for cmd in cmds:
+            run(cmd, WORK / "prepare.log")
+    return cmds
+
+
+def bench_teachers(dry: bool) -> list[list[str]]:
+    """The teachers on the eval slates they labelled, next to the baselines: quality against
+    clicks, validity, decode passes, ms per slate (one ``spdrank bench`` per slate count)."""
+    sizes = sorted({t.limits["eval"] for t in TEACHERS.values() if t.limits["eval"]})
+    cmds = []
+    for size in sizes:
+        labels = [f"--labels={name}={WORK / name / 'eval.labels.jsonl'}"
+                  for name, t in TEACHERS.items() if (t.limits["eval"] or 10**9) >= size]
+        cmds.append([
+            str(BIN / "spdrank"), "bench", "--slates", str(DATA / "eval.jsonl"),
+            "--limit", str(size), "--train", str(DATA / "train.jsonl"),
+            *(f"--ranker={name}" for name in BASELINES), *labels,
+            "--reference", "cooccurrence", "--out", str(OUT / f"teachers-{size}"),
+            "--title", f"The teachers on the first {size} Beauty eval slates", "--no-progress",
+        ])
+    if not dry:
+        for cmd in cmds:
+            run(cmd, WORK / "teachers.log")
+    return cmds
+
+
+def train_row(row: Row) -> dict[str, Any]:
+    """Train (or reuse) the row's run; its summary, with the wall time of this call."""
+    summary_path = row.run_dir() / "train.json"
+    if summary_path.exists() and json.loads(summary_path.read_text()).get("finished"):
+        return json.loads(summary_path.read_text())
+    row.run_dir().parent.mkdir(parents=True, exist_ok=True)
+    seconds = run(row.train_command(), WORK / f"{row.name.replace('/', '_')}.log")
+    summary = json.loads(summary_path.read_text())
+    summary["driver_wall_s"] = seconds
+    summary_path.write_text(json.dumps(summary, indent=2) + "\n")
+    return summary
+
+
+class CachedStudent:
+    """A frozen-backbone checkpoint that ranks eval slates from their cached states."""
+
+    def __init__(self, name: str, model: Any, cache: Any, index: dict[str, int]) -> None:
+        self.name, self.model, self.cache, self.index = name, model, cache, index
+
+    def fit(self, train: Any) -> None:
+        """Trained already."""
+
+    def rank(self, slate: Any) -> Any:
+        batch = self.cache.batch([self.index[slate.query.qid]], [slate], self.model)
+        return self.model.rank_batch([slate], batch=batch)[0]
+
+
+def evaluate_on_eval(selected: list[Row], teacher: str) -> dict[str, Any]:
+    """Every selected row of ``teacher`` and the baselines on the eval slates: metrics per
+    row and paired differences against the first row and against title_similarity."""
+    from spdrank.baselines import make_baseline
+    from spdrank.evaluate import evaluate
+    from spdrank.model import SPDRanker
+    from spdrank.paired import compare
+    from spdrank.slates import load_slates, read_slates
+    from spdrank.state_cache import open_state_cache
+
+    eval_path = labelled(teacher, "eval")
+    slates = load_slates(eval_path)
+    index = {s.query.qid: i for i, s in enumerate(slates)}
+    rankers: list[Any] = []
+    for name in BASELINES:
+        ranker = make_baseline(name)
+        ranker.fit(read_slates(DATA / "train.jsonl"))
+        rankers.append(ranker)
+    for row in selected:
+        model = SPDRanker.from_pretrained(row.run_dir() / "model")
+        cache = None
+        if row.reads_states():
+            cache = open_state_cache(row.states() / "heldout", model, eval_path, len(slates))
+        student = CachedStudent(row.name, model, cache, index)
+        if cache is None:
+            student.rank = lambda slate, m=model: m.rank(slate)  # features only: no states
+        rankers.append(student)
+    results = evaluate(rankers, slates, ks=(1, 10), warmup=0, progress=None, total=len(slates))
+    metrics = [*QUALITY, *FIDELITY]
+    table = {
+        r.name: {m: s.mean for m, s in r.summary().items() if m in (*metrics, "valid")}
+        for r in results.rankers
+    }
+    names = {r.name for r in results.rankers}
+    paired = {ref: compare(results, ref, metrics).to_dict() for ref in REFERENCES if ref in names}
+    return {"n_slates": len(slates), "rows": table, "paired": paired}
+
+
+def fmt(value: float | None, digits: int = 3) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def interval(d: dict[str, Any]) -> str:
+    if d["mean"] is None:
+        return "-"
+    if d["low"] is None:
+        return f"{d['mean']:+.3f}"
+    return f"{d['mean']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}]"
+
+
+PREAMBLE = (
+    "Scale: SmolLM2-135M-Instruct (bundled), frozen first L layers, titles cut to 12 tokens; "
+    "training slates as each row says (of Beauty's 20,245), validation: the first slates of "
+    "the 1,000 validation users' (1,000 for the lexical teacher, 100 for the likelihood "
+    "teacher, whose labels cost the whole model per title), eval: the 1,118 eval slates "
+    "(100 for the likelihood teacher), 50 candidates each, uniform negatives. Validation "
+    "figures are the run's own evaluation; eval figures one pass over the eval slates "
+    "through a state cache, beside the baselines. tau counts only the pairs the teacher "
+    "orders (its score ties are not an order); top1: the student's first is among the "
+    "teacher's best; top10: overlap of the two top 10s (ties at the teacher's boundary "
+    "count for it). Quality (AUC, R@k, NDCG, MRR) is against the held-out next item."
+)
+
+
+def write_report(selected: list[Row], summaries: dict[str, Any], evals: dict[str, Any],
+                 probe: dict[str, float], argv: list[str], note: str) -> None:
+    OUT.mkdir(parents=True, exist_ok=True)
+    command = shlex.join([".venv/bin/python", "benchmarks/fidelity_beauty_cpu.py", *argv])
+    lines = [
+        "# Fidelity: does the single-pass student learn its teacher? (Beauty, CPU scale)",
+        "",
+        f"Command: `{command}`",
+        "",
+        (f"Machine: {platform.machine()}, {os.cpu_count()} cores; date "
+         f"{dt.date.today().isoformat()}; commit {git_commit()}. {note}"),
+        "",
+        PREAMBLE,
+        "",
+        "## Every row on validation",
+        "",
+        ("| row | what | teacher | target | slates | epochs | val tau | val top1 | val top10 "
+         "| val AUC | val R@10 | train s |"),
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for row in selected:
+        summary = summaries.get(row.name)
+        if summary is None:
+            continue
+        e = summary.get("eval", {})
+        seconds = summary.get("driver_wall_s", summary.get("wall_s_this_run", 0))
+        lines.append(
+            f"| {row.name} | {row.what} | {row.teacher} | {row.target} | {row.limit} | "
+            f"{row.epochs:g} | {fmt(e.get('tau'))} | {fmt(e.get('top1'))} | "
+            f"{fmt(e.get('top10'))} | {fmt(e.get('AUC'))} | {fmt(e.get('R@10'))} | "
+            f"{seconds:.0f} |"
+        )
+    if probe:
+        lines += ["", (
+            "Zero-shot, no training: each candidate ranked by its largest cosine with a "
+            f"history item, the recipe's cached states centred ({probe['n']} validation "
+            f"slates, lexical teacher): tau {probe['tau']:.3f}, top1 {probe['top1']:.3f}, "
+            f"AUC {probe['AUC']:.3f}."
+        )]
+    for teacher, result in evals.items():
+        metrics = (*QUALITY, *FIDELITY)
+        lines += ["", f"## Eval slates, teacher `{teacher}` ({result['n_slates']} slates)", "",
+                  "| row | " + " | ".join(metrics) + " |", "|---|" + "---|" * len(metrics)]
+        for name, values in result["rows"].items():
+            lines.append(f"| {name} | " + " | ".join(fmt(values.get(m)) for m in metrics) + " |")
+        for ref, comp in result["paired"].items():
+            lines += ["", f"Paired differences, row minus `{ref}` (95% {comp['method']}):", "",
+                      "| row | " + " | ".join(comp["metrics"]) + " |",
+                      "|---|" + "---|" * len(comp["metrics"])]
+            for name, diffs in comp["rows"].items():
+                lines.append(f"| {name} | " + " | ".join(
+                    interval(diffs[m]) for m in comp["metrics"]) + " |")
+    (OUT / "report.md").write_text("\n".join(lines) + "\n")
+    (OUT / "results.json").write_text(json.dumps(
+        {"validation": summaries, "zero_shot": probe, "eval": evals}, indent=1) + "\n")
+    (OUT / "commands.txt").write_text("\n".join(
+        shlex.join(r.train_command()) for r in selected) + "\n")
+    plot_curves(selected, summaries)
+
+
+def zero_shot(n: int = 512) -> dict[str, float]:
+    """The recipe's cached validation states with no training: candidates ranked by their
+    largest cosine with a history item (states centred on their mean)."""
+    import numpy as np
+    import torch
+
+    from spdrank.metrics import auc, kendall_tau, top1_agreement
+    from spdrank.slates import load_slates
+
+    directory = Row("probe", "").states() / "eval"
+    meta_path = directory / "key.json"
+    if not meta_path.exists():
+        return {}
+    from safetensors import safe_open
+
+    slates = load_slates(labelled("lexical", "valid"))[:n]
+    items: list[np.ndarray] = []
+    history: list[np.ndarray] = []
+    shard = 0
+    while len(items) < len(slates):
+        with safe_open(str(directory / f"shard-{shard:05d}.safetensors"), "pt") as fh:
+            for name, out in (("states", items), ("history", history)):
+                rows = fh.get_tensor(name).float()
+                sizes = fh.get_tensor("sizes" if name == "states" else "history_sizes")
+                out.extend(t.numpy() for t in torch.split(rows, sizes.tolist()))
+        shard += 1
+    centre = np.concatenate(items[: len(slates)]).mean(0)
+    taus, top1, aucs = [], [], []
+    for slate, c, h in zip(slates, items, history):
+        c = c - centre
+        h = h - centre
+        c /= np.linalg.norm(c, axis=1, keepdims=True)
+        h /= np.linalg.norm(h, axis=1, keepdims=True)
+        order = [slate.docids[i] for i in np.argsort(-(c @ h.T).max(1), kind="stable")]
+        tau = kendall_tau(order, slate.teacher, slate.teacher_scores)
+        if tau is not None:
+            taus.append(tau)
+        top1.append(top1_agreement(order, slate.teacher, slate.teacher_scores))
+        aucs.append(auc(order, set(slate.clicked or ())))
+    return {"n": len(slates), "tau": float(np.mean(taus)), "top1": float(np.mean(top1)),
+            "AUC": float(np.mean([a for a in aucs if a is not None]))}
+
+
+def plot_curves(selected: list[Row], summaries: dict[str, Any]) -> None:
+    """Validation fidelity against training slates and against depth, per teacher."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    curve = [r for r in selected if r.curve and r.name in summaries]
+    for axis, key in (("training slates", "limit"), ("layers", "layers")):
+        fig, ax = plt.subplots(figsize=(6, 4))
+        for teacher in sorted({r.teacher for r in curve}):
+            for metric in FIDELITY:
+                fixed = "layers" if key == "limit" else "limit"
+                base = next(r for r in curve if r.teacher == teacher)
+                points = sorted(
+                    (getattr(r, key), summaries[r.name]["eval"].get(metric))
+                    for r in curve
+                    if r.teacher == teacher and getattr(r, fixed) == getattr(base, fixed)
+                )
+                if len(points) > 1:
+                    ax.plot(*zip(*points), marker="o", label=f"{teacher} {metric}")
+        if key == "limit":
+            ax.set_xscale("log", base=2)
+        ax.set_xlabel(axis)
+        ax.set_ylabel("validation agreement with the teacher")
+        ax.set_ylim(0, 1)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        fig.savefig(OUT / f"curve-{key}.png", dpi=120)
+        plt.close(fig)
+
+
+def git_commit() -> str:
+    done = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
+                          capture_output=True, text=True, check=False)
+    return done.stdout.strip() or "unknown"
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--only", nargs="+", metavar="NAME", help="only these rows")
+    parser.add_argument("--skip", nargs="+", metavar="NAME", default=[],
+                        help="leave these rows out (e.g. ones too slow for this machine)")
+    parser.add_argument("--dry-run", action="store_true", help="print the commands only")
+    parser.add_argument("--note", default="", help="what else ran on the machine meanwhile")
+    args = parser.parse_args(argv)
+    os.chdir(ROOT)
+    selected = [r for r in rows() if (not args.only or r.name in args.only)
+                and r.name not in args.skip]
+    unknown = set(args.only or []) - {r.name for r in rows()}
+    if unknown:
+        parser.error(f"unknown rows: {sorted(unknown)}")
+    cmds = prepare({r.teacher for r in selected} if args.only else set(TEACHERS), args.dry_run)
+    if not args.only:
+        cmds += bench_teachers(args.dry_run)
+    if args.dry_run:
+        for cmd in [*cmds, *(r.train_command() for r in selected)]:
+            print(shlex.join(cmd))
+        return 0
+    summaries = {r.name: train_row(r) for r in selected}
+    evals = {}
+    for teacher in sorted({r.teacher for r in selected}):
+        chosen = [r for r in selected if r.teacher == teacher and r.on_eval]
+        evals[teacher] = evaluate_on_eval(chosen, teacher)
+    write_report(selected, summaries, evals, zero_shot(), argv, args.note)
+    print(f"report: {OUT / 'report.md'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
