@@ -91,3 +91,15 @@ def subprocess_env() -> dict[str, str]:
 
     src = str(Path(spdrank.__file__).parents[1])
     return os.environ | {"PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")])}
+
+
+@pytest.fixture(scope="module")
+def one_torch_thread():
+    """One torch thread for a module: a tiny model's matmuls are too small to share out, and on
+    a busy machine two threads make every call wait for a free core (tenfold slower)."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

@@ -47,14 +47,7 @@ def _slate(rng: random.Random, qid: str, n: int) -> Slate:
     )
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """The tiny model's matmuls are too small to share out: on a busy machine two threads make
-    every call wait for a free core, which slows these tests tenfold and measures nothing."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")

@@ -63,7 +63,7 @@ def test_a_missing_feature_names_the_slate_candidate_and_feature():
         raw_features(slate, ["pop"])
     message = str(info.value)
     assert "slate 'user-7': candidates[1] (docid 'd1') has no feature 'pop'" in message
-    assert "it has ['other']" in message
+    assert "which this model reads (features: pop); it has other" in message
 
 
 def test_a_non_finite_score_is_refused():

@@ -18,13 +18,7 @@ from spdrank.teacher.parse import OK, parse_response, render_ids
 SIZES = [1, 2, 9, 10, 11, 50]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """One torch thread: vocabulary-wide masks are small work, and threads only contend."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 EOS = 2  # SmolLM2's <|im_end|>
 
 

@@ -10,16 +10,7 @@ from spdrank.teacher.parse import STATUSES
 from spdrank.teacher.prompt import build_messages
 from tests.test_teacher_run import make_slates, records
 
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """One torch thread: a tiny model gains nothing from two, and loses a lot to contention."""
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")

@@ -8,13 +8,7 @@ from spdrank.cli import main
 from spdrank.slates import Candidate, Query, Slate, load_slates, write_slates
 from tests.test_teacher_run import make_slates, records
 
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def slate_of_titles() -> Slate:

@@ -24,15 +24,15 @@ as if one fitted sequence had been left out.
 from __future__ import annotations
 
 import hashlib
-import math
 import random
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from functools import partial
 
 from spdrank.datasets.title_similarity import TITLE_SIMILARITY
+from spdrank.features import raw_features
 from spdrank.ranking import Ranker, Ranking
-from spdrank.slates import Slate, SlateError
+from spdrank.slates import Slate
 
 #: ``feature:NAME`` names the :class:`FeatureRanker` of feature ``NAME``.
 FEATURE_PREFIX = "feature:"
@@ -245,23 +245,7 @@ class FeatureRanker:
 
     def scores(self, slate: Slate) -> list[float]:
         """The feature's value of each candidate, in candidate order."""
-        out: list[float] = []
-        for i, cand in enumerate(slate.candidates):
-            value = cand.feature(self.feature)
-            if value is None:
-                have = sorted(cand.features or ())
-                raise SlateError(
-                    f"{self.name}: slate {slate.query.qid!r}: candidates[{i}] (docid "
-                    f"{cand.docid!r}) has no feature {self.feature!r} to rank by; it has "
-                    f"{', '.join(have) or 'none'}"
-                )
-            if not math.isfinite(value):  # only the 'score' field can get here unchecked
-                raise SlateError(
-                    f"{self.name}: slate {slate.query.qid!r}: candidates[{i}] (docid "
-                    f"{cand.docid!r}) has a non-finite {self.feature!r}: {value}"
-                )
-            out.append(value)
-        return out
+        return raw_features(slate, [self.feature], reader=f"{self.name} ranks by")[:, 0].tolist()
 
     def rank(self, slate: Slate) -> Ranking:
         docids = slate.docids

@@ -38,11 +38,14 @@ def parse_feature_names(text: str) -> tuple[str, ...]:
     return names
 
 
-def raw_features(slate: Slate, names: Sequence[str]) -> np.ndarray:
+def raw_features(
+    slate: Slate, names: Sequence[str], reader: str = "this model reads"
+) -> np.ndarray:
     """The candidates' values of ``names``, unnormalised, as float64 [n, len(names)].
 
-    A candidate without one of them is an error naming the slate's qid, the candidate and the
-    feature, since a model that silently read a default would rank on a value nobody sent.
+    A candidate without one of them is an error naming the slate's qid, the candidate, the
+    feature and who reads it (``reader``), since a ranker that silently read a default would
+    rank on a value nobody sent.
     """
     out = np.empty((len(slate), len(names)), dtype=np.float64)
     for i, cand in enumerate(slate.candidates):
@@ -52,8 +55,8 @@ def raw_features(slate: Slate, names: Sequence[str]) -> np.ndarray:
                 have = sorted(cand.features or ())
                 raise SlateError(
                     f"slate {slate.query.qid!r}: candidates[{i}] (docid {cand.docid!r}) has no "
-                    f"feature {name!r}, which this model reads (features: {', '.join(names)}); "
-                    f"it has {have or 'none'}"
+                    f"feature {name!r}, which {reader} (features: {', '.join(names)}); "
+                    f"it has {', '.join(have) or 'none'}"
                 )
             out[i, j] = value
     if not np.isfinite(out).all():  # only 'score' can get here unchecked
