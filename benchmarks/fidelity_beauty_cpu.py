@@ -93,7 +93,7 @@ class Row:
 
     def states(self) -> Path:
         """The state cache this row reads: one per backbone setting, whatever the labels."""
-        history = "hist" if self.head == "history" else "nohist"
+        history = "hist" if self.head == "history" else "nohist"  # the prompt differs
         return WORK / f"states-L{self.layers}-{self.readout}-{history}"
 
     def run_dir(self) -> Path:
@@ -134,9 +134,14 @@ def rows() -> list[Row]:
             "last-token states", head="attn", readout="last", limit=512, on_eval=False),
         Row("lex/mean/512", "the same head on states averaged over each title's tokens",
             head="attn", limit=512, on_eval=False),
-        Row("lex/history-mean/512", "the history head on mean states (the recipe)",
+        Row("lex/history-mean/512", "the history head on mean states",
             limit=512, on_eval=False, curve=True),
-        Row("lex/history-mean", "the recipe on 2,048 training slates", curve=True),
+        Row("lex/history-mean", "the history head on mean states, 2,048 training slates",
+            curve=True),
+        Row("lex/tokens/512", "the history head matching token states (late interaction)",
+            readout="tokens", limit=512, on_eval=False, curve=True),
+        Row("lex/tokens", "the same on 2,048 training slates, 4 epochs", readout="tokens",
+            epochs=4, curve=True),
         # Does the LLM replace the lexical score, and add to the features? (clicks)
         Row("clicks/3f-only", "popularity + co-occurrence + title similarity alone, no LLM",
             head="attn", target="clicks", features="popularity,cooccurrence,title_similarity", epochs=4,
@@ -359,6 +364,77 @@ def write_report(selected: list[Row], summaries: dict[str, Any], evals: dict[str
     (OUT / "commands.txt").write_text("\n".join(
         shlex.join(r.train_command()) for r in selected) + "\n")
     plot_curves(selected, summaries)
+
+
+def zero_shot(n: int = 512) -> dict[str, float]:
+    """The recipe's cached validation states with no training: candidates ranked by their
+    largest cosine with a history item (states centred on their mean)."""
+    import numpy as np
+    import torch
+
+    from spdrank.metrics import auc, kendall_tau, top1_agreement
+    from spdrank.slates import load_slates
+
+    directory = Row("probe", "").states() / "eval"
+    meta_path = directory / "key.json"
+    if not meta_path.exists():
+        return {}
+    from safetensors import safe_open
+
+    slates = load_slates(labelled("lexical", "valid"))[:n]
+    items: list[np.ndarray] = []
+    history: list[np.ndarray] = []
+    shard = 0
+    while len(items) < len(slates):
+        with safe_open(str(directory / f"shard-{shard:05d}.safetensors"), "pt") as fh:
+            for name, out in (("states", items), ("history", history)):
+                rows = fh.get_tensor(name).float()
+                sizes = fh.get_tensor("sizes" if name == "states" else "history_sizes")
+                out.extend(t.numpy() for t in torch.split(rows, sizes.tolist()))
+        shard += 1
+    centre = np.concatenate(items[: len(slates)]).mean(0)
+    taus, top1, aucs = [], [], []
+    for slate, c, h in zip(slates, items, history):
+        c = c - centre
+        h = h - centre
+        c /= np.linalg.norm(c, axis=1, keepdims=True)
+        h /= np.linalg.norm(h, axis=1, keepdims=True)
+        order = [slate.docids[i] for i in np.argsort(-(c @ h.T).max(1), kind="stable")]
+        tau = kendall_tau(order, slate.teacher, slate.teacher_scores)
+        if tau is not None:
+            taus.append(tau)
+        top1.append(top1_agreement(order, slate.teacher, slate.teacher_scores))
+        aucs.append(auc(order, set(slate.clicked or ())))
+    return {"n": len(slates), "tau": float(np.mean(taus)), "top1": float(np.mean(top1)),
+            "AUC": float(np.mean([a for a in aucs if a is not None]))}
+
+
+def plot_curves(selected: list[Row], summaries: dict[str, Any]) -> None:
+    """Validation fidelity against training slates: a line per teacher, readout and metric."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    curve = [r for r in selected if r.curve and r.name in summaries]
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    for teacher, readout in sorted({(r.teacher, r.readout) for r in curve}):
+        for metric, style in zip(FIDELITY, ("-", "--", ":")):
+            points = sorted(
+                (r.limit, summaries[r.name]["eval"].get(metric))
+                for r in curve if (r.teacher, r.readout) == (teacher, readout)
+            )
+            if points:
+                ax.plot(*zip(*points), style, marker="o", label=f"{teacher}, {readout}: {metric}")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("training slates")
+    ax.set_ylabel("validation agreement with the teacher")
+    ax.set_ylim(0, 1)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(OUT / "curve-slates.png", dpi=120)
+    plt.close(fig)
 
 
 def zero_shot(n: int = 512) -> dict[str, float]:

@@ -189,3 +189,54 @@ def test_history_head_ranks_a_slate_without_history():
         build_head(0, HeadConfig(kind="history"), 2)
     with pytest.raises(ValueError, match="history items' states"):
         head(torch.randn(1, 4, 24), torch.ones(1, 4, dtype=torch.bool))
+
+
+def _token_head():
+    torch.manual_seed(0)
+    cfg = HeadConfig(kind="history", positions=12, width=16, heads=2, dropout=0.0, tokens=True)
+    return build_head(24, cfg).eval()
+
+
+def test_token_match_is_the_weighted_mean_of_each_tokens_best_cosine():
+    head = _token_head()
+    h, hist = torch.randn(1, 2, 4, 24), torch.randn(1, 3, 4, 24)
+    item_tokens, history_tokens = torch.tensor([[3, 1]]), torch.tensor([[2, 4, 1]])
+    hmask = torch.tensor([[True, True, False]])
+    stats = head.match_tokens(h, item_tokens, hist, history_tokens, hmask)
+    norm = torch.nn.functional.normalize
+    per_item = torch.zeros(2, 2)
+    for i in range(2):
+        tokens = h[0, i, : item_tokens[0, i]]
+        w = torch.nn.functional.softplus(head.token_weight(tokens).squeeze(-1)) + 1e-6
+        for j in range(2):
+            keys = norm(head.match_key(hist[0, j, : history_tokens[0, j]]), dim=-1)
+            best = (norm(head.match_query(tokens), dim=-1) @ keys.T).max(-1).values
+            per_item[i, j] = (w * best).sum() / w.sum()
+    torch.testing.assert_close(stats[0, :, 0], per_item.max(-1).values)
+    torch.testing.assert_close(stats[0, :, 1], per_item.mean(-1))
+    torch.testing.assert_close(stats[0, :, 2], per_item[:, 1])
+
+
+def test_token_head_ignores_padded_token_slots_items_and_history():
+    head = _token_head()
+    h, hist = torch.randn(1, 3, 4, 24), torch.randn(1, 2, 4, 24)
+    lengths, hlengths = torch.tensor([[2, 4, 1]]), torch.tensor([[3, 1]])
+    mask, hmask = torch.ones(1, 3, dtype=torch.bool), torch.ones(1, 2, dtype=torch.bool)
+    alone = head(h, mask, None, hist, hmask, lengths, hlengths)
+    loud = h.clone()
+    loud[0, 0, 2:] = 100.0  # garbage in candidate 0's padded token slots
+    hb = torch.randn(2, 5, 4, 24) * 100
+    hb[0, :3] = loud[0]
+    histb = torch.randn(2, 4, 4, 24) * 100
+    histb[0, :2] = hist[0]
+    histb[0, 0, 3:] = -50.0  # and in a history item's
+    mb = torch.ones(2, 5, dtype=torch.bool)
+    mb[0, 3:] = False
+    hmb = torch.ones(2, 4, dtype=torch.bool)
+    hmb[0, 2:] = False
+    lb, hlb = torch.full((2, 5), 4), torch.full((2, 4), 4)
+    lb[0, :3], hlb[0, :2] = lengths[0], hlengths[0]
+    padded = head(hb, mb, None, histb, hmb, lb, hlb)
+    torch.testing.assert_close(padded[0, :3], alone[0], rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="matches tokens"):
+        head(h.mean(2), mask, None, hist.mean(2), hmask)

@@ -190,3 +190,21 @@ def test_history_head_model_round_trips_and_ranks(tmp_path, tiny_backbone, slate
     without = dataclasses.replace(config, prompt=PromptSettings(readout="mean"))
     with pytest.raises(ValueError, match="history_items=True"):
         SPDRanker.build(without)
+
+
+def test_tokens_readout_needs_the_history_head_built_for_it(tiny_backbone, slates):
+    torch.manual_seed(0)
+    config = SPDConfig(
+        backbone=BackboneConfig(name_or_path=tiny_backbone, lora=None),
+        head=HeadConfig(kind="history", positions=16, width=32, tokens=True),
+        prompt=PromptSettings(max_item_tokens=6, readout="tokens", history_items=True),
+    )
+    model = SPDRanker.build(config).eval()
+    one = model.rank_batch(slates[:1])[0]
+    assert sorted(one.docids) == sorted(slates[0].docids)
+    # A slate's scores do not depend on the slates padded next to it.
+    both = model.score_batch(slates[:2])[0]
+    np.testing.assert_allclose(both[0, : len(slates[0])], model.score_matrix(slates[0]), atol=1e-4)
+    for head in (HeadConfig(kind="attn", positions=16), HeadConfig(kind="history", positions=16)):
+        with pytest.raises(ValueError, match="tokens readout"):
+            SPDRanker.build(dataclasses.replace(config, head=head))

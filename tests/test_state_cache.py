@@ -35,7 +35,7 @@ def cache_of(model, path, directory, **kw):
 
 def live_states(model: SPDRanker, slate) -> torch.Tensor:
     with torch.inference_mode():
-        return model.read(model.collate([model.encode(slate)]))[0][0]
+        return model.read(model.collate([model.encode(slate)])).items[0]
 
 
 def snapshot(directory) -> dict[str, bytes]:
@@ -177,12 +177,14 @@ def test_a_shorter_run_reads_a_prefix_of_a_larger_cache(
         open_state_cache(tmp_path / "c", frozen, tmp_path / "edited.jsonl", 4, **kw)
 
 
-def test_history_states_are_cached_with_the_candidates(tmp_path, tiny_backbone, train_file):
+@pytest.mark.parametrize("readout", ["mean", "tokens"])
+def test_history_states_are_cached_with_the_candidates(tmp_path, tiny_backbone, train_file, readout):
     torch.manual_seed(0)
     config = SPDConfig(
         backbone=BackboneConfig(name_or_path=tiny_backbone, lora=None),
-        head=HeadConfig(kind="history", positions=16, width=32, dropout=0.0),
-        prompt=PromptSettings(max_item_tokens=8, readout="mean", history_items=True),
+        head=HeadConfig(kind="history", positions=16, width=32, dropout=0.0,
+                        tokens=readout == "tokens"),
+        prompt=PromptSettings(max_item_tokens=8, readout=readout, history_items=True),
     )
     model = SPDRanker.build(config).eval()
     cache = cache_of(model, train_file, tmp_path / "c")
@@ -190,9 +192,18 @@ def test_history_states_are_cached_with_the_candidates(tmp_path, tiny_backbone, 
     for i in (0, 7):
         live = model.collate([model.encode(slates[i])])
         with torch.inference_mode():
-            items, history = model.read(live)
-        assert torch.allclose(cache.slate_states(i), items[0], atol=1e-5)
-        assert torch.allclose(cache.slate_states(i, "history"), history[0], atol=1e-5)
+            inputs = model.read(live)
+        if readout == "tokens":
+            for name, states, lengths in (("states", inputs.items, inputs.item_tokens),
+                                          ("history", inputs.history, inputs.history_tokens)):
+                cached, counts = cache.slate_tokens(i, name)
+                assert torch.equal(counts, lengths[0, : len(counts)])
+                for j, k in enumerate(counts.tolist()):
+                    assert torch.allclose(cached[j, :k], states[0, j, :k], atol=1e-5)
+                    assert not cached[j, k:].any()
+        else:
+            assert torch.allclose(cache.slate_states(i), inputs.items[0], atol=1e-5)
+            assert torch.allclose(cache.slate_states(i, "history"), inputs.history[0], atol=1e-5)
     batch = cache.batch([0, 7], [slates[0], slates[7]], model)
     with torch.inference_mode():
         cached = model(batch)
@@ -200,21 +211,3 @@ def test_history_states_are_cached_with_the_candidates(tmp_path, tiny_backbone, 
             alone = model(model.collate([model.encode(slates[i])]))[0]
             n = len(slates[i])
             assert torch.allclose(cached[row, :n], alone[:n], atol=1e-4)
-
-
-def test_a_cache_of_whole_shards_grows_by_the_slates_a_longer_run_adds(
-    tmp_path, frozen, train_file, monkeypatch
-):
-    kw = {"storage": "float32", "batch_size": 3, "shard_size": 3, "progress": False}
-    open_state_cache(tmp_path / "c", frozen, train_file, 6, **kw)
-    prefills = []
-    real = frozen.read
-    monkeypatch.setattr(frozen, "read", lambda batch: prefills.append(len(batch.sizes)) or real(batch))
-    grown = open_state_cache(tmp_path / "c", frozen, train_file, 8, **kw)
-    assert prefills == [2] and len(grown) == 8  # only slates 6 and 7
-    assert snapshot(tmp_path / "c") == snapshot(cache_of(frozen, train_file, tmp_path / "s").directory)
-    assert len(open_state_cache(tmp_path / "c", frozen, train_file, 6, **kw)) == 6
-    # A cache ending inside a shard cannot grow: its last shard would have to be rewritten.
-    open_state_cache(tmp_path / "part", frozen, train_file, 4, **kw)
-    with pytest.raises(ValueError, match="slates.count"):
-        open_state_cache(tmp_path / "part", frozen, train_file, 8, **kw)

@@ -242,6 +242,20 @@ def pool_spans(
     return ((upper - lower) / count).to(hidden.dtype)
 
 
+def span_tokens(
+    hidden: torch.Tensor, first: torch.Tensor, last: torch.Tensor, width: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Every token state of each span, padded: [B, M, width, D], and each span's length [B, M]
+    (at most ``width``; a span's padded slots repeat its last token and are masked by length)."""
+    steps = torch.arange(width, device=hidden.device)
+    index = torch.minimum(first.unsqueeze(-1) + steps, last.unsqueeze(-1))
+    b, m = first.shape
+    d = hidden.size(-1)
+    flat = index.reshape(b, m * width, 1).expand(-1, -1, d)
+    states = torch.gather(hidden, 1, flat).reshape(b, m, width, d)
+    return states, (last - first + 1).clamp(min=1, max=width)
+
+
 def last_token_logits(
     model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor
 ) -> torch.Tensor:

@@ -40,6 +40,9 @@ class HeadConfig:
     layers: int = 2
     heads: int = 4
     dropout: float = 0.1
+    #: The history head reads every token state of each item (the "tokens" readout) and
+    #: matches candidates with history items token by token.
+    tokens: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -185,14 +188,18 @@ class HistoryAttentionHead(nn.Module):
     attention, which a few frozen layers barely use. Here each candidate is compared with each
     history item directly, twice:
 
-    - a match: cosines between learned projections of the candidate's and the history items'
-      states, summarised per candidate as their largest, their mean and the most recent
-      item's (the shape of a retriever's "closest item in the history" score), and added to
-      the candidate's input;
+    - a match: a similarity of the candidate with each history item, summarised per candidate
+      as its largest, its mean and the most recent item's (the shape of a retriever's "closest
+      item in the history" score), and added to the candidate's input. On pooled states it is
+      the cosine of learned projections; with every token's state (``cfg.tokens``) it is
+      token by token, like a late-interaction retriever: each candidate token's best cosine
+      with the history item's tokens, averaged with learned per-token weights (a learned
+      IDF: which of the title's words identify it);
     - cross-attention: each layer lets the candidates attend to each other and to the history
       items (plus one learned slot, so a slate without history still attends to something).
 
-    Padded history items are masked everywhere, so the scores do not depend on padding.
+    Padded history items and token slots are masked everywhere, so the scores do not depend
+    on padding.
     """
 
     matrix = True
@@ -202,11 +209,13 @@ class HistoryAttentionHead(nn.Module):
         super().__init__()
         if not hidden:
             raise ValueError("the history head compares hidden states: it needs a backbone")
+        self.tokens = cfg.tokens
         self.proj = _state_projection(hidden, cfg.width)
         self.history_proj = _state_projection(hidden, cfg.width)
         self.features = _feature_projection(features, cfg.width)
         self.match_query = _state_projection(hidden, cfg.width)
         self.match_key = _state_projection(hidden, cfg.width)
+        self.token_weight = nn.Linear(hidden, 1) if cfg.tokens else None
         self.match_out = nn.Linear(3, cfg.width)
         self.null = nn.Parameter(torch.zeros(1, 1, cfg.width))
         layer = nn.TransformerDecoderLayer(
@@ -223,15 +232,29 @@ class HistoryAttentionHead(nn.Module):
         (0 for a slate without history)."""
         q = F.normalize(self.match_query(h), dim=-1)
         k = F.normalize(self.match_key(history), dim=-1)
-        sim = torch.einsum("bnd,bhd->bnh", q, k)
-        real = history_mask.unsqueeze(1)
-        count = history_mask.sum(1)
-        largest = sim.masked_fill(~real, float("-inf")).amax(-1)
-        mean = (sim * real).sum(-1) / count.clamp(min=1).unsqueeze(-1)
-        latest = (count - 1).clamp(min=0).view(-1, 1, 1).expand(-1, sim.size(1), 1)
-        recent = torch.gather(sim, 2, latest).squeeze(-1)
-        stats = torch.stack([largest, mean, recent], dim=-1)
-        return stats.masked_fill((count == 0).view(-1, 1, 1), 0.0)
+        return _summarise(torch.einsum("bnd,bhd->bnh", q, k), history_mask)
+
+    def match_tokens(
+        self,
+        h: torch.Tensor,
+        item_tokens: torch.Tensor,
+        history: torch.Tensor,
+        history_tokens: torch.Tensor,
+        history_mask: torch.Tensor,
+    ) -> torch.Tensor:
+        """The match token by token: ``h`` [B, N, W, D] and ``history`` [B, H, W, D] with their
+        real token counts; per candidate and history item, the weighted mean over the
+        candidate's tokens of each one's best cosine with the item's tokens; summarised [B, N, 3]."""
+        q = F.normalize(self.match_query(h), dim=-1)
+        k = F.normalize(self.match_key(history), dim=-1)
+        sim = torch.einsum("bntd,bhsd->bnths", q, k)
+        real_keys = _slots(history_tokens, history.size(2))  # [B, H, W]
+        sim = sim.masked_fill(~real_keys[:, None, None], float("-inf")).amax(-1)
+        sim = sim.masked_fill(~history_mask[:, None, None], 0.0)  # [B, N, W, H]
+        weight = F.softplus(self.token_weight(h).squeeze(-1)) + 1e-6
+        weight = weight * _slots(item_tokens, h.size(2))
+        weight = weight / weight.sum(-1, keepdim=True).clamp(min=1e-6)
+        return _summarise(torch.einsum("bnt,bnth->bnh", weight, sim), history_mask)
 
     def forward(
         self,
@@ -240,11 +263,21 @@ class HistoryAttentionHead(nn.Module):
         features: torch.Tensor | None = None,
         history: torch.Tensor | None = None,
         history_mask: torch.Tensor | None = None,
+        item_tokens: torch.Tensor | None = None,
+        history_tokens: torch.Tensor | None = None,
     ) -> torch.Tensor:
         if h is None or history is None or history_mask is None:
             raise ValueError("this head reads the candidates' and the history items' states")
-        x = _item_inputs(self.proj, h, self.features, features)
-        x = x + self.match_out(self.match(h, history, history_mask))
+        if self.tokens:
+            if h.dim() != 4 or item_tokens is None or history_tokens is None:
+                raise ValueError("this head matches tokens: it reads every token's state "
+                                 "(the tokens readout) and their counts")
+            stats = self.match_tokens(h, item_tokens, history, history_tokens, history_mask)
+            h = _mean_slots(h, item_tokens)
+            history = _mean_slots(history, history_tokens)
+        else:
+            stats = self.match(h, history, history_mask)
+        x = _item_inputs(self.proj, h, self.features, features) + self.match_out(stats)
         b = x.size(0)
         memory = torch.cat([self.null.expand(b, -1, -1), self.history_proj(history)], dim=1)
         memory_mask = torch.cat([history_mask.new_ones(b, 1), history_mask], dim=1)
@@ -252,6 +285,30 @@ class HistoryAttentionHead(nn.Module):
             x, memory, tgt_key_padding_mask=~mask, memory_key_padding_mask=~memory_mask
         )
         return self.out(self.norm(x)).masked_fill(~mask.unsqueeze(-1), 0.0)
+
+
+def _summarise(sim: torch.Tensor, history_mask: torch.Tensor) -> torch.Tensor:
+    """Similarities [B, N, H] with each history item as [B, N, 3]: the largest, the mean and
+    the most recent real item's (0 for a slate without history)."""
+    real = history_mask.unsqueeze(1)
+    count = history_mask.sum(1)
+    largest = sim.masked_fill(~real, float("-inf")).amax(-1)
+    mean = (sim * real).sum(-1) / count.clamp(min=1).unsqueeze(-1)
+    latest = (count - 1).clamp(min=0).view(-1, 1, 1).expand(-1, sim.size(1), 1)
+    recent = torch.gather(sim, 2, latest).squeeze(-1)
+    stats = torch.stack([largest, mean, recent], dim=-1)
+    return stats.masked_fill((count == 0).view(-1, 1, 1), 0.0)
+
+
+def _slots(lengths: torch.Tensor, width: int) -> torch.Tensor:
+    """Which of ``width`` token slots are real, for items of ``lengths`` tokens: [..., width]."""
+    return torch.arange(width, device=lengths.device) < lengths.unsqueeze(-1)
+
+
+def _mean_slots(states: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    """The mean over each item's real token slots: [..., W, D] -> [..., D]."""
+    real = _slots(lengths, states.size(-2)).unsqueeze(-1).to(states.dtype)
+    return (states * real).sum(-2) / real.sum(-2).clamp(min=1.0)
 
 
 class ScalarHead(nn.Module):

@@ -20,7 +20,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -37,6 +37,7 @@ from spdrank.backbone import (
     load_tokenizer,
     pool_spans,
     resolve_dtype,
+    span_tokens,
 )
 from spdrank.decode import decode, get_decoder, sort_scores
 from spdrank.features import FeatureNormalizer
@@ -93,6 +94,20 @@ class SPDConfig:
         )
 
 
+class HeadInputs(NamedTuple):
+    """What a head reads of a batch (see :meth:`SPDRanker.read`)."""
+
+    #: The candidates' states [B, N, D] ([B, N, W, D] with the "tokens" readout; FIRST: the
+    #: LM's logits [B, V]); None without an LLM.
+    items: torch.Tensor | None
+    #: The history items' states, for a head that reads them; else None.
+    history: torch.Tensor | None = None
+    #: With the "tokens" readout, the real token slots of each candidate [B, N] and history
+    #: item [B, H].
+    item_tokens: torch.Tensor | None = None
+    history_tokens: torch.Tensor | None = None
+
+
 @dataclass
 class Batch:
     """A padded batch of encoded slates, ready for one prefill.
@@ -113,6 +128,10 @@ class Batch:
     history_last: torch.Tensor | None = None  # [B, H] last token of each history item
     history_mask: torch.Tensor | None = None  # [B, H] True for real history items
     history_states: torch.Tensor | None = None  # [B, H, D] history states instead of a prefill
+    #: With the "tokens" readout, cached states are [B, N, W, D] / [B, H, W, D]; these say how
+    #: many of each item's W token slots are real.
+    token_lengths: torch.Tensor | None = None  # [B, N]
+    history_token_lengths: torch.Tensor | None = None  # [B, H]
 
     def to(self, device: torch.device | str) -> Batch:
         tensors = (getattr(self, f.name) for f in dataclasses.fields(self))
@@ -258,6 +277,11 @@ class SPDRanker(nn.Module):
                 f"head {config.head.kind!r} reads the history items' states: build the prompt "
                 "with history_items=True (spdrank train sets it for this head)"
             )
+        if config.prompt.readout == "tokens" and not (self.reads_history and config.head.tokens):
+            raise ValueError(
+                "the tokens readout keeps every token state of an item: only the history head "
+                "built for it (--head history, which spdrank train sets up) can read them"
+            )
         self.prompts = None if config.features_only else PromptBuilder(tokenizer, config.prompt)
         get_decoder(config.decoder)  # fail early on an unknown decoder
         self.name = f"spd-{config.head.kind}" if self.matrix else config.head.kind
@@ -352,41 +376,50 @@ class SPDRanker(nn.Module):
         # A frozen backbone needs no activations kept for backward: only the head learns.
         frozen = self.config.backbone.lora is None
         with torch.set_grad_enabled(torch.is_grad_enabled() and not frozen):
-            items, history = self.read(batch)
-        return self.score(items, history, batch)
+            inputs = self.read(batch)
+        return self.score(inputs, batch)
 
-    def score(
-        self, items: torch.Tensor | None, history: torch.Tensor | None, batch: Batch
-    ) -> torch.Tensor:
+    def score(self, inputs: HeadInputs, batch: Batch) -> torch.Tensor:
         """The head's scores from what :meth:`read` returned for ``batch``."""
         if self.reads_history:
-            return self.head(items, batch.item_mask, batch.features, history, batch.history_mask)
-        return self.head(items, batch.item_mask, batch.features)
+            return self.head(
+                inputs.items, batch.item_mask, batch.features, inputs.history,
+                batch.history_mask, inputs.item_tokens, inputs.history_tokens,
+            )
+        return self.head(inputs.items, batch.item_mask, batch.features)
 
-    def read(self, batch: Batch) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    def read(self, batch: Batch) -> HeadInputs:
         """What the head reads, as float32, from one prefill (or the batch's cached states).
 
-        Returns the candidates' states [B, N, D] (FIRST: the LM's logits [B, V]; None without
-        an LLM) and, for a head that reads the user's history, the history items' states
-        [B, H, D] (else None). Each item's states are pooled over its text's tokens as the
-        prompt settings' ``readout`` says.
+        The candidates' states (FIRST: the LM's logits; nothing without an LLM) and, for a
+        head that reads the user's history, the history items' states. Each item's token
+        states are pooled as the prompt settings' ``readout`` says, or all kept ("tokens").
         """
         if self.config.features_only:
-            return None, None
+            return HeadInputs(None)
         if batch.states is not None:
             history = batch.history_states.float() if batch.history_states is not None else None
-            return batch.states.float(), history
+            return HeadInputs(batch.states.float(), history, batch.token_lengths,
+                              batch.history_token_lengths)
         if self.first:
             logits = last_token_logits(self.backbone, batch.input_ids, batch.attention_mask)
-            return logits.float(), None
+            return HeadInputs(logits.float())
         hidden = last_hidden(self.backbone, batch.input_ids, batch.attention_mask)
-        how = self.config.prompt.readout
         first = batch.first if batch.first is not None else batch.readout
-        items = pool_spans(hidden, first, batch.readout, how).float()
-        if batch.history_first is None or not self.reads_history:
-            return items, None
-        history = pool_spans(hidden, batch.history_first, batch.history_last, how)
-        return items, history.float()
+        spans = [(first, batch.readout)]
+        if batch.history_first is not None and self.reads_history:
+            spans.append((batch.history_first, batch.history_last))
+        how = self.config.prompt.readout
+        if how == "tokens":
+            width = self.config.prompt.max_item_tokens
+            read = [span_tokens(hidden, a, z, width) for a, z in spans]
+            states = [x.float() for x, _ in read]
+            lengths = [n for _, n in read]
+            if len(read) == 1:
+                return HeadInputs(states[0], None, lengths[0])
+            return HeadInputs(states[0], states[1], lengths[0], lengths[1])
+        pooled = [pool_spans(hidden, a, z, how).float() for a, z in spans]
+        return HeadInputs(*pooled)
 
     def order(self, scores: np.ndarray, decoder: str | None = None) -> np.ndarray:
         """Item indices best first: assignment on a matrix, sorting on one score per item."""
@@ -428,10 +461,10 @@ class SPDRanker(nn.Module):
                 batch = batch.to(self.device)
             t1 = time.perf_counter()
             with torch.inference_mode():
-                items, history = self.read(batch)
+                inputs = self.read(batch)
                 self.synchronize()
                 t2 = time.perf_counter()
-                scores = self.score(items, history, batch).cpu().numpy()
+                scores = self.score(inputs, batch).cpu().numpy()
                 t3 = time.perf_counter()
         finally:
             self.train(was_training)

@@ -30,8 +30,9 @@ DEFAULT_INSTRUCTION = (
 )
 _SENTINEL = "\u2063SPDRANK_BODY\u2063"
 LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
-#: How an item's token states become one vector: its last token's, or the mean of all of them.
-READOUTS = ("last", "mean")
+#: How an item's token states reach the head: its last token's, the mean of all of them, or
+#: every one of them (for a head that matches tokens: the history head).
+READOUTS = ("last", "mean", "tokens")
 #: A history line's leading list number (``"3. "``): a place in the list, not the item's text.
 _LIST_NUMBER = re.compile(r"^\s*\d+[.)]\s+")
 
@@ -51,8 +52,9 @@ class PromptSettings:
     labels: str = "numbers"
     #: Text appended after the assistant turn opens (FIRST appends "[" and reads the next token).
     answer_prefix: str = ""
-    #: How an item's token states are pooled into the vector the head reads: "last" (the
-    #: paper's readout) or "mean" (every token of the item's text).
+    #: How an item's token states reach the head: "last" (the paper's readout), "mean" (every
+    #: token of the item's text, averaged) or "tokens" (all of them, up to ``max_item_tokens``:
+    #: the history head then matches candidates with history items token by token).
     readout: str = "last"
     #: Read the user context as items: each non-empty line is one history item (a leading
     #: ``"3. "`` list number excluded), cut to ``max_item_tokens`` and spanned like a

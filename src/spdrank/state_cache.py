@@ -14,7 +14,9 @@ reading a few kilobytes per slate.
   file, as ``states`` [sum of their n, D] (each slate's n rows one after another, in the
   storage dtype) and ``sizes`` [slates] (each slate's n; its item mask is the first n of N);
   for a head that reads the user's history, also ``history`` [sum of their h, D] and
-  ``history_sizes`` [slates], the history items' states laid out the same way.
+  ``history_sizes`` [slates], the history items' states laid out the same way. With the
+  ``tokens`` readout a row is a token, not an item: ``tokens`` [sum of their n] (and
+  ``history_tokens``) say how many rows each item has.
 
 Nothing is a pickle. States are stored as float16 by default, half of float32's size: the
 head's scores from them stay within 2e-3 of their scale of those from float32 states (tested;
@@ -182,6 +184,9 @@ class StateCache:
         self.count = int(key["slates"]["count"])
         self.shard_size = shard_size
         self.hidden = hidden
+        #: Rows are tokens (the "tokens" readout), W of them at most per item.
+        self.tokens = key["prompt"].get("readout") == "tokens"
+        self.width = int(key["prompt"]["max_item_tokens"])
         #: Open shards: the safetensors handle and the row offsets of its slates.
         self._shards: dict[tuple[int, str], tuple[Any, list[int]]] = {}
 
@@ -192,47 +197,78 @@ class StateCache:
         shards = range(-(-self.count // self.shard_size))
         return [i for i in shards if not (self.directory / shard_name(i)).exists()]
 
-    def _shard(self, index: int, name: str = "states") -> tuple[Any, list[int]]:
-        """The open shard ``index`` and the row offsets of its slates in tensor ``name``."""
+    def _shard(self, index: int, name: str = "states") -> tuple[Any, list[int], list[int], list[int]]:
+        """The open shard ``index``; the row offsets and item offsets of its slates in tensor
+        ``name``, and each item's row count (all 1 unless a row is a token)."""
         if (index, name) not in self._shards:
             path = self.directory / shard_name(index)
             if not path.exists():
                 raise FileNotFoundError(f"{path} is missing: the cache is incomplete, rebuild it")
-            sizes_name = "sizes" if name == "states" else f"{name}_sizes"
+            prefix = "" if name == "states" else f"{name}_"
             try:
                 handle = safe_open(str(path), framework="pt")
-                sizes = handle.get_tensor(sizes_name).tolist()
+                sizes = handle.get_tensor(f"{prefix}sizes" if prefix else "sizes").tolist()
+                lengths = (
+                    handle.get_tensor(f"{prefix}tokens").tolist()
+                    if self.tokens else [1] * sum(sizes)
+                )
             except (SafetensorError, KeyError) as exc:
                 raise ValueError(
                     f"{path} is not a readable shard ({exc}): delete it and rerun to compute it "
                     "again"
                 ) from None
-            offsets = [0]
+            items = [0]
             for n in sizes:
-                offsets.append(offsets[-1] + n)
-            self._shards[index, name] = (handle, offsets)
+                items.append(items[-1] + n)
+            rows = [sum(lengths[:start]) for start in items] if self.tokens else items
+            self._shards[index, name] = (handle, rows, items, lengths)
         return self._shards[index, name]
 
     def slate_states(self, index: int, name: str = "states") -> torch.Tensor:
         """The [n, D] float32 readout states of the file's slate ``index`` (0-based); with
-        ``name="history"``, the [h, D] states of its history items."""
+        ``name="history"``, the [h, D] states of its history items. With the tokens readout,
+        the rows are the items' tokens, one item after another (see :meth:`slate_tokens`)."""
         if not 0 <= index < self.count:
             raise IndexError(f"slate {index} is outside the cache's 0:{self.count}")
-        handle, offsets = self._shard(index // self.shard_size, name)
+        handle, rows, _, _ = self._shard(index // self.shard_size, name)
         row = index % self.shard_size
-        return handle.get_slice(name)[offsets[row] : offsets[row + 1]].float()
+        return handle.get_slice(name)[rows[row] : rows[row + 1]].float()
+
+    def slate_tokens(self, index: int, name: str = "states") -> tuple[torch.Tensor, torch.Tensor]:
+        """With the tokens readout: slate ``index``'s items as [n, W, D] token states (padded
+        slots 0) and their token counts [n]."""
+        flat = self.slate_states(index, name)
+        _, _, items, lengths = self._shard(index // self.shard_size, name)
+        row = index % self.shard_size
+        counts = torch.tensor(lengths[items[row] : items[row + 1]], dtype=torch.long)
+        out = torch.zeros((len(counts), self.width, self.hidden))
+        for i, part in enumerate(torch.split(flat, counts.tolist())):
+            out[i, : len(part)] = part
+        return out, counts
+
+    def _items(self, indices: Sequence[int], name: str) -> tuple[torch.Tensor, ...]:
+        """The slates' cached items of tensor ``name``, padded to [B, N, D] (tokens readout:
+        [B, N, W, D]), the mask of real items and, for tokens, each item's token count."""
+        if not self.tokens:
+            return _pad([self.slate_states(i, name) for i in indices], self.hidden)
+        read = [self.slate_tokens(i, name) for i in indices]
+        states, mask = _pad([x for x, _ in read], self.hidden, (self.width,))
+        lengths = torch.zeros(mask.shape, dtype=torch.long)
+        for i, (_, counts) in enumerate(read):
+            lengths[i, : len(counts)] = counts
+        return states, mask, lengths
 
     def batch(self, indices: Sequence[int], slates: Sequence[Slate], model: SPDRanker) -> Batch:
         """The batch ``model`` reads for ``slates``, the file's slates at ``indices``: their
         cached states, padded, and their features read from the slates themselves."""
-        states = [self.slate_states(i) for i in indices]
-        for index, slate, rows in zip(indices, slates, states, strict=True):
-            if len(rows) != len(slate):
+        items = self._items(indices, "states")
+        for index, slate, n in zip(indices, slates, items[1].sum(1).tolist(), strict=True):
+            if n != len(slate):
                 raise ValueError(
-                    f"{self.directory} holds {len(rows)} states for slate {index}, which has "
+                    f"{self.directory} holds {n} states for slate {index}, which has "
                     f"{len(slate)} candidates: the cache is not of this slate file"
                 )
-        padded, item_mask = _pad(states, self.hidden)
+        item_mask = items[1]
         b, n = item_mask.shape
         batch = Batch(
             input_ids=torch.zeros((b, 0), dtype=torch.long),
@@ -241,18 +277,23 @@ class StateCache:
             item_mask=item_mask,
             sizes=item_mask.sum(1),
             features=pad_features([model.slate_features(s) for s in slates], n),
-            states=padded,
+            states=items[0],
+            token_lengths=items[2] if self.tokens else None,
         )
         if model.reads_history:
-            history = [self.slate_states(i, "history") for i in indices]
-            batch.history_states, batch.history_mask = _pad(history, self.hidden)
+            history = self._items(indices, "history")
+            batch.history_states, batch.history_mask = history[0], history[1]
+            batch.history_token_lengths = history[2] if self.tokens else None
         return batch
 
 
-def _pad(rows: Sequence[torch.Tensor], hidden: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Slates' [n_i, D] rows padded to [B, max(1, max n_i), D], and the mask of real rows."""
+def _pad(
+    rows: Sequence[torch.Tensor], hidden: int, inner: tuple[int, ...] = ()
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Slates' [n_i, *inner, D] rows padded to [B, max(1, max n_i), *inner, D], and the mask
+    of real rows."""
     b, n = len(rows), max(1, max(len(r) for r in rows))
-    padded = torch.zeros((b, n, hidden))
+    padded = torch.zeros((b, n, *inner, hidden))
     mask = torch.zeros((b, n), dtype=torch.bool)
     for i, r in enumerate(rows):
         padded[i, : len(r)] = r
@@ -380,20 +421,46 @@ def _shard_tensors(
 ) -> dict[str, torch.Tensor]:
     rows: list[torch.Tensor] = []
     history_rows: list[torch.Tensor] = []
+    history_sizes: list[int] = []
+    tokens: list[int] = []
+    history_tokens: list[int] = []
     for chunk in batched(slates, batch_size):
         batch = model.collate([model.encode(s) for s in chunk])
         with torch.inference_mode():
-            states, history = model.read(batch)
-        rows.extend(states[i, : len(s)].cpu() for i, s in enumerate(chunk))
-        if history is not None:
+            inputs = model.read(batch)
+        real = [len(s) for s in chunk]
+        rows.extend(_rows(inputs.items, real, inputs.item_tokens, tokens))
+        if inputs.history is not None:
             real = batch.history_mask.sum(1).tolist()
-            history_rows.extend(history[i, :h].cpu() for i, h in enumerate(real))
+            history_sizes.extend(real)
+            history_rows.extend(_rows(inputs.history, real, inputs.history_tokens, history_tokens))
         bar.update(len(chunk))
     tensors = {"states": _stored(rows, storage), "sizes": torch.tensor([len(s) for s in slates])}
     if model.reads_history:
         tensors["history"] = _stored(history_rows, storage)
-        tensors["history_sizes"] = torch.tensor([len(r) for r in history_rows])
+        tensors["history_sizes"] = torch.tensor(history_sizes)
+    if model.config.prompt.readout == "tokens":
+        tensors["tokens"] = torch.tensor(tokens)
+        if model.reads_history:
+            tensors["history_tokens"] = torch.tensor(history_tokens)
     return tensors
+
+
+def _rows(
+    states: torch.Tensor, real: list[int], lengths: torch.Tensor | None, counts: list[int]
+) -> list[torch.Tensor]:
+    """Each slate's rows of ``states`` [B, M, (W,) D]: its first ``real`` items, and with token
+    ``lengths`` each item's real tokens one after another (their counts appended to ``counts``)."""
+    out = []
+    for i, n in enumerate(real):
+        if lengths is None:
+            out.append(states[i, :n].cpu())
+            continue
+        kept = lengths[i, :n].tolist()
+        counts.extend(kept)
+        out.append(torch.cat([states[i, j, :k] for j, k in enumerate(kept)]).cpu()
+                   if n else states.new_zeros((0, states.size(-1))).cpu())
+    return out
 
 
 def _stored(rows: list[torch.Tensor], storage: torch.dtype) -> torch.Tensor:

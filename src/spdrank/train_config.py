@@ -123,6 +123,7 @@ class TrainConfig:
                 width=self.head_width,
                 layers=self.head_layers,
                 dropout=self.head_dropout,
+                tokens=self.readout == "tokens",
             ),
             prompt=prompt,
             features=self.fit_features(),

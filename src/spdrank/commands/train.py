@@ -31,8 +31,9 @@ _HELP = {
     "positions": "K, the number of rank positions (>= the largest slate)",
     "max_item_tokens": "token budget per candidate text",
     "max_query_tokens": "token budget for the user context (its end is kept)",
-    "readout": "how an item's token states become the vector the head reads: last (its last "
-    "token's, the paper) or mean (the mean over its text's tokens)",
+    "readout": "how an item's token states reach the head: last (its last token's, the "
+    "paper), mean (the mean over its text's tokens) or tokens (every one, for --head history: "
+    "candidates matched with history items token by token)",
     "features": "upstream features the head reads next to the hidden states, comma-separated "
     "names from the candidates' 'features' ('score' reads their score field); z-scored with "
     "the training slates' mean and std, saved in the checkpoint",
@@ -69,7 +70,7 @@ _HELP = {
 _CHOICES = {
     "target": list(TARGETS),
     "head": ["attn", "linear", "slot", "history", "scalar", "first"],
-    "readout": ["last", "mean"],
+    "readout": ["last", "mean", "tokens"],
     "cache_dtype": list(CACHE_DTYPES),
     "position_weights": list(POSITION_WEIGHTS),
 }
