@@ -68,7 +68,7 @@ TEACHERS = {
 }
 BASELINES = ("random", "popularity", "cooccurrence", "title_similarity")
 #: Rows every eval table is compared with, slate by slate, when they are in it.
-REFERENCES = ("clicks/3f-only", "cooccurrence")
+REFERENCES = ("lex/history-mean", "lik/paper/512", "clicks/3f-only", "cooccurrence")
 
 
 @dataclass
@@ -136,6 +136,8 @@ def rows() -> list[Row]:
             head="attn", limit=512, on_eval=False),
         Row("lex/history-mean/512", "the history head on mean states",
             limit=512, on_eval=False, curve=True),
+        Row("lex/history-mean-32ep/512", "the same, 32 epochs at head lr 3e-3",
+            limit=512, epochs=32, extra=["--head-lr", "3e-3"], on_eval=False),
         Row("lex/history-mean", "the history head on mean states, 2,048 training slates",
             curve=True),
         Row("lex/tokens/512", "the history head matching token states (late interaction)",
@@ -152,8 +154,14 @@ def rows() -> list[Row]:
         Row("clicks/history-mean+3f", "SmolLM2 states (recipe) + the three features",
             target="clicks", features="popularity,cooccurrence,title_similarity", epochs=4),
         # SmolLM2's own ranking, valid by construction, as the teacher.
-        Row("lik/history-mean/512", "the recipe distilled from SmolLM2's likelihood teacher",
-            teacher="likelihood", limit=512, curve=True),
+        Row("lik/paper/512", "the paper's head and readout, distilled from SmolLM2's "
+            "likelihood teacher", teacher="likelihood", head="attn", readout="last", limit=512),
+        Row("lik/history-mean/512", "the history head on mean states, distilled from "
+            "SmolLM2's likelihood teacher", teacher="likelihood", limit=512, curve=True),
+        Row("lik/history-mean-16ep/512", "the same, 16 epochs", teacher="likelihood",
+            limit=512, epochs=16),
+        Row("lik/tokens/512", "the history head matching token states", teacher="likelihood",
+            readout="tokens", limit=512, curve=True),
     ]
 
 
@@ -438,9 +446,12 @@ def plot_curves(selected: list[Row], summaries: dict[str, Any]) -> None:
 
 
 def git_commit() -> str:
+    """HEAD's short hash, marked when src/ or benchmarks/ hold uncommitted changes."""
     done = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
                           capture_output=True, text=True, check=False)
-    return done.stdout.strip() or "unknown"
+    dirty = subprocess.run(["git", "diff", "--quiet", "HEAD", "--", "src", "benchmarks"],
+                           cwd=ROOT, check=False).returncode
+    return (done.stdout.strip() or "unknown") + (" (+ uncommitted changes)" if dirty else "")
 
 
 def main(argv: list[str]) -> int:
