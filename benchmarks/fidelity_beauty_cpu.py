@@ -446,10 +446,11 @@ def plot_curves(selected: list[Row], summaries: dict[str, Any]) -> None:
 
 
 def git_commit() -> str:
-    """HEAD's short hash, marked when src/ or benchmarks/ hold uncommitted changes."""
+    """HEAD's short hash, marked when src/ or the scripts hold uncommitted changes."""
     done = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
                           capture_output=True, text=True, check=False)
-    dirty = subprocess.run(["git", "diff", "--quiet", "HEAD", "--", "src", "benchmarks"],
+    dirty = subprocess.run(["git", "diff", "--quiet", "HEAD", "--", "src", "benchmarks",
+                            ":(exclude)benchmarks/results"],
                            cwd=ROOT, check=False).returncode
     return (done.stdout.strip() or "unknown") + (" (+ uncommitted changes)" if dirty else "")
 
