@@ -51,7 +51,7 @@ import hashlib
 import json
 import os
 from collections.abc import Sequence
-from itertools import islice
+from itertools import accumulate, islice
 from pathlib import Path
 from typing import Any
 
@@ -128,7 +128,7 @@ def cache_key(
     if first is None:
         raise ValueError(f"{slates_path} holds no slates to cache")
     if texts is None:
-        texts = text_digests(slates_path, count, config.text_fields, SHARD_SIZE)[count]
+        texts = text_digests(slates_path, count, config.text_fields, every=count)[count]
     prompt = model.encode(first)
     return {
         "format": FORMAT,
@@ -188,7 +188,8 @@ class StateCache:
         self.tokens = key["prompt"].get("readout") == "tokens"
         self.width = int(key["prompt"]["max_item_tokens"])
         #: Open shards: the safetensors handle and the row offsets of its slates.
-        self._shards: dict[tuple[int, str], tuple[Any, list[int]]] = {}
+        #: Open shards by (index, tensor name): see :meth:`_shard`.
+        self._shards: dict[tuple[int, str], tuple[Any, list[int], list[int], list[int]]] = {}
 
     def __len__(self) -> int:
         return self.count
@@ -197,7 +198,9 @@ class StateCache:
         shards = range(-(-self.count // self.shard_size))
         return [i for i in shards if not (self.directory / shard_name(i)).exists()]
 
-    def _shard(self, index: int, name: str = "states") -> tuple[Any, list[int], list[int], list[int]]:
+    def _shard(
+        self, index: int, name: str = "states"
+    ) -> tuple[Any, list[int], list[int], list[int]]:
         """The open shard ``index``; the row offsets and item offsets of its slates in tensor
         ``name``, and each item's row count (all 1 unless a row is a token)."""
         if (index, name) not in self._shards:
@@ -217,10 +220,9 @@ class StateCache:
                     f"{path} is not a readable shard ({exc}): delete it and rerun to compute it "
                     "again"
                 ) from None
-            items = [0]
-            for n in sizes:
-                items.append(items[-1] + n)
-            rows = [sum(lengths[:start]) for start in items] if self.tokens else items
+            items = [0, *accumulate(sizes)]
+            token_rows = [0, *accumulate(lengths)]
+            rows = [token_rows[start] for start in items]
             self._shards[index, name] = (handle, rows, items, lengths)
         return self._shards[index, name]
 
