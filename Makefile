@@ -21,10 +21,14 @@ demo: $(STAMP)
 	$(BIN)/spdrank demo
 
 # llama.cpp's OpenAI-compatible server, for the teacher's real-server test. It builds from
-# source once (about 8 minutes on 2 cores); pip's wheel cache makes later installs take seconds.
+# source (about 8 minutes on 2 cores) for any x86-64 CPU with AVX2 (GGML_NATIVE=OFF): a build
+# tuned to its CPU may use instructions that the server's worker threads, or another machine,
+# cannot run (an illegal instruction), and pip's wheel cache would hand a build made on one
+# machine to the next, so the wheel is not cached.
 LLAMA_STAMP := $(VENV)/.llama-server
 $(LLAMA_STAMP): $(STAMP)
-	CMAKE_BUILD_PARALLEL_LEVEL=$$(nproc) $(BIN)/pip install --quiet -e '.[llama]'
+	CMAKE_ARGS="-DGGML_NATIVE=OFF" CMAKE_BUILD_PARALLEL_LEVEL=$$(nproc) \
+		$(BIN)/pip install --quiet --no-cache-dir -e '.[llama]'
 	touch $(LLAMA_STAMP)
 
 test: $(STAMP) $(LLAMA_STAMP)
