@@ -246,7 +246,8 @@ def train_row(row: Row) -> dict[str, Any]:
 
 
 class CachedStudent:
-    """A frozen-backbone checkpoint that ranks eval slates from their cached states."""
+    """A checkpoint that ranks eval slates from their cached states (a features-only one,
+    with no states to cache, ranks them directly)."""
 
     def __init__(self, name: str, model: Any, cache: Any, index: dict[str, int]) -> None:
         self.name, self.model, self.cache, self.index = name, model, cache, index
@@ -255,6 +256,8 @@ class CachedStudent:
         """Trained already."""
 
     def rank(self, slate: Any) -> Any:
+        if self.cache is None:
+            return self.model.rank(slate)
         batch = self.cache.batch([self.index[slate.query.qid]], [slate], self.model)
         return self.model.rank_batch([slate], batch=batch)[0]
 
@@ -282,10 +285,7 @@ def evaluate_on_eval(selected: list[Row], teacher: str) -> dict[str, Any]:
         cache = None
         if row.reads_states():
             cache = open_state_cache(row.states() / "heldout", model, eval_path, len(slates))
-        student = CachedStudent(row.name, model, cache, index)
-        if cache is None:
-            student.rank = lambda slate, m=model: m.rank(slate)  # features only: no states
-        rankers.append(student)
+        rankers.append(CachedStudent(row.name, model, cache, index))
     results = evaluate(rankers, slates, ks=(1, 10), warmup=0, progress=None, total=len(slates))
     metrics = [*QUALITY, *FIDELITY]
     table = {
