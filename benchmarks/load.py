@@ -26,21 +26,14 @@ import asyncio
 import datetime as dt
 import itertools
 import json
-import os
-import platform
 import shlex
-import shutil
-import signal
-import socket
-import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import httpx
-
-ROOT = Path(__file__).resolve().parent.parent
+from serve_harness import ROOT, Server, code_version, machine, model_info, percentile
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -102,143 +95,7 @@ def build_payloads(path: str, n_docs: int, limit: int) -> list[bytes]:
     return payloads
 
 
-def machine() -> dict[str, Any]:
-    info: dict[str, Any] = {
-        "cpus": os.cpu_count(),
-        "platform": platform.platform(),
-        "python": platform.python_version(),
-    }
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                info["cpu"] = line.split(":", 1)[1].strip()
-                break
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemTotal"):
-                info["ram_gib"] = round(int(line.split()[1]) / 2**20, 1)
-                break
-    except OSError:
-        pass
-    if shutil.which("nvidia-smi"):
-        out = _run(["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader"])
-        info["gpus"] = [g.strip() for g in out.splitlines() if g.strip()]
-    else:
-        info["gpus"] = []
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        info["torch"] = version("torch")
-    except PackageNotFoundError:
-        info["torch"] = None
-    return info
-
-
-def code_version() -> str:
-    commit = _run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"]).strip() or "unknown"
-    dirty = subprocess.run(
-        ["git", "-C", str(ROOT), "diff", "--quiet", "HEAD", "--", "src"],
-        capture_output=True,
-        check=False,
-    ).returncode
-    return commit + (" (+ uncommitted changes in src/)" if dirty == 1 else "")
-
-
-def model_info(model: str | None) -> dict[str, Any]:
-    if model is None:
-        return {}
-    path = Path(model)
-    config = (
-        path / "config.json" if (path / "config.json").exists() else path / "model" / "config.json"
-    )
-    info: dict[str, Any] = {"path": str(path.resolve())}
-    try:
-        cfg = json.loads(config.read_text())
-        info.update(
-            backbone=cfg["backbone"].get("name_or_path"),
-            layers=cfg["backbone"].get("layers"),
-            lora=cfg["backbone"].get("lora") is not None,
-            head=cfg["head"].get("kind"),
-            K=cfg["head"].get("positions"),
-            max_item_tokens=cfg["prompt"].get("max_item_tokens"),
-            decoder=cfg.get("decoder"),
-        )
-    except (OSError, KeyError, ValueError) as exc:
-        info["config_error"] = str(exc)
-    return info
-
-
-def _run(cmd: list[str]) -> str:
-    try:
-        return subprocess.run(cmd, capture_output=True, text=True, timeout=30, check=False).stdout
-    except (OSError, subprocess.SubprocessError):
-        return ""
-
-
-# -- the server -----------------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Server:
-    """``spdrank serve`` in a subprocess (its own session, so stopping it stops its children)."""
-
-    def __init__(self, args: argparse.Namespace, batch_size: int, log_path: Path) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.command = [
-            sys.executable, "-m", "spdrank", "serve",
-            "--model", args.model, "--port", str(self.port), "--device", args.device,
-            "--max-batch-size", str(batch_size), "--max-wait-ms", str(args.max_wait_ms),
-            "--max-queue", str(args.max_queue), "--log-level", "warning",
-        ]  # fmt: skip
-        self.log = open(log_path, "w")  # noqa: SIM115 - closed in stop()
-        self.proc = subprocess.Popen(
-            self.command, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True
-        )
-
-    def wait_ready(self, timeout: float) -> dict[str, Any]:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(
-                    f"the server exited with status {self.proc.returncode}; see {self.log.name}"
-                )
-            try:
-                r = httpx.get(f"{self.url}/healthz", timeout=2)
-                if r.status_code == 200:
-                    return r.json()
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.5)
-        raise RuntimeError(f"the server was not up after {timeout:.0f} s; see {self.log.name}")
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(10)
-        self.log.close()
-
-
 # -- the load -------------------------------------------------------------------------------
-
-
-def percentile(values: list[float], q: float) -> float:
-    """Linear interpolation between closest ranks (numpy's default)."""
-    if not values:
-        return float("nan")
-    s = sorted(values)
-    pos = (len(s) - 1) * q / 100
-    lo = int(pos)
-    hi = min(lo + 1, len(s) - 1)
-    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
 
 
 def check(body: dict[str, Any], n: int) -> str | None:
@@ -429,7 +286,11 @@ def main(argv: list[str] | None = None) -> int:
             record["levels"] += run_config("remote", args.url, args, payloads, deadline)
         for label, batch in configs if args.model else []:
             tag = f"batch{batch}"
-            server = Server(args, batch, out / f"server-{tag}.log")
+            flags = [
+                "--device", args.device, "--max-batch-size", str(batch),
+                "--max-wait-ms", str(args.max_wait_ms), "--max-queue", str(args.max_queue),
+            ]  # fmt: skip
+            server = Server(args.model, flags, out / f"server-{tag}.log")
             record["servers"].append({"config": label, "command": shlex.join(server.command)})
             try:
                 remaining = max(1.0, min(args.startup_timeout, deadline - time.monotonic()))

@@ -133,6 +133,19 @@ def test_bench_end_to_end(tmp_path, data, eval_slates, spd_dir, tiny_backbone, c
     for row in d["latency"]:
         assert row["slates"] == 4 and row["overhead"] > 0 and row["throughput"] > 0
         assert row["peak_memory_mb"] > 0 and row["peak_memory_batch_mb"] > 0
+        assert 0 < row["overhead_ms"] <= row["total_ms"]["p95"]
+        assert row["overhead_ratio"] == pytest.approx(row["overhead_ms"] / row["bare_prefill_ms"])
+    # the decomposition's table: every stage, the rest, and the overhead in ms and over the
+    # bare prefill, one line per size
+    report = (out / "report.md").read_text()
+    table = report[report.index("## Latency decomposition") :].splitlines()
+    head = [c.strip() for c in table[2].strip("|").split("|")]
+    assert head[3:8] == [f"{s} ms" for s in (*STAGES, "rest")]
+    assert {"SPD / bare prefill", "overhead ms", "overhead / bare prefill"} <= set(head)
+    for line, row in zip(table[4:6], d["latency"]):
+        cells = dict(zip(head, (c.strip() for c in line.strip("|").split("|"))))
+        assert cells["N"] == str(row["n"])
+        assert cells["overhead / bare prefill"] == f"{row['overhead_ratio']:.2%}"
 
     # paired differences: every other row minus the first SPD decoder row, slate by slate
     paired = d["paired"]
@@ -272,6 +285,9 @@ def test_latency_decomposition_stages_fit_in_the_total(spd_model, eval_slates):
         assert all(0 <= v <= r.total_ms["median"] for v in r.stages_ms.values())
         assert r.total_ms["median"] <= r.total_ms["p95"]
         assert 0 < r.bare_prefill_ms and r.overhead > 0 and r.throughput > 0
+        # the overhead is everything but the prefill: the other stages and the rest
+        assert 0 < r.overhead_ms <= r.total_ms["p95"]
+        assert r.overhead_ratio == pytest.approx(r.overhead_ms / r.bare_prefill_ms)
         assert r.memory_kind == "process RSS, peak" and r.peak_memory_mb > 0
     with pytest.raises(ValueError, match="--positions 20"):
         decompose(model, eval_slates, sizes=(20,))

@@ -89,3 +89,73 @@ def test_solver_is_swappable():
         assert decode(np.zeros((3, 3)), "reverse").tolist() == [2, 1, 0]
     finally:
         DECODERS.pop("reverse")
+
+
+def log_domain_expected_positions(m: np.ndarray, tau: float = 1.0, iters: int = 20) -> np.ndarray:
+    """Each item's expected position under Sinkhorn in the log domain, the plain way: the
+    reference that expected_rank's scaling-vector form must reproduce."""
+    n = m.shape[0]
+    log_s = np.clip((m[:, :n] - m[:, :n].max()) / tau, -1e300, 0.0)
+    for _ in range(iters):
+        for axis in (1, 0):
+            top = log_s.max(axis=axis, keepdims=True)
+            log_s = log_s - (top + np.log(np.exp(log_s - top).sum(axis=axis, keepdims=True)))
+    return np.exp(log_s) @ np.arange(n, dtype=np.float64)
+
+
+@pytest.mark.parametrize("scale", [1e-3, 1.0, 10.0, 60.0, 1e3, 1e6])
+def test_expected_rank_matches_the_log_domain_sinkhorn(scale):
+    # Spreads up to 1e6: the widest are normalised in the log domain, the rest by scaling.
+    rng = np.random.default_rng(int(scale * 1000) % 2**32)
+    for _ in range(40):
+        n = int(rng.integers(1, 40))
+        m = rng.normal(size=(n, n + int(rng.integers(0, 5)))) * scale
+        want = log_domain_expected_positions(m)
+        assert decode(m, "expected_rank").tolist() == np.argsort(want, kind="stable").tolist()
+
+
+def test_expected_rank_scaling_form_gives_the_same_positions():
+    from spdrank.decode import _expected_scaled
+
+    rng = np.random.default_rng(3)
+    for n in (1, 2, 7, 50, 150):
+        m = rng.normal(size=(n, n)) * 5
+        log_s = m - m.max()
+        got = _expected_scaled(np.exp(log_s)[None], 20)[0]
+        np.testing.assert_allclose(got, log_domain_expected_positions(m), rtol=1e-12, atol=1e-9)
+
+
+@pytest.mark.parametrize("name", sorted(DECODERS))
+def test_decode_batch_equals_decoding_each_slate(name):
+    from spdrank.decode import decode_batch
+
+    rng = np.random.default_rng(5)
+    sizes = [3, 7, 3, 1, 7, 60, 7, 60]
+    k = 64
+    scores = np.zeros((len(sizes), max(sizes), k), dtype=np.float32)
+    for b, n in enumerate(sizes):
+        scores[b, :n] = rng.normal(size=(n, k)) * 4
+    scores[2, :3] = np.round(scores[2, :3])  # ties
+    orders = decode_batch(scores, sizes, name)
+    for b, n in enumerate(sizes):
+        assert orders[b].tolist() == decode(scores[b, :n], name).tolist()
+    bad = scores.copy()
+    bad[4, 2, 1] = np.nan
+    with pytest.raises(ValueError, match="non-finite value .* item 2, position 1"):
+        decode_batch(bad, sizes, name)
+
+
+def test_a_registered_decoder_replaces_the_batched_one():
+    from spdrank.decode import DECODERS as registry
+    from spdrank.decode import decode_batch
+
+    saved = registry["argsort"]
+    try:
+        register_decoder("argsort", lambda m: np.arange(m.shape[0])[::-1].copy())
+        orders = decode_batch(np.zeros((2, 4, 4)), [4, 3], "argsort")
+        assert [o.tolist() for o in orders] == [[3, 2, 1, 0], [2, 1, 0]]
+    finally:
+        register_decoder("argsort", saved)
+        from spdrank.decode import BATCH_DECODERS, argsort_batch
+
+        BATCH_DECODERS["argsort"] = argsort_batch

@@ -71,6 +71,51 @@ def test_rank_batch_matches_rank_one_by_one(tiny_backbone, slates):
         np.testing.assert_allclose(scores[i, : len(s)].numpy(), alone[i], rtol=1e-4, atol=1e-4)
 
 
+def test_ranking_leaves_training_mode_and_thread_count_as_they_were(tiny_backbone, slates):
+    """rank() scores in eval mode (no dropout) whatever mode the model is in, and puts the mode
+    back; the head may run on one thread, and the caller's thread count is restored."""
+    torch.manual_seed(0)
+    model = SPDRanker.build(tiny_config(tiny_backbone))
+    model.eval()
+    want = [model.score_batch([s])[0] for s in slates]
+    model.train()
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        got = [model.score_batch([s])[0] for s in slates]
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(threads)
+    assert model.training and all(m.training for m in model.modules())
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+    model.eval()
+    model.rank(slates[0])
+    assert not any(m.training for m in model.modules())
+
+
+def test_collate_pads_ids_spans_and_masks():
+    from spdrank.model import collate
+    from spdrank.prompt import EncodedPrompt
+
+    a = EncodedPrompt([5, 6, 7, 8], [1, 3], [False, False], first=[0, 2], history=[(0, 0)],
+                      features=np.ones((2, 1), dtype=np.float32))
+    b = EncodedPrompt([9, 10], [1], [False], history=None,
+                      features=np.full((1, 1), 2.0, dtype=np.float32))
+    batch = collate([a, b], pad_id=0)
+    assert batch.input_ids.tolist() == [[5, 6, 7, 8], [9, 10, 0, 0]]
+    assert batch.attention_mask.tolist() == [[1, 1, 1, 1], [1, 1, 0, 0]]
+    assert batch.readout.tolist() == [[1, 3], [1, 0]] and batch.first.tolist() == [[0, 2], [1, 0]]
+    assert batch.item_mask.tolist() == [[True, True], [True, False]]
+    assert batch.sizes.tolist() == [2, 1] and batch.features[:, :, 0].tolist() == [[1, 1], [2, 0]]
+    assert batch.history_first.tolist() == [[0], [0]] and batch.history_last.tolist() == [[0], [0]]
+    assert batch.history_mask.tolist() == [[True], [False]]
+    for t in (batch.input_ids, batch.attention_mask, batch.readout, batch.first, batch.sizes,
+              batch.history_first, batch.history_last):
+        assert t.dtype == torch.long
+    assert batch.item_mask.dtype == batch.history_mask.dtype == torch.bool
+
+
 def test_too_many_candidates_is_a_clear_error(tiny_backbone):
     model = SPDRanker.build(tiny_config(tiny_backbone, positions=4))
     with pytest.raises(ValueError, match="has 6 candidates; this model ranks at most 4"):

@@ -114,3 +114,150 @@ def test_history_budget_keeps_the_most_recent_whole_lines(tokenizer):
 def test_unknown_readout_is_refused():
     with pytest.raises(ValueError, match="unknown readout 'max'"):
         PromptSettings(readout="max")
+
+
+# -- the token cache ---------------------------------------------------------------------------
+
+
+def reference_encode(tokenizer, s: PromptSettings, query_text: str, texts: list[str]):
+    """The prompt as the builder made it before it cached anything: every piece tokenized by
+    its own tokenizer call. The cached builder must give exactly this."""
+    import re
+
+    from spdrank.prompt import template_around
+
+    def enc(text: str, specials: bool = False) -> list[int]:
+        if not text:
+            return []
+        out = tokenizer(text, add_special_tokens=False, split_special_tokens=not specials)
+        return list(out["input_ids"])
+
+    ends = template_around(tokenizer, []) if s.use_chat_template else None
+    if ends is not None:
+        prefix, suffix = enc(ends[0], True), enc(ends[1], True)
+    else:
+        bos = [tokenizer.bos_token_id] if tokenizer.bos_token_id is not None else []
+        prefix, suffix = bos, enc("\nRanking:")
+    ids = prefix + enc(s.instruction + "\n\nUser history:\n")
+    history = None
+    if s.history_items:
+        lines = []
+        for line in query_text.splitlines():
+            if not line.strip():
+                continue
+            number = re.match(r"^\s*\d+[.)]\s+", line)
+            cut = number.end() if number else 0
+            lines.append((enc(line[:cut]), enc(line[cut:])[: s.max_item_tokens]))
+        kept, used = [], 0
+        for number_ids, text_ids in reversed(lines):
+            size = len(number_ids) + len(text_ids) + 1
+            if kept and used + size > s.max_query_tokens:
+                break
+            kept.append((number_ids, text_ids))
+            used += size
+        kept.reverse()
+        history = []
+        for k, (number_ids, text_ids) in enumerate(kept):
+            if k:
+                ids += enc("\n")
+            ids += number_ids
+            if text_ids:
+                history.append((len(ids), len(ids) + len(text_ids) - 1))
+                ids += text_ids
+        query_truncated = len(kept) < len(lines)
+    else:
+        query = enc(query_text)
+        query_truncated = len(query) > s.max_query_tokens
+        ids += query[-s.max_query_tokens :] if query_truncated else query
+    ids += enc(f"\n\nCandidates ({len(texts)}):")
+    first, readout, truncated = [], [], []
+    for i, text in enumerate(texts):
+        ids += enc(f"\n[{s.label(i)}] ")
+        item = enc(text)
+        truncated.append(len(item) > s.max_item_tokens)
+        first.append(len(ids) if item else len(ids) - 1)
+        ids += item[: s.max_item_tokens]
+        readout.append(len(ids) - 1)
+    ids += enc("\n") + suffix + enc(s.answer_prefix)
+    return ids, readout, truncated, query_truncated, first, history
+
+
+def _fields(enc) -> tuple:
+    return enc.input_ids, enc.readout, enc.truncated, enc.query_truncated, enc.first, enc.history
+
+
+def _varied_slates(seed: int) -> list[tuple[str, list[str]]]:
+    """Queries and candidate lists that repeat texts across slates (so the cache is hit),
+    with long titles, hostile and special-token-looking text, empty and blank texts."""
+    rng = random.Random(seed)
+    pool = [" ".join(rng.choices(WORDS, k=rng.randint(1, 30))) for _ in range(15)]
+    pool += HOSTILE + ["", " ", "\n", "<|im_start|>user", "[12] <|endoftext|> x", "3. numbered"]
+    out = []
+    for _ in range(6):
+        history = [rng.choice(pool) for _ in range(rng.randint(0, 6))]
+        query = "\n".join(
+            f"{k}. {h}" if rng.random() < 0.8 else h for k, h in enumerate(history, start=1)
+        )
+        out.append((query, [rng.choice(pool) for _ in range(rng.randint(1, 40))]))
+    return out
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        PromptSettings(max_item_tokens=3),
+        PromptSettings(max_item_tokens=12, max_query_tokens=20),
+        PromptSettings(max_item_tokens=5, history_items=True, max_query_tokens=30),
+        PromptSettings(max_item_tokens=32, history_items=True, readout="mean"),
+        PromptSettings(labels="letters", answer_prefix="[", use_chat_template=False),
+    ],
+    ids=["short", "query-cut", "history-cut", "history", "letters-plain"],
+)
+@pytest.mark.parametrize("cache_size", [0, 3, 10_000])
+def test_cached_encode_is_identical_to_uncached(tokenizer, settings, cache_size):
+    builder = PromptBuilder(tokenizer, settings, cache_size=cache_size)
+    for seed in range(3):
+        for query, texts in _varied_slates(seed):
+            if settings.labels == "letters":
+                texts = texts[:26]
+            want = reference_encode(tokenizer, settings, query, texts)
+            assert _fields(builder.encode(query, texts)) == want
+            assert _fields(builder.encode(query, texts)) == want  # every text now cached
+    assert len(builder._items) <= cache_size
+
+
+def test_cache_is_bounded_and_skips_huge_texts(tokenizer):
+    from spdrank.prompt import MAX_CACHED_CHARS
+
+    builder = PromptBuilder(tokenizer, PromptSettings(max_item_tokens=4), cache_size=5)
+    texts = [f"item {k} {WORDS[k]}" for k in range(8)]
+    builder.encode("1. soap", texts)
+    assert len(builder._items) == 5
+    assert builder._items.get(texts[-1]) is not None and builder._items.get(texts[0]) is None
+    huge = "y " * MAX_CACHED_CHARS
+    enc = builder.encode("1. soap", [huge])
+    assert builder._items.get(huge) is None and enc.truncated == [True]
+
+
+def test_tokenizer_without_fast_backend_gives_the_same_prompt(tokenizer):
+    """A tokenizer the builder cannot call through its backend (a slow one) is called itself."""
+
+    class Plain:
+        def __init__(self, inner):
+            self.inner = inner
+            self.chat_template = inner.chat_template
+            self.bos_token_id = inner.bos_token_id
+
+        def __call__(self, *args, **kwargs):
+            return self.inner(*args, **kwargs)
+
+        def apply_chat_template(self, *args, **kwargs):
+            return self.inner.apply_chat_template(*args, **kwargs)
+
+    settings = PromptSettings(max_item_tokens=6, history_items=True)
+    plain = PromptBuilder(Plain(tokenizer), settings)
+    assert plain._backend is None
+    for query, texts in _varied_slates(7):
+        assert _fields(plain.encode(query, texts)) == reference_encode(
+            tokenizer, settings, query, texts
+        )

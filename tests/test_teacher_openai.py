@@ -23,8 +23,9 @@ from tests.test_teacher_run import make_slates, records
 
 class FakeServer:
     def __init__(self, fail_first: int = 0, hang: bool = False, status: int = 500,
-                 model: str = "fake-ranker", delay: float = 0.0) -> None:
+                 model: str = "fake-ranker", delay: float = 0.0, bad: str | None = None) -> None:
         self.fail_first, self.hang, self.status = fail_first, hang, status
+        self.bad = bad  # "json" / "no_choices": fail with a 200 that is not a completion
         self.model, self.delay = model, delay
         self.requests: list[dict] = []
         self.in_flight = self.max_in_flight = 0
@@ -36,8 +37,8 @@ class FakeServer:
             def log_message(self, *args):  # quiet
                 pass
 
-            def _send(self, code: int, body: dict) -> None:
-                data = json.dumps(body).encode()
+            def _send(self, code: int, body: dict | bytes) -> None:
+                data = body if isinstance(body, bytes) else json.dumps(body).encode()
                 self.send_response(code)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
@@ -69,6 +70,13 @@ class FakeServer:
                 time.sleep(fake.delay)
                 if fake.hang:
                     fake.release.wait(10)
+                    return
+                if count <= fake.fail_first and fake.bad == "json":
+                    self._send(200, b'{"id": "c", "choices": [')
+                    return
+                if count <= fake.fail_first and fake.bad == "no_choices":
+                    self._send(200, {"id": "c", "object": "chat.completion", "created": 0,
+                                     "model": body["model"]})
                     return
                 if count <= fake.fail_first:
                     self._send(fake.status, {"error": {"message": "try again", "type": "server_error"}})
@@ -185,6 +193,17 @@ def test_retries_after_server_errors(slates_file):
     assert len(recs) == 6 and all(r["status"] == "ok" for r in recs)
     assert recs[0]["attempts"] == 3 and all(r["attempts"] == 1 for r in recs[1:])
     assert len(server.requests) == 6 + 2 and server.requests[0]["top_k"] == 1
+
+
+@pytest.mark.parametrize("bad", ["json", "no_choices"])
+def test_a_200_that_is_not_a_completion_is_retried(slates_file, bad):
+    with FakeServer(fail_first=2, bad=bad) as server:
+        code, out = run_openai(slates_file, server, "--concurrency", "1", "--retries", "2",
+                               "--model-name", "fake-ranker")
+    assert code == 0
+    recs = records(out)
+    assert len(recs) == 6 and all(r["status"] == "ok" for r in recs)
+    assert recs[0]["attempts"] == 3 and len(server.requests) == 6 + 2
 
 
 def test_client_errors_are_not_retried(slates_file):

@@ -151,6 +151,33 @@ def load_tokenizer(name_or_path: str):
     return tokenizer
 
 
+#: Weight files that are pickles: loading one could run code, so spdrank never reads them.
+PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
+
+
+def require_safetensors(path: str | os.PathLike[str], what: str) -> None:
+    """Refuse a local ``what`` directory whose weights are only pickles (``*.bin``).
+
+    Loading them would rest on torch's ``weights_only`` default to run no code; spdrank reads
+    safetensors only, so such a directory is an error naming it rather than a fallback. A
+    name that is not a local directory (a hub id) is left to the loader.
+    """
+    folder = Path(path)
+    if not folder.is_dir():
+        if what == "adapter":
+            raise FileNotFoundError(f"{folder}: the checkpoint's LoRA adapter directory is missing")
+        return
+    files = [f for f in folder.iterdir() if f.is_file()]
+    if any(f.suffix == ".safetensors" for f in files):
+        return
+    pickles = sorted(f.name for f in files if f.suffix in PICKLE_SUFFIXES)
+    if pickles:
+        raise ValueError(
+            f"{folder}: the {what} weights are pickles ({', '.join(pickles[:3])}), which spdrank "
+            "does not load (they can run code); convert them to safetensors"
+        )
+
+
 def load_backbone(
     config: BackboneConfig,
     device: torch.device | str = "cpu",
@@ -167,6 +194,7 @@ def load_backbone(
     from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
 
     path = resolve_path(config.name_or_path)
+    require_safetensors(path, "backbone")
     hf_config = AutoConfig.from_pretrained(path)
     total = hf_config.num_hidden_layers
     if config.layers is not None:
@@ -177,7 +205,7 @@ def load_backbone(
             hf_config.layer_types = hf_config.layer_types[: config.layers]
     dtype = resolve_dtype(config.dtype, device)
     loader = AutoModelForCausalLM if with_lm_head else AutoModel
-    model = loader.from_pretrained(path, config=hf_config, dtype=dtype)
+    model = loader.from_pretrained(path, config=hf_config, dtype=dtype, use_safetensors=True)
     model.to(device)
     model.config.use_cache = False
     if config.lora is None:
@@ -187,6 +215,7 @@ def load_backbone(
     from peft import LoraConfig, PeftModel, get_peft_model
 
     if adapter_path is not None:
+        require_safetensors(adapter_path, "adapter")
         return PeftModel.from_pretrained(model, str(adapter_path), is_trainable=True).to(device)
     lora = LoraConfig(
         r=config.lora.r,

@@ -39,8 +39,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     try:
         return int(args.func(args) or 0)
-    except (SlateError, FileNotFoundError, ValueError) as exc:
-        # Bad input is the user's to fix: say what and where, without a traceback.
+    except (
+        SlateError, FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError,
+        ValueError,
+    ) as exc:
+        # Bad input (or a path that cannot be used) is the user's to fix: say what and where,
+        # without a traceback.
         print(f"spdrank {args.command}: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -26,6 +26,12 @@ import numpy as np
 
 from spdrank.slates import Slate, SlateError
 
+#: The most standard deviations from its training mean a normalised feature may lie. No
+#: training value can exceed it (in a sample of n values none lies more than sqrt(n) standard
+#: deviations from their mean: 1e6 would take 1e12 training candidates), and it stays far
+#: below where the head's float32 arithmetic overflows (squares past about 1.8e19).
+MAX_ABS_Z = 1e6
+
 
 def parse_feature_names(text: str) -> tuple[str, ...]:
     """``"score,popularity"`` -> ``("score", "popularity")``; empty or repeated names are errors."""
@@ -117,9 +123,27 @@ class FeatureNormalizer:
         return cls(names, tuple(float(m) for m in mean), tuple(float(s) for s in std))
 
     def __call__(self, slate: Slate) -> np.ndarray:
-        """The slate's normalised features, float32 [n, len(names)]."""
-        values = (raw_features(slate, self.names) - np.array(self.mean)) / np.array(self.std)
-        return values.astype(np.float32)
+        """The slate's normalised features, float32 [n, len(names)].
+
+        A value finite as sent can still be one the head cannot compute with: its LayerNorms
+        square their inputs in float32, so a normalised value near 1e19 (``1e20`` against a
+        std of 0.5) turns the score matrix into NaN. That is the input's fault, not the
+        model's, so a value more than :data:`MAX_ABS_Z` standard deviations from the training
+        mean is refused here, naming the candidate, before the model sees it.
+        """
+        raw = raw_features(slate, self.names)
+        with np.errstate(over="ignore", invalid="ignore"):
+            z = (raw - np.array(self.mean)) / np.array(self.std)
+        if not (np.abs(z) <= MAX_ABS_Z).all():  # NaN (inf - inf) fails the test too
+            i, j = map(int, np.argwhere(~(np.abs(z) <= MAX_ABS_Z))[0])
+            raise SlateError(
+                f"slate {slate.query.qid!r}: candidates[{i}] (docid "
+                f"{slate.candidates[i].docid!r}) has {self.names[j]!r} = {raw[i, j]:g}, beyond "
+                f"what this model can represent: {z[i, j]:.3g} standard deviations from its "
+                f"training mean {self.mean[j]:g} (std {self.std[j]:g}), where the model reads "
+                f"at most {MAX_ABS_Z:g} (send heavy-tailed signals log-scaled)"
+            )
+        return z.astype(np.float32)
 
     def to_dict(self) -> dict[str, Any]:
         return {"names": list(self.names), "mean": list(self.mean), "std": list(self.std)}

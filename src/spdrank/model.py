@@ -17,7 +17,8 @@ import itertools
 import json
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -39,7 +40,7 @@ from spdrank.backbone import (
     resolve_dtype,
     span_tokens,
 )
-from spdrank.decode import decode, get_decoder, sort_scores
+from spdrank.decode import decode, decode_batch, get_decoder, sort_scores
 from spdrank.features import FeatureNormalizer
 from spdrank.heads import FirstHead, HeadConfig, build_head
 from spdrank.prompt import LETTERS, EncodedPrompt, PromptBuilder, PromptSettings
@@ -143,36 +144,46 @@ def collate(encoded: Sequence[EncodedPrompt], pad_id: int) -> Batch:
 
     The features travel with the prompts, so whatever encodes slates and collates them (the
     training loop, ``rank_batch``, the server) hands them to the head without knowing of them.
+    Every array is built in numpy and handed to torch without a copy: converting a prompt's
+    thousands of Python ints is several times faster there, and each torch operation on a
+    small tensor costs more than its data (most of all right after a prefill, with the
+    dispatcher's code out of the CPU's caches).
     """
-    b = len(encoded)
     t = max(len(e.input_ids) for e in encoded)
     n = max(len(e.readout) for e in encoded)
-    input_ids = torch.full((b, t), pad_id, dtype=torch.long)
-    attention = torch.zeros((b, t), dtype=torch.long)
-    readout = torch.zeros((b, n), dtype=torch.long)
-    first = torch.zeros((b, n), dtype=torch.long)
-    item_mask = torch.zeros((b, n), dtype=torch.bool)
-    for i, e in enumerate(encoded):
-        input_ids[i, : len(e.input_ids)] = torch.tensor(e.input_ids)
-        attention[i, : len(e.input_ids)] = 1
-        readout[i, : len(e.readout)] = torch.tensor(e.readout)
-        first[i, : len(e.readout)] = torch.tensor(e.first if e.first is not None else e.readout)
-        item_mask[i, : len(e.readout)] = True
-    sizes = item_mask.sum(1)
-    features = pad_features([e.features for e in encoded], n)
-    batch = Batch(input_ids, attention, readout, item_mask, sizes, features, first=first)
+    sizes = np.array([len(e.readout) for e in encoded], dtype=np.int64)
+    batch = Batch(
+        input_ids=_index_rows([e.input_ids for e in encoded], t, pad_id),
+        attention_mask=_lengths_mask([len(e.input_ids) for e in encoded], t, np.int64),
+        readout=_index_rows([e.readout for e in encoded], n),
+        item_mask=_lengths_mask(sizes, n),
+        sizes=torch.from_numpy(sizes),
+        features=pad_features([e.features for e in encoded], n),
+        first=_index_rows([e.first if e.first is not None else e.readout for e in encoded], n),
+    )
     if any(e.history is not None for e in encoded):
         spans = [e.history or [] for e in encoded]
         h = max(1, max(len(x) for x in spans))
-        batch.history_first = torch.zeros((b, h), dtype=torch.long)
-        batch.history_last = torch.zeros((b, h), dtype=torch.long)
-        batch.history_mask = torch.zeros((b, h), dtype=torch.bool)
-        for i, x in enumerate(spans):
-            if x:
-                batch.history_first[i, : len(x)] = torch.tensor([a for a, _ in x])
-                batch.history_last[i, : len(x)] = torch.tensor([z for _, z in x])
-                batch.history_mask[i, : len(x)] = True
+        batch.history_first = _index_rows([[a for a, _ in x] for x in spans], h)
+        batch.history_last = _index_rows([[z for _, z in x] for x in spans], h)
+        batch.history_mask = _lengths_mask([len(x) for x in spans], h)
     return batch
+
+
+def _index_rows(rows: Sequence[Sequence[int]], width: int, pad: int = 0) -> torch.Tensor:
+    """Lists of ints as one int64 tensor [B, width], each row right-padded with ``pad``."""
+    out = np.full((len(rows), width), pad, dtype=np.int64)
+    for i, row in enumerate(rows):
+        out[i, : len(row)] = row
+    return torch.from_numpy(out)
+
+
+def _lengths_mask(
+    lengths: Sequence[int] | np.ndarray, size: int, dtype: type = np.bool_
+) -> torch.Tensor:
+    """[B, size] of ``dtype``: true (1) at the first ``lengths[b]`` entries of row b."""
+    lengths = np.asarray(lengths, dtype=np.int64)
+    return torch.from_numpy((np.arange(size) < lengths[:, None]).astype(dtype, copy=False))
 
 
 def pad_features(features: Sequence[np.ndarray | None], n: int) -> torch.Tensor | None:
@@ -181,10 +192,31 @@ def pad_features(features: Sequence[np.ndarray | None], n: int) -> torch.Tensor 
         return None
     if any(f is None for f in features):
         raise ValueError("some prompts carry features and others do not: encode them all alike")
-    out = torch.zeros((len(features), n, features[0].shape[1]), dtype=torch.float32)
+    out = np.zeros((len(features), n, features[0].shape[1]), dtype=np.float32)
     for i, f in enumerate(features):
-        out[i, : len(f)] = torch.from_numpy(f)
-    return out
+        out[i, : len(f)] = f
+    return torch.from_numpy(out)
+
+
+#: Items (over the whole batch) up to which the head runs on one CPU thread. Its matrices
+#: are then [rows, width]-sized: each product takes tens of microseconds on one core, about
+#: what a thread pool's fork and join cost, and a worker descheduled by another process on a
+#: shared core stalls the whole product for a scheduler slice (milliseconds).
+HEAD_SERIAL_ROWS = 512
+
+
+@contextmanager
+def _serial_if(serial: bool, device: torch.device) -> Iterator[None]:
+    """Run the body on one intra-op thread when ``serial`` (on CPU), then restore the count."""
+    threads = torch.get_num_threads()
+    if not serial or device.type != "cpu" or threads == 1:
+        yield
+        return
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
 
 
 def _as_slate(query: str | Query | Slate, candidates: Sequence[Any] | None) -> Slate:
@@ -319,13 +351,13 @@ class SPDRanker(nn.Module):
             path = path / "model"  # a training run's directory
         if not (path / CONFIG_NAME).exists():
             raise FileNotFoundError(f"{path} is not an spdrank checkpoint: no {CONFIG_NAME}")
-        config = SPDConfig.from_dict(json.loads((path / CONFIG_NAME).read_text()))
+        config = read_config(path / CONFIG_NAME)
         if dtype is not None:
             resolve_dtype(dtype, device)  # an unknown name fails before any weight is read
             config.backbone.dtype = dtype
         adapter = path / ADAPTER_DIR if config.backbone.lora is not None else None
         model = cls(config, *_backbone_and_tokenizer(config, device, adapter))
-        model.head.load_state_dict(load_file(str(path / HEAD_NAME)))
+        load_head(model.head, path / HEAD_NAME)
         model.to(device)
         model.eval()
         return model
@@ -369,7 +401,9 @@ class SPDRanker(nn.Module):
         return self.features(slate) if self.features is not None else None
 
     def collate(self, encoded: Sequence[EncodedPrompt]) -> Batch:
-        return collate(encoded, self.tokenizer.pad_token_id).to(self.device)
+        batch = collate(encoded, self.tokenizer.pad_token_id)
+        device = self.device
+        return batch if device.type == "cpu" else batch.to(device)
 
     def forward(self, batch: Batch) -> torch.Tensor:
         """Score matrices [B, N, K] for a padded batch (padded rows are 0)."""
@@ -447,9 +481,7 @@ class SPDRanker(nn.Module):
         ``batch``: the slates already collated, e.g. with cached states (then nothing is
         tokenized).
         """
-        was_training = self.training
-        self.eval()
-        try:
+        with self._evaluating():
             t0 = time.perf_counter()
             if batch is None:
                 if encoded is None:
@@ -464,10 +496,9 @@ class SPDRanker(nn.Module):
                 inputs = self.read(batch)
                 self.synchronize()
                 t2 = time.perf_counter()
-                scores = self.score(inputs, batch).cpu().numpy()
+                with _serial_if(batch.item_mask.numel() <= HEAD_SERIAL_ROWS, self.device):
+                    scores = self.score(inputs, batch).cpu().numpy()
                 t3 = time.perf_counter()
-        finally:
-            self.train(was_training)
         timings = {"tokenize": (t1 - t0) * 1e3, "prefill": (t2 - t1) * 1e3, "head": (t3 - t2) * 1e3}
         return scores, timings
 
@@ -489,7 +520,11 @@ class SPDRanker(nn.Module):
         decoder = decoder or self.config.decoder
         scores, timings = self.score_batch(slates, encoded, batch)
         t0 = time.perf_counter()
-        orders = [self.order(scores[i, : len(s)], decoder) for i, s in enumerate(slates)]
+        sizes = [len(s) for s in slates]
+        if self.matrix:
+            orders = decode_batch(scores, sizes, decoder)
+        else:
+            orders = [sort_scores(scores[i, :n]) for i, n in enumerate(sizes)]
         timings["assign"] = (time.perf_counter() - t0) * 1e3
         return [
             self.ranking(slate, order, scores[i], timings)
@@ -505,23 +540,38 @@ class SPDRanker(nn.Module):
     ) -> Ranking:
         """The :class:`Ranking` of ``slate`` for an item ``order`` decoded from its ``scores``."""
         n = len(slate)
-        docids = [slate.candidates[j].docid for j in order]
+        items = order.tolist()  # Python ints index a list faster than numpy's
+        candidates = slate.candidates
+        docids = [candidates[j].docid for j in items]
         if self.matrix:
             ranked_scores = [1.0 - r / n for r in range(n)]
         else:  # one real score per item: report it, already in decreasing order
-            ranked_scores = [float(scores[j]) for j in order]
+            ranked_scores = scores[order].astype(float).tolist()
         return Ranking(docids, ranked_scores, dict(timings or {}), 1)
 
     def score_matrix(self, slate: Slate) -> np.ndarray:
         """The raw scores of one slate: n x K for SPD (for analysis and other decoders), n for peers."""
+        with self._evaluating(), torch.inference_mode():
+            scores = self(self.collate([self.encode(slate)]))
+        return scores[0, : len(slate)].float().cpu().numpy()
+
+    @contextmanager
+    def _evaluating(self) -> Iterator[None]:
+        """Run the body in eval mode (no dropout), then restore training mode if it was on.
+
+        Switching modes walks every submodule, which costs more than the rest of the work
+        around a small slate's prefill, so a model already in eval mode (it and its direct
+        parts) is left as it is.
+        """
+        if not (self.training or any(m.training for m in self.children())):
+            yield
+            return
         was_training = self.training
         self.eval()
         try:
-            with torch.inference_mode():
-                scores = self(self.collate([self.encode(slate)]))
+            yield
         finally:
             self.train(was_training)
-        return scores[0, : len(slate)].float().cpu().numpy()
 
     def synchronize(self) -> None:
         """Wait for queued GPU work, so a timer read next measures it (a no-op on CPU)."""
@@ -532,6 +582,39 @@ class SPDRanker(nn.Module):
 
     def fit(self, train: Any) -> None:
         """Trained by ``spdrank train``; nothing to fit at evaluation time."""
+
+
+def read_config(path: Path) -> SPDConfig:
+    """A checkpoint's ``config.json``; a ValueError naming ``path`` when it cannot be one."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{path}: not a JSON checkpoint config ({exc})") from None
+    try:
+        return SPDConfig.from_dict(data)
+    except ValueError as exc:
+        raise ValueError(f"{path}: {exc}") from None
+    except (AttributeError, KeyError, TypeError) as exc:  # AttributeError: not an object
+        what = f"missing field {exc}" if isinstance(exc, KeyError) else str(exc)
+        raise ValueError(f"{path}: not a usable spdrank checkpoint config ({what})") from None
+
+
+def load_head(head: nn.Module, path: Path) -> None:
+    """Load the head's weights from safetensors; a ValueError naming ``path`` when the file is
+    unreadable (a truncated header) or does not fit the head the config describes."""
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: the checkpoint has no head weights")
+    try:
+        tensors = load_file(str(path))
+    except Exception as exc:  # noqa: BLE001 - safetensors' own error type is not exported stably
+        raise ValueError(f"{path}: not a readable safetensors file ({exc})") from None
+    try:
+        head.load_state_dict(tensors)
+    except RuntimeError as exc:  # missing or unexpected keys, shapes that differ
+        first = str(exc).strip().splitlines()
+        reason = " ".join(line.strip() for line in first[:3])
+        raise ValueError(f"{path}: the weights do not fit the head in config.json ({reason})") \
+            from None
 
 
 def _backbone_and_tokenizer(

@@ -12,11 +12,19 @@ per-candidate budget), with special-token strings split into ordinary tokens. A 
 ``[3]``, newlines, ``<|im_end|>`` or 10,000 characters can therefore neither move another
 candidate's readout nor become a control token. The chat template's own text (before and
 after the user message) is the only place special tokens are parsed.
+
+Catalogues repeat: the same titles come back slate after slate, and tokenizing one costs far
+more than looking it up. So a builder keeps the token ids of the item texts it has seen (a
+bounded least-recently-used cache keyed by the text) and the ids of its literal pieces, and
+tokenizes a slate's unseen texts in one call. Tokenizing a text alone gives the same ids
+whether done once or many times, one at a time or in a batch, so the cache cannot change a
+prompt (``tests/test_prompt.py`` checks the ids, spans and flags against a builder without it).
 """
 
 from __future__ import annotations
 
 import re
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
@@ -35,6 +43,17 @@ LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 READOUTS = ("last", "mean", "tokens")
 #: A history line's leading list number (``"3. "``): a place in the list, not the item's text.
 _LIST_NUMBER = re.compile(r"^\s*\d+[.)]\s+")
+#: Item texts whose token ids a builder keeps: more than a catalogue like Beauty's (12k items)
+#: holds, at most a few tens of MB for titles.
+DEFAULT_CACHE_SIZE = 65_536
+#: User contexts (history texts) whose tokens a builder keeps, and the longest it keeps.
+QUERY_CACHE_SIZE = 1_024
+MAX_CACHED_QUERY_CHARS = 32_768
+#: Literal pieces a builder keeps (counts, history list numbers: a few hundred in practice).
+MAX_LITERALS = 4_096
+#: Longer texts are tokenized every time rather than cached, so a few huge texts cannot fill
+#: memory with their keys.
+MAX_CACHED_CHARS = 2_048
 
 
 @dataclass
@@ -100,16 +119,79 @@ class EncodedPrompt:
     history: list[tuple[int, int]] | None = None
 
 
-class PromptBuilder:
-    """Renders slates into token ids for one tokenizer and one set of settings."""
+#: A cached text's tokens: its token ids cut to the budget, and whether the cut removed any.
+Tokens = tuple[tuple[int, ...], bool]
 
-    def __init__(self, tokenizer: Any, settings: PromptSettings | None = None) -> None:
+
+class TokenCache:
+    """A bounded least-recently-used map from a text to its :data:`Tokens`.
+
+    Only what a prompt keeps is stored (the ids after the budget, and the flag), so a hit
+    costs a dictionary lookup; texts longer than ``max_chars`` are not stored, so a few huge
+    ones cannot fill memory with their keys.
+    """
+
+    def __init__(self, size: int, max_chars: int = MAX_CACHED_CHARS) -> None:
+        if size < 0:
+            raise ValueError(f"a token cache size must be at least 0, got {size}")
+        self.size = size
+        self.max_chars = max_chars
+        self._entries: OrderedDict[str, Tokens] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def get(self, text: str) -> Tokens | None:
+        return self.get_many([text])[0]
+
+    def get_many(self, texts: Sequence[str]) -> list[Tokens | None]:
+        """Each text's entry (None where absent), each hit marked as the most recently used."""
+        entries = self._entries
+        found = [entries.get(text) for text in texts]
+        touch = entries.move_to_end
+        for text, entry in zip(texts, found):
+            if entry is not None:
+                touch(text)
+        return found
+
+    def put(self, text: str, entry: Tokens) -> None:
+        if not self.size or len(text) > self.max_chars:
+            return
+        self._entries[text] = entry
+        self._entries.move_to_end(text)
+        if len(self._entries) > self.size:
+            self._entries.popitem(last=False)
+
+
+class PromptBuilder:
+    """Renders slates into token ids for one tokenizer and one set of settings.
+
+    The settings are read once, at construction (the template's ends, the literals and the
+    cached item tokens all depend on them): build a new builder for other settings.
+    ``cache_size``: how many item texts' token ids to keep (0 keeps none).
+    """
+
+    def __init__(
+        self,
+        tokenizer: Any,
+        settings: PromptSettings | None = None,
+        cache_size: int = DEFAULT_CACHE_SIZE,
+    ) -> None:
         self.tokenizer = tokenizer
         self.settings = settings or PromptSettings()
         if self.settings.max_item_tokens < 1:
             raise ValueError("max_item_tokens must be at least 1")
+        self._backend = _plain_backend(tokenizer)
         self._prefix, self._suffix = self._template_ends()
         self._literal_cache: dict[str, list[int]] = {}
+        self._items = TokenCache(cache_size)
+        # A user's history text comes back when the same user is ranked again (a refresh, the
+        # next page); it is kept whole up to the query budget, so fewer and longer entries.
+        self._queries = TokenCache(min(cache_size, QUERY_CACHE_SIZE), MAX_CACHED_QUERY_CHARS)
+        #: ``"\n[label] "`` of each candidate index, grown as larger slates arrive.
+        self._labels: list[list[int]] = []
+        self._head = self._prefix + self._literal(self.settings.instruction + "\n\nUser history:\n")
+        self._tail = self._literal("\n") + self._suffix + self._literal(self.settings.answer_prefix)
 
     def _template_ends(self) -> tuple[list[int], list[int]]:
         """Token ids of the chat template around the user message (special tokens parsed)."""
@@ -130,59 +212,114 @@ class PromptBuilder:
             ]
         )
 
+    def _encode_many(self, texts: Sequence[str]) -> list[list[int]]:
+        """``_encode(text)`` of each text (special-token strings plain), in one tokenizer call.
+
+        Each text is still tokenized alone; one call only saves the per-call cost. A fast
+        tokenizer with no truncation or padding of its own is called directly: the library's
+        wrapper would run the same backend call with the same settings, and nothing else.
+        """
+        out: list[list[int]] = [[] for _ in texts]
+        todo = [i for i, text in enumerate(texts) if text]
+        if not todo:
+            return out
+        batch = [texts[i] for i in todo]
+        backend = self._backend
+        if backend is not None and backend.truncation is None and backend.padding is None:
+            encoded = _backend_encode(backend, batch)
+        else:
+            encoded = self.tokenizer(batch, add_special_tokens=False, split_special_tokens=True)[
+                "input_ids"
+            ]
+        for i, ids in zip(todo, encoded):
+            out[i] = list(ids)
+        return out
+
     def _literal(self, text: str) -> list[int]:
-        if text not in self._literal_cache:
-            self._literal_cache[text] = self._encode(text)
-        return self._literal_cache[text]
+        """Token ids of a piece of the prompt's own text (a count, a history line's number)."""
+        ids = self._literal_cache.get(text)
+        if ids is None:
+            ids = self._encode(text)
+            # Pieces repeat (a few counts and list numbers); the bound is for odd inputs.
+            if len(self._literal_cache) < MAX_LITERALS:
+                self._literal_cache[text] = ids
+        return ids
+
+    def _label_ids(self, n: int) -> list[list[int]]:
+        """The markers ``"\n[label] "`` before the first ``n`` candidates."""
+        labels = self._labels
+        while len(labels) < n:
+            labels.append(self._encode(f"\n[{self.settings.label(len(labels))}] "))
+        return labels
+
+    def _item_tokens(self, texts: Sequence[str], query: str | None = None) -> tuple[list[Tokens], Tokens]:
+        """Each text's item tokens (cut to the budget, and whether they were cut) and, given a
+        ``query``, its tokens (its end kept, up to the query budget), from the caches or from
+        one tokenizer call for all the texts they lack."""
+        budget = self.settings.max_item_tokens
+        found = self._items.get_many(texts)
+        missing = list(dict.fromkeys(t for t, f in zip(texts, found) if f is None))
+        query_tokens = self._queries.get(query) if query is not None else ((), False)
+        asked = missing if query_tokens is not None else [*missing, query]
+        encoded = self._encode_many(asked)
+        fresh: dict[str, Tokens] = {}
+        for text, ids in zip(missing, encoded):
+            fresh[text] = (tuple(ids[:budget]), len(ids) > budget)
+            self._items.put(text, fresh[text])
+        if query_tokens is None:
+            ids = encoded[-1]
+            cut = len(ids) > self.settings.max_query_tokens
+            query_tokens = (tuple(ids[-self.settings.max_query_tokens :] if cut else ids), cut)
+            self._queries.put(query, query_tokens)
+        items = [f if f is not None else fresh[t] for t, f in zip(texts, found)]
+        return items, query_tokens
 
     def encode(self, query_text: str, candidate_texts: Sequence[str]) -> EncodedPrompt:
         s = self.settings
-        ids: list[int] = list(self._prefix)
-        ids += self._literal(s.instruction + "\n\nUser history:\n")
+        ids: list[int] = list(self._head)
         if s.history_items:
-            history, query_truncated = self._history(query_text, ids)
+            lines = _history_lines(query_text)
+            found, _ = self._item_tokens([*(text for _, text in lines), *candidate_texts])
+            items = found[len(lines) :]
+            history, query_truncated = self._history(lines, found[: len(lines)], ids)
         else:
             history = None
-            query = self._encode(query_text)
-            query_truncated = len(query) > s.max_query_tokens
-            ids += query[-s.max_query_tokens :] if query_truncated else query
+            items, (query, query_truncated) = self._item_tokens(candidate_texts, query_text)
+            ids += query
         ids += self._literal(f"\n\nCandidates ({len(candidate_texts)}):")
-        first: list[int] = []
-        readout: list[int] = []
-        truncated: list[bool] = []
-        for i, text in enumerate(candidate_texts):
-            ids += self._literal(f"\n[{s.label(i)}] ")
+        n = len(items)
+        first: list[int] = [0] * n
+        readout: list[int] = [0] * n
+        truncated: list[bool] = [False] * n
+        for i, (label, (item, cut)) in enumerate(zip(self._label_ids(n), items)):
+            ids += label
+            truncated[i] = cut
             # Text that yields no tokens is read out at its marker's last token.
-            item = self._encode(text)
-            truncated.append(len(item) > s.max_item_tokens)
-            first.append(len(ids) if item else len(ids) - 1)
-            ids += item[: s.max_item_tokens]
-            readout.append(len(ids) - 1)
-        ids += self._literal("\n")
-        ids += self._suffix
-        ids += self._literal(s.answer_prefix)
+            first[i] = len(ids) if item else len(ids) - 1
+            ids += item
+            readout[i] = len(ids) - 1
+        ids += self._tail
         return EncodedPrompt(
             ids, readout, truncated, query_truncated, first=first, history=history
         )
 
-    def _history(self, query_text: str, ids: list[int]) -> tuple[list[tuple[int, int]], bool]:
-        """Append the user context as items, one per non-empty line, to ``ids``; their spans.
+    def _history(
+        self,
+        lines: list[tuple[str, str]],
+        items: list[tuple[tuple[int, ...], bool]],
+        ids: list[int],
+    ) -> tuple[list[tuple[int, int]], bool]:
+        """Append the history ``lines`` (their texts' ``items``) to ``ids``; their spans.
 
         The most recent lines that fit ``max_query_tokens`` are kept (a line is never cut in
         the middle of the budget: older lines are dropped whole), each line's text cut to
         ``max_item_tokens`` like a candidate's.
         """
         s = self.settings
-        lines: list[tuple[list[int], list[int]]] = []
-        for line in query_text.splitlines():
-            if not line.strip():
-                continue
-            number = _LIST_NUMBER.match(line)
-            cut = number.end() if number else 0
-            lines.append((self._encode(line[:cut]), self._encode(line[cut:])[: s.max_item_tokens]))
-        kept: list[tuple[list[int], list[int]]] = []
+        numbered = [(self._literal(number), text) for (number, _), (text, _) in zip(lines, items)]
+        kept: list[tuple[list[int], tuple[int, ...]]] = []
         used = 0
-        for number_ids, text_ids in reversed(lines):
+        for number_ids, text_ids in reversed(numbered):
             size = len(number_ids) + len(text_ids) + 1
             if kept and used + size > s.max_query_tokens:
                 break
@@ -190,9 +327,10 @@ class PromptBuilder:
             used += size
         kept.reverse()
         spans: list[tuple[int, int]] = []
+        newline = self._literal("\n")
         for k, (number_ids, text_ids) in enumerate(kept):
             if k:
-                ids += self._literal("\n")
+                ids += newline
             ids += number_ids
             if text_ids:
                 spans.append((len(ids), len(ids) + len(text_ids) - 1))
@@ -201,7 +339,49 @@ class PromptBuilder:
 
     def item_tokens(self, text: str) -> list[int]:
         """The tokens a candidate's text contributes (after the budget): its readout is the last."""
-        return self._encode(text)[: self.settings.max_item_tokens]
+        items, _ = self._item_tokens([text])
+        return list(items[0][0])
+
+
+def _history_lines(query_text: str) -> list[tuple[str, str]]:
+    """The user context's non-empty lines, each split into its leading list number (``"3. "``,
+    or ``""``) and the item's text."""
+    lines = []
+    for line in query_text.splitlines():
+        if not line.strip():
+            continue
+        number = _LIST_NUMBER.match(line)
+        cut = number.end() if number else 0
+        lines.append((line[:cut], line[cut:]))
+    return lines
+
+
+def _plain_backend(tokenizer: Any) -> Any | None:
+    """The fast tokenizer's backend when calling it directly gives what the tokenizer's call
+    gives (no truncation or padding configured on it, no control-token sanitising), else None."""
+    if not getattr(tokenizer, "is_fast", False):
+        return None
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    needed = ("encode_batch", "encode_special_tokens", "truncation", "padding")
+    if backend is None or not all(hasattr(backend, name) for name in needed):
+        return None
+    return backend
+
+
+def _backend_encode(backend: Any, texts: list[str]) -> list[list[int]]:
+    """The backend's token ids of ``texts``, special-token strings split into ordinary tokens.
+
+    The backend holds the special-token switch as state shared with the tokenizer (which sets it
+    on every call), so it is set here for the call and put back after. The batch call without
+    offsets is used where the backend has it: the ids are the same.
+    """
+    before = backend.encode_special_tokens
+    backend.encode_special_tokens = True
+    try:
+        encode = getattr(backend, "encode_batch_fast", backend.encode_batch)
+        return [e.ids for e in encode(texts, add_special_tokens=False)]
+    finally:
+        backend.encode_special_tokens = before
 
 
 def template_around(

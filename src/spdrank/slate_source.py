@@ -40,8 +40,14 @@ import numpy as np
 
 from spdrank.slates import Slate, SlateError, gzipped, iter_lines, parse_json_line
 
-#: A slate check: raises ValueError saying what is wrong; the source adds ``file:line``.
+#: A slate check: raises ValueError saying what is wrong (the source adds ``file:line``), or
+#: :class:`SkipSlate` to leave the slate out.
 Check = Callable[[Slate], None]
+
+
+class SkipSlate(ValueError):
+    """Raised by a check for a slate training leaves out (and counts) rather than refuses:
+    click logs are full of impressions without a click, which a clicks target cannot use."""
 
 #: Raw lines a gzip file's shuffle buffer holds.
 DEFAULT_BUFFER = 1024
@@ -70,6 +76,9 @@ class SlateSource(ABC):
         self.seed = seed
         self.check = check
         self._stamp = _stamp(path)
+        #: Slates the check left out (:class:`SkipSlate`), and the first one's reason.
+        self.skipped = 0
+        self.skip_reason: str | None = None
 
     def __len__(self) -> int:
         return self.count
@@ -106,17 +115,29 @@ def load_slate(path: Path, lineno: int, line: bytes, check: Check) -> Slate:
     slate = Slate.from_dict(parse_json_line(line, where), where=where)
     try:
         check(slate)
+    except SkipSlate as exc:
+        raise SkipSlate(f"{where}: {exc}") from None
     except ValueError as exc:
         raise SlateError(str(exc), where) from None
     return slate
 
 
-def scan(path: Path, limit: int | None, check: Check) -> Iterator[tuple[int, int]]:
-    """``(line number, byte offset)`` of each of the first ``limit`` slates, each validated."""
+def scan(
+    path: Path, limit: int | None, check: Check, skipped: list[tuple[int, str]] | None = None
+) -> Iterator[tuple[int, int]]:
+    """``(line number, byte offset)`` of each of the first ``limit`` slates, each validated;
+    slates the check skips are appended to ``skipped`` (line number, reason) and not counted."""
     if limit is not None and limit <= 0:
         return
-    for n, (lineno, offset, line) in enumerate(iter_lines(path, "slate file"), start=1):
-        load_slate(path, lineno, line, check)
+    n = 0
+    for lineno, offset, line in iter_lines(path, "slate file"):
+        try:
+            load_slate(path, lineno, line, check)
+        except SkipSlate as exc:
+            if skipped is not None:  # the first reason is kept, for the log
+                skipped.append((lineno, "" if skipped else str(exc)))
+            continue
+        n += 1
         yield lineno, offset
         if n == limit:
             break  # before reading (and validating) the line after the last one wanted
@@ -161,12 +182,20 @@ class StreamedSlates(SlateSource):
     """A gzip file, streamed in file order through a seeded shuffle buffer each epoch."""
 
     def __init__(
-        self, path: Path, count: int, seed: int, check: Check, buffer_size: int = DEFAULT_BUFFER
+        self,
+        path: Path,
+        count: int,
+        seed: int,
+        check: Check,
+        buffer_size: int = DEFAULT_BUFFER,
+        skip_lines: frozenset[int] = frozenset(),
     ) -> None:
         if buffer_size < 1:
             raise ValueError(f"a shuffle buffer holds at least 1 slate, got {buffer_size}")
         super().__init__(path, count, seed, check)
         self.buffer_size = buffer_size
+        #: Line numbers of the slates the check skipped: the stream passes over them.
+        self.skip_lines = skip_lines
         self._cursor: _Cursor | None = None
 
     def shuffled(self, epoch: int) -> Iterator[tuple[int, int, bytes]]:
@@ -178,7 +207,8 @@ class StreamedSlates(SlateSource):
         """
         rng = np.random.default_rng([self.seed, epoch])
         buffer: list[tuple[int, int, bytes]] = []
-        lines = islice(iter_lines(self.path, "slate file"), self.count)
+        kept = (x for x in iter_lines(self.path, "slate file") if x[0] not in self.skip_lines)
+        lines = islice(kept, self.count)
         for index, (lineno, _, line) in enumerate(lines):
             if len(buffer) < self.buffer_size:
                 buffer.append((index, lineno, line))
@@ -211,21 +241,28 @@ def open_slate_source(
     """Index (plain JSONL) or count (``.gz``) the first ``limit`` slates of ``path``.
 
     Every slate is validated and checked on the way, so a bad one fails here with its
-    ``file:line``. Raises :class:`SlateError` for a file with no slates.
+    ``file:line``; slates the check skips are counted in ``skipped``. Raises
+    :class:`SlateError` for a file with no slates to train on.
     """
     path = Path(path)
+    skipped: list[tuple[int, str]] = []
     if gzipped(path):
-        count = sum(1 for _ in scan(path, limit, check))
-        source: SlateSource = StreamedSlates(path, count, seed, check, buffer_size)
+        count = sum(1 for _ in scan(path, limit, check, skipped))
+        source: SlateSource = StreamedSlates(
+            path, count, seed, check, buffer_size, frozenset(n for n, _ in skipped)
+        )
     else:
         # array('q') grows by 8 bytes a slate; a list of ints would cost ~5 times that.
         linenos, offsets = array("q"), array("q")
-        for lineno, offset in scan(path, limit, check):
+        for lineno, offset in scan(path, limit, check, skipped):
             linenos.append(lineno)
             offsets.append(offset)
         source = IndexedSlates(
             path, np.frombuffer(linenos, np.int64), np.frombuffer(offsets, np.int64), seed, check
         )
+    source.skipped = len(skipped)
+    source.skip_reason = skipped[0][1] if skipped else None
     if not len(source):
-        raise SlateError(f"{path} holds no slates")
+        left_out = f" ({len(skipped)} skipped; the first: {skipped[0][1]})" if skipped else ""
+        raise SlateError(f"{path} holds no slates to train on{left_out}")
     return source

@@ -20,14 +20,16 @@ from __future__ import annotations
 import gzip
 import io
 import json
-import math
 import os
 import secrets
+import zlib
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, TypeVar
+
+from spdrank.validation import SlateError, as_float, as_id, check_text, loads
 
 T = TypeVar("T")
 
@@ -39,14 +41,6 @@ SCORE_FEATURE = "score"
 
 #: A slate's own fields; any other top-level key is kept in ``Slate.extra``.
 _SLATE_FIELDS = ("query", "candidates", "clicked", "teacher", "teacher_scores")
-
-
-class SlateError(ValueError):
-    """A slate that cannot be used, with where it came from (``file:line``) when known."""
-
-    def __init__(self, message: str, where: str | None = None) -> None:
-        self.where = where
-        super().__init__(f"{where}: {message}" if where else message)
 
 
 @dataclass
@@ -172,7 +166,9 @@ def _candidate_dict(c: Candidate) -> dict[str, Any]:
     return out | c.extra
 
 
-def parse_features(raw: Any, label: str, where: str | None = None) -> dict[str, float]:
+def parse_features(
+    raw: Any, label: str, where: str | None = None, path: str | None = None
+) -> dict[str, float]:
     """Validate a ``features`` object: names to finite numbers; raises :class:`SlateError`.
 
     ``label`` names the owner in messages (``candidates[3] (docid 'x')``), so an error says
@@ -189,13 +185,8 @@ def parse_features(raw: Any, label: str, where: str | None = None) -> dict[str, 
                 f"{label}: features.{SCORE_FEATURE} is not allowed: 'score' is the candidate's "
                 "own score field, read as the feature 'score'", where,
             )
-        if not isinstance(value, (int, float)) or isinstance(value, bool):
-            raise SlateError(
-                f"{label}: features.{name} must be a number, got {type(value).__name__}", where
-            )
-        if not math.isfinite(value):
-            raise SlateError(f"{label}: features.{name} must be finite, got {value}", where)
-        out[name] = float(value)
+        field = f"{path}.features.{name}" if path else None
+        out[name] = as_float(value, f"{label}: features.{name}", where, field)
     return out
 
 
@@ -208,19 +199,20 @@ def _parse_query(raw: Any, where: str | None) -> Query:
         raise SlateError("missing field 'query.text'", where)
     if not isinstance(raw["text"], str):
         raise SlateError(f"'query.text' must be a string, got {type(raw['text']).__name__}", where)
-    qid = raw.get("qid", "")
-    if not isinstance(qid, (str, int)):
-        raise SlateError(f"'query.qid' must be a string, got {type(qid).__name__}", where)
+    check_text(raw["text"], "query.text", where)
+    qid = as_id(raw.get("qid", ""), "query.qid", where)
+    check_text(qid, "query.qid", where)
     history = raw.get("history")
-    if history is not None and not (
-        isinstance(history, list) and all(isinstance(h, (str, int)) for h in history)
-    ):
-        raise SlateError("'query.history' must be a list of item ids", where)
+    if history is not None and not isinstance(history, list):
+        raise SlateError("'query.history' must be a list of item ids", where, field="query.history")
     extra = {k: v for k, v in raw.items() if k not in ("qid", "text", "history")}
     return Query(
-        qid=str(qid),
+        qid=qid,
         text=raw["text"],
-        history=[str(h) for h in history] if history is not None else None,
+        history=(
+            [as_id(h, f"query.history[{i}]", where) for i, h in enumerate(history)]
+            if history is not None else None
+        ),
         extra=extra,
     )
 
@@ -238,10 +230,8 @@ def _parse_candidates(raw: Any, where: str | None, text_fields: tuple[str, ...])
             raise SlateError(f"{label} must be an object, got {type(cand).__name__}", where)
         if "docid" not in cand:
             raise SlateError(f"{label} has no 'docid'", where)
-        docid = cand["docid"]
-        if not isinstance(docid, (str, int)) or isinstance(docid, bool):
-            raise SlateError(f"{label}.docid must be a string, got {type(docid).__name__}", where)
-        docid = str(docid)
+        docid = as_id(cand["docid"], f"{label}.docid", where)
+        check_text(docid, f"{label}.docid", where)
         if docid in seen:
             raise SlateError(f"duplicate docid {docid!r} at {label}", where)
         seen.add(docid)
@@ -263,17 +253,20 @@ def _parse_candidates(raw: Any, where: str | None, text_fields: tuple[str, ...])
             )
         if not text.strip():
             raise SlateError(f"{label}.doc.{present[0]} (docid {docid!r}) is empty", where)
+        check_text(
+            text, f"{label}.doc.{present[0]} (docid {docid!r})", where, f"{label}.doc.{present[0]}"
+        )
         score = cand.get("score", 0.0)
-        if score is None:
+        if score is not None:
+            score = as_float(score, f"{label}.score (docid {docid!r})", where, f"{label}.score")
+        else:
             score = 0.0
-        if not isinstance(score, (int, float)) or isinstance(score, bool):
-            raise SlateError(f"{label}.score (docid {docid!r}) must be a number", where)
         features = cand.get("features")
         if features is not None:
-            features = parse_features(features, f"{label} (docid {docid!r})", where)
+            features = parse_features(features, f"{label} (docid {docid!r})", where, label)
         extra = {k: v for k, v in cand.items() if k not in ("docid", "doc", "score", "features")}
         out.append(
-            Candidate(docid=docid, doc=doc, score=float(score), features=features, extra=extra)
+            Candidate(docid=docid, doc=doc, score=score, features=features, extra=extra)
         )
     return out
 
@@ -303,19 +296,19 @@ def check_teacher_scores(
             f"{ranking_name!r}",
             where,
         )
-    for i, value in enumerate(raw):
+    values = [
+        as_float(value, f"{field_name}[{i}] (docid {teacher[i]!r})", where, f"{field_name}[{i}]")
+        for i, value in enumerate(raw)
+    ]
+    for i, value in enumerate(values):
         label = f"{field_name}[{i}] (docid {teacher[i]!r})"
-        if not isinstance(value, (int, float)) or isinstance(value, bool):
-            raise SlateError(f"{label} must be a number, got {type(value).__name__}", where)
-        if not math.isfinite(value):
-            raise SlateError(f"{label} must be finite, got {value}", where)
-        if i and value > raw[i - 1]:
+        if i and value > values[i - 1]:
             raise SlateError(
                 f"{field_name!r} must be non-increasing along {ranking_name!r}: {label} = "
-                f"{value} is above the {raw[i - 1]} before it",
+                f"{value} is above the {values[i - 1]} before it",
                 where,
             )
-    return [float(v) for v in raw]
+    return values
 
 
 def _parse_teacher_scores(
@@ -329,7 +322,7 @@ def _parse_id_list(raw: Any, name: str, docids: set[str], where: str | None) -> 
         return None
     if not isinstance(raw, list):
         raise SlateError(f"{name!r} must be a list of docids, got {type(raw).__name__}", where)
-    ids = [str(x) for x in raw]
+    ids = [as_id(x, f"{name}[{i}]", where) for i, x in enumerate(raw)]
     unknown = [d for d in ids if d not in docids]
     if unknown:
         raise SlateError(f"{name!r} names docids that are not candidates: {unknown[:5]}", where)
@@ -374,8 +367,46 @@ def read_slates(
     Streaming keeps memory flat for files larger than memory; the first bad line stops the
     iteration with a :class:`SlateError` naming ``file:line``.
     """
+    for _, slate in iter_slates(path, text_fields):
+        yield slate
+
+
+def iter_slates(
+    path: str | os.PathLike[str], text_fields: tuple[str, ...] = TEXT_FIELDS
+) -> Iterator[tuple[str, Slate]]:
+    """``(file:line, slate)`` for each slate of a JSONL file, validated as it is read."""
     for where, data in iter_json_lines(path, "slate file"):
-        yield Slate.from_dict(data, where=where, text_fields=text_fields)
+        yield where, Slate.from_dict(data, where=where, text_fields=text_fields)
+
+
+def unique_qids(
+    located: Iterable[tuple[str, Slate]], allow_blank: bool = False
+) -> Iterator[tuple[str, Slate]]:
+    """Pass ``(file:line, slate)`` pairs through, failing on a repeated qid with both lines.
+
+    Outputs keyed by qid (teacher labels, TREC runs) would merge two slates sharing one.
+    ``allow_blank`` lets any number of slates leave the qid empty (rank_llm's bare query
+    string has none); they are then told apart by their place in the file.
+    """
+    first: dict[str, str] = {}
+    for where, slate in located:
+        qid = slate.query.qid
+        if qid in first:
+            raise SlateError(
+                f"duplicate qid {qid!r} (first at {first[qid]}): qids must be unique within the "
+                "file",
+                where,
+                field="query.qid",
+            )
+        if qid or not allow_blank:
+            first[qid] = where
+        yield where, slate
+
+
+def read_unique_slates(path: str | os.PathLike[str]) -> Iterator[Slate]:
+    """Slates from a file, failing on a repeated qid with ``file:line`` of both copies."""
+    for _, slate in unique_qids(iter_slates(path)):
+        yield slate
 
 
 def iter_json_lines(path: str | os.PathLike[str], what: str = "file") -> Iterator[tuple[str, Any]]:
@@ -400,24 +431,27 @@ def iter_lines(path: str | os.PathLike[str], what: str = "file") -> Iterator[tup
     path = Path(path)
     if not path.exists():
         raise SlateError(f"no such {what}: {path}")
-    with gzip.open(path, "rb") if gzipped(path) else open(path, "rb") as fh:
-        offset = 0
-        for lineno, line in enumerate(fh, start=1):
-            if line.strip():
-                yield lineno, offset, line
-            offset += len(line)
+    if path.is_dir():
+        raise SlateError(f"{path} is a directory, not a {what}")
+    lineno = 0
+    try:
+        with gzip.open(path, "rb") if gzipped(path) else open(path, "rb") as fh:
+            offset = 0
+            for lineno, line in enumerate(fh, start=1):
+                if line.strip():
+                    yield lineno, offset, line
+                offset += len(line)
+    except (OSError, EOFError, zlib.error) as exc:
+        # A .gz file that is not gzip, or was cut short; or a file the OS cannot read.
+        kind = "not a readable gzip file" if gzipped(path) else f"cannot read this {what}"
+        reason = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
+        raise SlateError(f"{kind} ({reason})", f"{path}:{lineno + 1}") from None
 
 
 def parse_json_line(line: bytes, where: str) -> Any:
-    """One JSONL line, parsed; a :class:`SlateError` naming ``where`` if it is not JSON."""
-    try:
-        text = line.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise SlateError(f"not UTF-8 text (byte {exc.start + 1} of the line)", where) from None
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise SlateError(f"invalid JSON ({exc.msg} at column {exc.colno})", where) from None
+    """One JSONL line, parsed through spdrank's one JSON gate (:func:`spdrank.validation.loads`):
+    a :class:`SlateError` naming ``where`` and the field if it is not JSON spdrank can carry."""
+    return loads(line, where)
 
 
 def load_slates(path: str | os.PathLike[str], limit: int | None = None) -> list[Slate]:
@@ -434,7 +468,9 @@ def load_slates(path: str | os.PathLike[str], limit: int | None = None) -> list[
 
 def dumps_slate(slate: Slate) -> str:
     """One slate as one JSON line; ASCII-safe and with a stable key order, for byte-identical output."""
-    return json.dumps(slate.to_dict(), ensure_ascii=False, separators=(",", ":"))
+    return json.dumps(
+        slate.to_dict(), ensure_ascii=False, separators=(",", ":"), allow_nan=False
+    )
 
 
 @contextmanager

@@ -41,7 +41,7 @@ from spdrank.listnet import listnet_loss
 from spdrank.metrics import aggregate, slate_metrics
 from spdrank.model import Batch, SPDRanker, collate
 from spdrank.sinkhorn import log_sinkhorn, permutation_cross_entropy
-from spdrank.slate_source import open_slate_source
+from spdrank.slate_source import SkipSlate, open_slate_source
 from spdrank.slates import Slate, load_slates
 from spdrank.state_cache import StateCache, open_state_cache
 from spdrank.targets import target_matrix
@@ -49,6 +49,9 @@ from spdrank.train_config import NO_PARALLEL_CACHE, TrainConfig, per_process_bat
 
 #: Logs from the main process only, so N processes do not print every line N times.
 log = get_logger(__name__)
+
+#: The targets that read clicks: a slate without a clicked item gives them nothing to learn.
+CLICK_TARGETS = ("clicks", "teacher+clicks")
 
 STATE_DIR = "state"
 SUMMARY_NAME = "train.json"
@@ -150,6 +153,19 @@ class Trainer:
         self.source = open_slate_source(
             cfg.slates, seed=cfg.seed, check=self.check_slate, limit=cfg.limit
         )
+        if self.source.skipped:
+            if cfg.cache_states:
+                raise ValueError(
+                    f"--cache-states caches every slate of {cfg.slates} in file order, but "
+                    f"{self.source.skipped} have no clicked item to train on (the first: "
+                    f"{self.source.skip_reason}): remove them from the file, or pass "
+                    "--require-clicks to see each"
+                )
+            log.warning(
+                "left out %d slates without a clicked item (the first: %s); "
+                "--require-clicks refuses such a file",
+                self.source.skipped, self.source.skip_reason,
+            )
         evaluates = cfg.eval_slates and self.accelerator.is_main_process  # the others train only
         self.eval_slates = load_slates(cfg.eval_slates, limit=cfg.eval_limit) if evaluates else []
         self.model = SPDRanker.build(model_config, device=self.accelerator.device)
@@ -193,6 +209,9 @@ class Trainer:
                 f"slate {slate.query.qid!r} has {len(slate)} candidates, more than the model's "
                 f"{self.positions} rank positions (--positions)"
             )
+        unclicked = not slate.clicked and self.cfg.target in CLICK_TARGETS
+        if unclicked and not self.cfg.require_clicks:
+            raise SkipSlate(f"slate {slate.query.qid!r} has no clicked item")
         target_matrix(slate, self.cfg.target)  # raises when the target's labels are missing
 
     # -- state -----------------------------------------------------------------------------
@@ -393,6 +412,7 @@ class Trainer:
             "step": self.step,
             "total_steps": self.total_steps,
             "train_slates": len(self.source),
+            "skipped_slates": self.source.skipped,
             "processes": self.processes,
             "wall_s_this_run": round(wall_s, 1),
             "config": asdict(self.cfg),

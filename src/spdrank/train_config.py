@@ -30,6 +30,9 @@ class TrainConfig:
     out: str
     eval_slates: str | None = None
     target: str = "clicks"
+    #: With a clicks target, refuse a file holding a slate without a clicked item (by
+    #: default such slates, impressions nobody clicked, are left out and counted).
+    require_clicks: bool = False
     head: str = "attn"
     frozen: bool = False
     backbone: str = "bundled"

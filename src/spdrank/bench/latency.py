@@ -7,8 +7,11 @@ For each slate size N, on the same slates:
   the table gives each one's median over the slates, and the end-to-end median and p95.
   Per slate the stages and the rest add up to the end-to-end time exactly; medians need not;
 - a bare prefill of the same tokens: the backbone's forward alone, the one pass every LLM
-  ranker pays, timed in the same loop as SPD (slate by slate, alternating). SPD's overhead is
-  the ratio of the medians, end to end over bare prefill;
+  ranker pays, timed in the same loop as SPD (slate by slate, alternating). SPD end to end
+  over bare prefill is the ratio of the medians;
+- the overhead: everything of a slate's ``rank()`` but its prefill (end to end minus the
+  prefill stage, per slate: tokenizing, the head, the assignment and the rest), its median in
+  milliseconds and that median over the bare prefill's;
 - throughput: slates per second through ``rank_batch`` in padded batches of a given size;
 - peak memory at batch size 1 and during the batched run: on CUDA,
   ``torch.cuda.max_memory_allocated`` since that part began; on CPU, the process's peak
@@ -61,6 +64,8 @@ class LatencyRow:
     #: End-to-end milliseconds of ``rank()``: ``median`` and ``p95``.
     total_ms: dict[str, float]
     bare_prefill_ms: float
+    #: Median over the slates of the end-to-end milliseconds minus the prefill stage's.
+    overhead_ms: float
     batch_size: int
     #: Slates per second through ``rank_batch`` at ``batch_size``.
     throughput: float
@@ -74,8 +79,13 @@ class LatencyRow:
         """SPD end to end over a bare prefill of the same tokens (ratio of medians)."""
         return self.total_ms["median"] / self.bare_prefill_ms if self.bare_prefill_ms else None
 
+    @property
+    def overhead_ratio(self) -> float | None:
+        """What SPD adds around the prefill, over a bare prefill (ratio of medians)."""
+        return self.overhead_ms / self.bare_prefill_ms if self.bare_prefill_ms else None
+
     def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "overhead": self.overhead}
+        return {**asdict(self), "overhead": self.overhead, "overhead_ratio": self.overhead_ratio}
 
 
 def resize_slates(slates: Sequence[Slate], n: int, seed: int = 0) -> list[Slate]:
@@ -185,6 +195,7 @@ def decompose(
         stages = {s: [r.timings[s] for r in records] for s in STAGES}
         stages["rest"] = [r.latency_ms - sum(r.timings[s] for s in STAGES) for r in records]
         totals = [r.latency_ms for r in records]
+        around = [r.latency_ms - r.timings["prefill"] for r in records]
         bare_ms = [r.latency_ms for r in results[bare.name].records]
         memory_mb, memory_kind = peak_memory_mb(model.device)
         _reset_peak_memory(model.device)
@@ -198,6 +209,7 @@ def decompose(
                 stages_ms={k: _median(v) for k, v in stages.items()},
                 total_ms={"median": _median(totals), "p95": float(percentile(totals, 95) or 0.0)},
                 bare_prefill_ms=_median(bare_ms),
+                overhead_ms=_median(around),
                 batch_size=batch_size,
                 throughput=slates_per_s,
                 peak_memory_mb=memory_mb,

@@ -123,8 +123,8 @@ def latency_table(rows: Sequence[LatencyRow]) -> str:
     """The latency decomposition (Table 5) in markdown, one line per checkpoint and size."""
     head = [
         "checkpoint", "N", "slates", *(f"{s} ms" for s in (*STAGES, "rest")), "total p50 ms",
-        "total p95 ms", "bare prefill ms", "SPD / bare prefill", "slates/s (batch)",
-        "peak MiB (1 / batch)",
+        "total p95 ms", "bare prefill ms", "SPD / bare prefill", "overhead ms",
+        "overhead / bare prefill", "slates/s (batch)", "peak MiB (1 / batch)",
     ]
     lines = [_row(head), _row(["---"] * len(head))]
     for r in rows:
@@ -138,6 +138,8 @@ def latency_table(rows: Sequence[LatencyRow]) -> str:
                 _ms(r.total_ms["p95"]),
                 _ms(r.bare_prefill_ms),
                 "-" if r.overhead is None else f"{r.overhead:.2f}x",
+                _ms(r.overhead_ms),
+                "-" if r.overhead_ratio is None else f"{r.overhead_ratio:.2%}",
                 f"{r.throughput:,.1f} ({r.batch_size})",
                 f"{r.peak_memory_mb:,.0f} / {r.peak_memory_batch_mb:,.0f}",
             ])
@@ -276,9 +278,14 @@ def write_report(
             "Medians over the slates of each stage of `rank()` at batch size 1 (rest: the call's "
             "time outside the stages); per slate they add up to the total, medians need not. "
             "Bare prefill: the backbone's forward alone over the same tokens, timed slate by "
-            "slate in the same loop. Slates of N candidates: the eval slates cut to their first "
-            "N candidates, or filled up with candidates drawn (seeded, without replacement) "
-            "from the other slates' items. Peak memory: "
+            "slate in the same loop. Overhead: everything of `rank()` but its prefill (total "
+            "minus the prefill stage, per slate: tokenize, head, assign and rest), its median, "
+            "and that median over the bare prefill's. Tokenize reads the token ids of texts "
+            "the model has tokenized before (here, in the evaluation above) from its prompt "
+            "builder's cache, as a served catalogue's repeating titles would be. Slates of N "
+            "candidates: the eval slates cut to their first N candidates, or filled up with "
+            "candidates drawn (seeded, without replacement) from the other slates' items. "
+            "Peak memory: "
             f"{latency[0].memory_kind}."
         )
         lines += ["", f"![latency decomposition]({DECOMPOSITION_PLOT})", ""]

@@ -17,9 +17,10 @@ import argparse
 import json
 import logging
 import time
+from collections.abc import Iterator
 from itertools import islice
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from spdrank.baselines import (
     BASELINES,
@@ -29,6 +30,9 @@ from spdrank.baselines import (
     make_baseline,
 )
 from spdrank.ranking import Ranker
+
+if TYPE_CHECKING:
+    from spdrank.slates import Slate
 
 log = logging.getLogger(__name__)
 
@@ -214,9 +218,27 @@ def checked_inputs(args: argparse.Namespace) -> tuple[Path, Path, bool | None]:
     return slates_path, train, progress
 
 
+def checked_slates(path: Path, rankers: list[Ranker]) -> Iterator[Slate]:
+    """The file's slates, a repeated qid refused, each checked with its ``file:line`` against
+    every SPD model's limits (K, features): the checks ``spdrank rank`` and the server make."""
+    from spdrank.slates import iter_slates, unique_qids
+    from spdrank.validation import check_fits_model
+
+    # An SPD model is recognised by its config (importing its class would import torch).
+    limits = [
+        (r.config.head.positions, r.features)  # type: ignore[attr-defined]
+        for r in rankers
+        if hasattr(getattr(r, "config", None), "head")
+    ]
+    for where, slate in unique_qids(iter_slates(path), allow_blank=True):
+        for positions, features in limits:
+            check_fits_model(slate, positions, features, where)
+        yield slate
+
+
 def run(args: argparse.Namespace) -> int:
     from spdrank.evaluate import evaluate, format_table, write_per_slate
-    from spdrank.slates import SlateError, atomic_writer, read_slates
+    from spdrank.slates import SlateError, atomic_writer
 
     slates_path, train, progress = checked_inputs(args)
 
@@ -225,7 +247,7 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("no rankers: pass --ranker NAME (repeatable)")
     fit_s = fit_rankers(rankers, train, progress)
 
-    stream = read_slates(slates_path)
+    stream = checked_slates(slates_path, rankers)
     if args.limit is not None:
         stream = islice(stream, args.limit)
     t0 = time.perf_counter()

@@ -6,8 +6,13 @@ import argparse
 import contextlib
 import json
 import sys
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
 
 from tqdm.auto import tqdm
+
+if TYPE_CHECKING:
+    from spdrank.slates import Slate
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -27,7 +32,7 @@ def run(args: argparse.Namespace) -> int:
     from spdrank.backbone import resolve_device
     from spdrank.model import SPDRanker
     from spdrank.results import result_record, write_trec_lines
-    from spdrank.slates import atomic_writer, batched, read_slates
+    from spdrank.slates import SlateError, atomic_writer, batched
 
     if args.batch_size < 1:
         raise ValueError("--batch-size must be at least 1")
@@ -37,12 +42,33 @@ def run(args: argparse.Namespace) -> int:
         out = stack.enter_context(atomic_writer(args.output))
         trec = stack.enter_context(atomic_writer(args.trec)) if args.trec else None
         bar = stack.enter_context(tqdm(desc="rank", unit="slate", file=sys.stderr))
-        for batch in batched(read_slates(args.input), args.batch_size):
+        for batch in batched(checked_slates(args, model), args.batch_size):
             for slate, ranking in zip(batch, model.rank_batch(batch, decoder=args.decoder)):
-                out.write(json.dumps(result_record(slate, ranking), ensure_ascii=False) + "\n")
+                record = result_record(slate, ranking)
+                out.write(json.dumps(record, ensure_ascii=False, allow_nan=False) + "\n")
                 if trec is not None:
                     write_trec_lines(trec, slate, ranking, args.tag)
                 n += 1
             bar.update(len(batch))
+        if n == 0:  # raised inside the writers, so no empty output replaces anything
+            raise SlateError(f"{args.input} holds no slates: nothing to rank")
     print(f"ranked {n} slates -> {args.output}" + (f" (TREC run: {args.trec})" if args.trec else ""))
     return 0
+
+
+def checked_slates(args: argparse.Namespace, model: Any) -> Iterator[Slate]:
+    """The input's slates, each checked, with its ``file:line``, against what the model ranks
+    (the server's checks: K, features) and, with ``--trec``, what a run line can carry.
+
+    A repeated qid is refused (the outputs are keyed by it); slates without a qid are not.
+    """
+    from spdrank.results import check_trec_ids
+    from spdrank.slates import iter_slates, unique_qids
+    from spdrank.validation import check_fits_model
+
+    located = unique_qids(iter_slates(args.input, model.config.text_fields), allow_blank=True)
+    for where, slate in located:
+        check_fits_model(slate, model.config.head.positions, model.features, where)
+        if args.trec:
+            check_trec_ids(slate, where)
+        yield slate

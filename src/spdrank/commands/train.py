@@ -17,6 +17,8 @@ _HELP = {
     "slates": "training slates (JSONL, .gz too)",
     "out": "run directory: the model lands in OUT/model; OUT/state makes the run resumable",
     "eval_slates": "slates for periodic evaluation (a slice: --eval-limit)",
+    "require_clicks": "with --target clicks (or teacher+clicks): refuse a file holding a "
+    "slate without a clicked item (default: leave such slates out, and count them)",
     "target": "what to imitate: the teacher's ranking, clicks first, or both",
     "head": "SPD heads: attn (2-layer self-attention), linear (probe), slot (slot-query), "
     "history (attention that also reads the history items' states: candidates matched with "

@@ -7,7 +7,6 @@ docs/serving.md. Inference happens only in the batcher's worker thread.
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 import uuid
@@ -42,6 +41,7 @@ from spdrank.serving.schemas import (
     format_validation_error,
 )
 from spdrank.slates import Candidate, Query, Slate, SlateError
+from spdrank.validation import loads
 
 if TYPE_CHECKING:
     from spdrank.model import SPDRanker
@@ -232,13 +232,15 @@ def create_app(
         data = await _json_body(request)
         try:
             slate = Slate.from_dict(data, text_fields=engine.model.config.text_fields)
+            _check_size(len(slate), engine.max_documents, "candidates")
             engine.check(slate)
         except SlateError as exc:
-            raise ApiError(422, str(exc), "invalid_slate") from None
-        _check_size(len(slate), engine.max_documents, "candidates")
+            raise ApiError(422, str(exc), "invalid_slate", exc.field) from None
         done = await submit(slate)
         record = result_record(slate, done.value.ranking)
-        record["meta"] = _meta(request, done)
+        # Extra fields travel along untouched: a slate's own 'meta' keeps its name, and the
+        # server's then goes under 'serve_meta'.
+        record["serve_meta" if "meta" in record else "meta"] = _meta(request, done)
         return JSONResponse(record)
 
     @app.get("/healthz", summary="Liveness: 200 while the server accepts work")
@@ -290,28 +292,22 @@ def create_app(
 
 
 async def _json_body(request: Request) -> Any:
-    """Parse the body as JSON, whatever its Content-Type; 400 with the parser's reason."""
+    """Parse the body as JSON, whatever its Content-Type, through the gate slate files pass
+    (:func:`spdrank.validation.loads`): 400 for what is not JSON, 422 naming the field for
+    values spdrank cannot carry (lone surrogates, numbers beyond the float range)."""
     body = await request.body()
     if not body.strip():
         raise ApiError(400, "the request body is empty: send a JSON object", "invalid_json")
     try:
-        return json.loads(body, parse_constant=_reject_constant)
-    except json.JSONDecodeError as exc:
-        message = f"invalid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})"
-    except UnicodeDecodeError:
-        message = "invalid JSON: the body is not UTF-8 text"
-    except RecursionError:
-        message = "invalid JSON: nested too deeply"
-    except ValueError as exc:
-        message = f"invalid JSON: {exc}"
-    raise ApiError(400, message, "invalid_json")
-
-
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not valid JSON")
+        return loads(body)
+    except SlateError as exc:
+        if exc.syntax:
+            raise ApiError(400, str(exc), "invalid_json", exc.field) from None
+        raise ApiError(422, str(exc), "invalid_value", exc.field) from None
 
 
 def _check_size(n: int, limit: int, field: str) -> None:
+    """Refuse more items than the model's K, before the engine's own checks (same words)."""
     if n > limit:
         raise ApiError(
             422,

@@ -10,9 +10,9 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from spdrank.features import raw_features
 from spdrank.ranking import Ranking
 from spdrank.slates import Slate
+from spdrank.validation import check_fits_model
 
 if TYPE_CHECKING:
     from spdrank.model import SPDRanker
@@ -56,13 +56,13 @@ class Engine:
         return self.model.features.names if self.model.features is not None else ()
 
     def check(self, slate: Slate) -> None:
-        """Raise :class:`SlateError` when a candidate lacks a feature the model reads.
+        """Raise :class:`SlateError` for a slate the model cannot rank (the checks ``spdrank
+        rank`` makes of each line): over K, a feature missing or beyond what it represents.
 
         Called on the event loop, so such a request is refused (422) before it is queued
         rather than failing its batch.
         """
-        if self.features:
-            raw_features(slate, self.features)
+        check_fits_model(slate, self.max_documents, self.model.features)
 
     def rank(self, slates: list[Slate]) -> list[Ranked]:
         """One padded prefill over ``slates`` (via ``rank_batch``), plus truncation reports.

@@ -91,11 +91,17 @@ class Gate:
             self.metrics.latency.observe(time.perf_counter() - start, route=route)
 
     async def _read_body(self, scope: Scope, receive: Receive) -> Any:
-        """The whole body; None when it exceeds the limit; _DISCONNECTED if the client left."""
+        """The whole body; None when it exceeds the limit; _DISCONNECTED if the client left.
+
+        An over-large body is still read to its end (up to :data:`DRAIN_FACTOR` times the
+        limit) and dropped: closing the connection on a client still uploading resets it, and
+        the client then sees a broken connection instead of the 413 that says why.
+        """
         for name, value in scope.get("headers", ()):
             if name == b"content-length":
                 try:
                     if int(value) > self.max_body_bytes:
+                        await _drain(receive, DRAIN_FACTOR * self.max_body_bytes)
                         return None
                 except ValueError:
                     pass
@@ -108,6 +114,8 @@ class Gate:
             chunk = message.get("body", b"")
             size += len(chunk)
             if size > self.max_body_bytes:
+                if message.get("more_body", False):
+                    await _drain(receive, DRAIN_FACTOR * self.max_body_bytes)
                 return None
             chunks.append(chunk)
             if not message.get("more_body", False):
@@ -125,3 +133,19 @@ class Gate:
 
 
 _DISCONNECTED = object()
+
+#: How much of an over-large body is read (and dropped) before the 413, as a multiple of the
+#: limit: a client sending more than that has its connection closed mid-upload.
+DRAIN_FACTOR = 16
+
+
+async def _drain(receive: Receive, limit: int) -> None:
+    """Read and drop the rest of the request body, up to ``limit`` bytes."""
+    drained = 0
+    while drained <= limit:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return
+        drained += len(message.get("body", b""))
+        if not message.get("more_body", False):
+            return

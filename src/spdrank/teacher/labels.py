@@ -23,12 +23,11 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from spdrank.slates import Slate, SlateError, check_teacher_scores, iter_json_lines
+from spdrank.slates import Slate, SlateError, check_teacher_scores
 from spdrank.teacher.backends import Generation
 from spdrank.teacher.parse import judge_ids, parse_response
 
@@ -248,21 +247,3 @@ def _fsync_dir(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
-
-
-def read_unique_slates(path: str | os.PathLike[str]) -> Iterator[Slate]:
-    """Slates from a file, failing on a repeated qid with ``file:line`` of both copies.
-
-    A teacher label is keyed by qid, so two slates with one qid would share a label.
-    """
-    first: dict[str, str] = {}
-    for where, data in iter_json_lines(path, "slate file"):
-        slate = Slate.from_dict(data, where=where)
-        qid = slate.query.qid
-        if qid in first:
-            raise SlateError(
-                f"duplicate qid {qid!r} (first at {first[qid]}): qids must be unique within the file",
-                where,
-            )
-        first[qid] = where
-        yield slate

@@ -20,14 +20,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from spdrank.slates import atomic_writer, dumps_slate
+from spdrank.slates import atomic_writer, dumps_slate, read_unique_slates
 from spdrank.teacher.labels import (
     Label,
     LabelError,
     apply_label,
     check_ranking,
     read_labels,
-    read_unique_slates,
 )
 
 

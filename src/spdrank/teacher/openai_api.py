@@ -6,8 +6,8 @@ outcomes are yielded as they finish so the label file grows one record at a time
 server takes a request is :mod:`~spdrank.teacher.servers`' choice (the least-loaded one in
 rotation). Each request has its own timeout and is retried on its server with exponential
 back-off (with jitter, so a restarted server is not hit by every thread at once) on
-connection errors, timeouts, 408/409/429 and 5xx; other 4xx answers (bad request, auth) fail
-at once. A request whose retries all failed takes its server out of rotation and is asked
+connection errors, timeouts, 408/409/429, 5xx and 200 answers that are not a completion
+(invalid JSON, no ``choices``); other 4xx answers (bad request, auth) fail at once. A request whose retries all failed takes its server out of rotation and is asked
 again on another server, once per server, so a dead server among several loses no slates.
 The client's own retries are off so the count of attempts is ours. Greedy (temperature 0);
 decode passes are ``usage.completion_tokens``.
@@ -33,6 +33,22 @@ from spdrank.teacher.servers import Server, ServerPool, backoff_delay
 log = logging.getLogger(__name__)
 
 _RETRY_STATUS = {408, 409, 429}
+
+
+class MalformedAnswer(Exception):
+    """A 200 answer that is not a chat completion (no ``choices``, no message): a server in
+    trouble, so it is retried with back-off like a 5xx rather than failing the slate."""
+
+
+def first_choice(response: Any) -> Any:
+    """The answer's first choice; :class:`MalformedAnswer` when it has none to read."""
+    choices = getattr(response, "choices", None)
+    if not isinstance(choices, list) or not choices:
+        raise MalformedAnswer("a 200 answer without 'choices'")
+    choice = choices[0]
+    if getattr(choice, "message", None) is None:
+        raise MalformedAnswer("a 200 answer whose first choice has no 'message'")
+    return choice
 
 
 class OpenAIBackend:
@@ -125,6 +141,8 @@ class OpenAIBackend:
 
         if isinstance(exc, (openai.APIConnectionError, openai.InternalServerError)):
             return True  # APITimeoutError is an APIConnectionError
+        if isinstance(exc, (MalformedAnswer, openai.APIResponseValidationError, ValueError)):
+            return True  # a 200 whose body is not a completion (ValueError: not JSON)
         if isinstance(exc, openai.APIStatusError):
             return exc.status_code in _RETRY_STATUS or exc.status_code >= 500
         return False
@@ -152,6 +170,7 @@ class OpenAIBackend:
                     timeout=self.timeout_s,
                     extra_body=body,
                 )
+                choice = first_choice(response)
             except Exception as exc:
                 if attempt == self.retries or not self._retryable(exc):
                     raise
@@ -161,11 +180,10 @@ class OpenAIBackend:
                     raise  # the run is over
                 continue
             latency = (time.perf_counter() - t0) * 1000.0
-            choice = response.choices[0]
-            usage = response.usage
+            usage = getattr(response, "usage", None)
             return Generation(
                 text=choice.message.content or "",
-                decode_passes=usage.completion_tokens if usage is not None else None,
+                decode_passes=getattr(usage, "completion_tokens", None),
                 latency_ms=latency,
                 hit_max_tokens=choice.finish_reason == "length",
                 server=server.url,

@@ -26,9 +26,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from spdrank.slates import Slate, write_slates
+from spdrank.slates import Slate, read_unique_slates, write_slates
 from spdrank.teacher.backends import Backend, Job
-from spdrank.teacher.labels import LabelStore, apply_label, make_record, read_unique_slates
+from spdrank.teacher.labels import LabelStore, apply_label, make_record
 from spdrank.teacher.parse import OK, STATUSES
 from spdrank.teacher.prompt import TeacherPromptSettings, build_messages
 
@@ -128,8 +128,10 @@ def run_teacher(options: RunOptions, make_backend: Callable[[], Backend]) -> Run
         limit=options.limit,
         labels=str(options.out),
     )
+    # Read (and validate) the input before the label file is opened: a run that refuses its
+    # input leaves no empty labels.jsonl behind.
+    selected = [s.query.qid for s in select(options.slates, options.shard, options.limit)]
     with LabelStore(options.out) as store:
-        selected = [s.query.qid for s in select(options.slates, options.shard, options.limit)]
         summary.selected = len(selected)
         todo = [qid for qid in selected if qid not in store.labels]
         summary.already_labelled = len(selected) - len(todo)

@@ -1,0 +1,201 @@
+"""What the serving benchmarks share: ``spdrank serve`` in a subprocess on a free loopback
+port, its memory, percentiles, and the machine / code / model facts every report records.
+
+Used by ``load.py`` (latency and throughput) and ``soak.py`` (hostile traffic over time);
+run them as scripts (``python benchmarks/NAME.py``) so this folder is on the import path.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+# -- facts for the report -------------------------------------------------------------------
+
+
+def machine() -> dict[str, Any]:
+    """CPU, RAM, GPUs and versions: the numbers mean little without them."""
+    info: dict[str, Any] = {
+        "cpus": os.cpu_count(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+    }
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                info["cpu"] = line.split(":", 1)[1].strip()
+                break
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal"):
+                info["ram_gib"] = round(int(line.split()[1]) / 2**20, 1)
+                break
+    except OSError:
+        pass
+    if shutil.which("nvidia-smi"):
+        out = run_quiet(["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader"])
+        info["gpus"] = [g.strip() for g in out.splitlines() if g.strip()]
+    else:
+        info["gpus"] = []
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        info["torch"] = version("torch")
+    except PackageNotFoundError:
+        info["torch"] = None
+    return info
+
+
+def code_version() -> str:
+    """The commit measured, flagged when src/ differs from it."""
+    commit = run_quiet(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"]).strip()
+    dirty = subprocess.run(
+        ["git", "-C", str(ROOT), "diff", "--quiet", "HEAD", "--", "src"],
+        capture_output=True,
+        check=False,
+    ).returncode
+    return (commit or "unknown") + (" (+ uncommitted changes in src/)" if dirty == 1 else "")
+
+
+def model_config_path(model: str | Path) -> Path:
+    """A checkpoint's config.json, given the checkpoint or a training run's OUT."""
+    path = Path(model)
+    return path / "config.json" if (path / "config.json").exists() else path / "model" / "config.json"
+
+
+def model_info(model: str | None) -> dict[str, Any]:
+    """The served checkpoint's shape (backbone, head, K, decoder) as its config.json says."""
+    if model is None:
+        return {}
+    info: dict[str, Any] = {"path": str(Path(model).resolve())}
+    try:
+        cfg = json.loads(model_config_path(model).read_text())
+        info.update(
+            backbone=None if cfg.get("features_only") else cfg["backbone"].get("name_or_path"),
+            layers=cfg["backbone"].get("layers"),
+            lora=cfg["backbone"].get("lora") is not None,
+            head=cfg["head"].get("kind"),
+            K=cfg["head"].get("positions"),
+            max_item_tokens=cfg["prompt"].get("max_item_tokens"),
+            decoder=cfg.get("decoder"),
+            features=(cfg.get("features") or {}).get("names", []),
+        )
+    except (OSError, KeyError, ValueError) as exc:
+        info["config_error"] = str(exc)
+    return info
+
+
+def run_quiet(cmd: list[str]) -> str:
+    """A helper command's stdout, or "" when it is missing or fails."""
+    try:
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=30, check=False).stdout
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+# -- the server -----------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    """``spdrank serve`` in a subprocess on loopback (its own session, so stopping it stops
+    its children); ``flags`` are passed to ``spdrank serve`` as given."""
+
+    def __init__(self, model: str, flags: list[str], log_path: Path) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.command = [
+            sys.executable, "-m", "spdrank", "serve", "--model", model,
+            "--host", "127.0.0.1", "--port", str(self.port), *flags, "--log-level", "warning",
+        ]  # fmt: skip
+        self.log = open(log_path, "w")  # noqa: SIM115 - closed in stop()
+        self.proc = subprocess.Popen(
+            self.command, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+
+    def wait_ready(self, timeout: float) -> dict[str, Any]:
+        """Poll /healthz until it answers 200 (its body), or fail naming the log."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(
+                    f"the server exited with status {self.proc.returncode}; see {self.log.name}"
+                )
+            try:
+                r = httpx.get(f"{self.url}/healthz", timeout=2)
+                if r.status_code == 200:
+                    return r.json()
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.5)
+        raise RuntimeError(f"the server was not up after {timeout:.0f} s; see {self.log.name}")
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def rss_bytes(self) -> int | None:
+        """The server process's resident memory now (None once it has exited)."""
+        return rss_bytes(self.proc.pid) if self.alive() else None
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(10)
+        self.log.close()
+
+
+def rss_bytes(pid: int) -> int | None:
+    """Resident set size of ``pid``: psutil when installed, else Linux's /proc; None if
+    neither can tell (the process is gone, or another OS without psutil)."""
+    try:
+        import psutil
+    except ImportError:
+        psutil = None
+    if psutil is not None:
+        try:
+            return int(psutil.Process(pid).memory_info().rss)
+        except psutil.Error:
+            return None
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+# -- numbers --------------------------------------------------------------------------------
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Linear interpolation between closest ranks (numpy's default)."""
+    if not values:
+        return float("nan")
+    s = sorted(values)
+    pos = (len(s) - 1) * q / 100
+    lo = int(pos)
+    hi = min(lo + 1, len(s) - 1)
+    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
