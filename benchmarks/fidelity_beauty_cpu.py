@@ -63,7 +63,7 @@ TEACHERS = {
     # The whole SmolLM2 on every title of a slate: about 5 s a slate on one core, so fewer.
     "likelihood": Teacher(("--backend", "likelihood", "--model", "bundled",
                            "--max-item-tokens", "12", "--batch-size", "1"),
-                          {"train": 512, "valid": 100, "eval": 100}),
+                          {"train": 1024, "valid": 100, "eval": 100}),
     # SmolLM2 writing its ranking under constrained decoding: about 30 s a slate here, and
     # no student (too few labels); its row of the teachers' table.
     "constrained": Teacher(("--backend", "hf", "--model", "bundled", "--constrained",
@@ -85,6 +85,8 @@ class Row:
     readout: str = "mean"
     head: str = "history"
     limit: int = 2048
+    #: Tokens kept of each title (candidates' and history items'), ``--max-item-tokens``.
+    item_tokens: int = 12
     epochs: float = 8
     target: str = "teacher"
     features: str | None = None
@@ -97,7 +99,8 @@ class Row:
     def states(self) -> Path:
         """The state cache this row reads: one per backbone setting, whatever the labels."""
         history = "hist" if self.head == "history" else "nohist"  # the prompt differs
-        return WORK / f"states-L{self.layers}-{self.readout}-{history}"
+        cut = "" if self.item_tokens == 12 else f"-t{self.item_tokens}"
+        return WORK / f"states-L{self.layers}-{self.readout}-{history}{cut}"
 
     def run_dir(self) -> Path:
         return WORK / "runs" / self.name
@@ -115,7 +118,8 @@ class Row:
         ]
         if self.reads_states():
             cmd += ["--readout", self.readout, "--frozen", "--layers", str(self.layers),
-                    "--max-item-tokens", "12", "--cache-states", str(self.states())]
+                    "--max-item-tokens", str(self.item_tokens),
+                    "--cache-states", str(self.states())]
         cmd += [
             "--limit", str(self.limit), "--epochs", str(self.epochs),
             "--batch-size", "32", "--head-lr", "1e-3", "--warmup-steps", "20",
@@ -143,6 +147,17 @@ def rows() -> list[Row]:
             limit=512, epochs=32, extra=["--head-lr", "3e-3"], on_eval=False),
         Row("lex/history-mean", "the history head on mean states, 2,048 training slates",
             curve=True),
+        Row("lex/history-mean-t32/512", "the history head on mean states, titles cut to 32 "
+            "tokens instead of 12", item_tokens=32, limit=512, on_eval=False, curve=True),
+        Row("lex/history-mean-t32", "the same on 2,048 training slates", item_tokens=32,
+            curve=True),
+        Row("lex/history-mean-t32-8k", "the same on 8,192 training slates, 4 epochs",
+            item_tokens=32, limit=8192, epochs=4, curve=True),
+        Row("lex/history-mean-t32-dcg/512", "the same, the loss weighing the first positions "
+            "most (DCG position weights)", item_tokens=32, limit=512, on_eval=False,
+            extra=["--position-weights", "dcg"]),
+        Row("lex/history-mean-t32-L1/512", "the same on SmolLM2's first layer only",
+            item_tokens=32, layers=1, limit=512, on_eval=False),
         Row("lex/tokens/512", "the history head matching token states (late interaction)",
             readout="tokens", limit=512, on_eval=False, curve=True),
         Row("lex/tokens", "the same on 2,048 training slates, 4 epochs", readout="tokens",
@@ -156,6 +171,19 @@ def rows() -> list[Row]:
             features="popularity,cooccurrence", epochs=4),
         Row("clicks/history-mean+3f", "SmolLM2 states (recipe) + the three features",
             target="clicks", features="popularity,cooccurrence,title_similarity", epochs=4),
+        Row("clicks/history-mean-t32c+pop+co", "SmolLM2 states on 32-token titles + "
+            "popularity + co-occurrence, clicks as the target", target="clicks", item_tokens=32,
+            features="popularity,cooccurrence", epochs=4),
+        Row("clicks/history-mean-t32c+3f", "SmolLM2 states on 32-token titles + the three "
+            "features, clicks as the target", target="clicks", item_tokens=32,
+            features="popularity,cooccurrence,title_similarity", epochs=4),
+        Row("clicks/history-mean-t32+pop+co", "SmolLM2 states on 32-token titles + "
+            "popularity + co-occurrence, taught the lexical teacher's order with the clicked "
+            "item first", target="teacher+clicks", item_tokens=32,
+            features="popularity,cooccurrence", epochs=4),
+        Row("clicks/history-mean-t32+3f", "SmolLM2 states on 32-token titles + the three "
+            "features, the same target", target="teacher+clicks", item_tokens=32,
+            features="popularity,cooccurrence,title_similarity", epochs=4),
         # SmolLM2's own ranking, valid by construction, as the teacher.
         Row("lik/paper/512", "the paper's head and readout, distilled from SmolLM2's "
             "likelihood teacher", teacher="likelihood", head="attn", readout="last", limit=512),
@@ -165,11 +193,22 @@ def rows() -> list[Row]:
             limit=512, epochs=16),
         Row("lik/tokens/512", "the history head matching token states", teacher="likelihood",
             readout="tokens", limit=512, curve=True),
+        Row("lik/history-mean", "the history head on mean states, 1,024 training slates",
+            teacher="likelihood", limit=1024, curve=True),
     ]
 
 
 def labelled(teacher: str, split: str) -> Path:
     return WORK / teacher / f"{split}.labels.slates.jsonl"
+
+
+def labelled_slates(teacher: str, split: str) -> int:
+    """How many slates ``teacher`` has labelled in ``split`` (0 before its first run)."""
+    path = labelled(teacher, split)
+    if not path.exists():
+        return 0
+    with open(path, "rb") as fh:
+        return sum(1 for line in fh if line.strip())
 
 
 def run(cmd: list[str], log: Path | None = None) -> float:
@@ -198,7 +237,7 @@ def prepare(teachers: set[str], dry: bool) -> list[list[str]]:
                 # The LLM teachers' labels cost hours here: a run resumes from the committed ones.
                 work.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copyfile(shipped, work)
-            if not labelled(name, split).exists():
+            if labelled_slates(name, split) < (limit or 1):  # a shorter run resumes
                 cmds.append([
                     str(BIN / "spdrank"), "teacher", "--slates", str(DATA / f"{split}.jsonl"),
                     "--out", str(WORK / name / f"{split}.labels.jsonl"), *teacher.backend,
@@ -310,7 +349,8 @@ def interval(d: dict[str, Any]) -> str:
 
 
 PREAMBLE = (
-    "Scale: SmolLM2-135M-Instruct (bundled), frozen first L layers, titles cut to 12 tokens; "
+    "Scale: SmolLM2-135M-Instruct (bundled), frozen first L layers, titles cut to 12 tokens "
+    "unless a row says 32; "
     "training slates as each row says (of Beauty's 20,245), validation: the first slates of "
     "the 1,000 validation users' (1,000 for the lexical teacher, 100 for the likelihood "
     "teacher, whose labels cost the whole model per title), eval: the 1,118 eval slates "
@@ -324,7 +364,8 @@ PREAMBLE = (
 
 
 def write_report(selected: list[Row], summaries: dict[str, Any], evals: dict[str, Any],
-                 probe: dict[str, float], argv: list[str], note: str) -> None:
+                 probe: dict[str, float], ceiling: dict[str, Any], argv: list[str],
+                 note: str) -> None:
     OUT.mkdir(parents=True, exist_ok=True)
     command = shlex.join([".venv/bin/python", "benchmarks/fidelity_beauty_cpu.py", *argv])
     lines = [
@@ -362,6 +403,15 @@ def write_report(selected: list[Row], summaries: dict[str, Any], evals: dict[str
             f"slates, lexical teacher): tau {probe['tau']:.3f}, top1 {probe['top1']:.3f}, "
             f"AUC {probe['AUC']:.3f}."
         )]
+    if ceiling:
+        lines += ["", "## What a perfect reader of the prompt could reach", "", (
+            "The lexical teacher reads whole titles; the prompt holds each title cut to k "
+            "tokens. Its score recomputed on the cut titles, against the teacher, on the "
+            f"{ceiling['n_slates']} eval slates (IDF over the titles these slates show; the "
+            "whole-titles row checks that recomputation):"), "",
+            "| title tokens | tau | top1 | top10 |", "|---|---|---|---|"]
+        for k, values in ceiling["rows"].items():
+            lines.append(f"| {k} | " + " | ".join(fmt(values[m]) for m in FIDELITY) + " |")
     for teacher, result in evals.items():
         metrics = (*QUALITY, *FIDELITY)
         lines += ["", f"## Eval slates, teacher `{teacher}` ({result['n_slates']} slates)", "",
@@ -377,7 +427,8 @@ def write_report(selected: list[Row], summaries: dict[str, Any], evals: dict[str
                     interval(diffs[m]) for m in comp["metrics"]) + " |")
     (OUT / "report.md").write_text("\n".join(lines) + "\n")
     (OUT / "results.json").write_text(json.dumps(
-        {"validation": summaries, "zero_shot": probe, "eval": evals}, indent=1) + "\n")
+        {"validation": summaries, "zero_shot": probe, "ceiling": ceiling, "eval": evals},
+        indent=1) + "\n")
     (OUT / "commands.txt").write_text("\n".join(
         shlex.join(r.train_command()) for r in selected) + "\n")
     plot_curves(selected, summaries)
@@ -426,6 +477,54 @@ def zero_shot(n: int = 512) -> dict[str, float]:
             "AUC": float(np.mean([a for a in aucs if a is not None]))}
 
 
+def truncation_ceiling(cuts: tuple[int, ...] = (12, 16, 24, 32)) -> dict[str, Any]:
+    """How close a perfect reader of the prompt can come to the lexical teacher when every
+    title is cut to k tokens: the teacher's own score recomputed on the cut titles (IDF over
+    the titles the eval slates show), against the teacher on whole titles, on the eval slates.
+    The uncut row checks the recomputation (the teacher's IDF counts the whole catalogue)."""
+    import numpy as np
+    from transformers import AutoTokenizer
+
+    from spdrank.backbone import bundled_backbone_path
+    from spdrank.datasets.title_similarity import TitleSimilarity
+    from spdrank.metrics import kendall_tau, top1_agreement, topk_overlap
+    from spdrank.prompt import PromptBuilder, PromptSettings
+    from spdrank.slates import load_slates
+
+    slates = load_slates(labelled("lexical", "eval"))
+    tokenizer = AutoTokenizer.from_pretrained(bundled_backbone_path())
+    histories = [history_titles(s.query.text) for s in slates]
+    titles = {t for h in histories for t in h} | {c.text() for s in slates for c in s.candidates}
+    similarity = TitleSimilarity(sorted(titles))
+    out: dict[str, Any] = {"n_slates": len(slates), "rows": {}}
+    for k in (None, *cuts):
+        if k is None:
+            cut = {t: t for t in titles}
+        else:
+            prompt = PromptBuilder(tokenizer, PromptSettings(max_item_tokens=k))
+            cut = {t: tokenizer.decode(prompt.item_tokens(t)) for t in titles}
+        values: dict[str, list[float]] = {m: [] for m in FIDELITY}
+        for slate, history in zip(slates, histories):
+            scores = np.asarray(similarity([cut[h] for h in history],
+                                           [cut[c.text()] for c in slate.candidates]))
+            order = [slate.docids[i] for i in np.argsort(-scores, kind="stable")]
+            for metric, value in (
+                ("tau", kendall_tau(order, slate.teacher, slate.teacher_scores)),
+                ("top1", top1_agreement(order, slate.teacher, slate.teacher_scores)),
+                ("top10", topk_overlap(order, slate.teacher, 10, slate.teacher_scores)),
+            ):
+                if value is not None:
+                    values[metric].append(value)
+        out["rows"]["whole titles" if k is None else str(k)] = {
+            m: float(np.mean(v)) for m, v in values.items()}
+    return out
+
+
+def history_titles(text: str) -> list[str]:
+    """The history's titles from a query text that lists them one a line as ``k. title``."""
+    return [line.split(". ", 1)[-1] for line in text.splitlines() if line.strip()]
+
+
 def plot_curves(selected: list[Row], summaries: dict[str, Any]) -> None:
     """Validation fidelity against training slates: a line per teacher, readout and metric."""
     import matplotlib
@@ -435,14 +534,15 @@ def plot_curves(selected: list[Row], summaries: dict[str, Any]) -> None:
 
     curve = [r for r in selected if r.curve and r.name in summaries]
     fig, ax = plt.subplots(figsize=(6.5, 4))
-    for teacher, readout in sorted({(r.teacher, r.readout) for r in curve}):
+    for teacher, readout, cut in sorted({(r.teacher, r.readout, r.item_tokens) for r in curve}):
         for metric, style in zip(FIDELITY, ("-", "--", ":")):
             points = sorted(
                 (r.limit, summaries[r.name]["eval"].get(metric))
-                for r in curve if (r.teacher, r.readout) == (teacher, readout)
+                for r in curve if (r.teacher, r.readout, r.item_tokens) == (teacher, readout, cut)
             )
             if points:
-                ax.plot(*zip(*points), style, marker="o", label=f"{teacher}, {readout}: {metric}")
+                ax.plot(*zip(*points), style, marker="o",
+                        label=f"{teacher}, {readout}, {cut} tokens: {metric}")
     ax.set_xscale("log", base=2)
     ax.set_xlabel("training slates")
     ax.set_ylabel("validation agreement with the teacher")
@@ -491,7 +591,9 @@ def main(argv: list[str]) -> int:
     for teacher in sorted({r.teacher for r in selected}):
         chosen = [r for r in selected if r.teacher == teacher and r.on_eval]
         evals[teacher] = evaluate_on_eval(chosen, teacher)
-    write_report(selected, summaries, evals, zero_shot(), argv, args.note)
+    lexical = any(r.teacher == "lexical" for r in selected)
+    ceiling = truncation_ceiling() if lexical else {}
+    write_report(selected, summaries, evals, zero_shot(), ceiling, argv, args.note)
     print(f"report: {OUT / 'report.md'}")
     return 0
 

@@ -108,6 +108,8 @@ step bench-teachers "$OUT/teachers/report.md" \
   --labels "smollm2-reasoning=$WORK/smollm2-reasoning/eval.labels.jsonl"
 
 # -- 7. fidelity: students of teachers the prompt's text determines ----------------------------
+# Titles are cut to 32 tokens for teachers and students alike: the lexical teacher reads whole
+# titles, and a student can match only the words its prompt keeps.
 step data-features "$FDATA/manifest.json" \
   "$BIN/spdrank" data beauty --out "$FDATA" --features --validation 1000 --no-progress
 for SPLIT in train valid eval; do
@@ -117,7 +119,7 @@ for SPLIT in train valid eval; do
   step "likelihood-$SPLIT" "$FID/likelihood/$SPLIT.labels.slates.jsonl" \
     "$BIN/spdrank" teacher --slates "$FDATA/$SPLIT.jsonl" \
     --out "$FID/likelihood/$SPLIT.labels.jsonl" --backend likelihood --model bundled \
-    --max-item-tokens 12 --batch-size 1 "${GPU[@]}" \
+    --max-item-tokens 32 --batch-size 1 "${GPU[@]}" \
     $( [ "$SPLIT" = train ] && echo --limit "$FID_TRAIN" ) --no-progress
 done
 for TEACHER in lexical likelihood; do
@@ -125,7 +127,7 @@ for TEACHER in lexical likelihood; do
   step "fidelity-$TEACHER" "$run/train.json" \
     "$BIN/spdrank" train --slates "$FID/$TEACHER/train.labels.slates.jsonl" \
     --eval-slates "$FID/$TEACHER/valid.labels.slates.jsonl" --eval-limit 1000 --eval-every 0 \
-    --out "$run" --target teacher --head history --readout mean --frozen --max-item-tokens 12 \
+    --out "$run" --target teacher --head history --readout mean --frozen --max-item-tokens 32 \
     --cache-states "$FID/states" --batch-size 64 --epochs 8 --head-lr 1e-3 --seed 0 \
     "${GPU[@]}" --no-progress
   step "fidelity-bench-$TEACHER" "$OUT/fidelity-$TEACHER/report.md" \
