@@ -78,6 +78,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--startup-timeout", type=float, default=300.0)
     p.add_argument("--seed", type=int, default=0, help="the request mix's seed")
     p.add_argument("--name", default="soak-cpu", help="results folder name")
+    p.add_argument("--note", default="", help="what else ran on the machine meanwhile")
     p.add_argument(
         "--out", default=str(ROOT / "benchmarks" / "results"), help="parent of the results folder"
     )
@@ -453,6 +454,7 @@ def write_report(out: Path, record: dict[str, Any]) -> None:
         (f"- load: concurrency {record['concurrency']}, {record['hostile_share']:.0%} hostile, "
         f"for at most {record['minutes']} min or {record['max_requests']} requests; loopback, "
         "client and server on the same machine"),
+        *([f"- meanwhile: {record['note']}"] if record.get("note") else []),
         "",
         f"**{record['verdict']}**",
         "",
@@ -571,6 +573,7 @@ def main(argv: list[str] | None = None) -> int:
         "max_requests": args.requests,
         "concurrency": args.concurrency,
         "hostile_share": args.hostile,
+        "note": args.note,
         "hostile_kinds": sorted(p.kind for p in hostile),
         "warmup_share": args.warmup,
         "rss_tolerance": args.rss_tolerance,
