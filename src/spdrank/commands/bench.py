@@ -51,7 +51,7 @@ def _sizes(text: str) -> list[int]:
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected integers (20,50,150), got {text!r}") from None
     if min(sizes) < 1:
-        raise argparse.ArgumentTypeError("slate sizes must be at least 1")
+        raise argparse.ArgumentTypeError("every value must be at least 1")
     return sizes
 
 
@@ -120,6 +120,15 @@ def register(subparsers: Any) -> None:
         help="slates timed per size, the first N of --slates (default 100)",
     )
     lat.add_argument(
+        "--latency-batch",
+        type=_sizes,
+        default=[1],
+        metavar="LIST",
+        help="slates per timed call, comma-separated, one row each: 1 times rank() slate by "
+        "slate; B > 1 times rank_batch on B slates at once, B at a time through the "
+        "--latency-slates (default: 1)",
+    )
+    lat.add_argument(
         "--batch-size",
         type=positive_int,
         default=8,
@@ -180,6 +189,7 @@ def run(args: argparse.Namespace) -> int:
                 timed,
                 sizes,
                 batch_size=args.batch_size,
+                latency_batches=args.latency_batch,
                 seed=args.seed,
                 warmup=args.warmup,
                 progress=progress,

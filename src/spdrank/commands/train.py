@@ -26,7 +26,9 @@ _HELP = {
     "single-pass peers: scalar (one score per item + argsort, ListNet), first (FIRST: "
     "first-token logits over candidate letters, ListNet)",
     "frozen": "freeze the backbone (no LoRA): only the head learns",
-    "backbone": "Hugging Face model id or local path; 'bundled' = SmolLM2-135M-Instruct",
+    "backbone": "Hugging Face model id or local path; 'bundled' = SmolLM2-135M-Instruct; "
+    "'config:PATH' = the shape of the Hugging Face config.json at PATH with RANDOM weights "
+    "(seeded; for timing only, nothing downloaded; tokenizer: PATH's folder's, else SmolLM2's)",
     "layers": "keep only the first L transformer layers (early exit)",
     "lora_modules": "the modules LoRA adapts: all-linear (the paper), or comma-separated "
     "module names such as q_proj,v_proj",
@@ -126,15 +128,22 @@ def config_argv(cfg: TrainConfig) -> list[str]:
     return argv + ([] if cfg.progress else ["--no-progress"])
 
 
-def run(args: argparse.Namespace) -> int:
-    from spdrank.train_config import NO_PARALLEL_CACHE, TrainConfig, per_process_batch
+def config_from_args(args: argparse.Namespace) -> TrainConfig:
+    """The training settings parsed ``spdrank train`` arguments describe."""
+    from spdrank.train_config import TrainConfig
 
     values = {
         f.name: getattr(args, f.name)
         for f in dataclasses.fields(TrainConfig)
         if f.name not in _SKIP
     }
-    cfg = TrainConfig(**values, progress=not args.no_progress)
+    return TrainConfig(**values, progress=not args.no_progress)
+
+
+def run(args: argparse.Namespace) -> int:
+    from spdrank.train_config import NO_PARALLEL_CACHE, per_process_batch
+
+    cfg = config_from_args(args)
     if args.num_processes < 1:
         raise ValueError(f"--num-processes must be at least 1, got {args.num_processes}")
     if args.num_processes > 1:

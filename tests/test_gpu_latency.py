@@ -1,0 +1,277 @@
+"""benchmarks/gpu_latency.sh on a CPU: its dry run's commands parse, a backbone built from a
+config with random weights (``config:PATH``) ranks through the normal API, the latency batch,
+the training-step timer, and the whole script end to end at toy scale."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import spdrank.cli
+from spdrank.backbone import BackboneConfig, LoraSettings, resolve_path
+from spdrank.bench.latency import STAGES, decompose
+from spdrank.bench.report import latency_table
+from spdrank.heads import HeadConfig
+from spdrank.metrics import is_valid_permutation
+from spdrank.model import SPDConfig, SPDRanker
+from spdrank.prompt import PromptSettings
+from spdrank.slates import Candidate, Slate, write_slates
+from tests.conftest import make_slate
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "benchmarks" / "gpu_latency.sh"
+QWEN3 = "config:benchmarks/configs/qwen3-0.6b.json"
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+
+def tiny_qwen3(folder: Path, vocab_size: int = 49152) -> Path:
+    """A 2-layer, 64-wide Qwen3 config.json (SmolLM2's tokenizer has 49,152 tokens)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    config = {
+        "model_type": "qwen3", "hidden_size": 64, "num_hidden_layers": 2,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
+        "intermediate_size": 128, "vocab_size": vocab_size, "max_position_embeddings": 4096,
+        "rope_theta": 1000000, "rms_norm_eps": 1e-6, "tie_word_embeddings": True,
+        "hidden_act": "silu",
+    }
+    path = folder / "config.json"
+    path.write_text(json.dumps(config))
+    return path
+
+
+def spd_config(config_file: Path, positions: int = 16) -> SPDConfig:
+    return SPDConfig(
+        backbone=BackboneConfig(name_or_path=f"config:{config_file}", lora=LoraSettings(r=4, alpha=8)),
+        head=HeadConfig(kind="attn", positions=positions, width=16, heads=2),
+        prompt=PromptSettings(max_item_tokens=8),
+    )
+
+
+def catalogue_slate(rng: random.Random, n: int, qid: str) -> Slate:
+    """A slate of ``n`` items drawn from a catalogue of 30, so slates can be filled up from
+    each other's items (what the decomposition does for N beyond a slate's size)."""
+    made = make_slate(rng, n, qid=qid)
+    ids = rng.sample([f"i{k}" for k in range(30)], n)
+    rename = dict(zip(made.docids, ids))
+    candidates = [Candidate(docid=rename[c.docid], doc=c.doc) for c in made.candidates]
+    return Slate(query=made.query, candidates=candidates, clicked=[rename[d] for d in made.clicked])
+
+
+@pytest.fixture(scope="module")
+def config_file(tmp_path_factory) -> Path:
+    return tiny_qwen3(tmp_path_factory.mktemp("tiny-qwen3"))
+
+
+@pytest.fixture(scope="module")
+def random_model(config_file) -> SPDRanker:
+    torch.manual_seed(0)
+    return SPDRanker.build(spd_config(config_file))
+
+
+# -- the dry run -------------------------------------------------------------------------------
+
+
+def dry_run_commands() -> list[list[str]]:
+    env = {**os.environ, "BIN": "/nonexistent/bin"}
+    done = subprocess.run(
+        ["bash", str(SCRIPT), "--dry-run"], env=env, capture_output=True, text=True, timeout=60,
+        check=True,
+    )
+    return [shlex.split(line) for line in done.stdout.splitlines() if line.startswith("/nonexistent/bin/")]
+
+
+def test_gpu_latency_script_commands_parse(monkeypatch):
+    """Every command the script would run parses with the real parsers: bench's latency
+    decomposition at N = 20/50/150, batch 1 and 32, bf16 on CUDA, for the Qwen3-shaped random
+    backbone and the default one, each after its training-step timing."""
+    from tests.test_bench import load_benchmark
+
+    commands = dry_run_commands()
+    parser = spdrank.cli.build_parser()
+    train_step = load_benchmark("train_step", monkeypatch)
+    spdrank_cmds = [argv for argv in commands if argv[0] == "/nonexistent/bin/spdrank"]
+    step_cmds = [argv for argv in commands if argv[0] == "/nonexistent/bin/python"]
+    assert [argv[1] for argv in spdrank_cmds] == ["data", "bench", "bench"]
+    assert len(commands) == len(spdrank_cmds) + len(step_cmds)
+    for argv in spdrank_cmds:
+        parser.parse_args(argv[1:])  # exits (fails the test) on an unknown flag or value
+    backbones = []
+    for argv in step_cmds:
+        assert argv[1] == "benchmarks/train_step.py"
+        own, train = train_step.parse(argv[2:])
+        assert own.steps >= 1 and train.dtype == "bfloat16" and train.device == "cuda"
+        assert train.frozen is False and train.positions >= 150  # LoRA, and K reaching N = 150
+        backbones.append(train.backbone)
+    assert backbones == [QWEN3, "bundled"]
+    assert (ROOT / QWEN3.removeprefix("config:")).is_file()
+    for argv in spdrank_cmds[1:]:
+        args = parser.parse_args(argv[1:])
+        assert args.latency and args.latency_sizes == [20, 50, 150]
+        assert args.latency_batch == [1, 32] and args.latency_slates >= 100
+        assert args.dtype == "bfloat16" and args.device == "cuda"
+
+
+def test_qwen3_config_has_qwen3_0_6b_shape():
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(str(ROOT / QWEN3.removeprefix("config:")))
+    assert type(config).__name__ == "Qwen3Config"
+    shape = {k: getattr(config, k) for k in (
+        "hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+        "head_dim", "intermediate_size", "vocab_size", "max_position_embeddings",
+        "tie_word_embeddings", "hidden_act",
+    )}
+    assert shape == {
+        "hidden_size": 1024, "num_hidden_layers": 28, "num_attention_heads": 16,
+        "num_key_value_heads": 8, "head_dim": 128, "intermediate_size": 3072,
+        "vocab_size": 151936, "max_position_embeddings": 40960, "tie_word_embeddings": True,
+        "hidden_act": "silu",
+    }
+
+
+# -- config: backbones -------------------------------------------------------------------------
+
+
+def test_random_backbone_ranks_a_slate_and_is_the_same_every_time(random_model, config_file):
+    rng = random.Random(0)
+    slate = make_slate(rng, 9)
+    ranking = random_model.rank(slate)
+    assert is_valid_permutation(list(ranking.docids), slate.docids)
+    assert set(ranking.timings) == set(STAGES)
+    assert len(random_model.tokenizer) == 49152  # no tokenizer beside the config: SmolLM2's
+    assert random_model.config.backbone.random_weights
+    # the weights are a function of the config: a second build (another global seed) has them
+    torch.manual_seed(123)
+    again = SPDRanker.build(spd_config(config_file))
+    for (name, a), b in zip(random_model.backbone.state_dict().items(), again.backbone.state_dict().values()):
+        if "lora_A" not in name:  # peft draws LoRA's A from the global RNG; B starts at 0
+            assert torch.equal(a, b), name
+
+
+def test_random_backbone_checkpoint_records_its_config(random_model, config_file, tmp_path):
+    """The checkpoint names the config and its digest: it reloads to the same scores, and a
+    config changed since is refused rather than read as other weights."""
+    slate = make_slate(random.Random(1), 7)
+    with torch.no_grad():
+        for name, p in random_model.backbone.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.5)
+    before = random_model.score_matrix(slate)
+    random_model.save_pretrained(tmp_path / "ckpt")
+    saved = json.loads((tmp_path / "ckpt" / "config.json").read_text())["backbone"]
+    assert saved["name_or_path"] == f"config:{config_file}"
+    assert len(saved["config_sha256"]) == 64
+    loaded = SPDRanker.from_pretrained(tmp_path / "ckpt")
+    np.testing.assert_allclose(loaded.score_matrix(slate), before, rtol=1e-5, atol=1e-5)
+
+    changed = tmp_path / "changed"
+    tiny_qwen3(changed)
+    data = json.loads((changed / "config.json").read_text()) | {"intermediate_size": 96}
+    (changed / "config.json").write_text(json.dumps(data))
+    config = json.loads((tmp_path / "ckpt" / "config.json").read_text())
+    config["backbone"]["name_or_path"] = f"config:{changed}"
+    (tmp_path / "ckpt" / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError, match="changed since this checkpoint was saved"):
+        SPDRanker.from_pretrained(tmp_path / "ckpt")
+
+
+def test_random_backbone_refusals(tmp_path):
+    with pytest.raises(ValueError, match="random-weight backbone"):
+        resolve_path(QWEN3)  # nothing reads a model's weights from a config: name
+    with pytest.raises(FileNotFoundError, match="no config file"):
+        SPDRanker.build(spd_config(tmp_path / "missing.json"))
+    small = tiny_qwen3(tmp_path / "small", vocab_size=1000)
+    with pytest.raises(ValueError, match="vocab_size 1000 is smaller"):
+        SPDRanker.build(spd_config(small))
+
+
+# -- the latency batch -------------------------------------------------------------------------
+
+
+def test_latency_batch_decomposes_rank_batch_calls(random_model):
+    rng = random.Random(2)
+    slates = [make_slate(rng, rng.randint(4, 9), qid=f"q{i}") for i in range(5)]
+    rows = decompose(random_model, slates, sizes=(6,), batch_size=2, latency_batches=(1, 2), warmup=0)
+    single, batched = rows
+    assert (single.latency_batch, single.slates, single.label) == (1, 5, "spd-attn")
+    # two calls of two slates: the fifth slate would make a partial batch, left out
+    assert (batched.latency_batch, batched.slates, batched.batch_size) == (2, 4, 2)
+    assert batched.label == "spd-attn (batch 2)"
+    for r in rows:
+        assert r.random_weights and r.backbone.startswith("config:")
+        assert all(0 <= v <= r.total_ms["p95"] for v in r.stages_ms.values())
+        assert 0 < r.overhead_ms <= r.total_ms["p95"] and r.bare_prefill_ms > 0
+        assert r.throughput > 0
+    assert "| spd-attn (batch 2) | 6 | 4 |" in latency_table(rows)
+    with pytest.raises(ValueError, match="latency batch of 6 slates"):
+        decompose(random_model, slates, sizes=(6,), latency_batches=(6,))
+
+
+def test_latency_batch_flag_parses():
+    parser = spdrank.cli.build_parser()
+    base = ["bench", "--slates", "s.jsonl", "--model", "m"]
+    assert parser.parse_args(base).latency_batch == [1]
+    assert parser.parse_args([*base, "--latency-batch", "1,32"]).latency_batch == [1, 32]
+    with pytest.raises(SystemExit):
+        parser.parse_args([*base, "--latency-batch", "0"])
+
+
+# -- the training step and the whole script ----------------------------------------------------
+
+
+def test_train_step_times_steps_and_leaves_a_checkpoint(config_file, train_file, tmp_path, monkeypatch, capsys):
+    from tests.test_bench import load_benchmark
+
+    train_step = load_benchmark("train_step", monkeypatch)
+    out = tmp_path / "run"
+    argv = ["--warmup", "1", "--steps", "2", "--json", str(tmp_path / "step.json"), "--",
+            "--slates", str(train_file), "--out", str(out), "--backbone", f"config:{config_file}",
+            "--positions", "16", "--batch-size", "2", "--lora-r", "4", "--lora-alpha", "8",
+            "--max-item-tokens", "8", "--device", "cpu", "--dtype", "float32", "--no-progress"]
+    assert train_step.main(argv) == 0
+    d = json.loads((tmp_path / "step.json").read_text())
+    assert len(d["step_ms"]["all"]) == 2 and d["step_ms"]["median"] > 0
+    assert d["random_weights"] and d["lora_r"] == 4 and d["trainable_params"] > 0
+    assert json.loads((out / "train.json").read_text())["step"] == 3  # warm-up + timed
+    assert SPDRanker.from_pretrained(out).config.backbone.random_weights
+    assert json.loads(capsys.readouterr().out)["batch_size"] == 2
+
+
+def test_gpu_latency_script_runs_end_to_end_on_a_cpu(config_file, tmp_path):
+    """The script itself, at toy scale on the CPU (a tiny random Qwen3, slates of 4 and 8):
+    every step runs and report.md holds the machine, the random-weights note, the training
+    step and the decomposition at both latency batches."""
+    rng = random.Random(3)
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "manifest.json").write_text("{}")  # the data step is skipped: its output exists
+    write_slates(data / "train.jsonl", [catalogue_slate(rng, 6, f"t{i}") for i in range(4)])
+    write_slates(data / "eval.jsonl", [catalogue_slate(rng, 6, f"e{i}") for i in range(6)])
+    out = tmp_path / "out"
+    env = {
+        **os.environ, "BIN": str(Path(sys.executable).parent), "DATA": str(data),
+        "WORK": str(tmp_path / "work"), "OUT": str(out), "BACKBONES": f"tiny=config:{config_file}",
+        "DEVICE": "cpu", "DTYPE": "float32", "SIZES": "4,8", "BATCHES": "1,2", "POSITIONS": "16",
+        "LATENCY_SLATES": "4", "THROUGHPUT_BATCH": "2", "EVAL_LIMIT": "4", "WARMUP": "0",
+        "TRAIN_BATCH": "2", "STEPS": "1", "STEP_WARMUP": "0", "OMP_NUM_THREADS": "1",
+    }
+    done = subprocess.run(
+        ["bash", str(SCRIPT)], env=env, capture_output=True, text=True, timeout=300, check=False
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = (out / "report.md").read_text()
+    assert "- machine: " in report and "**Random weights.**" in report
+    assert "| tiny | `config:" in report and "| yes | float32 |" in report
+    assert "| tiny | 4 | 4 |" in report and "| tiny (batch 2) | 8 | 4 |" in report
+    assert "](tiny/latency_decomposition.png)" in report
+    assert "RANDOM WEIGHTS" in done.stderr  # the log line a random backbone always leaves
