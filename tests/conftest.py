@@ -85,6 +85,25 @@ def train_file(tmp_path, slates) -> Path:
     return tmp_path / "train.jsonl"
 
 
+def save_features_only_model(path: Path, positions: int) -> Path:
+    """A features-only model (no backbone) reading 'pop' and the candidates' score, saved to
+    ``path``: it loads in milliseconds, so input-handling tests can run the real CLI and
+    server around it."""
+    from spdrank.backbone import BackboneConfig
+    from spdrank.features import FeatureNormalizer
+    from spdrank.heads import HeadConfig
+    from spdrank.model import NoBackbone, NoTokenizer, SPDConfig, SPDRanker
+
+    config = SPDConfig(
+        backbone=BackboneConfig(lora=None),
+        head=HeadConfig(kind="attn", positions=positions, width=16, heads=2),
+        features=FeatureNormalizer(("pop", "score"), (1.0, 0.5), (0.5, 0.25)),
+        features_only=True,
+    )
+    SPDRanker(config, NoBackbone(), NoTokenizer()).save_pretrained(path)
+    return path
+
+
 def subprocess_env() -> dict[str, str]:
     """The environment for a fresh interpreter that imports this checkout's spdrank."""
     import spdrank

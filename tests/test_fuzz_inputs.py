@@ -38,12 +38,10 @@ from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from spdrank.backbone import BackboneConfig
 from spdrank.cli import main
-from spdrank.features import FeatureNormalizer
-from spdrank.heads import HeadConfig
-from spdrank.model import NoBackbone, NoTokenizer, SPDConfig, SPDRanker
+from spdrank.model import SPDRanker
 from spdrank.serving import create_app
+from tests.conftest import save_features_only_model
 
 K = 4
 FUZZ = settings(
@@ -443,15 +441,7 @@ def first_bad_line(lines: list[Line], numbers: list[int]) -> int | None:
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory) -> Path:
     """A features-only model (K = 4) reading 'pop' and the candidates' score."""
-    config = SPDConfig(
-        backbone=BackboneConfig(lora=None),
-        head=HeadConfig(kind="attn", positions=K, width=16, heads=2),
-        features=FeatureNormalizer(("pop", "score"), (1.0, 0.5), (0.5, 0.25)),
-        features_only=True,
-    )
-    path = tmp_path_factory.mktemp("fuzz") / "features-spd"
-    SPDRanker(config, NoBackbone(), NoTokenizer()).save_pretrained(path)
-    return path
+    return save_features_only_model(tmp_path_factory.mktemp("fuzz") / "features-spd", K)
 
 
 @pytest.fixture(scope="module")

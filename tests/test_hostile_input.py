@@ -16,13 +16,12 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from spdrank.backbone import BackboneConfig, require_safetensors
+from spdrank.backbone import require_safetensors
 from spdrank.cli import main
-from spdrank.features import FeatureNormalizer
-from spdrank.heads import HeadConfig
-from spdrank.model import NoBackbone, NoTokenizer, SPDConfig, SPDRanker
+from spdrank.model import SPDRanker
 from spdrank.serving import create_app
 from spdrank.slates import SlateError, iter_slates, read_slates, unique_qids
+from tests.conftest import save_features_only_model
 
 K = 4
 
@@ -45,15 +44,7 @@ def good(qid: str = "u1") -> dict:
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory) -> Path:
     """A features-only model (K = 4) reading 'pop' and the candidates' score."""
-    config = SPDConfig(
-        backbone=BackboneConfig(lora=None),
-        head=HeadConfig(kind="attn", positions=K, width=16, heads=2),
-        features=FeatureNormalizer(("pop", "score"), (1.0, 0.5), (0.5, 0.25)),
-        features_only=True,
-    )
-    path = tmp_path_factory.mktemp("hostile") / "features-spd"
-    SPDRanker(config, NoBackbone(), NoTokenizer()).save_pretrained(path)
-    return path
+    return save_features_only_model(tmp_path_factory.mktemp("hostile") / "features-spd", K)
 
 
 @pytest.fixture(scope="module")
