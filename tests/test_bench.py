@@ -390,6 +390,29 @@ def test_gpu_script_commands_parse():
     assert any("--latency" in argv for argv in commands if argv[1] == "bench")
 
 
+def test_overhead_script_commands_parse():
+    """benchmarks/overhead_cpu.sh: its data, train and bench commands parse with the real CLI,
+    and the bench decomposes latency at the three sizes of issue 18."""
+    env = {**os.environ, "BIN": "/nonexistent/bin"}
+    done = subprocess.run(
+        ["bash", str(ROOT / "benchmarks" / "overhead_cpu.sh"), "--dry-run"],
+        env=env, capture_output=True, text=True, timeout=60, check=True,
+    )
+    commands = [
+        shlex.split(line)
+        for line in done.stdout.splitlines()
+        if line.startswith("/nonexistent/bin/spdrank ")
+    ]
+    assert [argv[1] for argv in commands] == ["data", "train", "bench"]
+    parser = spdrank.cli.build_parser()
+    for argv in commands:
+        parser.parse_args(argv[1:])
+    bench = commands[-1]
+    assert bench[bench.index("--latency-sizes") + 1] == "20,50,150"
+    train = commands[1]
+    assert int(train[train.index("--positions") + 1]) >= 150
+
+
 def test_retrain_command_rebuilds_a_runs_config_with_the_overrides_last(tmp_path, monkeypatch):
     """benchmarks/retrain_command.py (how bench_beauty_cpu.sh trains its K=160 student): the
     command it prints parses with the real CLI into the saved config, but for --out and the

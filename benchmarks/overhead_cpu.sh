@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# The work around the prefill, on this CPU: the latency decomposition of one SPD checkpoint at
+# N = 20, 50 and 150 (tokenize, prefill, head, assignment, rest; the overhead around the
+# prefill in ms and over a bare prefill of the same prompt), median over 100 slates, batch 1.
+#
+#   bash benchmarks/overhead_cpu.sh     # writes benchmarks/results/overhead-cpu/
+#
+# The checkpoint: the bundled SmolLM2's first 2 layers, frozen, and the attention head with
+# K = 160 positions (so one checkpoint serves every N), two upstream features, expected-rank
+# decoding, trained for one step: latency does not depend on what the head learned. Run it
+# alone on the machine: it measures latency. Settings from the environment: BIN, DATA, WORK,
+# OUT, LAYERS, SIZES, SLATES.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. benchmarks/lib.sh
+BIN=${BIN:-.venv/bin}
+DATA=${DATA:-data-out/beauty-features}
+WORK=${WORK:-runs/overhead-cpu}
+OUT=${OUT:-benchmarks/results/overhead-cpu}
+LAYERS=${LAYERS:-2}; SIZES=${SIZES:-20,50,150}; SLATES=${SLATES:-100}
+DRY=0
+[ "${1:-}" = --dry-run ] && DRY=1
+[ "$DRY" = 1 ] || mkdir -p "$OUT"
+
+step data "$DATA/manifest.json" \
+  "$BIN/spdrank" data beauty --out "$DATA" --features --no-progress
+step checkpoint "$WORK/spd-k160/train.json" \
+  "$BIN/spdrank" train --slates "$DATA/train.jsonl" --limit 8 --out "$WORK/spd-k160" \
+  --target clicks --head attn --positions 160 --frozen --layers "$LAYERS" \
+  --features popularity,cooccurrence --max-item-tokens 12 --decoder expected_rank \
+  --batch-size 4 --max-steps 1 --eval-every 0 --seed 0 --device cpu --no-progress
+step bench "$OUT/report.md" \
+  "$BIN/spdrank" bench --slates "$DATA/eval.jsonl" \
+  --limit "$SLATES" --model "spd-k160=$WORK/spd-k160" --decoders expected_rank \
+  --device cpu --latency --latency-sizes "$SIZES" --latency-slates "$SLATES" --seed 0 \
+  --out "$OUT" --title "The work around the prefill: SmolLM2 x $LAYERS layers, CPU, batch 1" \
+  --no-progress
