@@ -49,10 +49,7 @@ COOC=$WORK/cooccurrence
 
 if [ "$DRY" = 0 ]; then
   [ -x "$BIN/spdrank" ] || { echo "no $BIN/spdrank: run \`make install\` (or set BIN)" >&2; exit 1; }
-  "$BIN/python" -c 'import sys, torch; sys.exit(not torch.cuda.is_available())' || {
-    echo "the torch in $BIN sees no CUDA device (a CPU build?): install a CUDA build of torch 2.13" >&2
-    exit 1
-  }
+  require_cuda "$BIN"
   mkdir -p "$OUT" "$WORK"
   touch "$OUT/timings.tsv"
 fi

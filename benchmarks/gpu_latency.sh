@@ -34,12 +34,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . benchmarks/lib.sh
-DRY=0
-case "${1:-}" in
-  --dry-run) DRY=1 ;;
-  "") ;;
-  *) echo "usage: bash benchmarks/gpu_latency.sh [--dry-run]  (settings: environment variables, see the header)" >&2; exit 2 ;;
-esac
+parse_dry_run benchmarks/gpu_latency.sh "the script's header" "$@"
 BIN=${BIN:-.venv/bin}
 DATA=${DATA:-data-out/beauty-uniform}
 WORK=${WORK:-runs/gpu-latency}
@@ -54,12 +49,7 @@ TIMINGS=$OUT/timings.tsv
 
 if [ "$DRY" = 0 ]; then
   [ -x "$BIN/spdrank" ] || { echo "no $BIN/spdrank: run \`make install\` (or set BIN)" >&2; exit 1; }
-  if [ "$DEVICE" = cuda ]; then
-    "$BIN/python" -c 'import sys, torch; sys.exit(not torch.cuda.is_available())' || {
-      echo "the torch in $BIN sees no CUDA device (a CPU build?): install a CUDA build of torch" >&2
-      exit 1
-    }
-  fi
+  [ "$DEVICE" != cuda ] || require_cuda "$BIN"
   mkdir -p "$OUT" "$WORK"
   touch "$TIMINGS"
 fi

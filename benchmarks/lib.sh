@@ -20,6 +20,26 @@ print_command() {
 
 # step NAME DONE CMD...: run CMD unless the file DONE exists; print its wall time and append
 # "NAME<tab>seconds" to $TIMINGS (default $OUT/timings.tsv). With DRY=1, only print CMD.
+# parse_dry_run SCRIPT SETTINGS_DOC [ARG]: DRY=1 for --dry-run, DRY=0 for nothing; any other
+# argument is a usage error (exit 2) naming where the script's settings are documented.
+parse_dry_run() {
+  local script=$1 doc=$2; shift 2
+  DRY=0
+  case "${1:-}" in
+    --dry-run) DRY=1 ;;
+    "") ;;
+    *) echo "usage: bash $script [--dry-run]  (settings: environment variables, see $doc)" >&2; exit 2 ;;
+  esac
+}
+
+# require_cuda BIN: stop unless the torch in BIN sees a CUDA device.
+require_cuda() {
+  "$1/python" -c 'import sys, torch; sys.exit(not torch.cuda.is_available())' || {
+    echo "the torch in $1 sees no CUDA device (a CPU build?): install a CUDA build of torch" >&2
+    exit 1
+  }
+}
+
 step() {
   local name=$1 done=$2; shift 2
   if [ "${DRY:-0}" = 1 ]; then print_command "$@"; return 0; fi
@@ -53,12 +73,7 @@ step() {
 # ablation_setup NAME [--dry-run]: the settings; NAME names the results folder.
 ablation_setup() {
   ABLATION=$1; shift
-  DRY=0
-  case "${1:-}" in
-    --dry-run) DRY=1 ;;
-    "") ;;
-    *) echo "usage: bash benchmarks/ablation_$ABLATION.sh [--dry-run]  (settings: environment variables, see benchmarks/lib.sh)" >&2; exit 2 ;;
-  esac
+  parse_dry_run "benchmarks/ablation_$ABLATION.sh" "benchmarks/lib.sh" "$@"
   BIN=${BIN:-.venv/bin}
   NEG=${NEG:-uniform}                      # negatives of `spdrank data beauty`: uniform | popularity
   DATA=${DATA:-data-out/beauty-$NEG}

@@ -18,8 +18,7 @@ DATA=${DATA:-data-out/beauty-features}
 WORK=${WORK:-runs/overhead-cpu}
 OUT=${OUT:-benchmarks/results/overhead-cpu}
 LAYERS=${LAYERS:-2}; SIZES=${SIZES:-20,50,150}; SLATES=${SLATES:-100}
-DRY=0
-[ "${1:-}" = --dry-run ] && DRY=1
+parse_dry_run benchmarks/overhead_cpu.sh "the script's header" "$@"
 [ "$DRY" = 1 ] || mkdir -p "$OUT"
 
 step data "$DATA/manifest.json" \

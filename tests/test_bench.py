@@ -368,18 +368,24 @@ def load_benchmark(name: str, monkeypatch: pytest.MonkeyPatch):
     return module
 
 
-def test_gpu_script_commands_parse():
-    """Every spdrank command the GPU script would run exists, with every flag it passes."""
+def dry_run_commands(script: str, program: str = "spdrank") -> list[list[str]]:
+    """The commands of ``program`` (every program: ``""``) that ``bash benchmarks/SCRIPT
+    --dry-run`` prints, each as its argv."""
     env = {**os.environ, "BIN": "/nonexistent/bin"}
     done = subprocess.run(
-        ["bash", str(ROOT / "benchmarks" / "gpu.sh"), "--dry-run"],
+        ["bash", str(ROOT / "benchmarks" / script), "--dry-run"],
         env=env, capture_output=True, text=True, timeout=60, check=True,
     )
-    commands = [
+    return [
         shlex.split(line)
         for line in done.stdout.splitlines()
-        if line.startswith("/nonexistent/bin/spdrank ")
+        if line.startswith(f"/nonexistent/bin/{program + ' ' if program else ''}")
     ]
+
+
+def test_gpu_script_commands_parse():
+    """Every spdrank command the GPU script would run exists, with every flag it passes."""
+    commands = dry_run_commands("gpu.sh")
     subcommands = [argv[1] for argv in commands]
     assert {"data", "teacher", "train", "bench"} <= set(subcommands), subcommands
     parser = spdrank.cli.build_parser()
@@ -393,16 +399,7 @@ def test_gpu_script_commands_parse():
 def test_overhead_script_commands_parse():
     """benchmarks/overhead_cpu.sh: its data, train and bench commands parse with the real CLI,
     and the bench decomposes latency at the three sizes of issue 18."""
-    env = {**os.environ, "BIN": "/nonexistent/bin"}
-    done = subprocess.run(
-        ["bash", str(ROOT / "benchmarks" / "overhead_cpu.sh"), "--dry-run"],
-        env=env, capture_output=True, text=True, timeout=60, check=True,
-    )
-    commands = [
-        shlex.split(line)
-        for line in done.stdout.splitlines()
-        if line.startswith("/nonexistent/bin/spdrank ")
-    ]
+    commands = dry_run_commands("overhead_cpu.sh")
     assert [argv[1] for argv in commands] == ["data", "train", "bench"]
     parser = spdrank.cli.build_parser()
     for argv in commands:

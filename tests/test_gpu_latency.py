@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -26,6 +25,7 @@ from spdrank.model import SPDConfig, SPDRanker
 from spdrank.prompt import PromptSettings
 from spdrank.slates import Candidate, Slate, write_slates
 from tests.conftest import make_slate
+from tests.test_bench import dry_run_commands as dry_run_script
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "benchmarks" / "gpu_latency.sh"
@@ -82,12 +82,7 @@ def random_model(config_file) -> SPDRanker:
 
 
 def dry_run_commands() -> list[list[str]]:
-    env = {**os.environ, "BIN": "/nonexistent/bin"}
-    done = subprocess.run(
-        ["bash", str(SCRIPT), "--dry-run"], env=env, capture_output=True, text=True, timeout=60,
-        check=True,
-    )
-    return [shlex.split(line) for line in done.stdout.splitlines() if line.startswith("/nonexistent/bin/")]
+    return dry_run_script("gpu_latency.sh", program="")
 
 
 def test_gpu_latency_script_commands_parse(monkeypatch):
