@@ -158,6 +158,9 @@ def rows() -> list[Row]:
             extra=["--position-weights", "dcg"]),
         Row("lex/history-mean-t32-L1/512", "the same on SmolLM2's first layer only",
             item_tokens=32, layers=1, limit=512, on_eval=False),
+        Row("lex/history-mean-t32-L6/512", "the same on SmolLM2's first six layers, where "
+            "words split into several tokens are assembled", item_tokens=32, layers=6,
+            limit=512, on_eval=False),
         Row("lex/tokens/512", "the history head matching token states (late interaction)",
             readout="tokens", limit=512, on_eval=False, curve=True),
         Row("lex/tokens", "the same on 2,048 training slates, 4 epochs", readout="tokens",
@@ -408,7 +411,10 @@ def write_report(selected: list[Row], summaries: dict[str, Any], evals: dict[str
             "The lexical teacher reads whole titles; the prompt holds each title cut to k "
             "tokens. Its score recomputed on the cut titles, against the teacher, on the "
             f"{ceiling['n_slates']} eval slates (IDF over the titles these slates show; the "
-            "whole-titles row checks that recomputation):"), "",
+            "whole-titles row checks that recomputation). The rows marked SmolLM2's tokens "
+            "compute the same TF-IDF cosine over the model's token ids instead of words: a "
+            "reader matching the tokens exactly, without assembling the words the tokenizer "
+            "splits into pieces:"), "",
             "| title tokens | tau | top1 | top10 |", "|---|---|---|---|"]
         for k, values in ceiling["rows"].items():
             lines.append(f"| {k} | " + " | ".join(fmt(values[m]) for m in FIDELITY) + " |")
@@ -477,11 +483,17 @@ def zero_shot(n: int = 512) -> dict[str, float]:
             "AUC": float(np.mean([a for a in aucs if a is not None]))}
 
 
-def truncation_ceiling(cuts: tuple[int, ...] = (12, 16, 24, 32)) -> dict[str, Any]:
+def truncation_ceiling(
+    cuts: tuple[int, ...] = (12, 16, 24, 32), model_tokens: tuple[int, ...] = (12, 32)
+) -> dict[str, Any]:
     """How close a perfect reader of the prompt can come to the lexical teacher when every
     title is cut to k tokens: the teacher's own score recomputed on the cut titles (IDF over
     the titles the eval slates show), against the teacher on whole titles, on the eval slates.
-    The uncut row checks the recomputation (the teacher's IDF counts the whole catalogue)."""
+    The uncut row checks the recomputation (the teacher's IDF counts the whole catalogue).
+
+    The ``model_tokens`` rows compute the same TF-IDF cosine over SmolLM2's token ids instead
+    of words: a reader that matches the model's tokens exactly, without assembling the words
+    that the tokenizer splits into pieces (or telling "Nail" from "nail")."""
     import numpy as np
     from transformers import AutoTokenizer
 
@@ -497,16 +509,24 @@ def truncation_ceiling(cuts: tuple[int, ...] = (12, 16, 24, 32)) -> dict[str, An
     titles = {t for h in histories for t in h} | {c.text() for s in slates for c in s.candidates}
     similarity = TitleSimilarity(sorted(titles))
     out: dict[str, Any] = {"n_slates": len(slates), "rows": {}}
-    for k in (None, *cuts):
+    cases = [(k, "words") for k in (None, *cuts)] + [(k, "model") for k in model_tokens]
+    for k, terms in cases:
+        score = similarity
         if k is None:
             cut = {t: t for t in titles}
         else:
             prompt = PromptBuilder(tokenizer, PromptSettings(max_item_tokens=k))
-            cut = {t: tokenizer.decode(prompt.item_tokens(t)) for t in titles}
+            ids = {t: prompt.item_tokens(t) for t in titles}
+            if terms == "model":
+                cut = {t: t for t in titles}
+                terms_of = {t: [str(i) for i in ids[t]] for t in titles}
+                score = TitleSimilarity(sorted(titles), tokenize=terms_of.__getitem__)
+            else:
+                cut = {t: tokenizer.decode(ids[t]) for t in titles}
         values: dict[str, list[float]] = {m: [] for m in FIDELITY}
         for slate, history in zip(slates, histories):
-            scores = np.asarray(similarity([cut[h] for h in history],
-                                           [cut[c.text()] for c in slate.candidates]))
+            scores = np.asarray(score([cut[h] for h in history],
+                                      [cut[c.text()] for c in slate.candidates]))
             order = [slate.docids[i] for i in np.argsort(-scores, kind="stable")]
             for metric, value in (
                 ("tau", kendall_tau(order, slate.teacher, slate.teacher_scores)),
@@ -515,7 +535,8 @@ def truncation_ceiling(cuts: tuple[int, ...] = (12, 16, 24, 32)) -> dict[str, An
             ):
                 if value is not None:
                     values[metric].append(value)
-        out["rows"]["whole titles" if k is None else str(k)] = {
+        name = "whole titles" if k is None else str(k)
+        out["rows"][name if terms == "words" else f"{name}, SmolLM2's tokens"] = {
             m: float(np.mean(v)) for m, v in values.items()}
     return out
 

@@ -60,6 +60,13 @@ def test_the_score_is_the_tf_idf_cosine_by_hand():
     )
 
 
+def test_any_tokenizer_gives_the_terms():
+    # Case-sensitive terms, as a language model's tokens are: "Nail" and "nail" differ.
+    sim = TitleSimilarity(["Nail Polish", "nail file"], tokenize=str.split)
+    assert sim(["Nail Polish"], ["nail file"]) == [0.0]
+    assert TitleSimilarity(["Nail Polish", "nail file"])(["Nail Polish"], ["nail file"])[0] > 0.0
+
+
 def test_the_builder_adds_it_from_the_titles_of_the_history_and_candidates(tmp_path):
     seqs = tmp_path / "seq.txt"
     seqs.write_text("".join(f"u{u} a b c\n" for u in range(4)) + "u4 a d\n", encoding="utf-8")

@@ -1,25 +1,35 @@
 """``spdrank demo``: the whole pipeline on a laptop, in one command, in under 15 minutes.
 
-    spdrank demo [--dir spdrank-demo] [--tiny]
+    spdrank demo [--dir spdrank-demo] [--tiny] [--teacher BACKEND]
 
 1. builds the bundled Amazon Beauty 2014 slates, with the upstream features (popularity and
-   co-occurrence counted on the training users, a lexical retriever's title similarity);
+   co-occurrence counted on the training users, a lexical retriever's title similarity) that
+   the baselines rank by;
 2. takes a CPU-sized subset (the first train and eval slates);
-3. labels it with a teacher through ``spdrank teacher``: by default the co-occurrence
-   ranker (``ranker:cooccurrence``), a teacher that carries signal and labels in seconds;
-4. trains the SPD student with the best CPU recipe of ``benchmarks/quality_beauty_cpu.py``
-   (:data:`RECIPE`): frozen SmolLM2 states (computed once, cached) and the features, clicks
-   as the target, decoded by expected rank;
+3. labels it with a teacher through ``spdrank teacher``: by default the lexical teacher
+   (``ranker:title_similarity``: candidates ranked by their title's TF-IDF similarity with
+   the history's titles), a teacher the prompt's text determines, so a student reading the
+   prompt can learn it, and which labels in seconds. Any ``spdrank teacher --backend`` can
+   take its place (an LLM through ``hf:``, ``likelihood:`` or a server);
+4. distils it into the SPD student with the recipe of
+   ``benchmarks/results/fidelity-beauty-cpu`` (:data:`RECIPE`): SmolLM2's first layers,
+   frozen, their states computed once and cached; the history head, which reads each
+   candidate's and each history item's states averaged over the title's tokens; the teacher's
+   permutations as the target; no upstream feature, so whatever the student gets right it
+   read in the prompt;
 5. evaluates the student against its teacher and the baselines (``spdrank bench``), with the
    autoregressive SmolLM2 teacher's own answers on the same eval slates replayed from label
    files that ``spdrank teacher`` produced through llama.cpp's server (shipped with the
-   package; command and provenance in ``spdrank/data/beauty/PROVENANCE.md``): quality,
-   fidelity, latency, decode passes, validity and the speed-up over that teacher;
+   package; command and provenance in ``spdrank/data/beauty/PROVENANCE.md``): fidelity to
+   the teacher (Kendall tau, top-1), quality against clicks, latency, decode passes, validity
+   and the speed-up over that teacher;
 6. shows how to rank your own slates with the trained model and how to serve it.
 
-Every step writes into ``--dir`` and is skipped when its output is already there, so an
-interrupted demo picks up where it stopped. ``--tiny`` runs the same steps at a toy scale
-(a handful of slates, one layer) so a test can run the demo end to end.
+Every step writes into ``--dir`` and records the settings it ran with; a rerun skips a step
+only when its recorded settings, and those of every step before it, are the same, so an
+interrupted demo picks up where it stopped and a changed one (``--tiny`` before, another
+``--teacher``) redoes what changed. ``--tiny`` runs the same steps at a toy scale (a handful
+of slates, one layer) so a test can run the demo end to end.
 """
 
 from __future__ import annotations
@@ -27,10 +37,12 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
+import shutil
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 #: The autoregressive SmolLM2 teachers' label files shipped with the package (eval slates).
 AR_TEACHERS = {
@@ -38,20 +50,22 @@ AR_TEACHERS = {
     "smollm2-reasoning": "smollm2-reasoning.eval.labels.jsonl",
 }
 
-
 #: The student's row name in the results (``<name>:<decoder>`` in ``spdrank bench``).
 STUDENT = "spd-student"
 
-#: The best CPU recipe (benchmarks/results/quality-beauty-cpu/report.md): the features next
-#: to frozen backbone states, clicks as the target, decoded by expected rank (the best of the
-#: targets and decoders on the validation split), the rest of ``spdrank train``'s settings
-#: as in that report. The features are the best set on the validation split: the two the
-#: baselines rank by and the titles' TF-IDF similarity (transition added nothing there).
-#: The scale (layers, slates, titles) comes from :class:`Scale`.
-FEATURES = "popularity,cooccurrence,title_similarity"
+#: The teacher distilled by default: the lexical retriever's ranking, which the text decides.
+TEACHER = "ranker:title_similarity"
+
 DECODER = "expected_rank"
-RECIPE = ["--target", "clicks", "--decoder", DECODER, "--features", FEATURES, "--frozen",
-          "--head", "attn", "--lr", "1e-3", "--head-lr", "1e-3"]
+
+#: The student recipe that learned its teachers best (benchmarks/results/fidelity-beauty-cpu):
+#: the history head over mean-pooled frozen states, the teacher's permutations as the target.
+#: The scale (layers, slates, title tokens, epochs) comes from :class:`Scale`.
+RECIPE = ["--target", "teacher", "--head", "history", "--readout", "mean", "--frozen",
+          "--decoder", DECODER, "--head-lr", "1e-3"]
+
+#: The file in each step's output directory that records the settings it ran with.
+STAMP = ".demo-step.json"
 
 
 @dataclass(frozen=True)
@@ -64,11 +78,11 @@ class Scale:
     epochs: float
     batch: int
     item_tokens: int
-    #: Rough minutes of the training step on 2 CPU cores, for the step's message.
+    #: Rough minutes of the training step (states and epochs) on 2 CPU cores, for its message.
     train_minutes: float
 
 
-FULL = Scale(train=1000, eval=200, layers=2, epochs=1, batch=16, item_tokens=12, train_minutes=5)
+FULL = Scale(train=1000, eval=200, layers=2, epochs=8, batch=32, item_tokens=32, train_minutes=9)
 TINY = Scale(train=8, eval=6, layers=1, epochs=1, batch=4, item_tokens=6, train_minutes=0.2)
 
 
@@ -80,9 +94,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--dir", default="spdrank-demo", help="working directory (default: ./spdrank-demo)")
-    p.add_argument("--teacher", default="ranker:cooccurrence",
-                   help="teacher backend to distil (any `spdrank teacher --backend`; default: "
-                   "ranker:cooccurrence)")
+    p.add_argument("--teacher", default=TEACHER,
+                   help=f"teacher backend to distil (any `spdrank teacher --backend`; default: "
+                   f"{TEACHER})")
     p.add_argument("--tiny", action="store_true", help="a toy scale, for tests (about 1 minute)")
     p.add_argument("--device", default="auto", help="cpu, cuda or auto")
     p.set_defaults(func=run)
@@ -120,23 +134,35 @@ def run(args: argparse.Namespace) -> int:
         if code:
             raise SystemExit(code)
 
-    if has_features(data / "manifest.json"):
+    data_argv = ["data", "beauty", "--out", str(data), "--negatives", "uniform", "--features"]
+    data_settings: dict[str, Any] = {"argv": data_argv}
+    if is_done(data, data_settings):
         steps.skip(f"Amazon Beauty 2014 slates in {data}")
     else:
         steps.announce(f"building the Amazon Beauty 2014 slates with their popularity, "
                        f"co-occurrence and title-similarity features in {data}", "about 1-2 min")
-        call(["data", "beauty", "--out", str(data), "--negatives", "uniform", "--features"])
+        begin(data, data_settings)
+        call(data_argv)
+        finish(data, data_settings)
 
-    steps.announce(f"taking the first {scale.train} train and {scale.eval} eval slates into {subset}")
-    for split, n in (("train", scale.train), ("eval", scale.eval)):
-        take_first_lines(data / f"{split}.jsonl", subset / f"{split}.jsonl", n)
+    subset_settings = {"scale": asdict(scale), "after": data_settings}
+    if is_done(subset, subset_settings):
+        steps.skip(f"the first {scale.train} train and {scale.eval} eval slates in {subset}")
+    else:
+        steps.announce(f"taking the first {scale.train} train and {scale.eval} eval slates "
+                       f"into {subset}")
+        begin(subset, subset_settings)
+        for split, n in (("train", scale.train), ("eval", scale.eval)):
+            take_first_lines(data / f"{split}.jsonl", subset / f"{split}.jsonl", n)
+        finish(subset, subset_settings)
 
-    teacher_done = all((labels / f"{s}.slates.jsonl").exists() for s in ("train", "eval"))
-    if teacher_done:
+    teacher_settings = {"teacher": args.teacher, "after": subset_settings}
+    if is_done(labels, teacher_settings):
         steps.skip(f"teacher labels ({args.teacher}) in {labels}")
     else:
         steps.announce(f"labelling the subset with the teacher {args.teacher}",
                        "seconds for a ranker:, minutes per slate for an LLM on a CPU")
+        begin(labels, teacher_settings)
         for split in ("train", "eval"):
             argv = ["teacher", "--slates", str(subset / f"{split}.jsonl"),
                     "--out", str(labels / f"{split}.labels.jsonl"),
@@ -144,20 +170,27 @@ def run(args: argparse.Namespace) -> int:
             if args.teacher.startswith("ranker:"):
                 argv += ["--train", str(data / "train.jsonl")]
             call(argv)
+        finish(labels, teacher_settings)
 
-    if (model_dir / "train.json").exists():
+    train_argv = ["train", "--slates", str(labels / "train.slates.jsonl"), "--out", str(model_dir),
+                  *RECIPE, "--cache-states", str(root / "states"), "--layers", str(scale.layers),
+                  "--max-item-tokens", str(scale.item_tokens), "--batch-size", str(scale.batch),
+                  "--epochs", str(scale.epochs), "--save-every", "10", "--device", args.device]
+    student_settings = {"argv": train_argv, "after": teacher_settings}
+    if is_done(model_dir, student_settings):
         steps.skip(f"the SPD student in {model_dir}")
     else:
         steps.announce(
-            f"training the SPD student: SmolLM2's first {scale.layers} layers (frozen; each "
-            f"slate's states computed once into {root / 'states'}) and the features, attention "
-            f"head, clicks as the target, {scale.train} slates",
+            f"distilling the teacher into the SPD student: SmolLM2's first {scale.layers} "
+            f"layers (frozen; each slate's states computed once into {root / 'states'}), the "
+            f"history head on titles cut to {scale.item_tokens} tokens, the teacher's "
+            f"permutations as the target, no upstream feature, {scale.train} slates x "
+            f"{scale.epochs:g} epochs",
             f"about {scale.train_minutes:g} min on 2 CPU cores; rerun to resume if interrupted",
         )
-        call(["train", "--slates", str(labels / "train.slates.jsonl"), "--out", str(model_dir),
-              *RECIPE, "--cache-states", str(root / "states"), "--layers", str(scale.layers),
-              "--max-item-tokens", str(scale.item_tokens), "--batch-size", str(scale.batch),
-              "--epochs", str(scale.epochs), "--save-every", "10", "--device", args.device])
+        begin(model_dir, student_settings)
+        call(train_argv)
+        finish(model_dir, student_settings)
 
     report = root / "report"
     steps.announce(
@@ -166,7 +199,8 @@ def run(args: argparse.Namespace) -> int:
         "about 1 min",
     )
     argv = ["bench", "--slates", str(labels / "eval.slates.jsonl"), "--train", str(data / "train.jsonl"),
-            "--ranker", "random", "--ranker", "popularity", "--ranker", "cooccurrence"]
+            "--ranker", "random", "--ranker", "popularity", "--ranker", "cooccurrence",
+            "--ranker", "title_similarity"]
     for name, path in ar_teacher_files().items():
         argv += ["--labels", f"{name}={path}"]
     argv += ["--model", f"{STUDENT}={model_dir}", "--decoders", f"{DECODER},hungarian",
@@ -175,32 +209,56 @@ def run(args: argparse.Namespace) -> int:
     call(argv)
 
     steps.announce("done")
-    print_speedup(report / "results.json")
+    print_speedup(report / "results.json", args.teacher)
     print_next_steps(root, model_dir, subset, time.perf_counter() - started)
     return 0
 
 
+def recorded(directory: Path) -> dict[str, Any] | None:
+    """The settings record of a step's output directory (None without one)."""
+    stamp = directory / STAMP
+    if not stamp.exists():
+        return None
+    try:
+        return json.loads(stamp.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def is_done(directory: Path, settings: dict[str, Any]) -> bool:
+    """Whether ``directory`` holds a finished run of the step with exactly ``settings``."""
+    record = recorded(directory)
+    return record is not None and record.get("done") is True and record["settings"] == settings
+
+
+def begin(directory: Path, settings: dict[str, Any]) -> None:
+    """Make ``directory`` ready for a step with ``settings``: an unfinished run with the same
+    settings is kept (the commands resume it); anything else there (another scale, teacher or
+    version's output) is removed, so nothing made differently is reused."""
+    record = recorded(directory)
+    if record is None or record["settings"] != settings:
+        if directory.exists():
+            print(f"  {directory} holds output made with other settings: removing it", flush=True)
+            shutil.rmtree(directory)
+        directory.mkdir(parents=True)
+    (directory / STAMP).write_text(json.dumps({"settings": settings, "done": False}, indent=1))
+
+
+def finish(directory: Path, settings: dict[str, Any]) -> None:
+    """Record that the step with ``settings`` finished in ``directory``."""
+    (directory / STAMP).write_text(json.dumps({"settings": settings, "done": True}, indent=1))
+
+
 def take_first_lines(src: Path, dst: Path, n: int) -> None:
-    """The first ``n`` slates of ``src`` into ``dst`` (kept when it already holds them)."""
+    """The first ``n`` slates of ``src`` into ``dst``."""
     from spdrank.slates import atomic_writer
 
-    if dst.exists() and sum(1 for _ in dst.open(encoding="utf-8")) == n:
-        return
     dst.parent.mkdir(parents=True, exist_ok=True)
     with src.open(encoding="utf-8") as fin, atomic_writer(dst) as fout:
         for i, line in enumerate(fin):
             if i >= n:
                 break
             fout.write(line)
-
-
-def has_features(manifest: Path) -> bool:
-    """Whether the slates of ``manifest`` were built with the features the recipe reads (a
-    demo directory from an earlier version holds slates without them)."""
-    if not manifest.exists():
-        return False
-    built = json.loads(manifest.read_text())["parameters"].get("features") or []
-    return set(FEATURES.split(",")) <= set(built)
 
 
 def ar_teacher_files() -> dict[str, Path]:
@@ -210,14 +268,18 @@ def ar_teacher_files() -> dict[str, Path]:
             if (base / fname).is_file()}
 
 
-def print_speedup(results: Path) -> None:
-    """The student's median latency against each autoregressive teacher's, from the same run."""
+def print_speedup(results: Path, teacher: str) -> None:
+    """The student's fidelity to its teacher, and its median latency against each
+    autoregressive teacher's, from the same run."""
     rankers = json.loads(results.read_text())["rankers"]
     student = rankers.get(f"{STUDENT}:{DECODER}")
     if not student:
         return
     ms = student["latency_ms"]["median"]
-    print(f"\nSPD student: {ms:.0f} ms per slate (median), 1 forward pass, "
+    fidelity = student["metrics"]
+    print(f"\nSPD student: Kendall tau {fidelity['tau']['mean']:.3f} and top-1 agreement "
+          f"{fidelity['top1']['mean']:.3f} with its teacher ({teacher}) on held-out slates")
+    print(f"SPD student: {ms:.0f} ms per slate (median), 1 forward pass, "
           f"{student['valid_pct']:.0f}% valid permutations")
     for name in AR_TEACHERS:
         t = rankers.get(name)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 #: The feature's name, as it appears in a candidate's ``features``.
 TITLE_SIMILARITY = "title_similarity"
@@ -36,12 +36,20 @@ def tokens(title: str) -> list[str]:
 class TitleSimilarity:
     """TF-IDF cosine of a candidate's title with the closest of the history's titles."""
 
-    def __init__(self, catalogue: Iterable[str], decimals: int = 6) -> None:
-        """``catalogue``: every item's title once (the IDF's documents)."""
+    def __init__(
+        self,
+        catalogue: Iterable[str],
+        decimals: int = 6,
+        tokenize: Callable[[str], list[str]] = tokens,
+    ) -> None:
+        """``catalogue``: every item's title once (the IDF's documents). ``tokenize``: a
+        title's terms (by default its words; a language model's token ids, written as text,
+        give the same score over what that model reads)."""
+        self.tokenize = tokenize
         df: Counter[str] = Counter()
         n = 0
         for title in catalogue:
-            df.update(set(tokens(title)))
+            df.update(set(tokenize(title)))
             n += 1
         # Smoothed as scikit-learn's TfidfVectorizer: a token in every title still weighs > 0.
         self.idf = {t: math.log((1 + n) / (1 + c)) + 1.0 for t, c in df.items()}
@@ -54,7 +62,7 @@ class TitleSimilarity:
         cached = self._vectors.get(title)
         if cached is not None:
             return cached
-        tf = Counter(tokens(title))
+        tf = Counter(self.tokenize(title))
         weights = {t: c * self.idf.get(t, self.unseen_idf) for t, c in tf.items()}
         norm = math.sqrt(sum(w * w for w in weights.values()))
         vector = {t: w / norm for t, w in weights.items()} if norm else {}
