@@ -261,3 +261,19 @@ def test_tokenizer_without_fast_backend_gives_the_same_prompt(tokenizer):
         assert _fields(plain.encode(query, texts)) == reference_encode(
             tokenizer, settings, query, texts
         )
+
+
+@pytest.mark.parametrize("history_items", [False, True])
+def test_the_user_context_is_the_same_prefix_for_every_candidate_set(tokenizer, history_items):
+    builder = PromptBuilder(tokenizer, PromptSettings(history_items=history_items))
+    query = "1. Maybelline Great Lash Mascara\n2. OPI Nail Lacquer, Big Apple Red"
+    a = builder.encode(query, ["Burt's Bees Lip Balm", "Neutrogena Wash"])
+    b = builder.encode(query, ["Revlon Nail Enamel"] * 7)
+    other = builder.encode("1. Olay Regenerist", ["Burt's Bees Lip Balm", "Neutrogena Wash"])
+    assert 0 < a.context_end == b.context_end < min(a.first)
+    assert a.input_ids[: a.context_end] == b.input_ids[: b.context_end]
+    assert a.input_ids[a.context_end :] != b.input_ids[b.context_end :]
+    # the context holds the history: another user's differs within it
+    assert other.input_ids[: other.context_end] != a.input_ids[: a.context_end]
+    if history_items:
+        assert max(last for _, last in a.history) < a.context_end

@@ -117,6 +117,10 @@ class EncodedPrompt:
     first: list[int] | None = None
     #: ``(first, last)`` token indices of each history item, oldest first (``history_items``).
     history: list[tuple[int, int]] | None = None
+    #: Where the user context ends: ``input_ids[:context_end]`` (template head, instruction,
+    #: history) is the same for every candidate set of the same user, so its keys and values
+    #: can be computed once and reused.
+    context_end: int = 0
 
 
 #: A cached text's tokens: its token ids cut to the budget, and whether the cut removed any.
@@ -286,6 +290,7 @@ class PromptBuilder:
             history = None
             items, (query, query_truncated) = self._item_tokens(candidate_texts, query_text)
             ids += query
+        context_end = len(ids)
         ids += self._literal(f"\n\nCandidates ({len(candidate_texts)}):")
         n = len(items)
         first: list[int] = [0] * n
@@ -300,7 +305,8 @@ class PromptBuilder:
             readout[i] = len(ids) - 1
         ids += self._tail
         return EncodedPrompt(
-            ids, readout, truncated, query_truncated, first=first, history=history
+            ids, readout, truncated, query_truncated, first=first, history=history,
+            context_end=context_end,
         )
 
     def _history(
