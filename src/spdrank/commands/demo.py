@@ -293,7 +293,7 @@ def print_next_steps(root: Path, model_dir: Path, subset: Path, seconds: float) 
     print(f"""
 Finished in {seconds / 60:.1f} min. Report and plots: {root / 'report'}
 
-Rank your own slates (JSONL, one slate per line; see the README's slate format):
+Rank your own slates (JSONL, one slate per line; the format: docs/usage.md#the-slate-format):
   spdrank rank --model {model_dir} --input {subset / 'eval.jsonl'} --output {root / 'ranked.jsonl'}
 
 Serve the student over HTTP. It reads each candidate's upstream features next to its title,
