@@ -52,6 +52,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 32])
     p.add_argument("--documents", type=int, default=50, help="documents per request (N)")
     p.add_argument("--max-batch-size", type=int, default=8, help="the batched server's setting")
+    p.add_argument("--batch-policy", default="auto",
+                   help="the batched server's --batch-policy (auto: single on a CPU)")
     p.add_argument("--max-wait-ms", type=float, default=5.0)
     p.add_argument("--max-queue", type=int, default=64)
     p.add_argument("--no-unbatched", action="store_true", help="skip the --max-batch-size 1 run")
@@ -177,7 +179,9 @@ async def load_level(
             "mean": round(sum(ms) / len(ms), 3) if ms else None,
             "max": round(max(ms), 3) if ms else None,
         },
-        "server_mean": {k: mean(k) for k in ("batch_size", "queue_ms", "inference_ms")},
+        "server_mean": {
+            k: mean(k) for k in ("collected", "batch_size", "queue_ms", "inference_ms")
+        },
     }
 
 
@@ -232,15 +236,16 @@ def write_report(out: Path, record: dict[str, Any]) -> None:
             f"{record['concurrency']}, loopback; client and server share the machine"
         ),
         "",
-        "| config | concurrency | ok | errors | p50 ms | p95 ms | p99 ms | req/s | mean batch | mean queue ms | mean inference ms |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| config | concurrency | ok | errors | p50 ms | p95 ms | p99 ms | req/s | mean collected | mean per prefill | mean queue ms | mean inference ms |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for lv in record["levels"]:
         lat, sm = lv["latency_ms"], lv["server_mean"]
         lines.append(
             f"| {lv['config']} | {lv['concurrency']} | {lv['ok']}{' (cut)' if lv['incomplete'] else ''} | "
             f"{lv['errors']} | {lat['p50']} | {lat['p95']} | {lat['p99']} | {lv['throughput_rps']} | "
-            f"{sm['batch_size']} | {sm['queue_ms']} | {sm['inference_ms']} |"
+            f"{sm.get('collected')} | {sm['batch_size']} | {sm['queue_ms']} | "
+            f"{sm['inference_ms']} |"
         )
     if record.get("speedup"):
         lines += ["", "Throughput, batched / unbatched: " + ", ".join(
@@ -276,7 +281,8 @@ def main(argv: list[str] | None = None) -> int:
         "time_limit_s": args.time_limit,
         "levels": [],
     }
-    configs = [(f"batched (max batch {args.max_batch_size})", args.max_batch_size)]
+    configs = [(f"batched (max batch {args.max_batch_size}, policy {args.batch_policy})",
+                args.max_batch_size)]
     if args.model and not args.no_unbatched and args.max_batch_size != 1:
         configs.append(("unbatched (max batch 1)", 1))
     record["servers"] = []
@@ -288,6 +294,7 @@ def main(argv: list[str] | None = None) -> int:
             tag = f"batch{batch}"
             flags = [
                 "--device", args.device, "--max-batch-size", str(batch),
+                *(["--batch-policy", args.batch_policy] if batch > 1 else []),
                 "--max-wait-ms", str(args.max_wait_ms), "--max-queue", str(args.max_queue),
             ]  # fmt: skip
             server = Server(args.model, flags, out / f"server-{tag}.log")

@@ -67,7 +67,7 @@ def test_rerank_contract(client, served):
     assert [x["index"] for x in results] == [int(d) for d in direct.docids]
     assert body["usage"]["prompt_tokens"] == body["usage"]["total_tokens"] > 0
     meta = body["meta"]
-    assert meta["batch_size"] == 1 and meta["truncated_documents"] == []
+    assert meta["batch_size"] == 1 and meta["collected"] == 1 and meta["truncated_documents"] == []
     assert (
         meta["queue_ms"] >= 0
         and meta["inference_ms"] > 0
@@ -249,6 +249,7 @@ def test_health_metrics_docs_and_unknown_routes(client):
     assert (
         health["status"] == "ok" and health["max_documents"] == K and health["model"] == "tiny-spd"
     )
+    assert health["batch_policy"] == "single"  # auto, on a CPU
     assert client.get("/v1/models").json()["data"][0]["id"] == "tiny-spd"
     client.post("/v1/rerank", json={"query": "q", "documents": ["a", "b"]})
     text = client.get("/metrics")
@@ -297,18 +298,38 @@ def test_serve_command_wires_the_flags(served, monkeypatch):
             "1000",
             "--device",
             "cpu",
+            "--batch-policy",
+            "bucketed",
+            "--max-padding",
+            "0.25",
         ]
     )
     assert args.func(args) == 0
     app = seen["app"]
     assert (seen["host"], seen["port"]) == ("127.0.0.1", 8123)
     assert app.state.settings == ServeSettings(
-        max_batch_size=3, max_wait_ms=2, max_queue=5, max_body_bytes=1000
+        max_batch_size=3,
+        max_wait_ms=2,
+        max_queue=5,
+        max_body_bytes=1000,
+        batch_policy="bucketed",
+        max_padding=0.25,
     )
     assert app.state.engine.name == "tiny-spd" and app.state.batcher.max_batch_size == 3
+    assert (app.state.engine.policy, app.state.engine.max_padding) == ("bucketed", 0.25)
     bad = build_parser().parse_args(["serve", "--model", str(served[1]), "--max-batch-size", "0"])
     with pytest.raises(ValueError, match="--max-batch-size must be positive"):
         bad.func(bad)
+    bad = build_parser().parse_args(["serve", "--model", str(served[1]), "--max-padding", "-1"])
+    with pytest.raises(ValueError, match="--max-padding must be >= 0"):
+        bad.func(bad)
+    with pytest.raises(SystemExit):  # argparse: not one of the choices
+        build_parser().parse_args(["serve", "--model", str(served[1]), "--batch-policy", "fast"])
+    # The default: auto, which is one prefill per slate on a CPU (see docs/serving.md).
+    args = build_parser().parse_args(["serve", "--model", str(served[1]), "--device", "cpu"])
+    assert args.func(args) == 0
+    assert seen["app"].state.settings.batch_policy == "auto"
+    assert seen["app"].state.engine.policy == "single"
 
 
 def test_each_slate_is_encoded_once_per_request(client, served, monkeypatch):

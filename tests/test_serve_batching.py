@@ -1,4 +1,5 @@
-"""Micro-batching: the batcher alone (no model), then a real uvicorn server on loopback."""
+"""Micro-batching: the batcher alone (no model), the batch policy (how a batch shares
+prefills) on the tiny model, then a real uvicorn server on loopback."""
 
 from __future__ import annotations
 
@@ -10,12 +11,15 @@ import time
 from collections.abc import Iterator
 
 import httpx
+import numpy as np
 import pytest
 import uvicorn
 
 from spdrank.serving import ServeSettings, create_app
 from spdrank.serving.batcher import InferenceError, MicroBatcher, QueueFullError
 from spdrank.serving.engine import Engine
+from spdrank.serving.policy import padding_waste, plan_prefills, resolve_policy
+from spdrank.slates import Candidate, Query, Slate
 from tests.test_serve import served  # noqa: F401 - the tiny model fixture
 
 # -- the batcher alone ------------------------------------------------------------------------
@@ -106,15 +110,192 @@ def test_a_failing_batch_is_retried_item_by_item():
     assert isinstance(bad, InferenceError) and "cannot rank 'bad'" in str(bad)
 
 
+def test_a_batch_run_in_parts_answers_each_part_as_it_finishes_with_its_size():
+    """Each part's items are answered when that part is done (before the next part runs),
+    with the part's size; ``collected`` is the whole batch's."""
+    first_answered = threading.Event()
+    parts_run: list[list[int]] = []
+
+    def parts(items: list[int]):
+        parts_run.append([items[0], items[2]])
+        yield [0, 2], [items[0] * 10, items[2] * 10]
+        # The worker waits here until the event loop has answered the first part.
+        assert first_answered.wait(10), "the first part was not answered before the second ran"
+        parts_run.append([items[1], items[3]])
+        yield [3, 1], [items[3] * 10, items[1] * 10]  # any order: results follow indices
+
+    async def main():
+        b = MicroBatcher(
+            lambda xs: [x * 10 for x in xs],
+            max_batch_size=4,
+            max_wait_ms=500,
+            max_queue=8,
+            parts=parts,
+        )
+        await b.start()
+        futures = [asyncio.ensure_future(b.submit(i)) for i in range(4)]
+        await asyncio.wait([futures[0]])
+        first_answered.set()
+        done = await asyncio.gather(*futures)
+        await b.stop()
+        return done, b
+
+    done, b = run_async(main())
+    assert parts_run == [[0, 2], [1, 3]]
+    assert [d.value for d in done] == [0, 10, 20, 30]
+    assert [d.batch_size for d in done] == [2, 2, 2, 2] and {d.collected for d in done} == {4}
+    # One observation per part (one prefill), not per collected batch.
+    assert b.metrics.batch_size.count() == 2 and b.metrics.inference.count() == 2
+
+
+def test_a_failing_part_keeps_the_answered_parts_and_retries_the_rest_alone():
+    alone: list[list[str]] = []
+
+    def run(items):
+        alone.append(list(items))
+        if "bad" in items:
+            raise ValueError("cannot rank 'bad'")
+        return [x.upper() for x in items]
+
+    def parts(items):
+        yield [0], [items[0].upper()]
+        raise RuntimeError("out of memory (simulated) on the second part")
+
+    async def main():
+        b = MicroBatcher(run, max_batch_size=3, max_wait_ms=200, max_queue=8, parts=parts)
+        await b.start()
+        out = await asyncio.gather(
+            *(b.submit(x) for x in ("a", "bad", "c")), return_exceptions=True
+        )
+        await b.stop()
+        return out
+
+    a, bad, c = run_async(main())
+    assert a.value == "A" and a.batch_size == 1 and c.value == "C" and c.batch_size == 1
+    assert isinstance(bad, InferenceError) and "cannot rank 'bad'" in str(bad)
+    assert alone == [["bad"], ["c"]]  # the answered part is not run again
+
+
+# -- the batch policy ------------------------------------------------------------------------
+
+MIXED = [900, 120, 880, 130, 1000, 125, 910, 500]
+
+
+@pytest.mark.parametrize("cap", [0.0, 0.05, 0.1, 0.5])
+def test_bucketing_splits_a_mixed_length_batch_within_the_padding_cap(cap):
+    assert padding_waste(MIXED) > 0.5  # one padded prefill would waste most of its work
+    groups = plan_prefills(MIXED, "bucketed", cap)
+    assert sorted(i for g in groups for i in g) == list(range(len(MIXED)))  # each once
+    assert all(padding_waste([MIXED[i] for i in g]) <= cap + 1e-12 for g in groups), groups
+    assert [g[0] for g in groups] == sorted(g[0] for g in groups)  # oldest request first
+    assert all(g == sorted(g) for g in groups)
+
+
+def test_bucketing_groups_near_equal_lengths_and_the_other_policies():
+    groups = plan_prefills(MIXED, "bucketed", 0.1)
+    assert groups == [[0, 2, 4, 6], [1, 3, 5], [7]]
+    assert plan_prefills([7, 7, 7], "bucketed", 0.0) == [[0, 1, 2]]  # no padding: one prefill
+    assert plan_prefills(MIXED, "padded") == [list(range(8))]
+    assert plan_prefills(MIXED, "single") == [[i] for i in range(8)]
+    assert plan_prefills([], "bucketed") == []
+    assert resolve_policy("auto", "cpu") == "single"
+    assert resolve_policy("auto", "cuda:0") == "bucketed"
+    assert resolve_policy("auto", "cpu", features_only=True) == "padded"
+    assert resolve_policy("padded", "cpu") == "padded"
+    with pytest.raises(ValueError, match="unknown batch policy 'fast'"):
+        resolve_policy("fast", "cpu")
+
+
+def mixed_slates() -> list[Slate]:
+    """Slates whose prompts differ a lot in length: short and long histories and titles."""
+    histories = [
+        "",
+        "1. rose shampoo",
+        "\n".join(f"{i}. argan oil serum no {i}" for i in range(1, 9)),
+    ]
+    out = []
+    for i in range(7):
+        n = 2 + i % 5
+        words = "vanilla body lotion extra" if i % 2 else "gel"
+        cands = [Candidate(f"d{j}", {"text": f"{words} {j}"}) for j in range(n)]
+        out.append(Slate(Query(f"u{i}", histories[i % 3]), cands))
+    return out
+
+
+def test_bucketed_engine_keeps_order_and_ranks_as_each_slate_alone(served):  # noqa: F811
+    model = served[0]
+    slates = mixed_slates()
+    cap = 0.1
+    engine = Engine(model, "tiny-spd", policy="bucketed", max_padding=cap)
+    prefills: list[list[int]] = []
+    real = model.rank_batch
+
+    def recording(batch, decoder=None, encoded=None):
+        prefills.append([len(e.input_ids) for e in encoded])
+        return real(batch, decoder, encoded)
+
+    model.rank_batch = recording  # the instance attribute shadows the method
+    try:
+        ranked = engine.rank(slates)
+    finally:
+        del model.rank_batch
+    lengths = [n for p in prefills for n in p]
+    assert padding_waste(lengths) > cap and len(prefills) > 1  # one prefill would exceed the cap
+    assert all(padding_waste(p) <= cap for p in prefills), prefills
+    assert len(ranked) == len(slates)
+    for slate, r in zip(slates, ranked):  # request order, and the same as ranking it alone
+        alone = model.rank(slate)
+        assert sorted(r.ranking.docids) == sorted(c.docid for c in slate.candidates)
+        assert r.ranking.docids == alone.docids and r.ranking.scores == alone.scores
+        assert r.prompt_tokens == len(model.encode(slate).input_ids)
+    # The score matrices too, not only the decoded order: each prefill's vs each slate alone.
+    parts = list(engine.rank_parts(slates))
+    for group, _ in parts:
+        together, _ = model.score_batch([slates[i] for i in group])
+        for row, i in enumerate(group):
+            alone, _ = model.score_batch([slates[i]])
+            n = len(slates[i])
+            np.testing.assert_allclose(together[row, :n], alone[0, :n], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("policy", ["padded", "bucketed", "single"])
+def test_every_policy_answers_in_request_order(served, policy):  # noqa: F811
+    slates = mixed_slates()
+    engine = Engine(served[0], "tiny-spd", policy=policy)
+    parts = list(engine.rank_parts(slates))
+    sizes = {"padded": [len(slates)], "single": [1] * len(slates)}
+    if policy in sizes:
+        assert [len(g) for g, _ in parts] == sizes[policy]
+    ranked = engine.rank(slates)
+    assert [sorted(r.ranking.docids) for r in ranked] == [
+        sorted(c.docid for c in s.candidates) for s in slates
+    ]
+    assert [r.ranking.docids for r in ranked] == [served[0].rank(s).docids for s in slates]
+
+
+def test_the_policy_is_wired_through_settings(served):  # noqa: F811
+    app = create_app(served[0], name="tiny-spd")  # defaults: auto, on a CPU
+    assert app.state.settings.batch_policy == "auto"
+    assert app.state.engine.policy == "single" and app.state.batcher.max_wait_s == 0
+    settings = ServeSettings(batch_policy="bucketed", max_padding=0.25, max_wait_ms=7)
+    app = create_app(Engine(served[0], "tiny-spd"), settings)
+    assert (app.state.engine.policy, app.state.engine.max_padding) == ("bucketed", 0.25)
+    assert app.state.batcher.max_wait_s == pytest.approx(0.007)
+    with pytest.raises(ValueError, match="unknown batch policy"):
+        ServeSettings(batch_policy="fastest")
+    with pytest.raises(ValueError, match="max_padding"):
+        ServeSettings(max_padding=-0.1)
+
+
 # -- a real server ----------------------------------------------------------------------------
 
 
 class SlowEngine(Engine):
     """The tiny model, made slow enough (0.3 s a batch) that requests pile up behind it."""
 
-    def rank(self, slates):
+    def rank_parts(self, slates):
         time.sleep(0.3)
-        return super().rank(slates)
+        return super().rank_parts(slates)
 
 
 def free_port() -> int:
@@ -147,7 +328,7 @@ async def fire(url: str, n: int) -> list[httpx.Response]:
 
 
 def test_real_server_batches_concurrent_requests_and_sheds_load(served):  # noqa: F811
-    settings = ServeSettings(max_batch_size=4, max_wait_ms=150, max_queue=4)
+    settings = ServeSettings(max_batch_size=4, max_wait_ms=150, max_queue=4, batch_policy="padded")
     app = create_app(SlowEngine(served[0], "tiny-spd"), settings)
     with running(app) as url:
         # Four at once: they share prefills (at least one batch holds more than one slate).

@@ -2,10 +2,12 @@
 
     spdrank serve --model runs/beauty-clicks [--host 127.0.0.1 --port 8000]
         [--max-batch-size 8] [--max-wait-ms 5] [--max-queue 64] [--max-body-bytes 1000000]
+        [--batch-policy auto|padded|bucketed|single] [--max-padding 0.1]
 
 ``POST /v1/rerank`` (also ``/rerank``, ``/v2/rerank``) speaks the Cohere / vLLM / Jina rerank
-API; ``POST /v1/rank`` takes one spdrank slate. Concurrent requests are micro-batched into one
-padded prefill. ``GET /healthz``, ``GET /metrics`` (Prometheus), ``GET /docs`` (OpenAPI).
+API; ``POST /v1/rank`` takes one spdrank slate. Concurrent requests are micro-batched; the
+batch policy decides how a batch shares prefills (auto: one per slate on a CPU, length-bucketed
+on an accelerator). ``GET /healthz``, ``GET /metrics`` (Prometheus), ``GET /docs`` (OpenAPI).
 See docs/serving.md.
 """
 
@@ -14,6 +16,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 from typing import Any
+
+# Plain Python, imported when the command line is parsed (spdrank.serving loads its app,
+# FastAPI and torch only when asked for them): the policy's one source of names and defaults.
+from spdrank.serving.policy import BATCH_POLICIES, DEFAULT_BATCH_POLICY, DEFAULT_MAX_PADDING
 
 
 def register(sub: Any) -> None:
@@ -46,6 +52,22 @@ def register(sub: Any) -> None:
         help="requests waiting for a batch before new ones get 503 + Retry-After",
     )
     p.add_argument("--max-body-bytes", type=int, default=1_000_000, help="larger bodies get 413")
+    p.add_argument(
+        "--batch-policy",
+        default=DEFAULT_BATCH_POLICY,
+        choices=BATCH_POLICIES,
+        help="how a collected batch shares prefills: padded (one prefill), bucketed (by prompt "
+        "length, padding within --max-padding), single (one prefill per slate) or auto "
+        "(single on a CPU, where batching saves nothing; bucketed on an accelerator). "
+        f"Default: {DEFAULT_BATCH_POLICY}",
+    )
+    p.add_argument(
+        "--max-padding",
+        type=float,
+        default=DEFAULT_MAX_PADDING,
+        help="bucketed: padded positions a prefill may hold, as a share of its real tokens "
+        f"(default {DEFAULT_MAX_PADDING})",
+    )
     p.add_argument("--device", default="auto", help="cpu, cuda or auto")
     p.add_argument(
         "--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"]
@@ -59,6 +81,8 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError(f"--{flag.replace('_', '-')} must be positive")
     if args.max_wait_ms < 0:
         raise ValueError("--max-wait-ms must be >= 0")
+    if args.max_padding < 0:
+        raise ValueError("--max-padding must be >= 0")
 
     try:
         import uvicorn
@@ -79,6 +103,8 @@ def run(args: argparse.Namespace) -> int:
         max_wait_ms=args.max_wait_ms,
         max_queue=args.max_queue,
         max_body_bytes=args.max_body_bytes,
+        batch_policy=args.batch_policy,
+        max_padding=args.max_padding,
     )
     # One ranking before the port opens: lazy initialisation (kernels, allocator) is paid
     # here rather than by the first client, and a broken checkpoint fails before serving.

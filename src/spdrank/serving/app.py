@@ -34,6 +34,7 @@ from spdrank.serving.batcher import (
 from spdrank.serving.engine import Engine, Ranked
 from spdrank.serving.gate import ROUTE_KEY, START_KEY, Gate, error_json, route_label
 from spdrank.serving.metrics import CONTENT_TYPE, ServerMetrics
+from spdrank.serving.policy import BATCH_POLICIES, DEFAULT_BATCH_POLICY, DEFAULT_MAX_PADDING
 from spdrank.serving.schemas import (
     ErrorResponse,
     RerankRequest,
@@ -59,6 +60,18 @@ class ServeSettings:
     max_wait_ms: float = 5.0
     max_queue: int = 64
     max_body_bytes: int = 1_000_000
+    #: How collected slates share prefills: auto, padded, bucketed or single (policy.py).
+    batch_policy: str = DEFAULT_BATCH_POLICY
+    #: ``bucketed``: padded positions a prefill may hold, as a share of its real tokens.
+    max_padding: float = DEFAULT_MAX_PADDING
+
+    def __post_init__(self) -> None:
+        if self.batch_policy not in BATCH_POLICIES:
+            raise ValueError(
+                f"unknown batch policy {self.batch_policy!r}: use one of {', '.join(BATCH_POLICIES)}"
+            )
+        if self.max_padding < 0:
+            raise ValueError("max_padding must be >= 0")
 
 
 class ApiError(Exception):
@@ -83,29 +96,40 @@ class ApiError(Exception):
 def create_app(
     model: SPDRanker | Engine, settings: ServeSettings | None = None, name: str | None = None
 ) -> FastAPI:
-    """The app serving ``model`` (an SPDRanker, or an Engine wrapping one) under ``name``."""
+    """The app serving ``model`` (an SPDRanker, or an Engine wrapping one) under ``name``.
+
+    The settings' batch policy is applied to the engine (``auto`` resolved for its device).
+    """
     settings = settings or ServeSettings()
     engine = model if isinstance(model, Engine) else Engine(model, name or model.name)
+    engine.use_policy(settings.batch_policy, settings.max_padding)
     metrics = ServerMetrics()
+    # With one prefill per slate nothing is shared, so waiting for others to join only adds
+    # latency: the collector then takes what is queued (up to the batch size) without waiting.
+    max_wait_ms = 0.0 if engine.policy == "single" else settings.max_wait_ms
     batcher: MicroBatcher[Slate, Ranked] = MicroBatcher(
         engine.rank,
         max_batch_size=settings.max_batch_size,
-        max_wait_ms=settings.max_wait_ms,
+        max_wait_ms=max_wait_ms,
         max_queue=settings.max_queue,
         metrics=metrics,
+        parts=engine.rank_parts,
     )
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         await batcher.start()
         log.info(
-            "serving %s (K=%d, device %s): batches of up to %d, %.1f ms wait, queue %d",
+            "serving %s (K=%d, device %s): batches of up to %d, %.1f ms wait, queue %d, "
+            "batch policy %s (%s)",
             engine.name,
             engine.max_documents,
             engine.device,
             settings.max_batch_size,
-            settings.max_wait_ms,
+            max_wait_ms,
             settings.max_queue,
+            engine.policy,
+            settings.batch_policy,
         )
         try:
             yield
@@ -250,6 +274,7 @@ def create_app(
             "model": engine.name,
             "max_documents": engine.max_documents,
             "device": engine.device,
+            "batch_policy": engine.policy,
             "queue_depth": batcher.pending,
         }
         return JSONResponse(body)
@@ -330,6 +355,7 @@ def _meta(request: Request, done: Done[Ranked]) -> dict[str, Any]:
     ranked = done.value
     return {
         "batch_size": done.batch_size,
+        "collected": done.collected,
         "queue_ms": round(done.queue_ms, 3),
         "inference_ms": round(done.inference_ms, 3),
         "total_ms": round((time.perf_counter() - start) * 1e3, 3),

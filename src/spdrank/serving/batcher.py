@@ -10,13 +10,17 @@ arrive close together are grouped. The design is the usual one for a single mode
 * the batch runs in ONE worker thread. torch is not re-entrant friendly and one model on one
   device gains nothing from two concurrent forward passes, so inference is strictly serial
   while the event loop keeps accepting, validating and queueing requests;
+* a batch may run in parts (``parts``: the engine's batch policy splits it into several
+  prefills); each part's items are answered as soon as that part is done, with the part's
+  own size and time, so every request's ``batch_size`` and ``inference_ms`` say what its
+  answer actually cost;
 * admission is bounded: past ``max_queue`` waiting items :meth:`MicroBatcher.submit` raises
   :class:`QueueFullError` at once (the server answers 503 + Retry-After) instead of letting
   latency grow without limit.
 
-A batch that raises is retried one item at a time, so one bad slate (or an out-of-memory on a
-large batch) fails only the requests that fail alone; the collector itself never dies.
-This module does not import torch: it batches any callable ``list[T] -> list[R]``.
+A batch (or part) that raises is retried one item at a time, so one bad slate (or an
+out-of-memory on a large batch) fails only the requests that fail alone; the collector itself
+never dies. This module does not import torch: it batches any callable ``list[T] -> list[R]``.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ import asyncio
 import logging
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Generic, TypeVar
@@ -36,6 +40,9 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 R = TypeVar("R")
+
+#: One part of a batch: which of the batch's items it ran (indices) and their results.
+Part = tuple[Sequence[int], Sequence[R]]
 
 
 class QueueFullError(Exception):
@@ -59,9 +66,14 @@ class Done(Generic[R]):
     """One item's result and how it was served."""
 
     value: R
+    #: Items that ran together with this one (its part of the batch: one prefill).
     batch_size: int
+    #: From admission until its part started running.
     queue_ms: float
+    #: Its part's run time (for the batch's first part, also the batch's preparation).
     inference_ms: float
+    #: Items collected into the same batch (``batch_size`` or more when the batch ran in parts).
+    collected: int = 0
 
 
 @dataclass
@@ -72,7 +84,12 @@ class _Job(Generic[T, R]):
 
 
 class MicroBatcher(Generic[T, R]):
-    """Groups submitted items into batches for ``run``, executed in a single worker thread."""
+    """Groups submitted items into batches for ``run``, executed in a single worker thread.
+
+    ``parts``, when given, runs a batch instead of ``run``: it yields ``(indices, results)``
+    for each part of the batch as it finishes, and every item must appear in exactly one
+    part. ``run`` stays the way to run items alone (retrying after a failure).
+    """
 
     def __init__(
         self,
@@ -82,6 +99,7 @@ class MicroBatcher(Generic[T, R]):
         max_wait_ms: float = 5.0,
         max_queue: int = 64,
         metrics: ServerMetrics | None = None,
+        parts: Callable[[list[T]], Iterable[Part[R]]] | None = None,
     ) -> None:
         if max_batch_size < 1:
             raise ValueError("max_batch_size must be at least 1")
@@ -90,6 +108,7 @@ class MicroBatcher(Generic[T, R]):
         if max_queue < 1:
             raise ValueError("max_queue must be at least 1")
         self._run = run
+        self._parts = parts or (lambda items: [(range(len(items)), run(items))])
         self.max_batch_size = max_batch_size
         self.max_wait_s = max_wait_ms / 1e3
         self.max_queue = max_queue
@@ -177,11 +196,8 @@ class MicroBatcher(Generic[T, R]):
             live = [job for job in batch if not job.future.done()]  # skip cancelled clients
             if not live:
                 continue
-            started = time.perf_counter()
             try:
-                outcomes, seconds = await loop.run_in_executor(
-                    self._executor, self._run_isolated, [job.item for job in live]
-                )
+                seconds = await loop.run_in_executor(self._executor, self._work, live, loop)
             except asyncio.CancelledError:
                 for job in live:
                     if not job.future.done():
@@ -189,40 +205,93 @@ class MicroBatcher(Generic[T, R]):
                 raise
             except Exception as exc:  # the executor itself failed: never kill the collector
                 log.exception("batch dispatch failed")
-                outcomes, seconds = [InferenceError(str(exc))] * len(live), 0.0
+                self._resolve(
+                    live,
+                    [InferenceError(str(exc))] * len(live),
+                    time.perf_counter(),
+                    0.0,
+                    len(live),
+                )
+                seconds = 0.0
             self._batch_s = seconds if self._batch_s == 0 else 0.8 * self._batch_s + 0.2 * seconds
-            self.metrics.batch_size.observe(len(live))
-            self.metrics.inference.observe(seconds)
-            for job, outcome in zip(live, outcomes):
-                queue_s = started - job.admitted
-                self.metrics.queue_wait.observe(queue_s)
-                if job.future.done():
-                    continue
-                if isinstance(outcome, BaseException):
-                    job.future.set_exception(outcome)
-                else:
-                    job.future.set_result(Done(outcome, len(live), queue_s * 1e3, seconds * 1e3))
 
-    def _run_isolated(self, items: list[T]) -> tuple[list[R | InferenceError], float]:
-        """Run a batch in the worker thread; if it raises, run its items one by one."""
-        start = time.perf_counter()
-        try:
-            results = list(self._run(items))
-            if len(results) != len(items):
-                raise RuntimeError(f"run returned {len(results)} results for {len(items)} items")
-            return list(results), time.perf_counter() - start
-        except Exception as exc:
-            log.exception("inference failed on a batch of %d", len(items))
-            if len(items) == 1:
-                return [_wrap(exc)], time.perf_counter() - start
-        outcomes: list[R | InferenceError] = []
-        for item in items:
+    def _resolve(
+        self,
+        jobs: list[_Job[T, R]],
+        outcomes: Sequence[R | BaseException],
+        started: float,
+        seconds: float,
+        collected: int,
+    ) -> None:
+        """On the event loop: answer the jobs of one part that started at ``started``."""
+        self.metrics.batch_size.observe(len(jobs))
+        self.metrics.inference.observe(seconds)
+        for job, outcome in zip(jobs, outcomes):
+            queue_s = max(0.0, started - job.admitted)
+            self.metrics.queue_wait.observe(queue_s)
+            if job.future.done():
+                continue
+            if isinstance(outcome, BaseException):
+                job.future.set_exception(outcome)
+            else:
+                job.future.set_result(
+                    Done(outcome, len(jobs), queue_s * 1e3, seconds * 1e3, collected)
+                )
+
+    def _work(self, jobs: list[_Job[T, R]], loop: asyncio.AbstractEventLoop) -> float:
+        """Run a batch in the worker thread, answering each part's jobs as it finishes; if it
+        raises, run the jobs not yet answered one by one. Returns the batch's seconds."""
+        n = len(jobs)
+        items = [job.item for job in jobs]
+
+        def deliver(
+            indices: Sequence[int], outcomes: Sequence[R | BaseException], t0: float
+        ) -> None:
+            seconds = time.perf_counter() - t0
+            part = [jobs[i] for i in indices]
             try:
-                outcomes.append(self._run([item])[0])
+                loop.call_soon_threadsafe(self._resolve, part, list(outcomes), t0, seconds, n)
+            except RuntimeError:  # the loop is closed: the server has stopped
+                pass
+
+        start = mark = time.perf_counter()
+        answered = [False] * n
+        try:
+            for indices, results in self._parts(items):
+                indices = list(indices)
+                if not indices:
+                    continue  # nothing answered: its time goes to the next part
+                if len(results) != len(indices):
+                    raise RuntimeError(
+                        f"a part returned {len(results)} results for {len(indices)} items"
+                    )
+                if len(set(indices)) < len(indices) or any(
+                    not 0 <= i < n or answered[i] for i in indices
+                ):
+                    raise RuntimeError(f"a part ran items {indices} twice or out of range")
+                deliver(indices, results, mark)
+                for i in indices:
+                    answered[i] = True
+                mark = time.perf_counter()
+            if not all(answered):
+                raise RuntimeError(f"the parts left {answered.count(False)} of {n} items unrun")
+            return time.perf_counter() - start
+        except Exception as exc:
+            log.exception("inference failed on a batch of %d", n)
+            failure = exc
+        rest = [i for i in range(n) if not answered[i]]
+        if n == 1 and rest:  # it already failed alone
+            deliver(rest, [_wrap(failure)], mark)
+            return time.perf_counter() - start
+        for i in rest:
+            t0 = time.perf_counter()
+            try:
+                outcome: R | BaseException = self._run([items[i]])[0]
             except Exception as exc:
                 log.exception("inference failed on a single item")
-                outcomes.append(_wrap(exc))
-        return outcomes, time.perf_counter() - start
+                outcome = _wrap(exc)
+            deliver([i], [outcome], t0)
+        return time.perf_counter() - start
 
 
 def _wrap(exc: Exception) -> InferenceError:

@@ -2,15 +2,24 @@
 
 Runs only in the batcher's worker thread, so the model and its tokenizer are never used by
 two threads at once (fast tokenizers raise "Already borrowed" when they are).
+
+How a batch shares prefills is the batch policy's (``policy.py``).
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from spdrank.ranking import Ranking
+from spdrank.serving.policy import (
+    DEFAULT_BATCH_POLICY,
+    DEFAULT_MAX_PADDING,
+    plan_prefills,
+    resolve_policy,
+)
 from spdrank.slates import Slate
 from spdrank.validation import check_fits_model
 
@@ -30,11 +39,26 @@ class Ranked:
 
 
 class Engine:
-    """Wraps an :class:`SPDRanker` for serving: its name, its K, and batched ranking."""
+    """Wraps an :class:`SPDRanker` for serving: its name, its K, and batched ranking under a
+    batch policy (see spdrank.serving.policy)."""
 
-    def __init__(self, model: SPDRanker, name: str) -> None:
+    def __init__(
+        self,
+        model: SPDRanker,
+        name: str,
+        policy: str = DEFAULT_BATCH_POLICY,
+        max_padding: float = DEFAULT_MAX_PADDING,
+    ) -> None:
         self.model = model
         self.name = name
+        self.use_policy(policy, max_padding)
+
+    def use_policy(self, policy: str, max_padding: float = DEFAULT_MAX_PADDING) -> None:
+        """Set the batch policy (``auto`` is resolved here, for this model's device)."""
+        if max_padding < 0:
+            raise ValueError("max_padding must be >= 0")
+        self.policy = resolve_policy(policy, self.device, bool(self.model.config.features_only))
+        self.max_padding = float(max_padding)
 
     @property
     def max_documents(self) -> int:
@@ -65,20 +89,38 @@ class Engine:
         check_fits_model(slate, self.max_documents, self.model.features)
 
     def rank(self, slates: list[Slate]) -> list[Ranked]:
-        """One padded prefill over ``slates`` (via ``rank_batch``), plus truncation reports.
+        """Rank ``slates`` under the batch policy; the results in the slates' order."""
+        out: list[Ranked | None] = [None] * len(slates)
+        for indices, results in self.rank_parts(slates):
+            for i, result in zip(indices, results):
+                out[i] = result
+        assert all(r is not None for r in out), "a slate was left unranked"
+        return out  # type: ignore[return-value]
 
-        The prompts are encoded here, once, so their truncation flags and token counts can be
-        reported; ``rank_batch`` takes them as they are.
+    def rank_parts(self, slates: list[Slate]) -> Iterator[tuple[list[int], list[Ranked]]]:
+        """Rank ``slates`` one prefill at a time: yields each prefill's slates (indices into
+        ``slates``) and their results, as soon as that prefill is done.
+
+        The prompts are encoded first, once (their token counts decide the groups; their
+        truncation flags and counts are reported; ``rank_batch`` takes them as they are).
+        A result's ``tokenize`` timing is the encoding of its prefill's slates plus collation.
         """
         model = self.model
-        start = time.perf_counter()
-        encoded = [model.encode(slate) for slate in slates]
-        encode_ms = (time.perf_counter() - start) * 1e3
-        rankings = model.rank_batch(slates, encoded=encoded)
-        out = []
-        for ranking, e in zip(rankings, encoded):
-            ranking.timings["tokenize"] = ranking.timings.get("tokenize", 0.0) + encode_ms
-            out.append(
-                Ranked(ranking, list(e.truncated), bool(e.query_truncated), len(e.input_ids))
-            )
-        return out
+        encoded = []
+        encode_ms = []
+        for slate in slates:
+            start = time.perf_counter()
+            encoded.append(model.encode(slate))
+            encode_ms.append((time.perf_counter() - start) * 1e3)
+        lengths = [len(e.input_ids) for e in encoded]
+        for group in plan_prefills(lengths, self.policy, self.max_padding):
+            part = [encoded[i] for i in group]
+            rankings = model.rank_batch([slates[i] for i in group], encoded=part)
+            tokenize_ms = sum(encode_ms[i] for i in group)
+            results = []
+            for ranking, e in zip(rankings, part):
+                ranking.timings["tokenize"] = ranking.timings.get("tokenize", 0.0) + tokenize_ms
+                results.append(
+                    Ranked(ranking, list(e.truncated), bool(e.query_truncated), len(e.input_ids))
+                )
+            yield group, results
