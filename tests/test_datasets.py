@@ -778,3 +778,209 @@ def test_beauty_is_byte_identical(beauty_builds):
     )
     assert sorted(p.name for p in here.out_dir.iterdir()) == sorted(OUTPUTS)
     assert _snapshot(here.out_dir) == _snapshot(other)
+
+
+# -- RecBole atomic files -------------------------------------------------------------------
+
+INTER_HEADER = "user_id:token\titem_id:token\trating:float\ttimestamp:float"
+
+
+def _atomic(tmp_path: Path, inter: list[str], item: list[str] | None = None) -> tuple[Path, Path]:
+    items = item if item is not None else [
+        "item_id:token\ttitle:token_seq\tbrand:token",
+        *(f"i{k}\tTitle &amp; {k}\tbrand{k % 3}" for k in range(10)),
+    ]
+    return (_write(tmp_path / "log.inter", inter, INTER_HEADER),
+            _write(tmp_path / "log.item", items))
+
+
+def test_recbole_atomic_files_are_read_as_a_log_and_titles(tmp_path):
+    """One interaction a line, users interleaved and out of time order: each user's items by
+    timestamp (ties in file order), users in the order of their first line; the header is
+    no user, and the .item file's title column gives the titles."""
+    inter, item = _atomic(tmp_path, [
+        "u2\ti5\t4\t300", "u1\ti1\t5\t200", "u1\ti0\t3\t100", "u2\ti6\t5\t100",
+        "u1\ti2\t4\t200", "", "u2\ti7\t2\t500", "u3\ti9\t1\t7",
+    ])
+    log = read_sequences(inter)
+    assert log.users == [("u2", ["i6", "i5", "i7"]), ("u1", ["i0", "i1", "i2"])]
+    assert (log.short_users, log.lines, log.empty_lines) == (1, 9, 1)
+    assert read_titles(item) == {f"i{k}": f"Title & {k}" for k in range(10)}
+    result = build_from_files(inter, item, tmp_path / "out", BuildOptions(candidates=3),
+                              progress=False)
+    slates = {s.query.qid: s for s in _slates(tmp_path / "out")}
+    assert sorted(slates) == ["u1", "u2"]
+    assert slates["u1"].query.text == "1. Title & 0\n2. Title & 1"
+    assert result.counts["untitled_items"] == 0
+
+
+def test_recbole_sequential_form_keeps_each_users_longest_sequence(tmp_path):
+    inter = _write(tmp_path / "seq.inter", [
+        "u1\ti0 i1\ti2", "u1\ti0 i1 i2\ti3", "u2\ti4\ti5", "u1\ti0\ti1",
+    ], "user_id:token\titem_id_list:token_seq\titem_id:token")
+    assert read_sequences(inter).users == [("u1", ["i0", "i1", "i2", "i3"]), ("u2", ["i4", "i5"])]
+
+
+def test_recbole_item_file_reads_a_title_named_otherwise(tmp_path):
+    path = _write(tmp_path / "ml.item", ["1\tToy Story (1995)\t1995", "2\tJumanji\t1995"],
+                  "item_id:token\tmovie_title:token_seq\trelease_year:token")
+    assert read_titles(path) == {"1": "Toy Story (1995)", "2": "Jumanji"}
+
+
+@pytest.mark.parametrize(
+    ("name", "header", "lines", "line", "problem"),
+    [
+        ("seq.txt", None, ["u1 a b", "u2 c d", "user_id:token item_id:token"], 3,
+         "'user_id:token' is a RecBole header field (name:type), not a user or an item"),
+        ("log.inter", INTER_HEADER, ["u1\ti1\t5\t1", "u1\ti2\t5"], 3,
+         "expected 4 tab-separated fields"),
+        ("log.inter", INTER_HEADER, ["u1\ti1\t5\tyesterday"], 2,
+         "timestamp 'yesterday' is not a number"),
+        ("log.inter", INTER_HEADER, ["\ti1\t5\t1"], 2, "empty user_id"),
+        ("log.inter", INTER_HEADER, ["u1\ti1\t5\t1", INTER_HEADER], 3,
+         "a second RecBole header line"),
+        ("log.inter", "user:token\titem_id:token", ["u1\ti1"], 1, "has no user_id column"),
+        ("log.item", "item_id:token\tbrand:token", ["i1\tacme"], 1, "needs one title column"),
+        ("log.item", "item_id:token\ttitle:token_seq", ["i1\tA", "i1\tB"], 3,
+         "item 'i1' has a second title (first at line 2)"),
+    ],
+)
+def test_a_line_that_cannot_be_a_user_or_an_item_names_file_and_line(
+    tmp_path, name, header, lines, line, problem
+):
+    path = _write(tmp_path / name, lines, header)
+    read = read_titles if name.endswith(".item") else read_sequences
+    with pytest.raises(SlateError) as info:
+        read(path)
+    assert str(info.value).startswith(f"{path}:{line}: "), str(info.value)
+    assert problem in str(info.value)
+
+
+# -- retriever lists: scores, users without one, targets it missed --------------------------
+
+
+def _listed(tmp_path: Path, lists: list[str], **options):
+    """u1..u4 with lists (``lists``), u5 without one: its items x, y, c are counted."""
+    _inputs(tmp_path, seq_lines=["u1 a b c", "u2 a b d", "u3 b c", "u4 a c", "u5 x y c"],
+            title_lines=[])
+    cands = _write(tmp_path / "c.txt", lists)
+    options = {"candidates": 3, "eval_fraction": 0.0} | options
+    return _build(tmp_path, candidate_file=cands, **options)
+
+
+def test_users_without_a_list_still_count_in_features_and_baselines(tmp_path):
+    from spdrank.commands.eval import fit_rankers
+
+    result = _listed(tmp_path, ["u1 c y e", "u2 d c e", "u3 c a e", "u4 c d e"], features=True)
+    slates = {s.query.qid: s for s in _slates(result.out_dir)}
+    assert sorted(slates) == ["u1", "u2", "u3", "u4"]  # u5: no list, no slate
+    y = next(c for c in slates["u1"].candidates if c.docid == "y")
+    assert y.features["popularity"] == _log1p(1)  # y is only in u5's sequence
+    assert (result.out_dir / "extra_sequences.txt").read_text() == "u5 x y c\n"
+    assert result.extra_path == result.out_dir / "extra_sequences.txt"
+    assert result.counts["users_without_candidate_list"] == 1
+    assert result.manifest["outputs"]["extra_sequences.txt"]["sequences"] == 1
+    assert "extra_sequences.txt" in result.manifest["policies"]["extra_sequences"]
+    popularity = PopularityRanker()
+    fit_rankers([popularity], result.train_path, progress=False)
+    assert popularity.counts["y"] == 1 and popularity.counts["c"] == 4
+    # A later build where everyone has a list leaves no stale file for the baselines to read.
+    _write(tmp_path / "c.txt", ["u1 c y", "u2 d c", "u3 c a", "u4 c d", "u5 c a"])
+    assert _build(tmp_path, candidate_file=tmp_path / "c.txt", candidates=3).extra_path is None
+    assert not (result.out_dir / "extra_sequences.txt").exists()
+
+
+def test_a_scored_candidate_file_gives_each_candidate_the_retrievers_score(tmp_path):
+    from spdrank.baselines import make_baseline
+    from spdrank.features import FeatureNormalizer
+
+    result = _listed(tmp_path, ["u1 c:0.9 y:0.5 e:-1.5", "u2 e:0.8 a:0.25", "u3 c:2 a:1e-3",
+                                "u4 y:3 e:2.5 c:1"])
+    scores = {s.query.qid: {c.docid: c.score for c in s.candidates} for s in _slates(result.out_dir)}
+    assert scores["u1"] == {"c": 0.9, "y": 0.5, "e": -1.5}
+    assert scores["u2"] == {"e": 0.8, "a": 0.25, "d": 0.25}  # d inserted: the lowest score
+    assert scores["u4"] == {"y": 3.0, "e": 2.5, "c": 1.0}  # cut to 3, the target kept
+    assert "lowest score" in result.manifest["policies"]["candidate_scores"]
+    slate = next(s for s in _slates(result.out_dir) if s.query.qid == "u1")
+    assert make_baseline("feature:score").rank(slate).docids == ["c", "y", "e"]
+    assert FeatureNormalizer.fit(["score"], _slates(result.out_dir)).names == ("score",)
+    plain = _listed(tmp_path, ["u1 c y e", "u2 e a"])  # the plain form is unchanged
+    assert {c.score for s in _slates(plain.out_dir) for c in s.candidates} == {0.0}
+
+
+def test_a_scored_candidate_file_must_score_every_candidate(tmp_path):
+    path = _write(tmp_path / "c.txt", ["u1 c:0.9 y:0.5", "u2 d:1", "u3 e f:0.1"])
+    with pytest.raises(SlateError) as info:
+        read_candidate_lists(path)
+    assert str(info.value) == (
+        f"{path}:3: candidate 'e' has no score: the file's first candidate (line 1) is "
+        "item:score, so every candidate must be"
+    )
+    with pytest.raises(SlateError, match=r"c.txt:1: candidate 'c' has a non-finite score"):
+        read_candidate_lists(_write(tmp_path / "c.txt", ["u1 c:inf"]))
+    assert read_candidate_lists(_write(tmp_path / "c.txt", ["u1 a:b:c d"])).lists == {
+        "u1": ["a:b:c", "d"]  # the first candidate has no numeric score: plain ids
+    }
+
+
+def test_inserted_targets_are_warned_about(tmp_path, caplog):
+    with caplog.at_level("WARNING", logger="spdrank.datasets.sequences"):
+        result = _listed(tmp_path, ["u1 c y e", "u2 e a", "u3 a e", "u4 c d e"])
+    assert result.counts["targets_added"] == 2
+    warned = [r.getMessage() for r in caplog.records if "inserted" in r.getMessage()]
+    assert len(warned) == 1
+    assert warned[0].startswith("2 of 4 targets were not among the retriever's candidates")
+    assert "--no-insert-target" in warned[0]
+
+
+def test_without_insertion_a_missed_target_stays_out_and_counts_as_a_miss(tmp_path, capsys):
+    from spdrank.baselines import PopularityRanker as Popularity
+    from spdrank.evaluate import evaluate
+
+    result = _listed(tmp_path, ["u1 c y e", "u2 e a", "u3 a e", "u4 c d e", "u5"],
+                     insert_target=False)
+    slates = {s.query.qid: s for s in _slates(result.out_dir)}
+    assert sorted(slates) == ["u1", "u2", "u3", "u4"]  # u5's empty list: no slate, counted
+    assert sorted(slates["u2"].docids) == ["a", "e"]  # the list as retrieved, no target
+    assert slates["u2"].clicked == [] and slates["u2"].extra == {"clicked_not_retrieved": ["d"]}
+    assert slates["u1"].clicked == ["c"] and "clicked_not_retrieved" not in slates["u1"].extra
+    assert result.counts["targets_not_retrieved"] == 2 and result.counts["targets_added"] == 0
+    assert result.manifest["parameters"]["insert_target"] is False
+    popularity = Popularity()
+    popularity.fit(slates.values())
+    assert popularity.counts["d"] == 1  # the missed target is still the user's interaction
+    records = evaluate([popularity], [slates["u2"], slates["u1"]], warmup=0)["popularity"].records
+    assert records[0].metrics.values["R@10"] == 0.0 and records[0].metrics.values["MRR"] == 0.0
+    args = _parser().parse_args([
+        "data", "sequences", "--sequences", str(tmp_path / "seq.txt"), "--titles",
+        str(tmp_path / "titles.tsv"), "--out", str(tmp_path / "cli"), "--candidate-file",
+        str(tmp_path / "c.txt"), "--candidates", "3", "--no-insert-target", "--no-progress",
+    ])
+    assert args.func(args) == 0
+    assert "2 targets not retrieved (kept without, counted as misses)" in capsys.readouterr().out
+    args = _parser().parse_args([
+        "data", "sequences", "--sequences", str(tmp_path / "seq.txt"), "--titles",
+        str(tmp_path / "titles.tsv"), "--out", str(tmp_path / "cli"), "--no-insert-target",
+    ])
+    with pytest.raises(ValueError, match="--no-insert-target applies to --candidate-file"):
+        args.func(args)
+
+
+# -- the size of the eval split -------------------------------------------------------------
+
+
+def test_a_small_eval_split_is_warned_about_with_a_fraction_that_fixes_it(tmp_path, caplog):
+    _inputs(tmp_path, seq_lines=_log(n_users=4000))
+    with caplog.at_level("WARNING", logger="spdrank.datasets.sequences"):
+        result = _build(tmp_path, candidates=3, eval_fraction=0.05)
+    assert result.counts["eval"] == 200
+    (message,) = [r.getMessage() for r in caplog.records]
+    assert message.startswith("200 eval slates: a metric near 0.5 has a 95% confidence "
+                              "interval of about ±0.07")
+    assert message.endswith("--eval-fraction 0.25 would give about 1,000")
+    assert eval_count(4000, 0.25) == 1000
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="spdrank.datasets.sequences"):
+        _build(tmp_path, candidates=3, eval_fraction=0.25)
+        _build(tmp_path, candidates=3, eval_fraction=0.0)
+    assert caplog.records == []

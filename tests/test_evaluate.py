@@ -261,3 +261,100 @@ def test_cli_replays_a_teacher_label_file(cli, tmp_path, capsys):
     labels.write_text(json.dumps(recs[0]) + "\n")
     assert cli(argv) == 2
     assert "no record in the label file" in capsys.readouterr().err
+
+
+def test_cli_k_chooses_the_cutoffs_of_recall_ndcg_and_mrr(cli, data_dir, capsys):
+    out = data_dir / "r.json"
+    argv = ["eval", "--slates", str(data_dir / "eval.jsonl"), "--no-progress", "--ranker",
+            "cooccurrence", "--json", str(out)]
+    assert cli(argv) == 0
+    d = json.loads(out.read_text())
+    metrics = d["rankers"]["cooccurrence"]["metrics"]
+    for k in (1, 5, 10, 20):  # the default; the keys of earlier versions stay
+        assert {f"R@{k}", f"NDCG@{k}", f"MRR@{k}"} <= set(metrics)
+    assert d["ks"] == [1, 5, 10, 20] and metrics["MRR"]["mean"] == 1.0
+    header = capsys.readouterr().out.splitlines()[0].split()
+    assert header[3:8] == ["AUC", "R@1", "R@5", "R@10", "R@20"]
+    assert cli([*argv, "--k", "3,1"]) == 0
+    metrics = json.loads(out.read_text())["rankers"]["cooccurrence"]["metrics"]
+    assert [m for m in metrics if "@" in m] == ["R@3", "R@1", "NDCG@3", "NDCG@1", "MRR@3", "MRR@1"]
+    for bad in ("0", "1,1", "a,5", ""):
+        with pytest.raises(SystemExit):
+            cli([*argv, "--k", bad])
+        assert "--k" in capsys.readouterr().err
+
+
+def test_cli_counts_extra_sequences_beside_the_training_slates(cli, data_dir, capsys):
+    """Users who make no slate (no retriever list) still count for the count baselines:
+    extra_sequences.txt beside train.jsonl is read by default, --extra-sequences names one."""
+    out = data_dir / "r.json"
+    argv = ["eval", "--slates", str(data_dir / "eval.jsonl"), "--no-progress", "--ranker",
+            "popularity", "--json", str(out)]
+    assert cli(argv) == 0  # i0 is the most popular training item: ranked first
+    assert json.loads(out.read_text())["rankers"]["popularity"]["metrics"]["R@1"]["mean"] == 0.0
+    (data_dir / "extra_sequences.txt").write_text("".join(f"x{u} i2 i2 i2\n" for u in range(5)))
+    assert cli(argv) == 0  # now i2, the eval target, is
+    assert json.loads(out.read_text())["rankers"]["popularity"]["metrics"]["R@1"]["mean"] == 1.0
+    (data_dir / "extra_sequences.txt").rename(data_dir / "other.txt")
+    assert cli([*argv, "--extra-sequences", str(data_dir / "other.txt")]) == 0
+    assert json.loads(out.read_text())["rankers"]["popularity"]["metrics"]["R@1"]["mean"] == 1.0
+    assert cli([*argv, "--extra-sequences", str(data_dir / "nope.txt")]) == 2
+    assert "no such extra sequences file" in capsys.readouterr().err
+
+
+def test_progress_off_a_terminal_is_a_log_line_every_few_seconds(monkeypatch, caplog):
+    """Captured stderr is no terminal: no bar, but lines a log file can hold."""
+    import spdrank.progress
+
+    monkeypatch.setattr(spdrank.progress, "EVERY_S", 0.0)
+    with caplog.at_level("INFO", logger="spdrank.progress"):
+        evaluate([RandomRanker()], EVAL, warmup=0, progress=None, total=3)
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 4 and lines[0].startswith("eval: 1/3 slates, ")
+    assert lines[-1].startswith("eval: 3/3 slates, ") and lines[-1].endswith(" slates/s (done)")
+    caplog.clear()
+    with caplog.at_level("INFO", logger="spdrank.progress"):
+        evaluate([RandomRanker()], EVAL, warmup=0, progress=False)
+    assert caplog.records == []
+
+
+def test_progress_lines_come_at_their_interval_and_a_terminal_gets_the_bar(caplog):
+    import io
+
+    from spdrank.progress import track
+
+    ticks = iter(range(0, 100, 4))  # the clock moves 4 s an item
+    with caplog.at_level("INFO", logger="spdrank.progress"):
+        assert list(track(range(7), "fit", unit="slate", every_s=10, clock=lambda: next(ticks),
+                          file=io.StringIO())) == list(range(7))
+    assert [r.getMessage().split(",")[0] for r in caplog.records] == [
+        "fit: 3 slates", "fit: 6 slates", "fit: 7 slates",
+    ]
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    screen = Terminal()
+    caplog.clear()
+    assert list(track(range(3), "eval", unit="slate", total=3, file=screen)) == [0, 1, 2]
+    assert "eval: 100%" in screen.getvalue() and caplog.records == []
+
+
+def test_cli_counts_a_target_the_retriever_missed_as_a_miss(cli, tmp_path, capsys):
+    """A slate built with --no-insert-target keeps its missed target out of the candidates:
+    every ranker is charged for it, so recall stays honest about the retriever."""
+    found = mk("e1", ["a"], ["a", "b", "c"], clicked=["b"])
+    missed = mk("e2", ["a"], ["a", "b", "c"], clicked=[])
+    missed.extra["clicked_not_retrieved"] = ["z"]
+    write_slates(tmp_path / "eval.jsonl", [found, missed])
+    out = tmp_path / "r.json"
+    argv = ["eval", "--slates", str(tmp_path / "eval.jsonl"), "--no-progress", "--json", str(out)]
+    assert cli([*argv, "--ranker", "feature:score", "--k", "3"]) == 0
+    metrics = json.loads(out.read_text())["rankers"]["feature:score"]["metrics"]
+    assert metrics["R@3"] == {"mean": 0.5, "n": 2} and metrics["MRR"]["n"] == 2
+    missed.extra["clicked_not_retrieved"] = ["c"]  # a candidate: it belongs in 'clicked'
+    write_slates(tmp_path / "eval.jsonl", [found, missed])
+    assert cli([*argv, "--ranker", "random"]) == 2
+    err = capsys.readouterr().err
+    assert f"{tmp_path / 'eval.jsonl'}:2: 'clicked_not_retrieved' names candidates ['c']" in err

@@ -18,6 +18,7 @@ from spdrank.metrics import (
     kendall_tau,
     metric_names,
     mrr,
+    mrr_at_k,
     ndcg_at_k,
     recall_at_k,
     repair_ranking,
@@ -298,6 +299,31 @@ def test_slate_metrics_by_hand():
     assert sm.values["MRR"] == pytest.approx(1 / 3)
     assert sm.values["tau"] == -1.0 and sm.values["top1"] == 0.0
     assert sm.values["top10"] == 1.0  # ten candidates: every ranking keeps the whole slate
+
+
+def test_mrr_at_k_cuts_the_reciprocal_rank_at_k():
+    ranking = list("abcde")
+    assert mrr_at_k(ranking, ["c"], 5) == mrr_at_k(ranking, ["c"], 3) == pytest.approx(1 / 3)
+    assert mrr_at_k(ranking, ["c"], 2) == 0.0
+    assert mrr_at_k(ranking, [], 2) is None
+    sm = slate_metrics(TEN, TEN, clicked=["c"], ks=(1, 5), mrr_ks=(1, 5))
+    assert list(sm.values) == metric_names((1, 5), (1, 5))
+    assert list(sm.values)[:9] == [
+        "AUC", "R@1", "R@5", "NDCG@1", "NDCG@5", "MRR@1", "MRR@5", "MRR", "tau",
+    ]
+    assert sm.values["MRR@1"] == 0.0 and sm.values["MRR@5"] == pytest.approx(1 / 3)
+    assert "MRR@10" not in slate_metrics(TEN, TEN, clicked=["c"]).values  # opt-in
+
+
+def test_a_click_the_retriever_missed_counts_as_a_miss():
+    """A slate whose target was not retrieved: no ranking of its candidates can reach it."""
+    sm = slate_metrics(list("abc"), list("abc"), clicked=[], missed=["z"], ks=(1, 3),
+                       mrr_ks=(3,))
+    assert sm.values["R@3"] == 0.0 and sm.values["NDCG@3"] == 0.0
+    assert sm.values["MRR"] == 0.0 and sm.values["MRR@3"] == 0.0 and sm.values["AUC"] == 0.0
+    both = slate_metrics(list("abc"), list("abc"), clicked=["a"], missed=["z"], ks=(1,))
+    assert both.values["R@1"] == 0.5  # one of the two clicks found, the other never shown
+    assert slate_metrics(list("abc"), list("abc"), clicked=[]).values["R@1"] is None
 
 
 def test_slate_metrics_degenerate_slates_have_no_click_metrics():

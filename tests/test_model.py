@@ -1,6 +1,7 @@
 import dataclasses
 import json
 import random
+import warnings
 
 import numpy as np
 import pytest
@@ -56,6 +57,62 @@ def test_rank_returns_valid_permutation_with_timings(tiny_backbone, slates):
         assert all(a > b for a, b in zip(r.scores, r.scores[1:]))
     r = model.rank("my history", ["red gel", "blue soap", "green mask"])
     assert sorted(r.docids) == ["0", "1", "2"]
+
+
+def test_rank_of_plain_texts_gives_their_indices_as_ints_and_keeps_the_top_n(tiny_backbone, slates):
+    model = SPDRanker.build(tiny_config(tiny_backbone))
+    texts = ["red gel", "blue soap", "green mask", "pink oil"]
+    whole = model.rank("my history", texts)
+    assert sorted(whole.indices) == [0, 1, 2, 3] and all(type(i) is int for i in whole.indices)
+    assert whole.docids == [str(i) for i in whole.indices]
+    top = model.rank("my history", texts, top_n=2)
+    assert top.indices == whole.indices[:2] and top.docids == whole.docids[:2]
+    assert top.scores == whole.scores[:2]
+    assert len(model.rank("my history", texts, top_n=10).indices) == 4
+    slate = slates[0]  # a slate keeps its docids; indices say where they sat in it
+    ranked = model.rank(slate)
+    assert [slate.docids[i] for i in ranked.indices] == ranked.docids
+    with pytest.raises(ValueError, match="top_n must be a positive integer"):
+        model.rank("my history", texts, top_n=0)
+
+
+def test_spdranker_imports_from_the_package_without_torch_until_used():
+    import subprocess
+    import sys
+
+    from tests.conftest import subprocess_env
+
+    code = (
+        "import sys, spdrank; assert 'torch' not in sys.modules, 'import spdrank loaded torch'; "
+        "from spdrank import SPDRanker; from spdrank.model import SPDRanker as M; "
+        "assert SPDRanker is M; print('ok')"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=subprocess_env(), check=False, timeout=300)
+    assert done.stdout.strip() == "ok", done.stderr
+
+
+def test_loading_a_cut_backbone_says_nothing_unless_debugging(tiny_backbone, capfd, caplog):
+    """The first layer of two: the second's weights are unread, which transformers reports as
+    UNEXPECTED keys, expected here, so shown only at debug level (spdrank -v)."""
+    from transformers.utils import logging as hf_logging
+
+    from spdrank.backbone import load_backbone
+
+    verbosity = hf_logging.get_verbosity()
+    config = BackboneConfig(name_or_path=tiny_backbone, layers=1, lora=LoraSettings(r=2, alpha=4))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        load_backbone(config)
+    quiet = capfd.readouterr()
+    assert "UNEXPECTED" not in quiet.err + quiet.out + caplog.text
+    assert "Loading weights" not in quiet.err  # transformers' bar
+    assert not [w for w in caught if issubclass(w.category, FutureWarning)]
+    assert hf_logging.get_verbosity() == verbosity  # restored after the load
+    with caplog.at_level("DEBUG", logger="spdrank.backbone"):
+        load_backbone(config)
+    loud = capfd.readouterr()
+    assert "UNEXPECTED" in loud.err + loud.out + caplog.text
 
 
 def test_rank_batch_matches_rank_one_by_one(tiny_backbone, slates):

@@ -259,6 +259,31 @@ def test_feature_settings_that_cannot_work_fail_before_training(
     assert not (tmp_path / "run").exists()
 
 
+def test_a_run_shorter_than_the_default_warmup_still_reaches_its_learning_rate(
+    tmp_path, signal_files, caplog
+):
+    """16 steps against a default warm-up of 20: cut to a tenth of the run, and said so; a
+    warm-up asked for is kept, and one as long as the run is warned about."""
+    from spdrank.train import Trainer
+
+    def schedule(warmup_steps=None):
+        cfg = config(tmp_path, "unused", target="clicks", features="signal", features_only=True,
+                     max_steps=16, warmup_steps=warmup_steps)
+        with caplog.at_level("INFO"):
+            trainer = Trainer(cfg)
+        factor = trainer.scheduler.lr_lambdas[0]
+        return trainer.warmup_steps, [factor(step) for step in range(16)]
+
+    steps, factors = schedule()
+    assert steps == 2 and factors[:3] == [0.5, 1.0, 1.0]
+    assert "warming up over 2 steps, a tenth of this run's 16" in caplog.text
+    caplog.clear()
+    assert schedule(warmup_steps=4)[0] == 4 and "warming up" not in caplog.text
+    steps, factors = schedule(warmup_steps=20)
+    assert steps == 20 and max(factors) < 1.0
+    assert "--warmup-steps 20 is not below this run's 16 steps" in caplog.text
+
+
 # -- training from cached states -------------------------------------------------------------
 
 
@@ -317,8 +342,8 @@ def test_training_from_cache_learns_features_and_runs_no_prefill_once_cached(
     monkeypatch.setattr(model_module, "last_hidden", counted)
     _, eval_file = signal_files
     cfg = functools.partial(
-        config, tmp_path, tiny_backbone, target="clicks", frozen=True, features="signal",
-        max_steps=40, head_lr=1e-2, head_dropout=0.0, warmup_steps=4, eval_every=20,
+        config, tmp_path, tiny_backbone, target="clicks", head="attn", frozen=True,
+        features="signal", max_steps=40, head_lr=1e-2, head_dropout=0.0, warmup_steps=4, eval_every=20,
         eval_slates=str(eval_file), cache_states=str(tmp_path / "states"),
     )
     summary = train(cfg(out="first"))
@@ -345,6 +370,27 @@ def test_cache_settings_that_cannot_work_fail_before_anything_is_written(
                  "--cache-states", states, "--batch-size", "2", "--num-processes", "2"]) == 2
     assert "--cache-states trains in one process" in capsys.readouterr().err
     assert not (tmp_path / "states").exists() and not (tmp_path / "run").exists()
+
+
+def test_the_run_time_in_train_json_counts_the_state_cache_build(
+    tmp_path, tiny_backbone, train_file, monkeypatch
+):
+    import time
+
+    from spdrank import train as train_module
+
+    real = train_module.open_state_cache
+
+    def slow(*args, **kwargs):
+        time.sleep(0.5)  # a cache build that takes time
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(train_module, "open_state_cache", slow)
+    train(config(tmp_path, tiny_backbone, frozen=True, max_steps=2,
+                 cache_states=str(tmp_path / "states")))
+    summary = json.loads((tmp_path / "run" / "train.json").read_text())
+    assert summary["state_cache_s"] >= 0.5
+    assert summary["wall_s_this_run"] >= summary["state_cache_s"]
 
 
 def test_cli_trains_from_cache_then_ranks(tmp_path, tiny_backbone, train_file):
@@ -423,3 +469,13 @@ def test_lora_modules_choose_what_lora_adapts_and_are_saved(tmp_path, tiny_backb
                                 slate.docids)
     with pytest.raises(ValueError, match="--lora-modules is empty"):
         train(config(tmp_path, tiny_backbone, out="none", max_steps=1, lora_modules=" , "))
+
+
+def test_the_defaults_are_the_recipe_that_learned_its_teachers():
+    cfg = TrainConfig(slates="s.jsonl", out="o")
+    assert (cfg.target, cfg.head, cfg.readout) == ("teacher", "history", "mean")
+    spd = cfg.model_config()
+    assert spd.head.kind == "history" and spd.prompt.history_items and spd.prompt.readout == "mean"
+    # no states to read: the head over the candidates' features
+    assert TrainConfig(slates="s.jsonl", out="o", features_only=True).head == "attn"
+    assert TrainConfig(slates="s.jsonl", out="o", head="slot").head == "slot"

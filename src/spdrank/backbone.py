@@ -21,6 +21,9 @@ import logging
 import os
 import shutil
 import tempfile
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -239,6 +242,33 @@ def require_safetensors(path: str | os.PathLike[str], what: str) -> None:
         )
 
 
+@contextmanager
+def _quiet_load() -> Iterator[None]:
+    """Hush what transformers and peft say on every load of a cut backbone, unless debugging.
+
+    Loading the first L layers leaves the others' weights unread, which transformers reports
+    as a table of UNEXPECTED keys; its weight-loading bar and peft's FutureWarnings come with
+    it. All are expected, and look like errors, so they are hidden at ordinary verbosity
+    (``spdrank -v`` shows them) and the settings restored after the load.
+    """
+    if log.isEnabledFor(logging.DEBUG):
+        yield
+        return
+    from transformers.utils import logging as hf_logging
+
+    verbosity, bar = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)
+            yield
+    finally:
+        hf_logging.set_verbosity(verbosity)
+        if bar:
+            hf_logging.enable_progress_bar()
+
+
 def load_backbone(
     config: BackboneConfig,
     device: torch.device | str = "cpu",
@@ -252,6 +282,16 @@ def load_backbone(
     instead of initialising a fresh one. ``with_lm_head`` keeps the language-model head (FIRST
     reads token logits); SPD needs only hidden states.
     """
+    with _quiet_load():
+        return _load_backbone(config, device, adapter_path, with_lm_head)
+
+
+def _load_backbone(
+    config: BackboneConfig,
+    device: torch.device | str,
+    adapter_path: str | os.PathLike[str] | None,
+    with_lm_head: bool,
+) -> nn.Module:
     from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
 
     if config.random_weights:

@@ -1,4 +1,4 @@
-"""Non-LLM rankers to compare against: random, popularity, item co-occurrence, a feature.
+"""Non-LLM rankers to compare against: random, popularity, item co-occurrence, a feature, SASRec.
 
 They set the floor any learned ranker has to clear, and they cost microseconds, so they
 also anchor the latency column. Each implements :class:`spdrank.ranking.Ranker`: ``fit``
@@ -32,15 +32,17 @@ from functools import partial
 from spdrank.datasets.title_similarity import TITLE_SIMILARITY
 from spdrank.features import raw_features
 from spdrank.ranking import Ranker, Ranking
-from spdrank.slates import Slate
+from spdrank.slates import Slate, clicked_not_retrieved
 
 #: ``feature:NAME`` names the :class:`FeatureRanker` of feature ``NAME``.
 FEATURE_PREFIX = "feature:"
 
 
-def _sequence(slate: Slate) -> list[str]:
-    """A training slate's interactions in time order: its history, then its clicked items."""
-    return list(slate.query.history or ()) + list(slate.clicked or ())
+def training_sequence(slate: Slate) -> list[str]:
+    """A training slate's interactions in time order: its history, then its clicked items
+    (those the retriever did not return, too: the user still interacted with them)."""
+    clicked = list(slate.clicked or ()) + clicked_not_retrieved(slate)
+    return list(slate.query.history or ()) + clicked
 
 
 def _sorted_by(keys: list[tuple[float, ...]]) -> list[int]:
@@ -89,7 +91,7 @@ class PopularityRanker:
         self.counts: Counter[str] | None = None
 
     def fit(self, train: Iterable[Slate]) -> None:
-        self.fit_sequences(_sequence(s) for s in train)
+        self.fit_sequences(training_sequence(s) for s in train)
 
     def fit_sequences(self, sequences: Iterable[Sequence[str]]) -> None:
         """Count the items of interaction sequences (each a training slate's, in time order)."""
@@ -158,7 +160,7 @@ class CooccurrenceRanker:
         self.popularity = PopularityRanker()
 
     def fit(self, train: Iterable[Slate]) -> None:
-        self.fit_sequences(_sequence(s) for s in train)
+        self.fit_sequences(training_sequence(s) for s in train)
 
     def fit_sequences(self, sequences: Iterable[Sequence[str]]) -> None:
         """Count item pairs (and items, for the popularity fallback) of interaction sequences."""
@@ -268,16 +270,29 @@ FEATURE_BASELINES: dict[str, str] = {
 }
 
 
+def _sasrec(**kwargs: object) -> Ranker:
+    """:class:`spdrank.sasrec.SASRecRanker`, imported on demand (it needs torch)."""
+    from spdrank.sasrec import SASRecRanker
+
+    return SASRecRanker(**kwargs)  # type: ignore[arg-type]
+
+
+#: Baselines that train a model (minutes, torch): run only when named with ``--ranker``.
+MODEL_BASELINES: dict[str, Callable[..., Ranker]] = {
+    "sasrec": _sasrec,
+}
+
+
 def baseline_names() -> list[str]:
     """Every registered name, for help texts and messages (``feature:NAME`` besides)."""
-    return sorted([*BASELINES, *FEATURE_BASELINES])
+    return sorted([*BASELINES, *MODEL_BASELINES, *FEATURE_BASELINES])
 
 
 def baseline_factory(name: str) -> Callable[..., Ranker]:
     """The constructor behind a baseline name; ``ValueError`` naming the choices if unknown.
 
-    A registry name, an alias of :data:`FEATURE_BASELINES`, or ``feature:NAME`` for any
-    feature the slates carry.
+    A registry name (:data:`BASELINES`, :data:`MODEL_BASELINES`), an alias of
+    :data:`FEATURE_BASELINES`, or ``feature:NAME`` for any feature the slates carry.
     """
     if name.startswith(FEATURE_PREFIX):
         feature = name[len(FEATURE_PREFIX) :]
@@ -286,6 +301,8 @@ def baseline_factory(name: str) -> Callable[..., Ranker]:
         return partial(FeatureRanker, feature)
     if name in FEATURE_BASELINES:
         return partial(FeatureRanker, FEATURE_BASELINES[name], name=name)
+    if name in MODEL_BASELINES:
+        return MODEL_BASELINES[name]
     try:
         return BASELINES[name]
     except KeyError:

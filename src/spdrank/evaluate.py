@@ -31,8 +31,9 @@ from spdrank.metrics import (
     metric_names,
     slate_metrics,
 )
+from spdrank.progress import track
 from spdrank.ranking import Ranker, Ranking
-from spdrank.slates import Slate, atomic_writer
+from spdrank.slates import Slate, atomic_writer, clicked_not_retrieved
 
 
 @dataclass
@@ -111,6 +112,8 @@ class Results:
     n_with_teacher: int = 0
     #: Free-form context a caller adds (command line, files, fit times); goes into JSON.
     meta: dict[str, Any] = field(default_factory=dict)
+    #: The k of the MRR@k columns (none by default: MRR alone).
+    mrr_ks: tuple[int, ...] = ()
 
     def __getitem__(self, name: str) -> RankerResult:
         for r in self.rankers:
@@ -124,6 +127,7 @@ class Results:
             "n_slates": self.n_slates,
             "n_with_teacher": self.n_with_teacher,
             "ks": list(self.ks),
+            **({"mrr_ks": list(self.mrr_ks)} if self.mrr_ks else {}),
             "meta": self.meta,
             "rankers": {r.name: r.to_dict(per_slate) for r in self.rankers},
         }
@@ -165,14 +169,18 @@ def evaluate(
     warmup: int = 1,
     progress: bool | None = False,
     total: int | None = None,
+    mrr_ks: Sequence[int] = (),
 ) -> Results:
     """Rank every slate with every ranker and measure it.
 
     ``warmup`` untimed ``rank()`` calls per ranker on the first slate come before its timed
     call, so one-off costs (lazy loading, kernel compilation, caches) do not land in the
     latency of slate 0; metrics always come from the timed call. ``progress``: a tqdm bar
-    always (True), never (False) or on a terminal only (None); ``total`` sizes it. Ranker
-    names must be unique: they key the results.
+    always (True), never (False), or on a terminal and log lines elsewhere (None,
+    :func:`spdrank.progress.track`); ``total`` sizes it. ``ks``: the k of R@k and NDCG@k;
+    ``mrr_ks``: of MRR@k. A slate's clicks the retriever did not return
+    (:func:`spdrank.slates.clicked_not_retrieved`) count as misses. Ranker names must be
+    unique: they key the results.
     """
     names = [r.name for r in rankers]
     if len(set(names)) != len(names):
@@ -180,26 +188,24 @@ def evaluate(
     if not rankers:
         raise ValueError("no rankers to evaluate")
     ks = tuple(ks)
+    mrr_ks = tuple(mrr_ks)
     results = [RankerResult(name) for name in names]
-    it: Iterable[Slate] = slates
-    if progress is not False:
-        from tqdm import tqdm
-
-        disable = None if progress is None else False
-        it = tqdm(slates, total=total, desc="eval", unit="slate", disable=disable)
+    it = track(slates, "eval", unit="slate", total=total, mode=progress)
     n_slates = 0
     n_teacher = 0
     for index, slate in enumerate(it):
         n_slates += 1
         n_teacher += slate.teacher is not None
         docids = slate.docids
+        missed = clicked_not_retrieved(slate)
         for ranker, res in zip(rankers, results):
             if index == 0:
                 for _ in range(warmup):
                     ranker.rank(slate)
             out, latency_ms = _timed_rank(ranker, slate)
             sm = slate_metrics(
-                list(out.docids), docids, slate.clicked, slate.teacher, ks, slate.teacher_scores
+                list(out.docids), docids, slate.clicked, slate.teacher, ks, slate.teacher_scores,
+                mrr_ks=mrr_ks, missed=missed,
             )
             res.records.append(
                 SlateRecord(
@@ -211,7 +217,9 @@ def evaluate(
                     timings=dict(out.timings),
                 )
             )
-    return Results(rankers=results, n_slates=n_slates, ks=ks, n_with_teacher=n_teacher)
+    return Results(
+        rankers=results, n_slates=n_slates, ks=ks, n_with_teacher=n_teacher, mrr_ks=mrr_ks
+    )
 
 
 def _timed_rank(ranker: Ranker, slate: Slate) -> tuple[Ranking, float]:
@@ -245,7 +253,7 @@ def format_table(results: Results) -> str:
     were averaged when that differs from the number of slates; tau has its own count, since
     a slate whose teacher scored every candidate alike orders no pair.
     """
-    names = metric_names(results.ks)
+    names = metric_names(results.ks, results.mrr_ks)
     if not results.n_with_teacher:
         names = [m for m in names if m not in TEACHER_METRICS]
     width = max([6, *(len(r.name) for r in results.rankers)])

@@ -6,7 +6,8 @@ benchmark reports can be checked by hand and reused by any caller.
 Undefined values are ``None``, never a made-up number, and aggregation skips them:
 
 - every click metric (:func:`auc`, :func:`auc_from_scores`, :func:`recall_at_k`,
-  :func:`ndcg_at_k`, :func:`mrr`) returns ``None`` when ``clicked`` is empty (no positive);
+  :func:`ndcg_at_k`, :func:`mrr`, :func:`mrr_at_k`) returns ``None`` when ``clicked`` is
+  empty (no positive);
 - :func:`auc` and :func:`auc_from_scores` also return ``None`` when every item is clicked
   (no negative to order a positive against). Recall, NDCG and MRR stay defined there
   (trivially: NDCG = MRR = 1), but :func:`slate_metrics` drops *all* click metrics for such
@@ -22,7 +23,8 @@ so only the pairs the reference orders strictly count, and a tie at the top or a
 place counts every tied item as the reference's choice.
 
 Clicked ids that a ranking does not contain are treated as ranked below everything (a miss),
-which is what a truncated top-k list means.
+which is what a truncated top-k list means, and what a click the retriever never returned
+(``missed`` in :func:`slate_metrics`) is.
 """
 
 from __future__ import annotations
@@ -40,9 +42,12 @@ OVERLAP_K = 10
 TEACHER_METRICS: tuple[str, ...] = ("tau", "top1", f"top{OVERLAP_K}")
 
 
-def metric_names(ks: Sequence[int] = (1, 10)) -> list[str]:
+def metric_names(ks: Sequence[int] = (1, 10), mrr_ks: Sequence[int] = ()) -> list[str]:
     """The names :func:`slate_metrics` fills, in table order: click metrics, then teacher."""
-    return ["AUC", *(f"R@{k}" for k in ks), *(f"NDCG@{k}" for k in ks), "MRR", *TEACHER_METRICS]
+    return [
+        "AUC", *(f"R@{k}" for k in ks), *(f"NDCG@{k}" for k in ks),
+        *(f"MRR@{k}" for k in mrr_ks), "MRR", *TEACHER_METRICS,
+    ]
 
 
 # -- validity -------------------------------------------------------------------------------
@@ -171,6 +176,11 @@ def mrr(ranking: Sequence[str], clicked: Collection[str]) -> float | None:
         if d in pos:
             return 1.0 / (i + 1)
     return 0.0
+
+
+def mrr_at_k(ranking: Sequence[str], clicked: Collection[str], k: int) -> float | None:
+    """MRR cut at k: 1 / (1-based rank of the first clicked item) if it is in the top k, else 0."""
+    return mrr(ranking[:k], clicked)
 
 
 # -- agreement with a reference ranking -----------------------------------------------------
@@ -313,24 +323,31 @@ def slate_metrics(
     teacher: Sequence[str] | None = None,
     ks: Sequence[int] = (1, 10),
     teacher_scores: Sequence[float] | None = None,
+    mrr_ks: Sequence[int] = (),
+    missed: Collection[str] = (),
 ) -> SlateMetrics:
     """All metrics of one ranker output on one slate.
 
     Click metrics are ``None`` when the slate has no clicks or every candidate is clicked
     (nothing a ranking can get right or wrong there); teacher metrics are ``None`` without
     a teacher ranking. ``teacher_scores`` (aligned with ``teacher``) make the teacher metrics
-    count the teacher's ties as ties (see :func:`kendall_tau`).
+    count the teacher's ties as ties (see :func:`kendall_tau`). ``mrr_ks`` adds ``MRR@k``.
+    ``missed``: clicked items that are not candidates (the retriever did not return them),
+    positives no ranking of the candidates can reach, so each counts as ranked last.
     """
     valid = is_valid_permutation(ranking, docids)
     ranked = list(ranking) if valid else repair_ranking(ranking, docids)
     values: dict[str, float | None] = {}
-    pos = set(clicked or ()) & set(docids)
-    informative = 0 < len(pos) < len(docids)
+    shown = set(clicked or ()) & set(docids)
+    pos = shown | (set(missed) - set(docids))
+    informative = bool(pos) and len(shown) < len(docids)
     values["AUC"] = auc(ranked, pos) if informative else None
     for k in ks:
         values[f"R@{k}"] = recall_at_k(ranked, pos, k) if informative else None
     for k in ks:
         values[f"NDCG@{k}"] = ndcg_at_k(ranked, pos, k) if informative else None
+    for k in mrr_ks:
+        values[f"MRR@{k}"] = mrr_at_k(ranked, pos, k) if informative else None
     values["MRR"] = mrr(ranked, pos) if informative else None
     values.update(_teacher_metrics(ranked, teacher, teacher_scores))
     return SlateMetrics(valid=valid, values=values)

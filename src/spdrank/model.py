@@ -463,9 +463,21 @@ class SPDRanker(nn.Module):
 
     # -- inference ---------------------------------------------------------------------------
 
-    def rank(self, query: str | Query | Slate, candidates: Sequence[Any] | None = None) -> Ranking:
-        """Rank one slate (or a query and its candidates): docids best first, scores, timings."""
-        return self.rank_batch([_as_slate(query, candidates)])[0]
+    def rank(
+        self,
+        query: str | Query | Slate,
+        candidates: Sequence[Any] | None = None,
+        top_n: int | None = None,
+    ) -> Ranking:
+        """Rank one slate, or a query and its candidates (texts, dicts or Candidates).
+
+        The :class:`Ranking` holds ``indices``, the candidates' positions in the list given
+        (ints, best first, as ``CrossEncoder.rank`` and ``/v1/rerank`` answer), ``docids``
+        (for plain texts, those positions as strings), rank-derived ``scores`` and stage
+        ``timings``; ``top_n`` keeps the best n (the whole slate is ranked either way).
+        """
+        ranking = self.rank_batch([_as_slate(query, candidates)])[0]
+        return ranking if top_n is None else ranking.top(top_n)
 
     def score_batch(
         self,
@@ -547,7 +559,7 @@ class SPDRanker(nn.Module):
             ranked_scores = [1.0 - r / n for r in range(n)]
         else:  # one real score per item: report it, already in decreasing order
             ranked_scores = scores[order].astype(float).tolist()
-        return Ranking(docids, ranked_scores, dict(timings or {}), 1)
+        return Ranking(docids, ranked_scores, dict(timings or {}), 1, indices=items)
 
     def score_matrix(self, slate: Slate) -> np.ndarray:
         """The raw scores of one slate: n x K for SPD (for analysis and other decoders), n for peers."""

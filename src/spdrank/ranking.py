@@ -7,7 +7,7 @@ evaluation loop measures them on the same slates, side by side.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol, runtime_checkable
 
 from spdrank.slates import Slate
@@ -27,6 +27,21 @@ class Ranking:
     #: was measured where it was done: a replayed teacher's own run, a forward pass shared by
     #: the rows of several decoders, a bare prefill timed without its tokenization (bench).
     recorded_ms: float | None = None
+    #: Where each ranked candidate sat in the slate (0-based ints, best first), when the
+    #: ranker reports it: for plain texts, their positions in the list given, as
+    #: sentence-transformers' ``CrossEncoder.rank`` and ``/v1/rerank`` answer.
+    indices: list[int] | None = None
+
+    def top(self, n: int) -> Ranking:
+        """The best ``n`` (all when fewer): docids, scores and indices cut alike."""
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ValueError(f"top_n must be a positive integer, got {n!r}")
+        return replace(
+            self,
+            docids=self.docids[:n],
+            scores=None if self.scores is None else self.scores[:n],
+            indices=None if self.indices is None else self.indices[:n],
+        )
 
 
 @runtime_checkable

@@ -42,6 +42,10 @@ SCORE_FEATURE = "score"
 #: A slate's own fields; any other top-level key is kept in ``Slate.extra``.
 _SLATE_FIELDS = ("query", "candidates", "clicked", "teacher", "teacher_scores")
 
+#: The slate field (kept in ``Slate.extra``) naming clicked items that are not candidates,
+#: because the retriever did not return them: the click metrics count each as a miss.
+NOT_RETRIEVED = "clicked_not_retrieved"
+
 
 @dataclass
 class Query:
@@ -128,7 +132,7 @@ class Slate:
                 )
         teacher_scores = _parse_teacher_scores(data.get("teacher_scores"), teacher, where)
         extra = {k: v for k, v in data.items() if k not in _SLATE_FIELDS}
-        return cls(
+        slate = cls(
             query=query,
             candidates=candidates,
             clicked=clicked,
@@ -136,6 +140,9 @@ class Slate:
             extra=extra,
             teacher_scores=teacher_scores,
         )
+        if NOT_RETRIEVED in extra:
+            _check_not_retrieved(extra[NOT_RETRIEVED], slate, where)
+        return slate
 
     def to_dict(self) -> dict[str, Any]:
         query: dict[str, Any] = {"qid": self.query.qid, "text": self.query.text}
@@ -157,6 +164,31 @@ class Slate:
 
     def candidate_texts(self, fields: tuple[str, ...] = TEXT_FIELDS) -> list[str]:
         return [c.text(fields) for c in self.candidates]
+
+
+def clicked_not_retrieved(slate: Slate) -> list[str]:
+    """The slate's clicked items its candidates lack (:data:`NOT_RETRIEVED`); ``[]`` if none.
+
+    A :class:`SlateError` naming the slate when the field is not a list of ids, or names a
+    candidate (a retrieved click belongs in ``clicked``).
+    """
+    raw = slate.extra.get(NOT_RETRIEVED)
+    return [] if raw is None else _check_not_retrieved(raw, slate, f"slate {slate.query.qid!r}")
+
+
+def _check_not_retrieved(raw: Any, slate: Slate, where: str | None) -> list[str]:
+    if not isinstance(raw, list) or not all(isinstance(d, str) for d in raw):
+        raise SlateError(f"{NOT_RETRIEVED!r} must be a list of item ids", where,
+                         field=NOT_RETRIEVED)
+    retrieved = set(slate.docids).intersection(raw)
+    if retrieved:
+        raise SlateError(
+            f"{NOT_RETRIEVED!r} names candidates {sorted(retrieved)[:5]}: a click among the "
+            "candidates belongs in 'clicked'",
+            where,
+            field=NOT_RETRIEVED,
+        )
+    return list(raw)
 
 
 def _candidate_dict(c: Candidate) -> dict[str, Any]:

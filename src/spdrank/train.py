@@ -90,6 +90,21 @@ def _load_optimizer(optimizer: torch.optim.Optimizer, path: Path, meta: dict[str
 # -- the loop ---------------------------------------------------------------------------------
 
 
+#: The learning-rate warm-up when ``--warmup-steps`` is not given, in steps...
+DEFAULT_WARMUP = 20
+#: ...or this share of a run too short for it.
+DEFAULT_WARMUP_SHARE = 0.1
+
+
+def warmup_steps(asked: int | None, total: int) -> int:
+    """The warm-up of a run of ``total`` steps: ``asked``, else the default, cut to a tenth of
+    the run (at least one step), since 20 steps of a 16-step run would end it before the
+    learning rate ever reached its value."""
+    if asked is not None:
+        return asked
+    return min(DEFAULT_WARMUP, max(1, math.ceil(total * DEFAULT_WARMUP_SHARE)))
+
+
 def _lr_lambda(warmup: int, total: int):
     def f(step: int) -> float:
         if step < warmup:
@@ -140,6 +155,8 @@ class Trainer:
         from accelerate import Accelerator
         from accelerate.utils import set_seed
 
+        #: When this run began: its wall time counts loading and the state cache too.
+        self.started = time.perf_counter()
         self.cfg = cfg
         self.out = Path(cfg.out)
         self.accelerator = Accelerator(cpu=resolve_device(cfg.device) == "cpu")
@@ -185,8 +202,10 @@ class Trainer:
                 "are the backbone's): drop --frozen to train LoRA adapters"
             )
         self.optimizer = torch.optim.AdamW(groups, weight_decay=cfg.weight_decay)
+        self.warmup_steps = warmup_steps(cfg.warmup_steps, self.total_steps)
+        self.report_warmup()
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
-            self.optimizer, _lr_lambda(cfg.warmup_steps, self.total_steps)
+            self.optimizer, _lr_lambda(self.warmup_steps, self.total_steps)
         )
         self.model, self.optimizer = self.accelerator.prepare(self.model, self.optimizer)
         # Each process sees other slates, so each draws its own dropout masks.
@@ -197,6 +216,24 @@ class Trainer:
         self.eval_cache: StateCache | None = None
         #: (step, metrics) of the latest evaluation, so the final one is not run twice.
         self.last_eval: tuple[int, dict[str, float | None]] | None = None
+        #: Seconds spent opening (building or completing) the state caches.
+        self.cache_s = 0.0
+
+    def report_warmup(self) -> None:
+        """Say when the warm-up was cut to the run, or cannot end within it."""
+        asked, total = self.cfg.warmup_steps, self.total_steps
+        if asked is None and self.warmup_steps < DEFAULT_WARMUP:
+            log.info(
+                "warming up over %d steps, a tenth of this run's %d (the default %d would not "
+                "end before the run does); --warmup-steps N to choose",
+                self.warmup_steps, total, DEFAULT_WARMUP,
+            )
+        elif asked is not None and asked >= total:
+            log.warning(
+                "--warmup-steps %d is not below this run's %d steps: the learning rate never "
+                "reaches its value (leave --warmup-steps out to warm up over a tenth of the run)",
+                asked, total,
+            )
 
     @property
     def spd(self) -> SPDRanker:
@@ -279,6 +316,7 @@ class Trainer:
         cfg = self.cfg
         if not cfg.cache_states:
             return
+        t0 = time.perf_counter()
         settings = {
             "storage": cfg.cache_dtype, "batch_size": cfg.cache_batch_size,
             "progress": cfg.progress,
@@ -291,6 +329,7 @@ class Trainer:
             self.eval_cache = open_state_cache(
                 root / "eval", self.spd, cfg.eval_slates, len(self.eval_slates), **settings
             )
+        self.cache_s = time.perf_counter() - t0
 
     # -- steps -----------------------------------------------------------------------------
 
@@ -393,7 +432,7 @@ class Trainer:
         if self.step < self.total_steps:
             self.save_state()
             return {"finished": False, "step": self.step, "total_steps": self.total_steps}
-        return self.finish(time.perf_counter() - started)
+        return self.finish(time.perf_counter() - self.started)
 
     def train_step(self) -> float:
         """One optimizer step on the batch of the current step; the global batch's loss.
@@ -424,8 +463,11 @@ class Trainer:
             "skipped_slates": self.source.skipped,
             "processes": self.processes,
             "wall_s_this_run": round(wall_s, 1),
+            "warmup_steps": self.warmup_steps,
             "config": asdict(self.cfg),
         }
+        if self.cfg.cache_states:
+            summary["state_cache_s"] = round(self.cache_s, 1)
         if self.eval_slates:
             summary["eval"] = self.evaluate()
             summary["eval_slates"] = len(self.eval_slates)

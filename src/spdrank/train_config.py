@@ -29,11 +29,14 @@ class TrainConfig:
     slates: str
     out: str
     eval_slates: str | None = None
-    target: str = "clicks"
+    #: The teacher's permutations: SPD distils a teacher (``spdrank teacher`` labels slates).
+    target: str = "teacher"
     #: With a clicks target, refuse a file holding a slate without a clicked item (by
     #: default such slates, impressions nobody clicked, are left out and counted).
     require_clicks: bool = False
-    head: str = "attn"
+    #: None: "history" (the head that learned its teachers best, reading the history items'
+    #: states too), or "attn" with --features-only (there are no states to read).
+    head: str | None = None
     frozen: bool = False
     backbone: str = "bundled"
     layers: int | None = None
@@ -48,8 +51,9 @@ class TrainConfig:
     head_dropout: float = 0.1
     max_item_tokens: int = 32
     max_query_tokens: int = 512
-    #: How an item's token states are pooled: "last" (the paper) or "mean".
-    readout: str = "last"
+    #: How an item's token states are pooled: "mean" (over the item's tokens: the states
+    #: carry its words there) or "last" (the paper's last token); "tokens" keeps every one.
+    readout: str = "mean"
     #: Upstream features the head reads, comma-separated (``score,popularity``); None: none.
     features: str | None = None
     #: Read the features alone, without the backbone (no prefill): what the LLM adds is the
@@ -69,7 +73,8 @@ class TrainConfig:
     lr: float = 2e-4
     head_lr: float = 1e-3
     weight_decay: float = 0.0
-    warmup_steps: int = 20
+    #: Learning-rate warm-up steps; None: 20, or a tenth of a run too short for 20.
+    warmup_steps: int | None = None
     max_grad_norm: float = 1.0
     tau: float = 1.0
     sinkhorn_iters: int = 20
@@ -89,6 +94,10 @@ class TrainConfig:
     stop_after: int | None = None
     progress: bool = True
     extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.head is None:
+            self.head = "attn" if self.features_only else "history"
 
     def model_config(self) -> SPDConfig:
         """The model these settings train; with features, their normalisation is fitted here,

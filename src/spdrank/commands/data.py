@@ -6,7 +6,14 @@ import argparse
 from typing import Any
 
 from spdrank.commands.argtypes import int_at_least
-from spdrank.datasets.sequences import NEGATIVES, BuildOptions, BuildResult
+from spdrank.datasets.sequences import (
+    ALL_FEATURES,
+    NEGATIVES,
+    RETRIEVERS,
+    BuildOptions,
+    BuildResult,
+)
+from spdrank.sasrec_config import SASRecConfig
 
 
 def _fraction(text: str) -> float:
@@ -17,6 +24,17 @@ def _fraction(text: str) -> float:
     if not 0.0 <= value <= 1.0:
         raise argparse.ArgumentTypeError(f"must be within [0, 1], got {value}")
     return value
+
+
+def _feature_list(text: str) -> tuple[str, ...]:
+    """``--features LIST``: comma-separated names of :data:`ALL_FEATURES`."""
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    unknown = [n for n in names if n not in ALL_FEATURES]
+    if not names or unknown:
+        raise argparse.ArgumentTypeError(
+            f"unknown features {unknown or [text]}: choose from {', '.join(ALL_FEATURES)}"
+        )
+    return tuple(names)
 
 
 def _add_common(p: argparse.ArgumentParser, negatives_default: str | None) -> None:
@@ -37,11 +55,24 @@ def _add_common(p: argparse.ArgumentParser, negatives_default: str | None) -> No
                    help="hold out N training users (a seeded sample): their slates go to "
                         "valid.jsonl instead of train.jsonl, for model selection, and their "
                         "sequences are not counted in --features (default 0: no valid.jsonl)")
-    p.add_argument("--features", action="store_true",
+    p.add_argument("--features", nargs="?", const=True, default=False, type=_feature_list,
+                   metavar="LIST",
                    help="add per-candidate features: popularity, cooccurrence and transition "
                         "(log1p counts over the training slates, the slate's own user left out) "
                         "and title_similarity (TF-IDF cosine with the history's titles); for "
-                        "e.g. `spdrank train --features popularity,cooccurrence,transition`")
+                        "e.g. `spdrank train --features popularity,cooccurrence,transition`. "
+                        "LIST picks some, comma-separated, and may add sasrec (SASRec's score "
+                        "after the history, from a model that never saw a slate's target; "
+                        "fitting it takes minutes, cached by its inputs)")
+    p.add_argument("--retriever", choices=RETRIEVERS,
+                   help="take each slate's candidates from this retriever's top --candidates "
+                        "(its score in each candidate's score) instead of drawing negatives; "
+                        "the target is never inserted: a slate whose target was not retrieved "
+                        "has no clicked item and counts as a miss in eval")
+    p.add_argument("--sasrec-epochs", type=int_at_least(1), default=SASRecConfig.epochs,
+                   metavar="N",
+                   help="training epochs of the SASRec a sasrec feature or retriever fits "
+                        f"(default {SASRecConfig.epochs})")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
@@ -61,11 +92,22 @@ def register(subparsers: Any) -> None:
         "in time order) and a titles TSV ('item_id<TAB>title' with a header line).",
     )
     seq.add_argument("--sequences", required=True, metavar="FILE",
-                     help="one user a line: 'user item item ...', oldest first")
+                     help="one user a line: 'user item item ...', oldest first; or a RecBole "
+                     ".inter file (user_id, item_id and optionally timestamp columns under its "
+                     "name:type header line)")
     seq.add_argument("--titles", required=True, metavar="FILE",
-                     help="TSV 'item_id<TAB>title' with a header line")
+                     help="TSV 'item_id<TAB>title' with a header line; or a RecBole .item "
+                     "file (item_id and title columns)")
     seq.add_argument("--candidate-file", metavar="FILE",
-                     help="upstream retriever lists, 'user cand cand ...' (instead of negatives)")
+                     help="upstream retriever lists instead of negatives: 'user cand cand ...' "
+                     "best first, or 'user cand:score cand:score ...' to keep the retriever's "
+                     "score (each candidate's score; `spdrank train --features score`); users "
+                     "without a list make no slate but still count in features and baselines")
+    seq.add_argument("--no-insert-target", dest="insert_target", action="store_false",
+                     help="with --candidate-file: when the retriever did not return a user's "
+                     "target, keep the slate as retrieved (no target; it counts as a miss in "
+                     "eval) instead of inserting the target, which a ranker can learn to spot "
+                     "(an item with no real retriever score); evaluate on slates built so")
     _add_common(seq, negatives_default=None)
     seq.set_defaults(func=run_sequences)
 
@@ -75,7 +117,7 @@ def register(subparsers: Any) -> None:
         description="Build the SPD paper's Amazon Beauty 2014 slates from the bundled files "
         "(21,245 train + 1,118 eval with the defaults).",
     )
-    _add_common(beauty, negatives_default="uniform")
+    _add_common(beauty, negatives_default=None)
     beauty.set_defaults(func=run_beauty)
 
 
@@ -88,7 +130,18 @@ def _options(args: argparse.Namespace) -> BuildOptions:
         eval_fraction=args.eval_fraction,
         features=args.features,
         validation=args.validation,
+        insert_target=getattr(args, "insert_target", True),
+        retriever=args.retriever,
+        sasrec=SASRecConfig(epochs=args.sasrec_epochs),
     )
+
+
+def _check_retriever(args: argparse.Namespace) -> None:
+    """A retriever chooses the candidates, so nothing else may."""
+    if args.retriever and args.negatives:
+        raise ValueError(f"--negatives and --retriever {args.retriever} exclude each other")
+    if args.retriever and getattr(args, "candidate_file", None):
+        raise ValueError(f"--candidate-file and --retriever {args.retriever} exclude each other")
 
 
 def run_sequences(args: argparse.Namespace) -> int:
@@ -96,6 +149,10 @@ def run_sequences(args: argparse.Namespace) -> int:
 
     if args.candidate_file and args.negatives:
         raise ValueError("--negatives and --candidate-file exclude each other: choose one")
+    _check_retriever(args)
+    if not args.insert_target and not args.candidate_file:
+        raise ValueError("--no-insert-target applies to --candidate-file: drawn negatives "
+                         "always sit beside the target")
     result = build_from_files(
         args.sequences,
         args.titles,
@@ -111,6 +168,7 @@ def run_sequences(args: argparse.Namespace) -> int:
 def run_beauty(args: argparse.Namespace) -> int:
     from spdrank.datasets.beauty import build_beauty
 
+    _check_retriever(args)
     result = build_beauty(args.out, _options(args), progress=False if args.no_progress else None)
     print_summary(result)
     return 0
@@ -122,17 +180,16 @@ def print_summary(result: BuildResult) -> None:
     p = m["parameters"]
     outs = m["outputs"]
     n_slates = c["train"] + c["eval"] + c.get("valid", 0)
-    n_cands = sum(o["candidates"] for o in outs.values())
+    n_cands = sum(o.get("candidates", 0) for o in outs.values())
     per_slate = f"{n_cands / n_slates:.1f}" if n_slates else "0"
     source = (
         "from the candidate file" if p["negatives"] == "candidate-file"
+        else f"the {p['retriever']} retriever's top {p['candidates']}" if "retriever" in p
         else f"{p['negatives']} negatives"
     )
     skipped = (
         f"{c['empty_lines']:,} empty lines, {c['short_users']:,} users with fewer than 2 items"
     )
-    if "users_without_candidate_list" in c:
-        skipped += f", {c['users_without_candidate_list']:,} users without a candidate list"
     valid = f"{c['valid']:,} valid + " if "valid" in c else ""
     lines = [
         (
@@ -149,15 +206,49 @@ def print_summary(result: BuildResult) -> None:
             "titles), shown as 'Item <item_id>'"
         ),
     ]
-    if "targets_added" in c:
-        lines.append(
-            f"  candidate lists: {c['targets_added']:,} targets added, {c['lists_cut']:,} cut, "
-            f"{c['short_lists']:,} shorter than {p['candidates']}"
-        )
+    lines += _list_lines(c, p)
+    lines += _recall_lines(c, p)
     lines += [
         f"  wrote {result.train_path}",
         f"        {result.eval_path}",
         *([f"        {result.valid_path}"] if result.valid_path else []),
+        *([f"        {result.extra_path}"] if result.extra_path else []),
         f"        {result.manifest_path}",
     ]
     print("\n".join(lines))
+
+
+def _list_lines(c: dict[str, Any], p: dict[str, Any]) -> list[str]:
+    """The summary's lines on candidate lists: what was done to them, who had none."""
+    if "targets_added" not in c:
+        return []
+    target = (
+        f"{c['targets_not_retrieved']:,} targets not retrieved (kept without, counted as misses)"
+        if "targets_not_retrieved" in c
+        else f"{c['targets_added']:,} targets added"
+    )
+    lines = [
+        (
+            f"  candidate lists: {target}, {c['lists_cut']:,} cut, "
+            f"{c['short_lists']:,} shorter than {p['candidates']}"
+        )
+    ]
+    if c["users_without_candidate_list"]:
+        lines.append(
+            f"  {c['users_without_candidate_list']:,} users without a candidate list: no "
+            "slate, their sequences counted (features, baselines) from extra_sequences.txt"
+        )
+    return lines
+
+
+def _recall_lines(c: dict[str, Any], p: dict[str, Any]) -> list[str]:
+    """The retriever's Recall@N against the whole catalogue, per split (``--retriever``)."""
+    splits = [
+        (name, c[f"targets_retrieved_{name}"], c[name])
+        for name in ("train", "valid", "eval")
+        if f"targets_retrieved_{name}" in c and c.get(name)
+    ]
+    if not splits:
+        return []
+    cells = ", ".join(f"{name} {hit / n:.4f} ({hit:,} of {n:,})" for name, hit, n in splits)
+    return [f"  {p['retriever']} retriever: targets retrieved (Recall@{p['candidates']}) {cells}"]

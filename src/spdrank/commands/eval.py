@@ -1,11 +1,12 @@
 """``spdrank eval``: run rankers over the same slates and print one results table.
 
     spdrank eval --slates eval.jsonl [--train train.jsonl] --ranker random --ranker popularity \\
-        --ranker cooccurrence --ranker title_similarity [--limit N] [--json out.json] \\
-        [--per-slate rows.jsonl]
+        --ranker cooccurrence --ranker title_similarity [--limit N] [--k 1,5,10,20] \\
+        [--json out.json] [--per-slate rows.jsonl]
 
 Rankers that learn statistics (popularity, co-occurrence) are fitted on ``--train``, which
-defaults to ``train.jsonl`` (or ``train.jsonl.gz``) beside the ``--slates`` file; a feature
+defaults to ``train.jsonl`` (or ``train.jsonl.gz``) beside the ``--slates`` file, and on the
+sequences of users who make no slate (``extra_sequences.txt`` beside it); a feature
 ranker (``title_similarity``, ``feature:NAME``) reads the slates' own features and needs no
 training file. No torch is imported here: model-backed rankers are built inside
 :func:`build_rankers` on demand.
@@ -18,7 +19,7 @@ import json
 import logging
 import time
 from collections.abc import Iterator
-from itertools import islice
+from itertools import chain, islice
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -51,7 +52,40 @@ def register(subparsers: Any) -> None:
         "--per-slate", metavar="FILE", help="also write every per-slate value as JSONL"
     )
     p.add_argument("--decoder", help="decoder for --model rankers (default: the model's own)")
+    p.add_argument(
+        "--k",
+        type=cutoffs,
+        default=DEFAULT_KS,
+        metavar="K,K,...",
+        help="the cut-offs of Recall@k, NDCG@k and MRR@k, comma-separated "
+        f"(default: {','.join(map(str, DEFAULT_KS))}); MRR uncut is always reported",
+    )
+    p.add_argument(
+        "--extra-sequences",
+        metavar="FILE",
+        help="more interaction sequences ('user item item ...') for the rankers that count "
+        "(popularity, co-occurrence), beside the training slates: users who make no slate "
+        "(default: extra_sequences.txt beside --train, which `spdrank data --candidate-file` "
+        "writes for users without a list)",
+    )
     p.set_defaults(func=run)
+
+
+#: The default cut-offs of ``spdrank eval``'s Recall@k, NDCG@k and MRR@k.
+DEFAULT_KS = (1, 5, 10, 20)
+
+
+def cutoffs(text: str) -> tuple[int, ...]:
+    """``--k``'s type: ``"1,5,10"`` -> (1, 5, 10); each a positive integer, none repeated."""
+    parts = [part.strip() for part in text.split(",")]
+    if not all(part.isdigit() and int(part) > 0 for part in parts):
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated positive integers such as 1,5,10,20, got {text!r}"
+        )
+    ks = tuple(int(part) for part in parts)
+    if len(set(ks)) != len(ks):
+        raise argparse.ArgumentTypeError(f"{text!r} repeats a cut-off")
+    return ks
 
 
 def add_ranker_arguments(p: argparse.ArgumentParser) -> None:
@@ -173,9 +207,19 @@ def split_named(spec: str) -> tuple[str | None, str]:
 
 
 def fit_rankers(
-    rankers: list[Ranker], train: Path | None, progress: bool | None = None
+    rankers: list[Ranker],
+    train: Path | None,
+    progress: bool | None = None,
+    extra: Path | None = None,
 ) -> dict[str, float]:
-    """Fit every ranker that needs training data, one streamed pass each; seconds per ranker."""
+    """Fit every ranker that needs training data, one streamed pass each; seconds per ranker.
+
+    Rankers that count sequences (popularity, co-occurrence) also count ``extra``, the
+    sequences of users who make no slate (default: ``extra_sequences.txt`` beside ``train``).
+    """
+    from spdrank.baselines import training_sequence
+    from spdrank.datasets.sequences import default_extra_sequences, iter_extra_sequences
+    from spdrank.progress import track
     from spdrank.slates import read_slates
 
     needing = [r for r in rankers if getattr(r, "needs_train", False)]
@@ -186,18 +230,23 @@ def fit_rankers(
             f"ranker(s) {', '.join(r.name for r in needing)} need training slates, but "
             f"{train} does not exist; pass --train FILE"
         )
+    extra = extra or default_extra_sequences(train)
+    if extra is not None and not extra.is_file():
+        raise FileNotFoundError(f"no such extra sequences file: {extra}")
     seconds: dict[str, float] = {}
     for ranker in needing:
         t0 = time.perf_counter()
-        stream = read_slates(train)
-        if progress is not False:
-            from tqdm import tqdm
-
-            disable = None if progress is None else False  # None: on a terminal only
-            stream = tqdm(stream, desc=f"fit {ranker.name}", unit="slate", disable=disable)
-        ranker.fit(stream)
+        stream = track(read_slates(train), f"fit {ranker.name}", unit="slate", mode=progress)
+        counts_extra = extra is not None and hasattr(ranker, "fit_sequences")
+        if counts_extra:
+            ranker.fit_sequences(  # type: ignore[attr-defined]
+                chain(map(training_sequence, stream), iter_extra_sequences(extra))
+            )
+        else:
+            ranker.fit(stream)
         seconds[ranker.name] = time.perf_counter() - t0
-        log.info("fitted %s on %s in %.1f s", ranker.name, train, seconds[ranker.name])
+        also = f" and {extra}" if counts_extra else ""
+        log.info("fitted %s on %s%s in %.1f s", ranker.name, train, also, seconds[ranker.name])
     return seconds
 
 
@@ -245,14 +294,16 @@ def run(args: argparse.Namespace) -> int:
     rankers = build_rankers(args)
     if not rankers:
         raise ValueError("no rankers: pass --ranker NAME (repeatable)")
-    fit_s = fit_rankers(rankers, train, progress)
+    extra = Path(args.extra_sequences) if args.extra_sequences else None
+    fit_s = fit_rankers(rankers, train, progress, extra)
 
     stream = checked_slates(slates_path, rankers)
     if args.limit is not None:
         stream = islice(stream, args.limit)
     t0 = time.perf_counter()
     results = evaluate(
-        rankers, stream, warmup=args.warmup, progress=progress, total=args.limit
+        rankers, stream, ks=args.k, mrr_ks=args.k, warmup=args.warmup, progress=progress,
+        total=args.limit,
     )
     results.meta.update(
         {

@@ -24,7 +24,8 @@ _HELP = {
     "history (attention that also reads the history items' states: candidates matched with "
     "and attending to what the user chose before; reads the user context one item a line); "
     "single-pass peers: scalar (one score per item + argsort, ListNet), first (FIRST: "
-    "first-token logits over candidate letters, ListNet)",
+    "first-token logits over candidate letters, ListNet) (default: history; attn with "
+    "--features-only)",
     "frozen": "freeze the backbone (no LoRA): only the head learns",
     "backbone": "Hugging Face model id or local path; 'bundled' = SmolLM2-135M-Instruct; "
     "'config:PATH' = the shape of the Hugging Face config.json at PATH with RANDOM weights "
@@ -54,6 +55,8 @@ _HELP = {
     "batch_size": "slates per optimizer step (padded into one prefill)",
     "lr": "learning rate of the LoRA adapters",
     "head_lr": "learning rate of the head",
+    "warmup_steps": "steps over which the learning rates rise to their values (default: 20, "
+    "or a tenth of the run's steps when that is fewer, so a short run still reaches them)",
     "tau": "Sinkhorn temperature",
     "sinkhorn_iters": "Sinkhorn iterations",
     "position_weights": "how the Sinkhorn cross-entropy weighs each target position: uniform "

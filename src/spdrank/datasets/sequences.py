@@ -18,7 +18,12 @@ The setup is leave-one-out next-item prediction, as in the SPD paper:
 - with ``features`` (opt-in), each candidate carries ``features: {popularity, cooccurrence,
   transition}`` counted over the training slates, leaving the slate's own user out
   (:mod:`spdrank.datasets.interaction_features` says why), and ``title_similarity``, a lexical
-  retriever's score from the titles alone (:mod:`spdrank.datasets.title_similarity`).
+  retriever's score from the titles alone (:mod:`spdrank.datasets.title_similarity`);
+  ``features`` may instead name any of :data:`ALL_FEATURES`, among them ``sasrec``;
+- with ``retriever`` ``sasrec`` (opt-in), the candidates are SASRec's top ``candidates``
+  items with its scores, the target never inserted (a missed one is a miss in eval). SASRec,
+  as a feature or a retriever, is fitted on the training users' items but their last, so no
+  slate's target is ever a label it saw (:mod:`spdrank.datasets.sasrec_features`).
 
 Leakage: the statistics the baselines fit on ``train.jsonl`` and the builder's ``features``
 count the same sequences: those of the users in ``train.jsonl``. Validation users are treated
@@ -28,14 +33,24 @@ the training users only.
 
 Inputs (:func:`read_sequences`, :func:`read_titles`, :func:`read_candidate_lists`):
 
-- sequences: ``user item item ...`` (whitespace-separated). Empty lines and users with fewer
-  than 2 items are skipped and counted; a user on two lines is an error naming ``file:line``.
-- titles: TSV ``item_id<TAB>title`` with a header line; a line without exactly two fields, an
-  empty item id or a repeated item id is an error naming ``file:line``. Titles are
-  HTML-unescaped and their whitespace collapsed (:func:`clean_title`).
-- candidate lists: ``user cand cand ...``; the target is added when missing and the list cut
-  to ``candidates`` keeping the target (retriever order decides what is kept). Users without a
-  list are skipped and counted. A candidate repeated within a list is kept once.
+- sequences: ``user item item ...`` (whitespace-separated), or a RecBole ``.inter`` file
+  (recognised by its ``name:type`` header line, :mod:`spdrank.datasets.recbole`). Empty lines
+  and users with fewer than 2 items are skipped and counted; a user on two lines, or a
+  ``name:type`` header field anywhere but an atomic file's first line, is an error naming
+  ``file:line``.
+- titles: TSV ``item_id<TAB>title`` with a header line, or a RecBole ``.item`` file; a line
+  without the header's fields, an empty item id or a repeated item id is an error naming
+  ``file:line``. Titles are HTML-unescaped and their whitespace collapsed (:func:`clean_title`).
+- candidate lists: ``user cand cand ...`` best first, each candidate optionally
+  ``item:score`` (the retriever's score, written to the candidate's ``score``, which models
+  and baselines read as the feature ``score``). The list is cut to ``candidates`` keeping the
+  target (retriever order decides what is kept). A target the retriever did not return is
+  added (with the list's lowest score) and a warning says how often, since a ranker can learn
+  to spot inserted items; with ``insert_target`` off the slate keeps the list alone, no
+  ``clicked``, and names the target in ``clicked_not_retrieved``, which the click metrics count
+  as a miss. A candidate repeated within a list is kept once. Users without a list make no
+  slate but their sequences still count, as training users' do: in the features and, through
+  ``extra_sequences.txt`` beside ``train.jsonl``, in the baselines ``spdrank eval`` fits.
 
 Untitled items: an item whose title is empty, or that has no row in the titles (an *unknown*
 item), is rendered as ``Item <item_id>`` (:data:`UNTITLED`); the manifest counts both
@@ -51,8 +66,10 @@ user's slate does not depend on the other users, the line order, ``eval_fraction
 training users, do depend on them, but not on the order).
 
 Output (:func:`build_slates`): ``train.jsonl``, ``eval.jsonl``, ``valid.jsonl`` (only with
-``validation``) and ``manifest.json`` (counts, parameters, sha256 of inputs and outputs; no
-timestamps). All are written to temporary files renamed only once everything is written, so
+``validation``), ``extra_sequences.txt`` (only for users without a candidate list) and
+``manifest.json`` (counts, parameters, sha256 of inputs and outputs; no timestamps). An eval
+split under :data:`MIN_EVAL_SLATES` slates is warned about, with a fraction that would give
+that many. All are written to temporary files renamed only once everything is written, so
 an error leaves a previous build in the output directory as it was. A build without
 ``validation`` writes exactly what builds did before the option existed.
 """
@@ -70,16 +87,32 @@ import random
 import sys
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import ExitStack
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
 from spdrank import __version__
+from spdrank.datasets import recbole
 from spdrank.datasets.interaction_features import FEATURES as INTERACTION_FEATURES
 from spdrank.datasets.interaction_features import InteractionFeatures
+from spdrank.datasets.sasrec_features import (
+    SASREC_POLICY,
+    fit_for_build,
+    retrieval_counts,
+    retriever_lists,
+)
 from spdrank.datasets.title_similarity import TITLE_SIMILARITY, TitleSimilarity
-from spdrank.slates import Candidate, Query, Slate, SlateError, atomic_writer, dumps_slate
+from spdrank.sasrec_config import SASREC, SASRecConfig
+from spdrank.slates import (
+    NOT_RETRIEVED,
+    Candidate,
+    Query,
+    Slate,
+    SlateError,
+    atomic_writer,
+    dumps_slate,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -88,6 +121,14 @@ UNTITLED = "Item {item_id}"
 
 #: The features a build with ``features`` adds to every candidate.
 FEATURES: tuple[str, ...] = (*INTERACTION_FEATURES, TITLE_SIMILARITY)
+
+#: Every feature a build can add, in the order a candidate carries them: ``features`` may
+#: name any of them; SASRec's (:mod:`spdrank.datasets.sasrec_features`) fits a model
+#: (minutes), so only a build that names it has it.
+ALL_FEATURES: tuple[str, ...] = (*FEATURES, SASREC)
+
+#: Retrievers a build can take its candidates from instead of negatives or a candidate file.
+RETRIEVERS = (SASREC,)
 
 #: How the manifest describes the features, when a build adds them.
 FEATURES_POLICY = (
@@ -108,10 +149,28 @@ VALIDATION_POLICY = (
 #: Ways to draw negatives.
 NEGATIVES = ("uniform", "popularity")
 
+#: How the manifest describes the sequences of users without a candidate list.
+EXTRA_SEQUENCES_POLICY = (
+    "users without a candidate list make no slate, but their sequences (history + target, as "
+    "a slate would hold them) are written to extra_sequences.txt and counted like training "
+    "slates: in the features, and by the baselines `spdrank eval` fits beside train.jsonl"
+)
+
+#: How the manifest describes the scores a scored candidate file gives.
+CANDIDATE_SCORES_POLICY = (
+    "each candidate's score is the retriever's (item:score); an inserted target, which the "
+    "retriever did not return, gets the lowest score of the user's list"
+)
+
 TRAIN_FILE = "train.jsonl"
 EVAL_FILE = "eval.jsonl"
 VALID_FILE = "valid.jsonl"
 MANIFEST_FILE = "manifest.json"
+#: The sequences of users who make no slate (no candidate list), for the counts only.
+EXTRA_SEQUENCES_FILE = "extra_sequences.txt"
+
+#: Fewer eval slates than this give metric intervals too wide to tell close rankers apart.
+MIN_EVAL_SLATES = 1000
 
 
 @dataclass(frozen=True)
@@ -127,12 +186,25 @@ class BuildOptions:
     seed: int = 0
     #: Share of users in the eval split: ``floor(n_users * eval_fraction)`` of them.
     eval_fraction: float = 0.05
-    #: Add per-candidate popularity and co-occurrence features (off: the files are unchanged).
-    features: bool = False
+    #: Per-candidate features: True for :data:`FEATURES`, or names from :data:`ALL_FEATURES`
+    #: (kept as a tuple in that order; off: the files are unchanged).
+    features: bool | tuple[str, ...] = False
     #: Training users whose slates form ``valid.jsonl`` instead (0: no validation split).
     validation: int = 0
+    #: With candidate lists: add a target the retriever did not return to its slate. Off, the
+    #: slate keeps the retriever's list alone and its target counts as a miss.
+    insert_target: bool = True
+    #: Take candidates from this retriever's top ``candidates`` (no target inserted).
+    retriever: str | None = None
+    #: The SASRec a ``sasrec`` feature or retriever fits.
+    sasrec: SASRecConfig = field(default_factory=SASRecConfig)
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "features", _feature_names(self.features))
+        if self.retriever is not None and self.retriever not in RETRIEVERS:
+            raise ValueError(
+                f"retriever must be one of {list(RETRIEVERS)}, got {self.retriever!r}"
+            )
         if self.history < 0:
             raise ValueError(f"history must be >= 0, got {self.history}")
         if self.candidates < 1:
@@ -143,6 +215,19 @@ class BuildOptions:
             raise ValueError(f"eval_fraction must be within [0, 1], got {self.eval_fraction}")
         if self.validation < 0:
             raise ValueError(f"validation must be >= 0, got {self.validation}")
+
+
+def _feature_names(features: bool | Sequence[str]) -> tuple[str, ...]:
+    """``features`` as names in :data:`ALL_FEATURES` order; unknown or repeated ones refused."""
+    if isinstance(features, bool):
+        return FEATURES if features else ()
+    names = list(features)
+    unknown = [n for n in names if n not in ALL_FEATURES]
+    if unknown:
+        raise ValueError(f"unknown features {unknown}: choose from {list(ALL_FEATURES)}")
+    if len(set(names)) != len(names):
+        raise ValueError(f"features {names} name one feature twice")
+    return tuple(n for n in ALL_FEATURES if n in names)
 
 
 @dataclass
@@ -174,6 +259,10 @@ class CandidateLists:
     empty_lines: int = 0
     #: Candidates dropped for repeating an earlier one in the same list.
     repeated_candidates: int = 0
+    #: The retriever's score of each candidate, per user, when the file gives ``item:score``.
+    scores: dict[str, dict[str, float]] | None = None
+    #: The line whose first candidate made the file a scored one.
+    scored_from: int = 0
 
 
 @dataclass
@@ -185,6 +274,8 @@ class BuildResult:
     manifest: dict[str, Any]
     #: ``valid.jsonl``, when the build made a validation split.
     valid_path: Path | None = None
+    #: ``extra_sequences.txt``, when users without a candidate list were counted.
+    extra_path: Path | None = None
 
     @property
     def counts(self) -> dict[str, int]:
@@ -216,22 +307,48 @@ def _lines(path: Path) -> Iterator[tuple[int, str]]:
 def parse_sequences(lines: Iterable[tuple[int, str]], source: str) -> InteractionLog:
     """Parse numbered ``user item item ...`` lines (``source`` names them in errors)."""
     out = InteractionLog(source=source)
+    return _collect(out, _sequence_rows(lines, source, out))
+
+
+def _sequence_rows(
+    lines: Iterable[tuple[int, str]], source: str, out: InteractionLog
+) -> Iterator[tuple[str, list[str]]]:
+    """``(user, items)`` per non-blank line; ``out`` counts the lines and the blank ones.
+
+    A line that cannot be a user is an error naming it: a user seen before, or a RecBole
+    header field (``user_id:token``), which means an atomic file whose header is not its first
+    line (a header first is read as one: :func:`read_sequences`).
+    """
     seen: dict[str, int] = {}
-    counts: dict[str, int] = {}
     for lineno, line in lines:
         out.lines += 1
         fields = line.split()
         if not fields:
             out.empty_lines += 1
             continue
+        where = f"{source}:{lineno}"
+        header = next((f for f in fields if recbole.is_header_field(f)), None)
+        if header is not None:
+            raise SlateError(
+                f"{header!r} is a RecBole header field (name:type), not a user or an item: "
+                "an atomic file's header must be its first line",
+                where,
+            )
         user, items = fields[0], fields[1:]
         if user in seen:
             raise SlateError(
                 f"duplicate user {user!r} (first seen at line {seen[user]}): "
                 "each user must be on one line",
-                f"{source}:{lineno}",
+                where,
             )
         seen[user] = lineno
+        yield user, items
+
+
+def _collect(out: InteractionLog, rows: Iterable[tuple[str, list[str]]]) -> InteractionLog:
+    """Count every row's items into ``out``; keep the users with 2+ items, count the rest."""
+    counts: dict[str, int] = {}
+    for user, items in rows:
         for item in items:
             counts[item] = counts.get(item, 0) + 1
         if len(items) < 2:
@@ -242,19 +359,58 @@ def parse_sequences(lines: Iterable[tuple[int, str]], source: str) -> Interactio
     return out
 
 
+def _first_line(
+    lines: Iterator[tuple[int, str]],
+) -> tuple[str | None, Iterator[tuple[int, str]]]:
+    """The first non-blank line's text (None if there is none), and all the lines again."""
+    held: list[tuple[int, str]] = []
+    for numbered in lines:
+        held.append(numbered)
+        if numbered[1].strip():
+            return numbered[1], itertools.chain(held, lines)
+    return None, iter(held)
+
+
 def read_sequences(path: str | os.PathLike[str]) -> InteractionLog:
-    """Read a sequences file: one user a line, ``user item item ...`` in time order."""
+    """Read a log: ``user item item ...`` lines in time order, or a RecBole ``.inter`` file
+    (recognised by its ``name:type`` header, :mod:`spdrank.datasets.recbole`)."""
     path = Path(path)
-    return parse_sequences(_lines(path), str(path))
+    first, lines = _first_line(_lines(path))
+    if first is None or recbole.header_names(first) is None:
+        return parse_sequences(lines, str(path))
+    atomic = recbole.read_inter(lines, str(path))
+    out = InteractionLog(source=str(path), lines=atomic.lines, empty_lines=atomic.empty_lines)
+    return _collect(out, atomic.users)
 
 
 def read_titles(path: str | os.PathLike[str]) -> dict[str, str]:
-    """Read a TSV ``item_id<TAB>title`` with a header line; titles cleaned, may be ``""``."""
+    """Read a TSV ``item_id<TAB>title`` with a header line, or a RecBole ``.item`` file (its
+    ``item_id`` and title columns); titles cleaned, may be ``""``."""
     path = Path(path)
+    first, lines = _first_line(_lines(path))
+    if first is None:
+        raise SlateError(f"{path} is empty: expected a header line and item_id<TAB>title rows")
+    if recbole.header_names(first) is not None:
+        rows = recbole.read_item_titles(lines, str(path))
+    else:
+        rows = _title_rows(lines, path)
     titles: dict[str, str] = {}
     first_seen: dict[str, int] = {}
+    for lineno, item, title in rows:
+        where = f"{path}:{lineno}"
+        if item in titles:
+            raise SlateError(
+                f"item {item!r} has a second title (first at line {first_seen[item]})", where
+            )
+        first_seen[item] = lineno
+        titles[item] = clean_title(title)
+    return titles
+
+
+def _title_rows(lines: Iterable[tuple[int, str]], path: Path) -> Iterator[tuple[int, str, str]]:
+    """``(line, item, raw title)`` per row of a titles TSV, its header line skipped."""
     header = False
-    for lineno, line in _lines(path):
+    for lineno, line in lines:
         where = f"{path}:{lineno}"
         line = line.rstrip("\r\n")
         if not line.strip():
@@ -272,19 +428,16 @@ def read_titles(path: str | os.PathLike[str]) -> dict[str, str]:
         item = fields[0].strip()
         if not item:
             raise SlateError("empty item id", where)
-        if item in titles:
-            raise SlateError(
-                f"item {item!r} has a second title (first at line {first_seen[item]})", where
-            )
-        first_seen[item] = lineno
-        titles[item] = clean_title(fields[1])
-    if not header:
-        raise SlateError(f"{path} is empty: expected a header line and item_id<TAB>title rows")
-    return titles
+        yield lineno, item, fields[1]
 
 
 def read_candidate_lists(path: str | os.PathLike[str]) -> CandidateLists:
-    """Read an upstream retriever's lists: one user a line, ``user cand cand ...``."""
+    """Read an upstream retriever's lists: one user a line, ``user cand cand ...``, best first.
+
+    Candidates may carry the retriever's score as ``item:score`` (``u1 i7:0.93 i2:0.41``). The
+    file's first candidate decides: if it ends in ``:<number>`` every candidate of the file
+    must, else every candidate is a plain id (which may then hold colons).
+    """
     path = Path(path)
     out = CandidateLists(source=str(path))
     seen: dict[str, int] = {}
@@ -294,18 +447,70 @@ def read_candidate_lists(path: str | os.PathLike[str]) -> CandidateLists:
         if not fields:
             out.empty_lines += 1
             continue
+        where = f"{path}:{lineno}"
         user = fields[0]
         if user in seen:
             raise SlateError(
                 f"duplicate user {user!r} (first seen at line {seen[user]}): "
                 "each user must be on one line",
-                f"{path}:{lineno}",
+                where,
             )
         seen[user] = lineno
-        unique = list(dict.fromkeys(fields[1:]))
-        out.repeated_candidates += len(fields) - 1 - len(unique)
-        out.lists[user] = unique
+        if out.scores is None and fields[1:] and _scored(fields[1]) is not None:
+            out.scores, out.scored_from = {}, lineno
+        candidates = _candidates(fields[1:], out, where)
+        out.repeated_candidates += len(fields) - 1 - len(candidates)
+        out.lists[user] = list(candidates)
+        if out.scores is not None:
+            out.scores[user] = candidates
     return out
+
+
+def _scored(token: str) -> tuple[str, float] | None:
+    """``item:score`` as (item, score); None when the token does not end in ``:<number>``."""
+    item, sep, score = token.rpartition(":")
+    if not sep or not item:
+        return None
+    try:
+        return item, float(score)
+    except ValueError:
+        return None
+
+
+def _candidates(tokens: list[str], lists: CandidateLists, where: str) -> dict[str, float]:
+    """One list's candidates in order, each kept once, with its score (0.0 in a plain file)."""
+    out: dict[str, float] = {}
+    for token in tokens:
+        if lists.scores is None:
+            out.setdefault(token, 0.0)
+            continue
+        scored = _scored(token)
+        if scored is None:
+            raise SlateError(
+                f"candidate {token!r} has no score: the file's first candidate (line "
+                f"{lists.scored_from}) is item:score, so every candidate must be",
+                where,
+            )
+        item, score = scored
+        if not math.isfinite(score):
+            raise SlateError(f"candidate {item!r} has a non-finite score {score}", where)
+        out.setdefault(item, score)
+    return out
+
+
+def iter_extra_sequences(path: str | os.PathLike[str]) -> Iterator[list[str]]:
+    """The item sequences of an ``extra_sequences.txt`` (``user item item ...`` lines), for
+    fitting count baselines on users who make no slate."""
+    for _, line in _lines(Path(path)):
+        fields = line.split()
+        if len(fields) > 1:
+            yield fields[1:]
+
+
+def default_extra_sequences(train: str | os.PathLike[str]) -> Path | None:
+    """``extra_sequences.txt`` beside a training file, when a build wrote one there."""
+    path = Path(train).parent / EXTRA_SEQUENCES_FILE
+    return path if path.is_file() else None
 
 
 def sha256_file(path: str | os.PathLike[str]) -> str:
@@ -437,12 +642,103 @@ def _history_and_target(items: list[str], history: int) -> tuple[list[str], str]
     return before[max(0, len(before) - history) :], items[-1]
 
 
-def _cut_list(retrieved: list[str], target: str, size: int) -> tuple[list[str], bool, bool]:
-    """The retriever's list with the target, cut to ``size``; (list, target added, was cut)."""
-    others = [c for c in retrieved if c != target]
-    added = len(others) == len(retrieved)
-    kept = others[: size - 1]
-    return kept + [target], added, len(kept) < len(others)
+@dataclass(frozen=True)
+class _Retrieved:
+    """One user's slate candidates, taken from the retriever's list."""
+
+    docids: tuple[str, ...]
+    #: The retriever's score by docid (empty for a plain candidate file).
+    scores: Mapping[str, float]
+    #: The target was not in the list and was added to the slate.
+    inserted: bool
+    #: The target was not in the list and was not added: the slate holds no target.
+    missed: bool
+    #: The list held more candidates than the slate takes.
+    cut: bool
+
+
+def _retrieved(lists: CandidateLists, user: str, target: str, options: BuildOptions) -> _Retrieved:
+    """The user's list cut to ``options.candidates``, in the retriever's order (best first).
+
+    The target is kept wherever it was ranked. A target the retriever did not return is added
+    (``insert_target``) with the list's lowest score, an upper bound on its real one, or left
+    out, so the slate measures what the retriever found.
+    """
+    ranked = lists.lists[user]
+    scores: Mapping[str, float] = lists.scores[user] if lists.scores is not None else {}
+    others = [c for c in ranked if c != target]
+    found = len(others) < len(ranked)
+    keep_target = found or options.insert_target
+    kept = others[: options.candidates - 1] if keep_target else others[: options.candidates]
+    inserted = not found and options.insert_target
+    if inserted and scores:
+        scores = {**scores, target: min(scores.values())}
+    return _Retrieved(
+        docids=tuple(kept + [target] if keep_target else kept),
+        scores=scores,
+        inserted=inserted,
+        missed=not keep_target,
+        cut=len(kept) < len(others),
+    )
+
+
+def _counted_sequence(items: list[str], history: int) -> list[str]:
+    """What the counts take of a user: the history a slate shows, then the target."""
+    before, target = _history_and_target(items, history)
+    return [*before, target]
+
+
+def _split_by_lists(
+    users: list[tuple[str, list[str]]], lists: CandidateLists, options: BuildOptions
+) -> tuple[list[tuple[str, list[str]]], list[tuple[str, list[str]]]]:
+    """(users who make a slate, users counted without one). Without ``insert_target`` an
+    empty list has nothing to rank, so it counts as no list."""
+    have = [
+        (u, items) for u, items in users
+        if u in lists.lists and (options.insert_target or lists.lists[u])
+    ]
+    listed = {u for u, _ in have}
+    return have, [(u, items) for u, items in users if u not in listed]
+
+
+def _fraction_for(n_slates: int, n_users: int) -> Fraction:
+    """The smallest two-significant-digit ``--eval-fraction`` giving ``n_slates`` of ``n_users``."""
+    exact = Fraction(n_slates, n_users)
+    scale = Fraction(10) ** (1 - math.floor(math.log10(exact)))
+    return Fraction(math.ceil(exact * scale)) / scale
+
+
+def _warn_small_eval(n_eval: int, n_users: int, fraction: float) -> None:
+    """Say when the eval split is too small for metrics to separate close rankers."""
+    if fraction == 0 or n_eval >= MIN_EVAL_SLATES or not n_users:
+        return
+    spread = f"±{1.96 * math.sqrt(0.25 / n_eval):.2f}" if n_eval else "undefined"
+    suggestion = _fraction_for(MIN_EVAL_SLATES, n_users)
+    advice = (
+        f"--eval-fraction {float(suggestion):g} would give about {MIN_EVAL_SLATES:,}"
+        if suggestion <= Fraction(1, 2)
+        else f"this log's {n_users:,} users cannot spare {MIN_EVAL_SLATES:,}; compare rankers "
+        "slate by slate (spdrank bench's paired intervals) rather than by their means"
+    )
+    logger.warning(
+        "%s eval slates: a metric near 0.5 has a 95%% confidence interval of about %s, too "
+        "wide to tell close rankers apart; %s",
+        f"{n_eval:,}", spread, advice,
+    )
+
+
+def _warn_inserted(inserted: int, slates: int) -> None:
+    """Say where target insertion made slates a ranker can read the label off."""
+    if not inserted:
+        return
+    logger.warning(
+        "%s of %s targets were not among the retriever's candidates and were inserted into "
+        "their slates: an inserted item has no real retriever score or rank, and a ranker can "
+        "learn to spot it, so metrics on such slates flatter it; to measure on what the "
+        "retriever found, build with --no-insert-target (those slates keep no target and "
+        "count as misses)",
+        f"{inserted:,}", f"{slates:,}",
+    )
 
 
 def build_slates(
@@ -462,6 +758,8 @@ def build_slates(
     ``progress``: a tqdm bar on stderr (``None``: only when stderr is a terminal).
     On any error nothing in ``out_dir`` changes: bad input raises :class:`SlateError` /
     :class:`ValueError` before writing, and files are renamed into place only at the end.
+    With candidate lists, users without one make no slate but are counted like training
+    users (``extra_sequences.txt``).
     """
     from tqdm import tqdm
 
@@ -469,6 +767,15 @@ def build_slates(
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
         raise ValueError(f"--out {out} exists and is not a directory")
+    sasrec = None
+    if options.retriever is not None:  # its lists decide which users make a slate
+        if candidate_lists is not None:
+            raise ValueError(
+                f"--retriever {options.retriever} and --candidate-file exclude each other: "
+                "choose one"
+            )
+        sasrec, candidate_lists = retriever_lists(log, options)
+        options = replace(options, insert_target=False)
     title_of = _Titles(titles)
     counts: dict[str, int] = {
         "lines": log.lines,
@@ -480,33 +787,10 @@ def build_slates(
     }
 
     # Which users make a slate, and the items they show: all checked before writing anything.
-    users = log.users
+    users, extra, retrieved, sampler = _slate_users(log, candidate_lists, options, counts)
     shown_items: list[str] = list(log.item_counts)
-    if candidate_lists is not None:
-        have = [(u, items) for u, items in users if u in candidate_lists.lists]
-        counts["users_without_candidate_list"] = len(users) - len(have)
-        logged = {u for u, _ in users}
-        counts["unused_candidate_lists"] = sum(1 for u in candidate_lists.lists if u not in logged)
-        counts["repeated_candidates_dropped"] = candidate_lists.repeated_candidates
-        counts["candidate_list_empty_lines"] = candidate_lists.empty_lines
-        users = have
-        fixed_lists = {
-            u: _cut_list(candidate_lists.lists[u], items[-1], options.candidates)
-            for u, items in users
-        }
-        for docids, _, _ in fixed_lists.values():
-            shown_items.extend(docids)
-        sampler = None
-    else:
-        sampler = _NegativeSampler(log.item_counts, options.negatives)
-        need = options.candidates - 1
-        for u, items in users:
-            if sampler.available(set(items)) < need:
-                raise ValueError(
-                    f"user {u!r}: only {sampler.available(set(items))} of the log's "
-                    f"{len(sampler.items)} items are outside the user's own, cannot draw "
-                    f"{need} negatives; lower --candidates"
-                )
+    for got in retrieved.values():
+        shown_items.extend(got.docids)
     untitled, unknown = title_of.untitled(shown_items)
     counts["untitled_items"] = len(untitled)
     counts["unknown_items"] = len(unknown)
@@ -522,16 +806,16 @@ def build_slates(
     )
     split_of = {u: TRAIN_FILE for u, _ in users} | dict.fromkeys(eval_users, EVAL_FILE)
     split_of |= dict.fromkeys(valid_users, VALID_FILE)
+    if SASREC in options.features and sasrec is None:
+        train_users = (u for u, name in split_of.items() if name == TRAIN_FILE)
+        sasrec = fit_for_build(users, train_users, shown_items, options)
     features = similarity = None
-    if options.features:  # counted over train.jsonl's users only, as the baselines count
+    if set(options.features) & set(FEATURES):  # over train.jsonl's users, as the baselines
         similarity = TitleSimilarity(title_of(i) for i in sorted(log.item_counts))
         features = InteractionFeatures(
-            [*history, target]
-            for history, target in (
-                _history_and_target(items, options.history)
-                for u, items in users
-                if split_of[u] == TRAIN_FILE
-            )
+            [_counted_sequence(items, options.history) for u, items in users
+             if split_of[u] == TRAIN_FILE]
+            + [_counted_sequence(items, options.history) for _, items in extra]
         )
 
     files = {TRAIN_FILE: out / TRAIN_FILE, EVAL_FILE: out / EVAL_FILE}
@@ -540,10 +824,13 @@ def build_slates(
     digests = {name: hashlib.sha256() for name in files}
     written = {name: {"slates": 0, "candidates": 0} for name in files}
     list_stats = {"targets_added": 0, "lists_cut": 0, "short_lists": 0}
+    if not options.insert_target:
+        list_stats["targets_not_retrieved"] = 0
     with ExitStack() as stack:
         # Entered first, so renamed into place last, once every slate file is.
         manifest_fh = stack.enter_context(atomic_writer(out / MANIFEST_FILE))
         handles = {name: stack.enter_context(atomic_writer(path)) for name, path in files.items()}
+        extra_output = _write_extra_sequences(stack, out, extra, options.history)
         bar = tqdm(
             users, desc="slates", unit="user", file=sys.stderr,
             disable=(not sys.stderr.isatty()) if progress is None else not progress,
@@ -551,24 +838,15 @@ def build_slates(
         for user, items in bar:
             history, target = _history_and_target(items, options.history)
             rng = _user_rng(options.seed, user)
+            got = None
             if sampler is not None:
                 docids = [target, *sampler.draw(rng, options.candidates - 1, set(items))]
             else:
-                docids, added, cut = fixed_lists[user]
-                docids = list(docids)
-                list_stats["targets_added"] += added
-                list_stats["lists_cut"] += cut
-                list_stats["short_lists"] += len(docids) < options.candidates
+                got = retrieved[user]
+                docids = list(got.docids)
+                _count_list(list_stats, got, options.candidates)
             rng.shuffle(docids)
-            slate = Slate(
-                query=Query(
-                    qid=user,
-                    text=render_history([shown[i] for i in history]),
-                    history=list(history),
-                ),
-                candidates=[Candidate(docid=d, doc={"title": shown[d]}) for d in docids],
-                clicked=[target],
-            )
+            slate = _slate(user, history, target, docids, shown, got)
             name = split_of[user]
             if features is not None and similarity is not None:
                 own = [*history, target] if name == TRAIN_FILE else None  # was it counted?
@@ -576,7 +854,11 @@ def build_slates(
                 for candidate, values, title in zip(
                     slate.candidates, features(slate, own), titles
                 ):
-                    candidate.features = {**values, TITLE_SIMILARITY: title}
+                    every = {**values, TITLE_SIMILARITY: title}
+                    candidate.features = {k: every[k] for k in options.features if k in every}
+            if sasrec is not None and SASREC in options.features:
+                for candidate, value in zip(slate.candidates, sasrec(user, slate.docids)):
+                    candidate.features = {**(candidate.features or {}), SASREC: value}
             line = dumps_slate(slate) + "\n"
             handles[name].write(line)
             digests[name].update(line.encode("utf-8"))
@@ -586,6 +868,8 @@ def build_slates(
 
         if candidate_lists is not None:
             counts.update(list_stats)
+        if options.retriever is not None and candidate_lists is not None:
+            counts.update(retrieval_counts(users, candidate_lists, split_of))
         counts["train"] = written[TRAIN_FILE]["slates"]
         counts["eval"] = written[EVAL_FILE]["slates"]
         if valid_users:  # only then, so a build without a validation split is as it was
@@ -603,12 +887,23 @@ def build_slates(
             "titles": "html.unescape, then whitespace collapsed to single spaces",
             "skipped": "empty lines and users with fewer than 2 items",
         }
-        if features is not None:  # only then, so a build without features is as it was
-            parameters["features"] = list(FEATURES)
-            policies["features"] = FEATURES_POLICY
+        if options.features:  # only then, so a build without features is as it was
+            parameters["features"] = list(options.features)
+            if features is not None:
+                policies["features"] = FEATURES_POLICY
+        if options.retriever is not None:
+            parameters["negatives"] = "retriever"
+            parameters["retriever"] = options.retriever
+        if sasrec is not None:
+            parameters[SASREC] = options.sasrec.to_dict()
+            policies[SASREC] = SASREC_POLICY
         if valid_users:
             parameters["validation"] = options.validation
             policies["validation"] = VALIDATION_POLICY
+        _describe_lists(parameters, policies, candidate_lists, options, bool(extra))
+        outputs = {
+            name: {**written[name], "sha256": digests[name].hexdigest()} for name in files
+        } | extra_output
         manifest: dict[str, Any] = {
             "spdrank": __version__,
             "command": command,
@@ -617,11 +912,13 @@ def build_slates(
             "inputs": {k: dict(v) for k, v in (inputs or {}).items()},
             "counts": counts,
             "untitled_examples": untitled[:20],
-            "outputs": {
-                name: {**written[name], "sha256": digests[name].hexdigest()} for name in files
-            },
+            "outputs": outputs,
         }
         manifest_fh.write(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")
+    if not extra:  # a previous build's, which the baselines beside train.jsonl would read
+        (out / EXTRA_SEQUENCES_FILE).unlink(missing_ok=True)
+    _warn_inserted(list_stats["targets_added"], len(users))
+    _warn_small_eval(counts["eval"], len(users), options.eval_fraction)
     return BuildResult(
         out_dir=out,
         train_path=files[TRAIN_FILE],
@@ -629,7 +926,112 @@ def build_slates(
         manifest_path=out / MANIFEST_FILE,
         manifest=manifest,
         valid_path=files.get(VALID_FILE),
+        extra_path=out / EXTRA_SEQUENCES_FILE if extra else None,
     )
+
+
+def _slate_users(
+    log: InteractionLog,
+    lists: CandidateLists | None,
+    options: BuildOptions,
+    counts: dict[str, int],
+) -> tuple[
+    list[tuple[str, list[str]]],
+    list[tuple[str, list[str]]],
+    dict[str, _Retrieved],
+    _NegativeSampler | None,
+]:
+    """(users who make a slate, users only counted, their retrieved lists, the sampler).
+
+    Everything a slate needs is checked here, before any file is opened.
+    """
+    users = log.users
+    if lists is None:
+        sampler = _NegativeSampler(log.item_counts, options.negatives)
+        need = options.candidates - 1
+        for u, items in users:
+            if sampler.available(set(items)) < need:
+                raise ValueError(
+                    f"user {u!r}: only {sampler.available(set(items))} of the log's "
+                    f"{len(sampler.items)} items are outside the user's own, cannot draw "
+                    f"{need} negatives; lower --candidates"
+                )
+        return users, [], {}, sampler
+    have, extra = _split_by_lists(users, lists, options)
+    counts["users_without_candidate_list"] = len(extra)
+    logged = {u for u, _ in users}
+    counts["unused_candidate_lists"] = sum(1 for u in lists.lists if u not in logged)
+    counts["repeated_candidates_dropped"] = lists.repeated_candidates
+    counts["candidate_list_empty_lines"] = lists.empty_lines
+    retrieved = {u: _retrieved(lists, u, items[-1], options) for u, items in have}
+    return have, extra, retrieved, None
+
+
+def _count_list(stats: dict[str, int], got: _Retrieved, size: int) -> None:
+    stats["targets_added"] += got.inserted
+    stats["lists_cut"] += got.cut
+    stats["short_lists"] += len(got.docids) < size
+    if got.missed:
+        stats["targets_not_retrieved"] += 1
+
+
+def _slate(
+    user: str,
+    history: list[str],
+    target: str,
+    docids: list[str],
+    shown: Mapping[str, str],
+    got: _Retrieved | None,
+) -> Slate:
+    """One user's slate; a target the retriever missed is recorded as a click not retrieved."""
+    scores = got.scores if got is not None else {}
+    missed = got is not None and got.missed
+    return Slate(
+        query=Query(
+            qid=user,
+            text=render_history([shown[i] for i in history]),
+            history=list(history),
+        ),
+        candidates=[
+            Candidate(docid=d, doc={"title": shown[d]}, score=scores.get(d, 0.0)) for d in docids
+        ],
+        clicked=[] if missed else [target],
+        extra={NOT_RETRIEVED: [target]} if missed else {},
+    )
+
+
+def _write_extra_sequences(
+    stack: ExitStack, out: Path, extra: list[tuple[str, list[str]]], history: int
+) -> dict[str, dict[str, Any]]:
+    """Write the only-counted users' sequences (renamed into place with the slates); their
+    manifest entry, or none when there are none."""
+    if not extra:
+        return {}
+    digest = hashlib.sha256()
+    fh = stack.enter_context(atomic_writer(out / EXTRA_SEQUENCES_FILE))
+    for user, items in extra:
+        line = " ".join([user, *_counted_sequence(items, history)]) + "\n"
+        fh.write(line)
+        digest.update(line.encode("utf-8"))
+    return {EXTRA_SEQUENCES_FILE: {"sequences": len(extra), "sha256": digest.hexdigest()}}
+
+
+def _describe_lists(
+    parameters: dict[str, Any],
+    policies: dict[str, str],
+    lists: CandidateLists | None,
+    options: BuildOptions,
+    extra: bool,
+) -> None:
+    """The manifest's word on candidate lists, added only where a build used them so."""
+    if lists is None:
+        return
+    if not options.insert_target:
+        parameters["insert_target"] = False
+    if lists.scores is not None:
+        policies["candidate_scores"] = CANDIDATE_SCORES_POLICY
+    if extra:
+        policies["extra_sequences"] = EXTRA_SEQUENCES_POLICY
 
 
 def build_from_files(

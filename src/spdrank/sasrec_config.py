@@ -1,0 +1,51 @@
+"""SASRec's settings, importable without torch (the data builder and the CLI read them).
+
+The defaults are Kang & McAuley's (2018) for Amazon Beauty (2 blocks, 1 head, dropout 0.5,
+sequences cut to the last 50 items, batch 128, Adam at 1e-3), with a 64-wide embedding and
+an epoch count chosen so that one fit on Beauty's training users stays within minutes on
+one CPU thread (docs/sasrec.md gives the measured time and what fewer epochs cost).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+#: The name of the SASRec feature, retriever and ranker.
+SASREC = "sasrec"
+
+
+@dataclass(frozen=True)
+class SASRecConfig:
+    """Model shape and training schedule; all of it is part of the fitted model's cache key."""
+
+    #: How many of a sequence's most recent items the model reads (older ones are cut).
+    max_len: int = 50
+    dim: int = 64
+    blocks: int = 2
+    heads: int = 1
+    dropout: float = 0.5
+    epochs: int = 20
+    batch_size: int = 128
+    lr: float = 1e-3
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("max_len", "dim", "blocks", "heads", "epochs", "batch_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"SASRec {name} must be >= 1, got {getattr(self, name)}")
+        if self.dim % self.heads:
+            raise ValueError(
+                f"SASRec dim {self.dim} must be a multiple of heads {self.heads}"
+            )
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"SASRec dropout must be within [0, 1), got {self.dropout}")
+        if not self.lr > 0.0:
+            raise ValueError(f"SASRec lr must be > 0, got {self.lr}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> SASRecConfig:
+        return cls(**data)
