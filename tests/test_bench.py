@@ -410,6 +410,16 @@ def test_overhead_script_commands_parse():
     assert int(train[train.index("--positions") + 1]) >= 150
 
 
+def test_cpu_bf16_script_benches_one_checkpoint_in_both_dtypes():
+    """benchmarks/cpu_bf16.sh: two bench commands that parse, alike but for --dtype and --out."""
+    commands = dry_run_commands("cpu_bf16.sh")
+    parser = spdrank.cli.build_parser()
+    parsed = [vars(parser.parse_args(argv[1:])) for argv in commands]
+    assert [p["dtype"] for p in parsed] == ["float32", "bfloat16"]
+    differ = {k for k in parsed[0] if parsed[0][k] != parsed[1][k]}
+    assert differ == {"dtype", "out", "title"}
+
+
 def test_retrain_command_rebuilds_a_runs_config_with_the_overrides_last(tmp_path, monkeypatch):
     """benchmarks/retrain_command.py (how bench_beauty_cpu.sh trains its K=160 student): the
     command it prints parses with the real CLI into the saved config, but for --out and the
