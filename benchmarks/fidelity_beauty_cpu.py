@@ -63,7 +63,7 @@ TEACHERS = {
     # The whole SmolLM2 on every title of a slate: about 5 s a slate on one core, so fewer.
     "likelihood": Teacher(("--backend", "likelihood", "--model", "bundled",
                            "--max-item-tokens", "12", "--batch-size", "1"),
-                          {"train": 1024, "valid": 100, "eval": 100}),
+                          {"train": 1024, "valid": 100, "eval": 300}),
     # SmolLM2 writing its ranking under constrained decoding: about 30 s a slate here, and
     # no student (too few labels); its row of the teachers' table.
     "constrained": Teacher(("--backend", "hf", "--model", "bundled", "--constrained",
