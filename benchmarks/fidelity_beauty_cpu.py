@@ -357,7 +357,7 @@ PREAMBLE = (
     "training slates as each row says (of Beauty's 20,245), validation: the first slates of "
     "the 1,000 validation users' (1,000 for the lexical teacher, 100 for the likelihood "
     "teacher, whose labels cost the whole model per title), eval: the 1,118 eval slates "
-    "(100 for the likelihood teacher), 50 candidates each, uniform negatives. Validation "
+    "(300 for the likelihood teacher), 50 candidates each, uniform negatives. Validation "
     "figures are the run's own evaluation; eval figures one pass over the eval slates "
     "through a state cache, beside the baselines. tau counts only the pairs the teacher "
     "orders (its score ties are not an order); top1: the student's first is among the "
