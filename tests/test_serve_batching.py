@@ -276,11 +276,14 @@ def test_every_policy_answers_in_request_order(served, policy):  # noqa: F811
 def test_the_policy_is_wired_through_settings(served):  # noqa: F811
     app = create_app(served[0], name="tiny-spd")  # defaults: auto, on a CPU
     assert app.state.settings.batch_policy == "auto"
+    # one slate at a time, never waiting: the unbatched server's path, whatever the batch size
     assert app.state.engine.policy == "single" and app.state.batcher.max_wait_s == 0
+    assert app.state.batcher.max_batch_size == 1 and app.state.settings.max_batch_size == 8
     settings = ServeSettings(batch_policy="bucketed", max_padding=0.25, max_wait_ms=7)
     app = create_app(Engine(served[0], "tiny-spd"), settings)
     assert (app.state.engine.policy, app.state.engine.max_padding) == ("bucketed", 0.25)
     assert app.state.batcher.max_wait_s == pytest.approx(0.007)
+    assert app.state.batcher.max_batch_size == 8
     with pytest.raises(ValueError, match="unknown batch policy"):
         ServeSettings(batch_policy="fastest")
     with pytest.raises(ValueError, match="max_padding"):

@@ -104,12 +104,15 @@ def create_app(
     engine = model if isinstance(model, Engine) else Engine(model, name or model.name)
     engine.use_policy(settings.batch_policy, settings.max_padding)
     metrics = ServerMetrics()
-    # With one prefill per slate nothing is shared, so waiting for others to join only adds
-    # latency: the collector then takes what is queued (up to the batch size) without waiting.
-    max_wait_ms = 0.0 if engine.policy == "single" else settings.max_wait_ms
+    # With one prefill per slate nothing is shared: the collector takes one slate at a time
+    # and never waits, which is exactly the unbatched server (collecting several only to run
+    # them one by one costs the event loop and the worker a little more per request).
+    single = engine.policy == "single"
+    max_wait_ms = 0.0 if single else settings.max_wait_ms
+    max_batch_size = 1 if single else settings.max_batch_size
     batcher: MicroBatcher[Slate, Ranked] = MicroBatcher(
         engine.rank,
-        max_batch_size=settings.max_batch_size,
+        max_batch_size=max_batch_size,
         max_wait_ms=max_wait_ms,
         max_queue=settings.max_queue,
         metrics=metrics,
@@ -125,7 +128,7 @@ def create_app(
             engine.name,
             engine.max_documents,
             engine.device,
-            settings.max_batch_size,
+            max_batch_size,
             max_wait_ms,
             settings.max_queue,
             engine.policy,
