@@ -96,6 +96,7 @@ def write_report(args: argparse.Namespace, rows: dict[str, Any]) -> None:
     verdict = ""
     if at50 is not None:
         ships = at50["saving"] >= SHIP_AT
+        slower = [n for n, r in rows.items() if r["saving"] < 0]
         verdict = (
             f"At N = 50 the reused context saves {at50['saving']:.1%} of the prefill "
             f"({'at least' if ships else 'below'} the {SHIP_AT:.0%} that would make it worth a "
@@ -103,6 +104,10 @@ def write_report(args: argparse.Namespace, rows: dict[str, Any]) -> None:
             + ("ship it." if ships else "the context is a small share of the prompt "
                f"({at50['context_share']:.0%} of its tokens), and the candidates' tokens, which "
                "every set brings anew, are most of the prefill.")
+            + (f" At N = {', '.join(slower)} the reused path is slower than the whole prefill: "
+               "the candidates' part run against the cache costs more than the context saves "
+               "(likely its attention: a block of queries against a longer cache does not take "
+               "the plain causal path of a fresh prefill)." if slower else "")
         )
     lines = [
         "# Prefix reuse: the user context's keys and values kept across candidate sets",
