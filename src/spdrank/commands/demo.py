@@ -82,7 +82,7 @@ class Scale:
     train_minutes: float
 
 
-FULL = Scale(train=1000, eval=200, layers=2, epochs=8, batch=32, item_tokens=32, train_minutes=9)
+FULL = Scale(train=1000, eval=200, layers=2, epochs=8, batch=32, item_tokens=32, train_minutes=5)
 TINY = Scale(train=8, eval=6, layers=1, epochs=1, batch=4, item_tokens=6, train_minutes=0.2)
 
 
@@ -296,9 +296,9 @@ Finished in {seconds / 60:.1f} min. Report and plots: {root / 'report'}
 Rank your own slates (JSONL, one slate per line; the format: docs/usage.md#the-slate-format):
   spdrank rank --model {model_dir} --input {subset / 'eval.jsonl'} --output {root / 'ranked.jsonl'}
 
-Serve the student over HTTP. It reads each candidate's upstream features next to its title,
-so send whole slates (the format above) to /v1/rank; /v1/rerank takes text-only documents
-and serves models trained without --features:
+Serve the student over HTTP. /v1/rank takes whole slates (the format above, with the
+upstream features of a model that reads them); /v1/rerank takes a query (the user's history)
+and text documents, for models trained without --features such as this one:
   spdrank serve --model {model_dir} --port 8000
   head -n 1 {subset / 'eval.jsonl'} | curl -s localhost:8000/v1/rank \\
     -H 'content-type: application/json' -d @-
