@@ -9,9 +9,9 @@
 # layers, frozen, mean readout, 32-token titles; runs/fidelity/runs/lex/history-mean-t32 from
 # benchmarks/fidelity_beauty_cpu.py), trained on float32 states. Both runs rank the same
 # lexical-teacher eval slates through `spdrank bench` (fidelity to the teacher, quality against
-# clicks, latency per slate at batch 1) and decompose the latency at N = 50 and 150. Run it
-# alone on the machine: it measures latency. Settings from the environment: BIN, MODEL,
-# SLATES, LIMIT, OUT.
+# clicks, latency per slate at batch 1) and decompose the latency at N = 20 and 50 (the
+# checkpoint's K is 64). Run it alone on the machine: it measures latency. Settings from the
+# environment: BIN, MODEL, SLATES, LIMIT, OUT.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . benchmarks/lib.sh
@@ -26,7 +26,7 @@ parse_dry_run benchmarks/cpu_bf16.sh "the script's header" "$@"
 for DTYPE in float32 bfloat16; do
   step "bench-$DTYPE" "$OUT/$DTYPE/report.md" \
     "$BIN/spdrank" bench --slates "$SLATES" --limit "$LIMIT" --model "student=$MODEL" \
-    --decoders expected_rank --dtype "$DTYPE" --device cpu --latency --latency-sizes 50,150 \
+    --decoders expected_rank --dtype "$DTYPE" --device cpu --latency --latency-sizes 20,50 \
     --latency-slates 50 --seed 0 --out "$OUT/$DTYPE" \
     --title "The lexical student on the CPU in $DTYPE" --no-progress
 done
@@ -46,15 +46,15 @@ from pathlib import Path
 
 out = Path(sys.argv[1])
 rows = {d: json.loads((out / d / "results.json").read_text()) for d in ("float32", "bfloat16")}
-print("| dtype | tau | top1 | AUC | R@10 | p50 ms a slate | N = 50: prefill ms, total ms | "
-      "N = 150: prefill ms, total ms |")
+print("| dtype | tau | top1 | AUC | R@10 | p50 ms a slate | N = 20: prefill ms, total ms | "
+      "N = 50: prefill ms, total ms |")
 print("|---|---|---|---|---|---|---|---|")
 for d, r in rows.items():
     s = r["rankers"]["student:expected_rank"]
     m = s["metrics"]
     lat = {x["n"]: x for x in r["latency"]}
     sizes = [f"{lat[n]['stages_ms']['prefill']:.1f}, {lat[n]['total_ms']['median']:.1f}"
-             for n in (50, 150)]
+             for n in (20, 50)]
     print(f"| {d} | {m['tau']['mean']:.3f} | {m['top1']['mean']:.3f} | {m['AUC']['mean']:.4f} | "
           f"{m['R@10']['mean']:.4f} | {s['latency_ms']['median']:.1f} | {sizes[0]} | {sizes[1]} |")
 EOF
