@@ -53,3 +53,21 @@ def test_demo_tiny_end_to_end_reuses_what_is_done_and_redoes_what_changed(tmp_pa
     results = json.loads((root / "report" / "results.json").read_text())
     assert results["rankers"]["popularity"]["metrics"]["tau"]["mean"] == 1.0
     assert (root / "student" / "train.json").stat().st_mtime != trained
+
+
+def test_a_step_made_with_other_settings_is_removed_with_what_it_wrote_besides(tmp_path):
+    from spdrank.commands.demo import begin, finish, is_done
+
+    step, cache = tmp_path / "student", tmp_path / "states"
+    begin(step, {"scale": "tiny"}, also=[cache])
+    (step / "model.txt").write_text("tiny")
+    cache.mkdir()
+    (cache / "key.json").write_text("{}")  # e.g. a state cache keyed to the tiny settings
+    finish(step, {"scale": "tiny"})
+    assert is_done(step, {"scale": "tiny"}) and not is_done(step, {"scale": "full"})
+
+    begin(step, {"scale": "tiny"}, also=[cache])  # same settings: kept, to resume
+    assert (step / "model.txt").exists() and cache.exists()
+    begin(step, {"scale": "full"}, also=[cache])  # other settings: both go
+    assert not (step / "model.txt").exists() and not cache.exists()
+    assert not is_done(step, {"scale": "full"})

@@ -39,6 +39,7 @@ import json
 import shlex
 import shutil
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from importlib import resources
 from pathlib import Path
@@ -188,7 +189,8 @@ def run(args: argparse.Namespace) -> int:
             f"{scale.epochs:g} epochs",
             f"about {scale.train_minutes:g} min on 2 CPU cores; rerun to resume if interrupted",
         )
-        begin(model_dir, student_settings)
+        # The state cache serves one backbone and prompt setting: made for another, it goes.
+        begin(model_dir, student_settings, also=[root / "states"])
         call(train_argv)
         finish(model_dir, student_settings)
 
@@ -231,15 +233,17 @@ def is_done(directory: Path, settings: dict[str, Any]) -> bool:
     return record is not None and record.get("done") is True and record["settings"] == settings
 
 
-def begin(directory: Path, settings: dict[str, Any]) -> None:
+def begin(directory: Path, settings: dict[str, Any], also: Sequence[Path] = ()) -> None:
     """Make ``directory`` ready for a step with ``settings``: an unfinished run with the same
     settings is kept (the commands resume it); anything else there (another scale, teacher or
-    version's output) is removed, so nothing made differently is reused."""
+    version's output) is removed, so nothing made differently is reused, and so are the
+    directories in ``also`` that the step writes besides its own."""
     record = recorded(directory)
     if record is None or record["settings"] != settings:
-        if directory.exists():
-            print(f"  {directory} holds output made with other settings: removing it", flush=True)
-            shutil.rmtree(directory)
+        for path in (directory, *also):
+            if path.exists():
+                print(f"  {path} holds output made with other settings: removing it", flush=True)
+                shutil.rmtree(path)
         directory.mkdir(parents=True)
     (directory / STAMP).write_text(json.dumps({"settings": settings, "done": False}, indent=1))
 
