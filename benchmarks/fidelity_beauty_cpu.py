@@ -165,6 +165,14 @@ def rows() -> list[Row]:
             readout="tokens", limit=512, on_eval=False, curve=True),
         Row("lex/tokens", "the same on 2,048 training slates, 4 epochs", readout="tokens",
             epochs=4, curve=True),
+        Row("lex/words/512", "the history head matching word states (each word the mean of "
+            "its tokens' states), late interaction", readout="words", item_tokens=32,
+            limit=512, on_eval=False),
+        Row("lex/words-tfidf/512", "the same, matched as a soft TF-IDF cosine (every pair of "
+            "words through a sharp kernel, learned weights on both sides)", readout="words",
+            item_tokens=32, limit=512, on_eval=False, extra=["--match", "tfidf"], curve=True),
+        Row("lex/words-tfidf", "the same on 2,048 training slates, 4 epochs", readout="words",
+            item_tokens=32, epochs=4, extra=["--match", "tfidf"], curve=True),
         # Does the LLM replace the lexical score, and add to the features? (clicks)
         Row("clicks/3f-only", "popularity + co-occurrence + title similarity alone, no LLM",
             head="attn", target="clicks", features="popularity,cooccurrence,title_similarity", epochs=4,
@@ -187,6 +195,14 @@ def rows() -> list[Row]:
         Row("clicks/history-mean-t32+3f", "SmolLM2 states on 32-token titles + the three "
             "features, the same target", target="teacher+clicks", item_tokens=32,
             features="popularity,cooccurrence,title_similarity", epochs=4),
+        Row("clicks/words-tfidf+pop+co", "SmolLM2's word states matched as a soft TF-IDF + "
+            "popularity + co-occurrence, clicks as the target: the LLM in place of the lexical "
+            "score", target="clicks", readout="words", item_tokens=32,
+            features="popularity,cooccurrence", epochs=4, extra=["--match", "tfidf"]),
+        Row("clicks/words-tfidf+3f", "the same + the three features", target="clicks",
+            readout="words", item_tokens=32,
+            features="popularity,cooccurrence,title_similarity", epochs=4,
+            extra=["--match", "tfidf"]),
         # SmolLM2's own ranking, valid by construction, as the teacher.
         Row("lik/paper/512", "the paper's head and readout, distilled from SmolLM2's "
             "likelihood teacher", teacher="likelihood", head="attn", readout="last", limit=512),
@@ -414,7 +430,8 @@ def write_report(selected: list[Row], summaries: dict[str, Any], evals: dict[str
             "whole-titles row checks that recomputation). The rows marked SmolLM2's tokens "
             "compute the same TF-IDF cosine over the model's token ids instead of words: a "
             "reader matching the tokens exactly, without assembling the words the tokenizer "
-            "splits into pieces:"), "",
+            "splits into pieces; the rows marked assembled into words group those tokens back "
+            "into words, as the words readout does:"), "",
             "| title tokens | tau | top1 | top10 |", "|---|---|---|---|"]
         for k, values in ceiling["rows"].items():
             lines.append(f"| {k} | " + " | ".join(fmt(values[m]) for m in FIDELITY) + " |")
@@ -493,7 +510,9 @@ def truncation_ceiling(
 
     The ``model_tokens`` rows compute the same TF-IDF cosine over SmolLM2's token ids instead
     of words: a reader that matches the model's tokens exactly, without assembling the words
-    that the tokenizer splits into pieces (or telling "Nail" from "nail")."""
+    that the tokenizer splits into pieces (or telling "Nail" from "nail"). The ``assembled``
+    rows group those token ids back into words (:mod:`spdrank.words`: the runs of letters
+    and digits of the text they decode to), as the ``words`` readout does."""
     import numpy as np
     from transformers import AutoTokenizer
 
@@ -502,6 +521,7 @@ def truncation_ceiling(
     from spdrank.metrics import kendall_tau, top1_agreement, topk_overlap
     from spdrank.prompt import PromptBuilder, PromptSettings
     from spdrank.slates import load_slates
+    from spdrank.words import WordSplitter
 
     slates = load_slates(labelled("lexical", "eval"))
     tokenizer = AutoTokenizer.from_pretrained(bundled_backbone_path())
@@ -510,6 +530,8 @@ def truncation_ceiling(
     similarity = TitleSimilarity(sorted(titles))
     out: dict[str, Any] = {"n_slates": len(slates), "rows": {}}
     cases = [(k, "words") for k in (None, *cuts)] + [(k, "model") for k in model_tokens]
+    cases += [(k, "assembled") for k in model_tokens]
+    splitter = WordSplitter(tokenizer)
     for k, terms in cases:
         score = similarity
         if k is None:
@@ -517,9 +539,11 @@ def truncation_ceiling(
         else:
             prompt = PromptBuilder(tokenizer, PromptSettings(max_item_tokens=k))
             ids = {t: prompt.item_tokens(t) for t in titles}
-            if terms == "model":
+            if terms in ("model", "assembled"):
                 cut = {t: t for t in titles}
                 terms_of = {t: [str(i) for i in ids[t]] for t in titles}
+                if terms == "assembled":
+                    terms_of = {t: assembled_words(ids[t], splitter) for t in titles}
                 score = TitleSimilarity(sorted(titles), tokenize=terms_of.__getitem__)
             else:
                 cut = {t: tokenizer.decode(ids[t]) for t in titles}
@@ -536,9 +560,17 @@ def truncation_ceiling(
                 if value is not None:
                     values[metric].append(value)
         name = "whole titles" if k is None else str(k)
-        out["rows"][name if terms == "words" else f"{name}, SmolLM2's tokens"] = {
+        label = {"words": name, "model": f"{name}, SmolLM2's tokens",
+                 "assembled": f"{name}, SmolLM2's tokens assembled into words"}[terms]
+        out["rows"][label] = {
             m: float(np.mean(v)) for m, v in values.items()}
     return out
+
+
+def assembled_words(ids: list[int], splitter: Any) -> list[str]:
+    """The lower-cased words a title's token ids make, as the ``words`` readout groups them."""
+    pieces = ["".join(splitter.piece(i) for i in ids[a : z + 1]) for a, z in splitter.spans(ids)]
+    return [p.strip().lower() for p in pieces]
 
 
 def history_titles(text: str) -> list[str]:

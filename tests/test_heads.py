@@ -191,10 +191,48 @@ def test_history_head_ranks_a_slate_without_history():
         head(torch.randn(1, 4, 24), torch.ones(1, 4, dtype=torch.bool))
 
 
-def _token_head():
+def _token_head(match: str = "maxsim"):
     torch.manual_seed(0)
-    cfg = HeadConfig(kind="history", positions=12, width=16, heads=2, dropout=0.0, tokens=True)
+    cfg = HeadConfig(kind="history", positions=12, width=16, heads=2, dropout=0.0, tokens=True,
+                     match=match)
     return build_head(24, cfg).eval()
+
+
+def test_tfidf_match_is_a_weighted_sum_over_pairs_of_units_through_the_kernel():
+    head = _token_head("tfidf")
+    h, hist = torch.randn(1, 2, 4, 24), torch.randn(1, 3, 4, 24)
+    item_tokens, history_tokens = torch.tensor([[3, 1]]), torch.tensor([[2, 4, 1]])
+    hmask = torch.tensor([[True, True, False]])
+    stats = head.match_tfidf(h, item_tokens, hist, history_tokens, hmask)
+    norm = torch.nn.functional.normalize
+    sharp = head.log_sharpness.exp()
+
+    def weights(units):
+        w = torch.nn.functional.softplus(head.token_weight(units).squeeze(-1)) + 1e-6
+        return w / w.norm()
+
+    per_item = torch.zeros(2, 2)
+    for i in range(2):
+        units = h[0, i, : item_tokens[0, i]]
+        for j in range(2):
+            other = hist[0, j, : history_tokens[0, j]]
+            cos = norm(head.match_query(units), dim=-1) @ norm(head.match_query(other), dim=-1).T
+            kernel = torch.exp(sharp * (cos - 1))
+            per_item[i, j] = weights(units) @ kernel @ weights(other)
+    torch.testing.assert_close(stats[0, :, 0], per_item.max(-1).values)
+    torch.testing.assert_close(stats[0, :, 1], per_item.mean(-1))
+    torch.testing.assert_close(stats[0, :, 2], per_item[:, 1])
+
+
+def test_tfidf_match_of_an_item_with_itself_is_one():
+    head = _token_head("tfidf")
+    h = torch.randn(1, 1, 4, 24)
+    lengths = torch.tensor([[3]])
+    stats = head.match_tfidf(h, lengths, h.clone(), lengths, torch.ones(1, 1, dtype=torch.bool))
+    # Kernel 1 on the diagonal, below 1 elsewhere: at least the weights' unit norm.
+    assert stats[0, 0, 0] >= 1.0 - 1e-5
+    with pytest.raises(ValueError, match="unknown match"):
+        HeadConfig(kind="history", tokens=True, match="bm25")
 
 
 def test_token_match_is_the_weighted_mean_of_each_tokens_best_cosine():
@@ -217,8 +255,11 @@ def test_token_match_is_the_weighted_mean_of_each_tokens_best_cosine():
     torch.testing.assert_close(stats[0, :, 2], per_item[:, 1])
 
 
-def test_token_head_ignores_padded_token_slots_items_and_history():
-    head = _token_head()
+@pytest.mark.parametrize("match", ["maxsim", "tfidf"])
+def test_token_head_ignores_padded_token_slots_items_and_history(match):
+    head = _token_head(match)
+    if match == "tfidf":  # the direct path starts at zero: make it count
+        torch.nn.init.normal_(head.match_positions.weight)
     h, hist = torch.randn(1, 3, 4, 24), torch.randn(1, 2, 4, 24)
     lengths, hlengths = torch.tensor([[2, 4, 1]]), torch.tensor([[3, 1]])
     mask, hmask = torch.ones(1, 3, dtype=torch.bool), torch.ones(1, 2, dtype=torch.bool)

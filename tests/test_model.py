@@ -294,12 +294,13 @@ def test_history_head_model_round_trips_and_ranks(tmp_path, tiny_backbone, slate
         SPDRanker.build(without)
 
 
-def test_tokens_readout_needs_the_history_head_built_for_it(tiny_backbone, slates):
+@pytest.mark.parametrize(("readout", "match"), [("tokens", "maxsim"), ("words", "tfidf")])
+def test_unit_readouts_need_the_history_head_built_for_them(tiny_backbone, slates, readout, match):
     torch.manual_seed(0)
     config = SPDConfig(
         backbone=BackboneConfig(name_or_path=tiny_backbone, lora=None),
-        head=HeadConfig(kind="history", positions=16, width=32, tokens=True),
-        prompt=PromptSettings(max_item_tokens=6, readout="tokens", history_items=True),
+        head=HeadConfig(kind="history", positions=16, width=32, tokens=True, match=match),
+        prompt=PromptSettings(max_item_tokens=6, readout=readout, history_items=True),
     )
     model = SPDRanker.build(config).eval()
     one = model.rank_batch(slates[:1])[0]
@@ -308,5 +309,5 @@ def test_tokens_readout_needs_the_history_head_built_for_it(tiny_backbone, slate
     both = model.score_batch(slates[:2])[0]
     np.testing.assert_allclose(both[0, : len(slates[0])], model.score_matrix(slates[0]), atol=1e-4)
     for head in (HeadConfig(kind="attn", positions=16), HeadConfig(kind="history", positions=16)):
-        with pytest.raises(ValueError, match="tokens readout"):
+        with pytest.raises(ValueError, match=f"{readout} readout"):
             SPDRanker.build(dataclasses.replace(config, head=head))

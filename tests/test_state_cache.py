@@ -177,13 +177,13 @@ def test_a_shorter_run_reads_a_prefix_of_a_larger_cache(
         open_state_cache(tmp_path / "c", frozen, tmp_path / "edited.jsonl", 4, **kw)
 
 
-@pytest.mark.parametrize("readout", ["mean", "tokens"])
+@pytest.mark.parametrize("readout", ["mean", "tokens", "words"])
 def test_history_states_are_cached_with_the_candidates(tmp_path, tiny_backbone, train_file, readout):
     torch.manual_seed(0)
     config = SPDConfig(
         backbone=BackboneConfig(name_or_path=tiny_backbone, lora=None),
         head=HeadConfig(kind="history", positions=16, width=32, dropout=0.0,
-                        tokens=readout == "tokens"),
+                        tokens=readout != "mean"),
         prompt=PromptSettings(max_item_tokens=8, readout=readout, history_items=True),
     )
     model = SPDRanker.build(config).eval()
@@ -193,7 +193,7 @@ def test_history_states_are_cached_with_the_candidates(tmp_path, tiny_backbone, 
         live = model.collate([model.encode(slates[i])])
         with torch.inference_mode():
             inputs = model.read(live)
-        if readout == "tokens":
+        if readout != "mean":
             for name, states, lengths in (("states", inputs.items, inputs.item_tokens),
                                           ("history", inputs.history, inputs.history_tokens)):
                 cached, counts = cache.slate_tokens(i, name)

@@ -479,3 +479,10 @@ def test_the_defaults_are_the_recipe_that_learned_its_teachers():
     # no states to read: the head over the candidates' features
     assert TrainConfig(slates="s.jsonl", out="o", features_only=True).head == "attn"
     assert TrainConfig(slates="s.jsonl", out="o", head="slot").head == "slot"
+
+
+def test_the_words_readout_and_tfidf_match_reach_the_head():
+    spd = TrainConfig(slates="s.jsonl", out="o", readout="words", match="tfidf").model_config()
+    assert spd.prompt.readout == "words" and spd.head.tokens and spd.head.match == "tfidf"
+    with pytest.raises(ValueError, match="unknown match"):
+        TrainConfig(slates="s.jsonl", out="o", readout="words", match="bm25").model_config()

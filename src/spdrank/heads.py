@@ -22,11 +22,14 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+#: How the history head compares a candidate's units with a history item's (``HeadConfig.match``).
+MATCHES = ("maxsim", "tfidf")
 
 
 @dataclass
@@ -40,9 +43,21 @@ class HeadConfig:
     layers: int = 2
     heads: int = 4
     dropout: float = 0.1
-    #: The history head reads every token state of each item (the "tokens" readout) and
-    #: matches candidates with history items token by token.
+    #: The history head reads several states per item (its tokens or its words: the "tokens"
+    #: and "words" readouts) and matches candidates with history items unit by unit.
     tokens: bool = False
+    #: How units are matched (with ``tokens``): "maxsim" (late interaction: each candidate
+    #: unit's best cosine with the item's units, averaged with learned weights) or "tfidf"
+    #: (every pair of units through a sharp kernel, weighted on both sides: the shape of a
+    #: TF-IDF cosine, whose matches also go straight to the position scores).
+    match: str = "maxsim"
+    #: Width of the space where the "tfidf" match compares units: every pair of units meets
+    #: there, so it is kept narrower than the head's own layers.
+    match_width: int = 64
+
+    def __post_init__(self) -> None:
+        if self.match not in MATCHES:
+            raise ValueError(f"unknown match {self.match!r}: use one of {list(MATCHES)}")
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -140,13 +155,186 @@ class SelfAttentionHead(nn.Module):
         self.encoder = nn.TransformerEncoder(layer, cfg.layers, enable_nested_tensor=False)
         self.norm = nn.LayerNorm(cfg.width)
         self.out = nn.Linear(cfg.width, cfg.positions)
+        #: The dtype of the matrix products at inference (None: the parameters' own). The
+        #: layer norms, the residual stream and the scores stay in the parameters' dtype.
+        self.compute_dtype: torch.dtype | None = None
+        self._cast = _WeightCast()
+        self.register_load_state_dict_post_hook(_forget_cast_weights)
 
     def forward(
         self, h: torch.Tensor | None, mask: torch.Tensor, features: torch.Tensor | None = None
     ) -> torch.Tensor:
+        if not self.training and not torch.is_grad_enabled() and self.proj is not None \
+                and h is not None:
+            return self.infer(h, mask, features)
         x = _item_inputs(self.proj, h, self.features, features)
         x = self.encoder(x, src_key_padding_mask=~mask)
         return self.out(self.norm(x)).masked_fill(~mask.unsqueeze(-1), 0.0)
+
+    def infer(
+        self, h: torch.Tensor, mask: torch.Tensor, features: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """The forward without autograd or dropout, in as few tensor operations as it takes.
+
+        At a slate's size the head's matrices are small, so each operation's fixed cost (the
+        dispatcher, an allocation, nn.Module's hooks) weighs as much as its arithmetic. This
+        path computes what :meth:`forward` computes (the same pre-norm layers, ReLU, no
+        dropout) with functional calls, leaves the key mask out when no item is padded, and
+        runs the matrix products in ``compute_dtype`` with weights cast (and, for bfloat16 on
+        a CPU, laid out for oneDNN's kernels) once and kept.
+        """
+        w = self._cast.weights(self, self.compute_dtype)
+        dtype = w.proj.dtype
+        x = w.proj(F.layer_norm(h, *w.proj_norm).to(dtype))
+        if self.features is not None:
+            if features is None:
+                raise ValueError("this head reads features, but none were given")
+            x = x.to(h.dtype) + self.features(features)
+        else:
+            x = x.to(h.dtype)
+        key_mask = None if bool(mask.all()) else mask[:, None, None, :]
+        for layer in w.layers:
+            x = _infer_layer(x, layer, key_mask, dtype)
+        scores = w.out(F.layer_norm(x, *w.norm).to(dtype)).to(h.dtype)
+        return scores if key_mask is None else scores.masked_fill(~mask.unsqueeze(-1), 0.0)
+
+
+Norm = tuple[tuple[int], torch.Tensor, torch.Tensor, float]
+
+
+class _Linear:
+    """``x W^T + b`` with the weights in the compute dtype, optionally followed by ReLU.
+
+    For bfloat16 on a CPU the weight is laid out once in oneDNN's blocked format: a plain
+    weight is re-laid out by every product, which for a slate's few rows costs about as much
+    as the product itself. Where torch lacks that path, or packing fails, the product is
+    ``F.linear`` on the cast weight.
+    """
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor, dtype: torch.dtype | None) -> None:
+        self.weight = weight.detach() if dtype is None else weight.detach().to(dtype)
+        self.bias = bias.detach() if dtype is None else bias.detach().to(dtype)
+        self.dtype = self.weight.dtype
+        self.packed = _packed_weight(self.weight)
+
+    def __call__(self, x: torch.Tensor, relu: bool = False) -> torch.Tensor:
+        if self.packed is not None:
+            return torch.ops.mkldnn._linear_pointwise(
+                x, self.packed, self.bias, "relu" if relu else "none", [], ""
+            )
+        y = F.linear(x, self.weight, self.bias)
+        return torch.relu_(y) if relu else y
+
+
+def _packed_weight(weight: torch.Tensor) -> torch.Tensor | None:
+    """``weight`` in oneDNN's layout for bfloat16 products on a CPU; None where unavailable."""
+    if weight.dtype != torch.bfloat16 or weight.device.type != "cpu":
+        return None
+    if not torch.backends.mkldnn.is_available():
+        return None
+    try:
+        return torch.ops.mkldnn._reorder_linear_weight(weight, 1)
+    except (AttributeError, RuntimeError, NotImplementedError):
+        return None
+
+
+class _LayerWeights(NamedTuple):
+    """One pre-norm encoder layer's layer-norm arguments and products."""
+
+    norm1: Norm
+    qkv: _Linear
+    out: _Linear
+    norm2: Norm
+    ff1: _Linear
+    ff2: _Linear
+    heads: int
+
+
+class _HeadWeights(NamedTuple):
+    """What :meth:`SelfAttentionHead.infer` reads: layer-norm arguments as ``F.layer_norm``
+    takes them after the input, and the products."""
+
+    proj_norm: Norm
+    proj: _Linear
+    layers: tuple[_LayerWeights, ...]
+    norm: Norm
+    out: _Linear
+
+
+def _norm_args(norm: nn.LayerNorm) -> Norm:
+    return (tuple(norm.normalized_shape), norm.weight.detach(), norm.bias.detach(), norm.eps)
+
+
+def _layer_weights(layer: nn.TransformerEncoderLayer, dtype: torch.dtype | None) -> _LayerWeights:
+    """The weights of one encoder layer built as :class:`SelfAttentionHead` builds them."""
+    if not layer.norm_first or layer.activation_relu_or_gelu != 1:
+        raise ValueError("the inference path computes pre-norm ReLU layers only")
+    attn = layer.self_attn
+    return _LayerWeights(
+        _norm_args(layer.norm1),
+        _Linear(attn.in_proj_weight, attn.in_proj_bias, dtype),
+        _Linear(attn.out_proj.weight, attn.out_proj.bias, dtype),
+        _norm_args(layer.norm2),
+        _Linear(layer.linear1.weight, layer.linear1.bias, dtype),
+        _Linear(layer.linear2.weight, layer.linear2.bias, dtype),
+        attn.num_heads,
+    )
+
+
+class _WeightCast:
+    """The head's weights as :meth:`SelfAttentionHead.infer` reads them, built once and kept
+    until a parameter changes: in place (an optimizer step, a checkpoint loaded: its version
+    counter moves) or its storage (moved to another device or dtype: its address moves).
+    Casting them on every call would cost more than the products they take part in, and so
+    would walking the modules for their parameters: those are listed once, and listed again
+    after :meth:`reset` (a checkpoint loaded with ``assign=True`` replaces them)."""
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        self._params: list[torch.Tensor] | None = None
+        self._key: tuple[Any, ...] | None = None
+        self._weights: _HeadWeights | None = None
+
+    def weights(self, head: SelfAttentionHead, dtype: torch.dtype | None) -> _HeadWeights:
+        if self._params is None:
+            self._params = list(head.parameters())
+        key = (dtype, *[(p.data_ptr(), p._version) for p in self._params])
+        if key != self._key or self._weights is None:
+            self._weights = _head_weights(head, dtype)
+            self._key = key
+        return self._weights
+
+
+def _forget_cast_weights(head: nn.Module, _keys: Any) -> None:
+    """A load hook: the loaded weights may be new tensors, so list the parameters afresh."""
+    head._cast.reset()
+
+
+def _head_weights(head: SelfAttentionHead, dtype: torch.dtype | None) -> _HeadWeights:
+    assert head.proj is not None
+    norm, linear = head.proj[0], head.proj[1]
+    return _HeadWeights(
+        _norm_args(norm),
+        _Linear(linear.weight, linear.bias, dtype),
+        tuple(_layer_weights(layer, dtype) for layer in head.encoder.layers),
+        _norm_args(head.norm),
+        _Linear(head.out.weight, head.out.bias, dtype),
+    )
+
+
+def _infer_layer(
+    x: torch.Tensor, w: _LayerWeights, key_mask: torch.Tensor | None, dtype: torch.dtype
+) -> torch.Tensor:
+    """One pre-norm encoder layer without dropout: x + attention(norm1(x)), then
+    + feed-forward(norm2(x)). ``key_mask`` [B, 1, 1, N] (True: a real item) or None."""
+    b, n, width = x.shape
+    qkv = w.qkv(F.layer_norm(x, *w.norm1).to(dtype))
+    qkv = qkv.view(b, n, 3, w.heads, -1).permute(2, 0, 3, 1, 4)
+    a = F.scaled_dot_product_attention(qkv[0], qkv[1], qkv[2], attn_mask=key_mask)
+    x = x + w.out(a.transpose(1, 2).reshape(b, n, width))
+    return x + w.ff2(w.ff1(F.layer_norm(x, *w.norm2).to(dtype), relu=True))
 
 
 class SlotQueryHead(nn.Module):
@@ -213,9 +401,19 @@ class HistoryAttentionHead(nn.Module):
         self.proj = _state_projection(hidden, cfg.width)
         self.history_proj = _state_projection(hidden, cfg.width)
         self.features = _feature_projection(features, cfg.width)
-        self.match_query = _state_projection(hidden, cfg.width)
-        self.match_key = _state_projection(hidden, cfg.width)
+        self.tfidf = cfg.tokens and cfg.match == "tfidf"
+        self.match_query = _state_projection(hidden, cfg.match_width if self.tfidf else cfg.width)
+        # The tfidf match projects both sides alike (match_query); the others learn a key.
+        self.match_key = None if self.tfidf else _state_projection(hidden, cfg.width)
         self.token_weight = nn.Linear(hidden, 1) if cfg.tokens else None
+        if self.tfidf:
+            # Kernel sharpness, learned in log space: identical words meet at cosine 1, others
+            # fade as exp(sharpness * (cosine - 1)).
+            self.log_sharpness = nn.Parameter(torch.tensor(math.log(10.0)))
+            # The match summaries straight to the position scores: a score s_n * g_k with g
+            # decreasing in k is already the ranking by s, whatever the layers above add.
+            self.match_positions = nn.Linear(3, cfg.positions, bias=False)
+            nn.init.zeros_(self.match_positions.weight)
         self.match_out = nn.Linear(3, cfg.width)
         self.null = nn.Parameter(torch.zeros(1, 1, cfg.width))
         layer = nn.TransformerDecoderLayer(
@@ -256,6 +454,29 @@ class HistoryAttentionHead(nn.Module):
         weight = weight / weight.sum(-1, keepdim=True).clamp(min=1e-6)
         return _summarise(torch.einsum("bnt,bnth->bnh", weight, sim), history_mask)
 
+    def match_tfidf(
+        self,
+        h: torch.Tensor,
+        item_tokens: torch.Tensor,
+        history: torch.Tensor,
+        history_tokens: torch.Tensor,
+        history_mask: torch.Tensor,
+    ) -> torch.Tensor:
+        """A soft TF-IDF cosine: ``h`` [B, N, W, D] and ``history`` [B, H, W, D] with their real
+        unit counts; per candidate and history item, sum over pairs of units of w_i v_j k_ij,
+        where w and v are learned weights (a learned IDF, unit length over each item's units)
+        and k_ij = exp(s (cos_ij - 1)) a kernel that is 1 for the same word and fades for
+        others; summarised [B, N, 3]. One projection serves both sides, so a word meets itself
+        at cosine 1 from the start."""
+        q = F.normalize(self.match_query(h), dim=-1)
+        k = F.normalize(self.match_query(history), dim=-1)
+        cosine = torch.einsum("bnid,bhjd->bnhij", q, k)
+        kernel = torch.exp(self.log_sharpness.exp() * (cosine - 1.0))
+        w = _unit_weights(self.token_weight(h).squeeze(-1), item_tokens)
+        v = _unit_weights(self.token_weight(history).squeeze(-1), history_tokens)
+        sim = torch.einsum("bni,bhj,bnhij->bnh", w, v, kernel)
+        return _summarise(sim.masked_fill(~history_mask[:, None], 0.0), history_mask)
+
     def forward(
         self,
         h: torch.Tensor | None,
@@ -272,7 +493,8 @@ class HistoryAttentionHead(nn.Module):
             if h.dim() != 4 or item_tokens is None or history_tokens is None:
                 raise ValueError("this head matches tokens: it reads every token's state "
                                  "(the tokens readout) and their counts")
-            stats = self.match_tokens(h, item_tokens, history, history_tokens, history_mask)
+            match = self.match_tfidf if self.tfidf else self.match_tokens
+            stats = match(h, item_tokens, history, history_tokens, history_mask)
             h = _mean_slots(h, item_tokens)
             history = _mean_slots(history, history_tokens)
         else:
@@ -284,7 +506,10 @@ class HistoryAttentionHead(nn.Module):
         x = self.decoder(
             x, memory, tgt_key_padding_mask=~mask, memory_key_padding_mask=~memory_mask
         )
-        return self.out(self.norm(x)).masked_fill(~mask.unsqueeze(-1), 0.0)
+        scores = self.out(self.norm(x))
+        if self.tfidf:
+            scores = scores + self.match_positions(stats)
+        return scores.masked_fill(~mask.unsqueeze(-1), 0.0)
 
 
 def _summarise(sim: torch.Tensor, history_mask: torch.Tensor) -> torch.Tensor:
@@ -303,6 +528,13 @@ def _summarise(sim: torch.Tensor, history_mask: torch.Tensor) -> torch.Tensor:
 def _slots(lengths: torch.Tensor, width: int) -> torch.Tensor:
     """Which of ``width`` token slots are real, for items of ``lengths`` tokens: [..., width]."""
     return torch.arange(width, device=lengths.device) < lengths.unsqueeze(-1)
+
+
+def _unit_weights(logits: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    """Positive weights of each item's real units [..., W], of unit length per item, as a
+    TF-IDF vector's; padded slots weigh 0."""
+    weight = (F.softplus(logits) + 1e-6) * _slots(lengths, logits.size(-1))
+    return weight / weight.norm(dim=-1, keepdim=True).clamp(min=1e-6)
 
 
 def _mean_slots(states: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:

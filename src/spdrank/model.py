@@ -43,9 +43,16 @@ from spdrank.backbone import (
 from spdrank.decode import decode, decode_batch, get_decoder, sort_scores
 from spdrank.features import FeatureNormalizer
 from spdrank.heads import FirstHead, HeadConfig, build_head
-from spdrank.prompt import LETTERS, EncodedPrompt, PromptBuilder, PromptSettings
+from spdrank.prompt import (
+    LETTERS,
+    UNIT_READOUTS,
+    EncodedPrompt,
+    PromptBuilder,
+    PromptSettings,
+)
 from spdrank.ranking import Ranking
 from spdrank.slates import TEXT_FIELDS, Candidate, Query, Slate
+from spdrank.words import WordSplitter, pool_words
 
 CONFIG_NAME = "config.json"
 HEAD_NAME = "head.safetensors"
@@ -309,12 +316,17 @@ class SPDRanker(nn.Module):
                 f"head {config.head.kind!r} reads the history items' states: build the prompt "
                 "with history_items=True (spdrank train sets it for this head)"
             )
-        if config.prompt.readout == "tokens" and not (self.reads_history and config.head.tokens):
+        units = config.prompt.readout in UNIT_READOUTS
+        if units and not (self.reads_history and config.head.tokens):
             raise ValueError(
-                "the tokens readout keeps every token state of an item: only the history head "
-                "built for it (--head history, which spdrank train sets up) can read them"
+                f"the {config.prompt.readout} readout keeps several states per item: only the "
+                "history head built for it (--head history, which spdrank train sets up) can "
+                "read them"
             )
         self.prompts = None if config.features_only else PromptBuilder(tokenizer, config.prompt)
+        self.words = (
+            WordSplitter(tokenizer) if config.prompt.readout == "words" and self.prompts else None
+        )
         get_decoder(config.decoder)  # fail early on an unknown decoder
         self.name = f"spd-{config.head.kind}" if self.matrix else config.head.kind
 
@@ -360,7 +372,23 @@ class SPDRanker(nn.Module):
         load_head(model.head, path / HEAD_NAME)
         model.to(device)
         model.eval()
+        model.match_head_precision()
         return model
+
+    def match_head_precision(self) -> None:
+        """Run the head's matrix products in bfloat16 when the backbone runs in it on a CPU.
+
+        There the head's cost is its products, and a CPU with bfloat16 units (AMX,
+        AVX512-BF16) does them at a fraction of float32's time; whoever chose bfloat16 for the
+        backbone has chosen its precision. On an accelerator the head is not bound by its
+        arithmetic, so it keeps its float32 products. Heads without an inference path in
+        another dtype are left alone.
+        """
+        if not hasattr(self.head, "compute_dtype") or self.config.features_only:
+            return
+        weight = next(self.backbone.parameters(), None)
+        cpu_bf16 = self.device.type == "cpu" and weight is not None and weight.dtype == torch.bfloat16
+        self.head.compute_dtype = torch.bfloat16 if cpu_bf16 else None
 
     def save_pretrained(self, path: str | os.PathLike[str]) -> None:
         """Write the checkpoint to a temporary sibling, then swap it in: never half-written."""
@@ -427,7 +455,8 @@ class SPDRanker(nn.Module):
 
         The candidates' states (FIRST: the LM's logits; nothing without an LLM) and, for a
         head that reads the user's history, the history items' states. Each item's token
-        states are pooled as the prompt settings' ``readout`` says, or all kept ("tokens").
+        states are pooled as the prompt settings' ``readout`` says, all kept ("tokens"), or
+        pooled per word ("words").
         """
         if self.config.features_only:
             return HeadInputs(None)
@@ -444,9 +473,13 @@ class SPDRanker(nn.Module):
         if batch.history_first is not None and self.reads_history:
             spans.append((batch.history_first, batch.history_last))
         how = self.config.prompt.readout
-        if how == "tokens":
+        if how in UNIT_READOUTS:
             width = self.config.prompt.max_item_tokens
-            read = [span_tokens(hidden, a, z, width) for a, z in spans]
+            if self.words is not None:
+                ids = batch.input_ids
+                read = [pool_words(hidden, ids, a, z, width, self.words) for a, z in spans]
+            else:
+                read = [span_tokens(hidden, a, z, width) for a, z in spans]
             states = [x.float() for x, _ in read]
             lengths = [n for _, n in read]
             if len(read) == 1:

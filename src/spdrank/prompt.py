@@ -38,9 +38,11 @@ DEFAULT_INSTRUCTION = (
 )
 _SENTINEL = "\u2063SPDRANK_BODY\u2063"
 LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
-#: How an item's token states reach the head: its last token's, the mean of all of them, or
-#: every one of them (for a head that matches tokens: the history head).
-READOUTS = ("last", "mean", "tokens")
+#: How an item's token states reach the head: its last token's, the mean of all of them,
+#: every one of them, or one mean per word (the last two for the history head's match).
+READOUTS = ("last", "mean", "tokens", "words")
+#: The readouts that keep several rows per item (its tokens, its words), up to the token budget.
+UNIT_READOUTS = ("tokens", "words")
 #: A history line's leading list number (``"3. "``): a place in the list, not the item's text.
 _LIST_NUMBER = re.compile(r"^\s*\d+[.)]\s+")
 #: Item texts whose token ids a builder keeps: more than a catalogue like Beauty's (12k items)
@@ -72,8 +74,9 @@ class PromptSettings:
     #: Text appended after the assistant turn opens (FIRST appends "[" and reads the next token).
     answer_prefix: str = ""
     #: How an item's token states reach the head: "last" (the paper's readout), "mean" (every
-    #: token of the item's text, averaged) or "tokens" (all of them, up to ``max_item_tokens``:
-    #: the history head then matches candidates with history items token by token).
+    #: token of the item's text, averaged), "tokens" (all of them, up to ``max_item_tokens``:
+    #: the history head then matches candidates with history items token by token) or
+    #: "words" (one mean per word of the text, :mod:`spdrank.words`: matched word by word).
     readout: str = "last"
     #: Read the user context as items: each non-empty line is one history item (a leading
     #: ``"3. "`` list number excluded), cut to ``max_item_tokens`` and spanned like a

@@ -63,6 +63,7 @@ from tqdm.auto import tqdm
 
 from spdrank.backbone import hidden_size
 from spdrank.model import Batch, SPDRanker, pad_features
+from spdrank.prompt import UNIT_READOUTS
 from spdrank.slates import Slate, atomic_write_bytes, atomic_writer, batched, read_slates
 from spdrank.train_config import CACHE_DTYPES
 
@@ -184,8 +185,8 @@ class StateCache:
         self.count = int(key["slates"]["count"])
         self.shard_size = shard_size
         self.hidden = hidden
-        #: Rows are tokens (the "tokens" readout), W of them at most per item.
-        self.tokens = key["prompt"].get("readout") == "tokens"
+        #: Rows are tokens or words (the "tokens" and "words" readouts), W at most per item.
+        self.tokens = key["prompt"].get("readout") in UNIT_READOUTS
         self.width = int(key["prompt"]["max_item_tokens"])
         #: Open shards: the safetensors handle and the row offsets of its slates.
         #: Open shards by (index, tensor name): see :meth:`_shard`.
@@ -441,7 +442,7 @@ def _shard_tensors(
     if model.reads_history:
         tensors["history"] = _stored(history_rows, storage)
         tensors["history_sizes"] = torch.tensor(history_sizes)
-    if model.config.prompt.readout == "tokens":
+    if model.config.prompt.readout in UNIT_READOUTS:
         tensors["tokens"] = torch.tensor(tokens)
         if model.reads_history:
             tensors["history_tokens"] = torch.tensor(history_tokens)

@@ -54,6 +54,9 @@ class TrainConfig:
     #: How an item's token states are pooled: "mean" (over the item's tokens: the states
     #: carry its words there) or "last" (the paper's last token); "tokens" keeps every one.
     readout: str = "mean"
+    #: How the history head compares a candidate's words or tokens with a history item's:
+    #: "maxsim" or "tfidf" (see :class:`spdrank.heads.HeadConfig`).
+    match: str = "maxsim"
     #: Upstream features the head reads, comma-separated (``score,popularity``); None: none.
     features: str | None = None
     #: Read the features alone, without the backbone (no prefill): what the LLM adds is the
@@ -105,7 +108,7 @@ class TrainConfig:
         from spdrank.backbone import BackboneConfig
         from spdrank.heads import HeadConfig
         from spdrank.model import SPDConfig, first_prompt
-        from spdrank.prompt import LETTERS, PromptSettings
+        from spdrank.prompt import LETTERS, UNIT_READOUTS, PromptSettings
 
         if self.target not in TARGETS:
             raise ValueError(f"unknown --target {self.target!r}: choose one of {list(TARGETS)}")
@@ -135,7 +138,8 @@ class TrainConfig:
                 width=self.head_width,
                 layers=self.head_layers,
                 dropout=self.head_dropout,
-                tokens=self.readout == "tokens",
+                tokens=self.readout in UNIT_READOUTS,
+                match=self.match,
             ),
             prompt=prompt,
             features=self.fit_features(),

@@ -37,8 +37,13 @@ _HELP = {
     "max_item_tokens": "token budget per candidate text",
     "max_query_tokens": "token budget for the user context (its end is kept)",
     "readout": "how an item's token states reach the head: last (its last token's, the "
-    "paper), mean (the mean over its text's tokens) or tokens (every one, for --head history: "
-    "candidates matched with history items token by token)",
+    "paper), mean (the mean over its text's tokens), tokens (every one, for --head history: "
+    "candidates matched with history items token by token) or words (one mean per word of "
+    "the text, for --head history: matched word by word)",
+    "match": "with --readout tokens or words, how --head history compares a candidate with a "
+    "history item: maxsim (each candidate unit's best cosine with the item's, averaged with "
+    "learned weights) or tfidf (a soft TF-IDF cosine: every pair of units, weighted on both "
+    "sides, through a sharp learned kernel)",
     "features": "upstream features the head reads next to the hidden states, comma-separated "
     "names from the candidates' 'features' ('score' reads their score field); z-scored with "
     "the training slates' mean and std, saved in the checkpoint",
@@ -77,7 +82,7 @@ _HELP = {
 _CHOICES = {
     "target": list(TARGETS),
     "head": ["attn", "linear", "slot", "history", "scalar", "first"],
-    "readout": ["last", "mean", "tokens"],
+    "readout": ["last", "mean", "tokens", "words"],
     "cache_dtype": list(CACHE_DTYPES),
     "position_weights": list(POSITION_WEIGHTS),
 }

@@ -1,0 +1,116 @@
+"""Words from token ids: which tokens of an item's text make up each of its words.
+
+A tokenizer splits rare words into pieces ("Maybelline" into "May", "bel", "line"), and a
+piece alone says little: "line" ends a brand and is also a word of its own. A reader that
+matches titles word by word (the history head's ``words`` readout) therefore pools each
+word's token states into one vector. Words are the runs of letters and digits of the text the
+tokens decode to (the same rule as :mod:`spdrank.datasets.title_similarity`'s terms), found
+in the text and mapped back to the tokens that overlap them; punctuation and spaces belong to
+no word. Working from the decoded text, not from a tokenizer's markers (``Ġ``, ``▁``), keeps
+this right for any tokenizer.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import OrderedDict
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from spdrank.backbone import pool_spans
+
+_WORD = re.compile(r"[^\W_]+")
+
+#: A word as the inclusive (first, last) indices of its tokens within the item's tokens.
+Span = tuple[int, int]
+
+
+class WordSplitter:
+    """Each item's words as token spans, for one tokenizer; cached by the item's token ids
+    (a catalogue's titles come back slate after slate)."""
+
+    def __init__(self, tokenizer: Any, cache_size: int = 65536) -> None:
+        self.tokenizer = tokenizer
+        # A token's text is read after an anchor so that a leading space survives decoding
+        # (SentencePiece drops it from a text's first token).
+        self._anchor = list(tokenizer("a", add_special_tokens=False)["input_ids"])
+        self._anchor_text = tokenizer.decode(self._anchor)
+        self._pieces: dict[int, str] = {}
+        self._spans: OrderedDict[tuple[int, ...], list[Span]] = OrderedDict()
+        self.cache_size = cache_size
+
+    def piece(self, token_id: int) -> str:
+        """The text token ``token_id`` adds after another token."""
+        text = self._pieces.get(token_id)
+        if text is None:
+            whole = self.tokenizer.decode([*self._anchor, token_id])
+            text = whole.removeprefix(self._anchor_text)
+            self._pieces[token_id] = text
+        return text
+
+    def spans(self, ids: Sequence[int]) -> list[Span]:
+        """The words of the text ``ids`` decode to, as token spans, in order. Text without a
+        letter or digit is one span over all its tokens, so every item has a unit to read."""
+        key = tuple(ids)
+        cached = self._spans.get(key)
+        if cached is not None:
+            self._spans.move_to_end(key)
+            return cached
+        spans = self._split(key)
+        self._spans[key] = spans
+        if len(self._spans) > self.cache_size:
+            self._spans.popitem(last=False)
+        return spans
+
+    def _split(self, ids: tuple[int, ...]) -> list[Span]:
+        if not ids:
+            return []
+        ends = []
+        text = ""
+        for token_id in ids:
+            text += self.piece(token_id)
+            ends.append(len(text))
+        spans = []
+        first = 0
+        for word in _WORD.finditer(text):
+            while ends[first] <= word.start():
+                first += 1
+            last = first
+            while ends[last] < word.end():
+                last += 1
+            spans.append((first, last))
+        return spans or [(0, len(ids) - 1)]
+
+
+def pool_words(
+    hidden: torch.Tensor,
+    input_ids: torch.Tensor,
+    first: torch.Tensor,
+    last: torch.Tensor,
+    width: int,
+    splitter: WordSplitter,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each span's words as the mean of their token states, padded: [B, M, width, D], and each
+    span's word count [B, M] (at most ``width``; padded slots are masked by the count).
+
+    ``hidden`` [B, T, D] is one prefill; ``first``/``last`` [B, M] the items' token spans."""
+    ids = input_ids.tolist()
+    starts = torch.zeros(*first.shape, width, dtype=torch.long)
+    stops = torch.zeros_like(starts)
+    counts = torch.ones(first.shape, dtype=torch.long)
+    for b, (row_first, row_last) in enumerate(zip(first.tolist(), last.tolist())):
+        for m, (a, z) in enumerate(zip(row_first, row_last)):
+            words = splitter.spans(ids[b][a : z + 1])[:width]
+            if not words:
+                continue
+            counts[b, m] = len(words)
+            starts[b, m, : len(words)] = torch.tensor([a + i for i, _ in words])
+            stops[b, m, : len(words)] = torch.tensor([a + j for _, j in words])
+    batch, items = first.shape
+    device = hidden.device
+    pooled = pool_spans(
+        hidden, starts.view(batch, -1).to(device), stops.view(batch, -1).to(device), "mean"
+    )
+    return pooled.view(batch, items, width, -1), counts.to(device)

@@ -1,0 +1,73 @@
+"""Words from token ids (spdrank.words): spans that decode to the text's words, and their
+pooled states."""
+
+import re
+
+import pytest
+import torch
+
+from spdrank.words import WordSplitter, pool_words
+
+WORD = re.compile(r"[^\W_]+")
+
+
+@pytest.fixture(scope="module")
+def splitter(tokenizer):
+    return WordSplitter(tokenizer)
+
+
+def ids_of(tokenizer, text):
+    return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+
+@pytest.mark.parametrize("text", [
+    "Maybelline New York Great Lash Mascara, Blackest Black",
+    "#1 BEST Hydra B5 Gel - 1fl oz / 30ml",
+    "L'Oreal Paris\nTrue Match  Super-Blendable Foundation, 8.5 Ounce",
+    "Crème brûlée 💄 lipstick [3] <|im_end|>",
+])
+def test_each_span_decodes_to_one_word_of_the_text(tokenizer, splitter, text):
+    ids = ids_of(tokenizer, text)
+    spans = splitter.spans(ids)
+    words = WORD.findall(tokenizer.decode(ids))
+    assert len(spans) == len(words)
+    for (first, last), word in zip(spans, words):
+        assert 0 <= first <= last < len(ids)
+        assert word in "".join(splitter.piece(i) for i in ids[first : last + 1])
+
+
+def test_a_word_the_tokenizer_splits_is_one_span(tokenizer, splitter):
+    ids = ids_of(tokenizer, "Maybelline Mascara")
+    spans = splitter.spans(ids)
+    assert len(spans) == 2
+    first, last = spans[0]
+    assert last > first  # "Maybelline" is several tokens, read as one word
+
+
+def test_text_without_words_is_one_span_and_no_text_none(tokenizer, splitter):
+    ids = ids_of(tokenizer, "!!! --- ...")
+    assert splitter.spans(ids) == [(0, len(ids) - 1)]
+    assert splitter.spans([]) == []
+
+
+def test_the_cache_is_bounded(tokenizer):
+    small = WordSplitter(tokenizer, cache_size=2)
+    for text in ("one", "two words", "three more words"):
+        small.spans(ids_of(tokenizer, text))
+    assert len(small._spans) == 2
+
+
+def test_pool_words_averages_each_words_token_states(tokenizer, splitter):
+    text_ids = ids_of(tokenizer, "Maybelline Great Lash, Mascara")
+    prefix = ids_of(tokenizer, "Items:\n")
+    ids = torch.tensor([prefix + text_ids + prefix])
+    hidden = torch.randn(1, ids.size(1), 8)
+    first = torch.tensor([[len(prefix), 0]])
+    last = torch.tensor([[len(prefix) + len(text_ids) - 1, 0]])
+    pooled, counts = pool_words(hidden, ids, first, last, 3, splitter)
+    spans = splitter.spans(text_ids)
+    assert len(spans) == 4 and counts.tolist() == [[3, 1]]  # cut to the width
+    assert pooled.shape == (1, 2, 3, 8)
+    for k, (a, z) in enumerate(spans[:3]):
+        a, z = a + len(prefix), z + len(prefix)
+        torch.testing.assert_close(pooled[0, 0, k], hidden[0, a : z + 1].mean(0))
