@@ -8,8 +8,11 @@
 # The checkpoint: the bundled SmolLM2's first 2 layers, frozen, and the attention head with
 # K = 160 positions (so one checkpoint serves every N), two upstream features, expected-rank
 # decoding, trained for one step: latency does not depend on what the head learned. Run it
-# alone on the machine: it measures latency. Settings from the environment: BIN, DATA, WORK,
-# OUT, LAYERS, SIZES, SLATES.
+# alone on the machine: it measures latency. Each dtype in DTYPES gets $OUT/DTYPE/: the bench
+# report, and micro.txt / micro.json, the stages around the prefill timed alone and repeated
+# on one thread (benchmarks/overhead_micro.py: min and median, robust to other load).
+# Settings from the environment: BIN, DATA, WORK, OUT, LAYERS, SIZES, SLATES, DTYPES, THREADS
+# (torch's threads for the bench; the micro-benchmark always runs on one), REPS.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . benchmarks/lib.sh
@@ -18,6 +21,7 @@ DATA=${DATA:-data-out/beauty-features}
 WORK=${WORK:-runs/overhead-cpu}
 OUT=${OUT:-benchmarks/results/overhead-cpu}
 LAYERS=${LAYERS:-2}; SIZES=${SIZES:-20,50,150}; SLATES=${SLATES:-100}
+DTYPES=${DTYPES:-float32 bfloat16}; THREADS=${THREADS:-1}; REPS=${REPS:-300}
 parse_dry_run benchmarks/overhead_cpu.sh "the script's header" "$@"
 [ "$DRY" = 1 ] || mkdir -p "$OUT"
 
@@ -28,9 +32,17 @@ step checkpoint "$WORK/spd-k160/train.json" \
   --target clicks --head attn --positions 160 --frozen --layers "$LAYERS" \
   --features popularity,cooccurrence --max-item-tokens 12 --decoder expected_rank \
   --batch-size 4 --max-steps 1 --eval-every 0 --seed 0 --device cpu --no-progress
-step bench "$OUT/report.md" \
-  "$BIN/spdrank" bench --slates "$DATA/eval.jsonl" \
-  --limit "$SLATES" --model "spd-k160=$WORK/spd-k160" --decoders expected_rank \
-  --device cpu --latency --latency-sizes "$SIZES" --latency-slates "$SLATES" --seed 0 \
-  --out "$OUT" --title "The work around the prefill: SmolLM2 x $LAYERS layers, CPU, batch 1" \
-  --no-progress
+for DTYPE in $DTYPES; do
+  [ "$DRY" = 1 ] || mkdir -p "$OUT/$DTYPE"
+  TIMINGS="$OUT/timings.tsv" OMP_NUM_THREADS=$THREADS step "bench-$DTYPE" "$OUT/$DTYPE/report.md" \
+    "$BIN/spdrank" bench --slates "$DATA/eval.jsonl" \
+    --limit "$SLATES" --model "spd-k160=$WORK/spd-k160" --decoders expected_rank --dtype "$DTYPE" \
+    --device cpu --latency --latency-sizes "$SIZES" --latency-slates "$SLATES" --seed 0 \
+    --out "$OUT/$DTYPE" \
+    --title "The work around the prefill: SmolLM2 x $LAYERS layers, $DTYPE, CPU, batch 1, $THREADS thread(s)" \
+    --no-progress
+  TIMINGS="$OUT/timings.tsv" OMP_NUM_THREADS=1 step "micro-$DTYPE" "$OUT/$DTYPE/micro.json" \
+    "$BIN/python" benchmarks/overhead_micro.py --model "$WORK/spd-k160" \
+    --slates "$DATA/eval.jsonl" --limit "$SLATES" --sizes "$SIZES" --dtype "$DTYPE" \
+    --reps "$REPS" --out "$OUT/$DTYPE/micro.json"
+done

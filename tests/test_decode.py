@@ -125,6 +125,22 @@ def test_expected_rank_scaling_form_gives_the_same_positions():
         np.testing.assert_allclose(got, log_domain_expected_positions(m), rtol=1e-12, atol=1e-9)
 
 
+def test_expected_rank_of_one_matrix_equals_its_row_in_a_stack():
+    """One slate takes plain matrix-vector products, a stack batched ones: the same numbers."""
+    from spdrank.decode import _expected_scaled
+
+    rng = np.random.default_rng(4)
+    for n in (1, 2, 7, 50, 150):
+        stack = np.exp(rng.normal(size=(3, n, n)) * 3)
+        together = _expected_scaled(stack, 20)
+        for b in range(3):
+            alone = _expected_scaled(stack[b : b + 1], 20)[0]
+            np.testing.assert_allclose(alone, together[b], rtol=1e-12, atol=1e-12)
+            assert np.argsort(alone, kind="stable").tolist() == np.argsort(
+                together[b], kind="stable"
+            ).tolist()
+
+
 @pytest.mark.parametrize("name", sorted(DECODERS))
 def test_decode_batch_equals_decoding_each_slate(name):
     from spdrank.decode import decode_batch

@@ -114,6 +114,8 @@ def expected_rank_batch(m: np.ndarray, tau: float = 1.0, iters: int = 20) -> np.
 def _expected_scaled(k: np.ndarray, iters: int) -> np.ndarray:
     """Each item's expected position under ``iters`` row-then-column normalisations of the
     positive matrices ``k`` [B, n, n], kept as scaling vectors u (rows) and v (columns)."""
+    if k.shape[0] == 1:
+        return _expected_scaled_one(k[0], iters)[None]
     v = np.ones(k.shape[:2])
     u = v
     for _ in range(iters):
@@ -121,6 +123,17 @@ def _expected_scaled(k: np.ndarray, iters: int) -> np.ndarray:
         v = 1.0 / np.matmul(u[:, None, :], k)[:, 0, :]
     positions = np.arange(k.shape[2], dtype=np.float64)
     return u * np.matmul(k, (v * positions)[..., None])[..., 0]
+
+
+def _expected_scaled_one(k: np.ndarray, iters: int) -> np.ndarray:
+    """:func:`_expected_scaled` of one matrix [n, n]: the same products as plain matrix-vector
+    calls, which skip the stacked call's per-call setup (most of a small matrix's time)."""
+    v = np.ones(k.shape[0])
+    u = v
+    for _ in range(iters):
+        u = 1.0 / k.dot(v)
+        v = 1.0 / u.dot(k)
+    return u * k.dot(v * np.arange(k.shape[1], dtype=np.float64))
 
 
 def _expected_log(log_s: np.ndarray, iters: int) -> np.ndarray:

@@ -14,6 +14,9 @@ from tqdm.auto import tqdm
 if TYPE_CHECKING:
     from spdrank.slates import Slate
 
+#: The backbone dtypes ``--dtype`` takes (torch is not imported to list them).
+DTYPES = ("float32", "bfloat16", "float16", "auto")
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("rank", help="rank slates with a trained model", description=__doc__)
@@ -24,6 +27,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--tag", default="spdrank", help="run tag for the TREC file")
     p.add_argument("--batch-size", type=int, default=1, help="slates per prefill")
     p.add_argument("--decoder", help="override the model's decoder (hungarian, greedy, ...)")
+    p.add_argument(
+        "--dtype",
+        choices=DTYPES,
+        help="the backbone's dtype: float32, bfloat16, float16 or auto (default: the "
+        "checkpoint's own); in bfloat16 on a CPU the head's products run in it too",
+    )
     p.add_argument("--device", default="auto", help="cpu, cuda or auto")
     p.set_defaults(func=run)
 
@@ -36,7 +45,9 @@ def run(args: argparse.Namespace) -> int:
 
     if args.batch_size < 1:
         raise ValueError("--batch-size must be at least 1")
-    model = SPDRanker.from_pretrained(args.model, device=resolve_device(args.device))
+    model = SPDRanker.from_pretrained(
+        args.model, device=resolve_device(args.device), dtype=args.dtype
+    )
     n = 0
     with contextlib.ExitStack() as stack:
         out = stack.enter_context(atomic_writer(args.output))

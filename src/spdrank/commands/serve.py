@@ -19,6 +19,7 @@ from typing import Any
 
 # Plain Python, imported when the command line is parsed (spdrank.serving loads its app,
 # FastAPI and torch only when asked for them): the policy's one source of names and defaults.
+from spdrank.commands.rank import DTYPES
 from spdrank.serving.policy import BATCH_POLICIES, DEFAULT_BATCH_POLICY, DEFAULT_MAX_PADDING
 
 
@@ -70,6 +71,12 @@ def register(sub: Any) -> None:
     )
     p.add_argument("--device", default="auto", help="cpu, cuda or auto")
     p.add_argument(
+        "--dtype",
+        choices=DTYPES,
+        help="the backbone's dtype: float32, bfloat16, float16 or auto (default: the "
+        "checkpoint's own); in bfloat16 on a CPU the head's products run in it too",
+    )
+    p.add_argument(
         "--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"]
     )
     p.set_defaults(func=run)
@@ -96,7 +103,9 @@ def run(args: argparse.Namespace) -> int:
     from spdrank.model import SPDRanker
     from spdrank.slates import SCORE_FEATURE, Candidate, Query, Slate
 
-    model = SPDRanker.from_pretrained(args.model, device=resolve_device(args.device))
+    model = SPDRanker.from_pretrained(
+        args.model, device=resolve_device(args.device), dtype=args.dtype
+    )
     name = args.served_model_name or Path(args.model).resolve().name
     settings = ServeSettings(
         max_batch_size=args.max_batch_size,

@@ -1,0 +1,118 @@
+"""The work around the prefill, alone: each stage of ``rank()`` but the prefill, repeated.
+
+    .venv/bin/python benchmarks/overhead_micro.py --model runs/overhead-cpu/spd-k160 \\
+        --slates data-out/v-uniform/eval.jsonl [--dtype bfloat16] [--reps 300] [--out FILE]
+
+``spdrank bench --latency`` times whole ``rank()`` calls, each right after its own prefill,
+so its stages pay for caches the prefill emptied and, on a loaded machine, for whatever else
+ran meanwhile. This script times the same stages with the prefill's output computed
+beforehand, each stage many times over the same slates on one thread: the minimum and the
+median of the wall time, and the median of the thread's CPU time (which a descheduled thread
+does not accrue), so a shared machine moves its figures less.
+
+Stages, as ``SPDRanker.rank_batch`` runs them on one slate: ``tokenize`` (encode and collate,
+token ids from the builder's cache as a served catalogue's repeating titles would be),
+``head`` (scores, to numpy), ``assign`` (the decoder), ``result`` (building the Ranking);
+``around`` is one call of all four in a row.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+from spdrank.bench.latency import resize_slates
+from spdrank.decode import decode_batch
+from spdrank.model import SPDRanker
+from spdrank.slates import Slate, load_slates
+
+
+def timed(fn: Callable[[int], object], count: int, reps: int) -> dict[str, float]:
+    """Min and median wall ms, median thread-CPU ms of ``fn(i)``, i cycling over ``count``."""
+    for i in range(min(count, 10)):
+        fn(i)
+    wall, cpu = [], []
+    for r in range(reps):
+        c0, t0 = time.thread_time(), time.perf_counter()
+        fn(r % count)
+        wall.append((time.perf_counter() - t0) * 1e3)
+        cpu.append((time.thread_time() - c0) * 1e3)
+    return {"min": min(wall), "median": statistics.median(wall), "cpu_median": statistics.median(cpu)}
+
+
+def stages(model: SPDRanker, slates: list[Slate], reps: int) -> dict[str, dict[str, float]]:
+    """Each stage's times over ``slates`` (all of one size)."""
+    n = len(slates[0])
+    batches = [model.collate([model.encode(s)]) for s in slates]
+    with torch.inference_mode():
+        inputs = [model.read(b) for b in batches]
+        scores = [model.score(x, b).cpu().numpy() for x, b in zip(inputs, batches)]
+        orders = [decode_batch(s, [n], model.config.decoder) for s in scores]
+
+        def tokenize(i: int) -> object:
+            return model.collate([model.encode(slates[i])])
+
+        def head(i: int) -> object:
+            return model.score(inputs[i], batches[i]).cpu().numpy()
+
+        def assign(i: int) -> object:
+            return decode_batch(scores[i], [n], model.config.decoder)
+
+        def result(i: int) -> object:
+            return model.ranking(slates[i], orders[i][0], scores[i][0], {})
+
+        def around(i: int) -> object:
+            batch = model.collate([model.encode(slates[i])])
+            m = model.score(inputs[i], batch).cpu().numpy()
+            order = decode_batch(m, [n], model.config.decoder)[0]
+            return model.ranking(slates[i], order, m[0], {})
+
+        parts = {"tokenize": tokenize, "head": head, "assign": assign, "result": result,
+                 "around": around}
+        return {name: timed(fn, len(slates), reps) for name, fn in parts.items()}
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--model", required=True)
+    p.add_argument("--slates", required=True)
+    p.add_argument("--limit", type=int, default=100, help="evaluation slates to resize")
+    p.add_argument("--sizes", default="20,50,150")
+    p.add_argument("--dtype", help="the backbone's dtype (default: the checkpoint's own)")
+    p.add_argument("--reps", type=int, default=300, help="timed calls per stage and size")
+    p.add_argument("--slates-per-size", type=int, default=20, help="slates each stage cycles over")
+    p.add_argument("--out", help="also write the figures here as JSON, and the table beside "
+                   "it (the same name, .txt)")
+    args = p.parse_args()
+    torch.set_num_threads(1)
+    model = SPDRanker.from_pretrained(args.model, device="cpu", dtype=args.dtype)
+    slates = load_slates(args.slates, limit=args.limit)
+    rows = []
+    lines = [f"{'N':>4} {'stage':<9} {'min ms':>8} {'median ms':>10} {'cpu median ms':>14}"]
+    print(lines[0])
+    for n in (int(x) for x in args.sizes.split(",")):
+        sized = resize_slates(slates, n, 0)[: args.slates_per_size]
+        for name, t in stages(model, sized, args.reps).items():
+            lines.append(f"{n:>4} {name:<9} {t['min']:>8.3f} {t['median']:>10.3f} "
+                         f"{t['cpu_median']:>14.3f}")
+            print(lines[-1], flush=True)
+            rows.append({"n": n, "stage": name, **t})
+    if args.out:
+        meta = {"model": args.model, "dtype": args.dtype or model.config.backbone.dtype,
+                "head_compute_dtype": str(getattr(model.head, "compute_dtype", None)),
+                "reps": args.reps, "threads": 1, "torch": torch.__version__,
+                "python": sys.version.split()[0]}
+        Path(args.out).write_text(json.dumps({"meta": meta, "rows": rows}, indent=2) + "\n")
+        Path(args.out).with_suffix(".txt").write_text("\n".join(lines) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
