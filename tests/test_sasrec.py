@@ -220,6 +220,27 @@ def test_eval_ranker_fits_on_the_training_slates_only(tmp_path, monkeypatch, cap
     assert "sasrec" in capsys.readouterr().out
 
 
+def test_eval_ranker_also_fits_on_the_users_without_a_slate(tmp_path, monkeypatch):
+    """``extra_sequences.txt`` beside the training file (users without a candidate list)
+    feeds SASRec as it feeds the count baselines: after the training slates' sequences."""
+    seqs, titles = _write_log(tmp_path, _runs(40, length=7))
+    out = tmp_path / "slates"
+    build_from_files(seqs, titles, out, BuildOptions(candidates=8, eval_fraction=0.25),
+                     progress=False)
+    extra = [("x0", ["i1", "i2", "i3"]), ("x1", ["i7", "i8"])]
+    (out / "extra_sequences.txt").write_text(
+        "".join(" ".join([u, *items]) + "\n" for u, items in extra), "utf-8"
+    )
+    seen = _spy_fits(monkeypatch)
+    monkeypatch.setattr(SASRecRanker, "__init__", _tiny_ranker_init)
+    args = _parser().parse_args(
+        ["eval", "--slates", str(out / "eval.jsonl"), "--ranker", "sasrec", "--no-progress"]
+    )
+    assert args.func(args) == 0
+    train = load_slates(out / "train.jsonl")
+    assert seen == [[*([*s.query.history, *s.clicked] for s in train), *(i for _, i in extra)]]
+
+
 def _tiny_ranker_init(self, config=None, cache="default", name="sasrec"):
     self.config, self.cache, self.name, self.model = TINY, None, name, None
 

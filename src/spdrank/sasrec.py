@@ -463,7 +463,8 @@ def _left_pad(rows: Sequence[Sequence[int]]) -> torch.Tensor:
 class SASRecRanker:
     """``spdrank eval --ranker sasrec``: SASRec fitted on the training slates, like the
     co-occurrence baseline: each slate's history then its clicked items, in file order
-    (:func:`spdrank.baselines.training_sequence`).
+    (:func:`spdrank.baselines.training_sequence`), then the sequences of users who make no
+    slate when the build wrote them (:meth:`fit_sequences`).
 
     Only the training file feeds the fit, so no evaluation target is ever seen. The
     vocabulary is every item those slates show (candidates too: an item that is only ever a
@@ -494,6 +495,22 @@ class SASRecRanker:
             sequences.append(seq)
             items.update(seq)
             items.update(slate.docids)
+        self._fit(sequences, items)
+
+    def fit_sequences(self, sequences: Iterable[Sequence[str]]) -> None:
+        """Fit on interaction sequences alone: ``spdrank eval`` passes the training slates'
+        (:func:`spdrank.baselines.training_sequence`) followed by those of the users who make
+        no slate (``extra_sequences.txt``), as it does to the count baselines, so SASRec
+        learns from every interaction they count.
+
+        Without the slates their candidates are unknown, so the vocabulary is the items of the
+        sequences; a candidate no one interacted with ranks last, as one outside the
+        vocabulary always does, rather than low by its trained-as-negative embedding.
+        """
+        seqs = [list(s) for s in sequences]
+        self._fit(seqs, {item for seq in seqs for item in seq})
+
+    def _fit(self, sequences: list[list[str]], items: set[str]) -> None:
         if not sequences:
             raise ValueError(f"{self.name}: the training slates are empty, nothing to fit on")
         self.model = SASRec.fit(sequences, self.config, items=items, cache=self.cache)
