@@ -1,10 +1,11 @@
-# Two commands on a fresh machine with only Python: `make demo` and `make test`.
+# Two commands on a fresh machine with only Python: `make demo` and `make test`
+# (`make check`: the fast subset of `make test`, for development).
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test lint clean
+.PHONY: install demo test check lint clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -33,6 +34,13 @@ $(LLAMA_STAMP): $(STAMP)
 
 test: $(STAMP) $(LLAMA_STAMP)
 	$(BIN)/python -m pytest -q
+
+# The inner loop while developing: lint, then the tests that load no real model weights and
+# build or launch no server (the markers are described in pyproject.toml). `make test` runs
+# them all.
+check: $(STAMP)
+	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/python -m pytest -q -m "not slow and not bigfile and not multiprocess"
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks

@@ -1,7 +1,7 @@
 """Shared fixtures: a tiny random Llama built from a config (fast), and slate factories.
 
 The tiny backbone uses the bundled SmolLM2 tokenizer, so prompts are tokenized exactly as
-in production; only the transformer is shrunk. Tests marked ``real`` load the real bundled
+in production; only the transformer is shrunk. Tests marked ``slow`` load the real bundled
 SmolLM2 weights (first 1-2 layers) so the production path is always exercised.
 """
 

@@ -143,6 +143,7 @@ def test_gpu_settings_reach_every_command():
     assert flag(bench, "--slates").endswith("eval-1118.slates.jsonl")
 
 
+@pytest.mark.slow  # the whole script: three trainings and a bench, twice
 def test_the_heads_ablation_runs_and_resumes(tmp_path, tiny_backbone):
     """For real, at toy scale: data subsets, teacher labels, two students trained in parallel,
     the bench with the preamble and paired differences; a rerun redoes nothing."""

@@ -745,6 +745,7 @@ def beauty_builds(tmp_path_factory):
     return here, root / "b"
 
 
+@pytest.mark.slow  # builds the whole bundled Beauty, twice
 def test_beauty_counts(beauty_builds):
     result = beauty_builds[0]
     c = result.counts
@@ -766,6 +767,7 @@ def test_beauty_counts(beauty_builds):
     assert first.query.text.startswith("1. ")
 
 
+@pytest.mark.slow
 def test_beauty_is_byte_identical(beauty_builds):
     here, other = beauty_builds
     # The default build is pinned: options added later (e.g. --features) must leave it as is.

@@ -20,6 +20,7 @@ def matrices(elements):
     )
 
 
+@pytest.mark.slow  # a long search: thousands of matrices
 @pytest.mark.parametrize("name", sorted(DECODERS))
 @settings(max_examples=1000, deadline=None)
 @given(m=matrices(finite))
@@ -28,6 +29,7 @@ def test_every_decoder_returns_a_permutation_for_any_finite_matrix(name, m):
     assert sorted(order.tolist()) == list(range(m.shape[0]))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(DECODERS))
 @settings(max_examples=500, deadline=None)
 @given(m=matrices(ties))

@@ -7,9 +7,12 @@ then with another teacher, to check a changed demo redoes what the change touche
 
 import json
 
+import pytest
+
 from spdrank.cli import main
 
 
+@pytest.mark.slow  # the whole demo, end to end, on the bundled SmolLM2
 def test_demo_tiny_end_to_end_reuses_what_is_done_and_redoes_what_changed(tmp_path, capsys):
     root = tmp_path / "demo"
     assert main(["demo", "--tiny", "--dir", str(root), "--device", "cpu"]) == 0

@@ -43,6 +43,8 @@ from spdrank.model import SPDRanker
 from spdrank.serving import create_app
 from tests.conftest import save_features_only_model
 
+pytestmark = pytest.mark.slow  # hundreds of CLI runs and requests; test_hostile_input is the quick set
+
 K = 4
 FUZZ = settings(
     derandomize=True,

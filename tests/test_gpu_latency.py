@@ -242,6 +242,7 @@ def test_train_step_times_steps_and_leaves_a_checkpoint(config_file, train_file,
     assert json.loads(capsys.readouterr().out)["batch_size"] == 2
 
 
+@pytest.mark.slow  # the whole script: trains, benchmarks and reports
 def test_gpu_latency_script_runs_end_to_end_on_a_cpu(config_file, tmp_path):
     """The script itself, at toy scale on the CPU (a tiny random Qwen3, slates of 4 and 8):
     every step runs and report.md holds the machine, the random-weights note, the training

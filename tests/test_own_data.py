@@ -110,6 +110,7 @@ class Shell:
         print(python(code, stdin=answer.text), end="")
 
 
+@pytest.mark.slow  # every command of the page, builds and trainings included
 def test_the_walkthrough_runs_as_written(tmp_path, monkeypatch, capsys):
     text = DOC.read_text(encoding="utf-8")
     monkeypatch.chdir(tmp_path)

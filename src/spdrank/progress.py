@@ -2,7 +2,7 @@
 
 A bar redraws one line in place, which a terminal shows and a log file cannot: tqdm hides
 itself when stderr is not a terminal, so a run of minutes under a job runner, CI or ``| tee``
-was silent until it ended. :func:`track` keeps the bar on a terminal and, off one, logs
+would say nothing until it ended. :func:`track` keeps the bar on a terminal and, off one, logs
 ``eval: 300/1118 slates, 12.3 slates/s`` every ``every_s`` seconds (and a last line when it
 logged any), so a long run says how far it is and a short one stays quiet.
 """

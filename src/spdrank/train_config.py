@@ -84,8 +84,8 @@ class TrainConfig:
     #: How the permutation cross-entropy weighs target positions (``uniform``: the paper).
     position_weights: str = "uniform"
     #: The checkpoint's decoder: what evaluation during training, rank, eval and serve use.
-    #: Expected rank by default: on Beauty it beat the paper's Hungarian assignment for click
-    #: and teacher targets alike (benchmarks/results/quality-beauty-cpu; docs/architecture.md).
+    #: Expected rank by default: it reads the whole Sinkhorn matrix rather than one assignment
+    #: (the decoders compared: benchmarks/results/quality-beauty-cpu; docs/architecture.md).
     decoder: str = "expected_rank"
     eval_every: int = 200
     eval_limit: int = 100

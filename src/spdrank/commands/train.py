@@ -70,7 +70,7 @@ _HELP = {
     "DCG-weighted either way",
     "decoder": "the decoder saved with the model, used by its evaluations here and by rank, "
     "eval and serve unless they name another: expected_rank (Sinkhorn, then items by expected "
-    "position; it beat hungarian for click and teacher targets on Beauty), hungarian (the "
+    "position; the default), hungarian (the "
     "paper's exact assignment), greedy, argsort, or a registered one",
     "eval_every": "evaluate every N steps (0: only at the end)",
     "eval_limit": "number of eval slates used",

@@ -129,7 +129,7 @@ class Histogram(_Family):
 
 
 class ServerMetrics:
-    """The server's metrics: what the issue asks /metrics to show, nothing more."""
+    """The server's metrics: requests, errors, latency, queueing and batching, nothing more."""
 
     def __init__(self) -> None:
         lock = threading.Lock()

@@ -1,7 +1,7 @@
 """Read a ranking out of an LLM's answer, say what was wrong with it, and repair it.
 
-An autoregressive ranker does not always emit a legal permutation (one replication saw 2.6%
-legal outputs), and a training target must be one. So every answer gets:
+An autoregressive ranker does not always emit a legal permutation (a small model seldom
+does), and a training target must be one. So every answer gets:
 
 - the ids as read (``[i]`` numbers, 1-based, in the order given, repeats and all);
 - a **status**, one of :data:`STATUSES`; when several problems apply, the first in
