@@ -17,6 +17,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 import torch
 
 from spdrank.backbone import pool_spans
@@ -97,20 +98,17 @@ def pool_words(
 
     ``hidden`` [B, T, D] is one prefill; ``first``/``last`` [B, M] the items' token spans."""
     ids = input_ids.tolist()
-    starts = torch.zeros(*first.shape, width, dtype=torch.long)
-    stops = torch.zeros_like(starts)
-    counts = torch.ones(first.shape, dtype=torch.long)
+    batch, items = first.shape
+    # Spans are filled in numpy: one small torch tensor per item would cost more than its data.
+    spans = np.zeros((batch, items, width, 2), dtype=np.int64)
+    counts = np.ones((batch, items), dtype=np.int64)
     for b, (row_first, row_last) in enumerate(zip(first.tolist(), last.tolist())):
         for m, (a, z) in enumerate(zip(row_first, row_last)):
             words = splitter.spans(ids[b][a : z + 1])[:width]
-            if not words:
-                continue
-            counts[b, m] = len(words)
-            starts[b, m, : len(words)] = torch.tensor([a + i for i, _ in words])
-            stops[b, m, : len(words)] = torch.tensor([a + j for _, j in words])
-    batch, items = first.shape
+            if words:
+                counts[b, m] = len(words)
+                spans[b, m, : len(words)] = np.asarray(words) + a
     device = hidden.device
-    pooled = pool_spans(
-        hidden, starts.view(batch, -1).to(device), stops.view(batch, -1).to(device), "mean"
-    )
-    return pooled.view(batch, items, width, -1), counts.to(device)
+    spans_t = torch.from_numpy(spans).view(batch, items * width, 2).to(device)
+    pooled = pool_spans(hidden, spans_t[..., 0], spans_t[..., 1], "mean")
+    return pooled.view(batch, items, width, -1), torch.from_numpy(counts).to(device)
