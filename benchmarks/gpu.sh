@@ -28,7 +28,7 @@
 # 6. `spdrank bench` on the $AR_N AR-labelled slates: the same rows next to the AR teachers,
 #    with the speed-ups over them (Table 2);
 # 7. fidelity at full scale (benchmarks/results/fidelity-beauty-cpu at CPU scale): students
-#    reading only SmolLM2's frozen states (all 30 layers, mean readout, history head) distil
+#    reading only SmolLM2's frozen states (all 30 layers, history head matching words as a soft TF-IDF) distil
 #    teachers the prompt's text determines, the lexical teacher on every train slate and
 #    SmolLM2's likelihood teacher on the first $FID_TRAIN, each scored on all eval slates.
 set -euo pipefail
@@ -124,7 +124,7 @@ for TEACHER in lexical likelihood; do
   step "fidelity-$TEACHER" "$run/train.json" \
     "$BIN/spdrank" train --slates "$FID/$TEACHER/train.labels.slates.jsonl" \
     --eval-slates "$FID/$TEACHER/valid.labels.slates.jsonl" --eval-limit 1000 --eval-every 0 \
-    --out "$run" --target teacher --head history --readout mean --frozen --max-item-tokens 32 \
+    --out "$run" --target teacher --head history --readout words --match tfidf --frozen --max-item-tokens 32 \
     --cache-states "$FID/states" --batch-size 64 --epochs 8 --head-lr 1e-3 --seed 0 \
     "${GPU[@]}" --no-progress
   step "fidelity-bench-$TEACHER" "$OUT/fidelity-$TEACHER/report.md" \
