@@ -165,12 +165,11 @@ def rows() -> list[Row]:
             readout="tokens", limit=512, on_eval=False, curve=True),
         Row("lex/tokens", "the same on 2,048 training slates, 4 epochs", readout="tokens",
             epochs=4, curve=True),
-        Row("lex/words/512", "the history head matching word states (each word the mean of "
-            "its tokens' states), late interaction", readout="words", item_tokens=32,
-            limit=512, on_eval=False),
-        Row("lex/words-tfidf/512", "the same, matched as a soft TF-IDF cosine (every pair of "
-            "words through a sharp kernel, learned weights on both sides)", readout="words",
-            item_tokens=32, limit=512, on_eval=False, extra=["--match", "tfidf"], curve=True),
+        Row("lex/words-tfidf/512", "the history head on word states of 32-token titles (each "
+            "word the mean of its tokens' states), matched as a soft TF-IDF cosine: every pair "
+            "of words through a sharp kernel, learned weights on both sides", readout="words",
+            item_tokens=32,
+            limit=512, extra=["--match", "tfidf"], curve=True),
         Row("lex/words-tfidf", "the same on 2,048 training slates, 4 epochs", readout="words",
             item_tokens=32, epochs=4, extra=["--match", "tfidf"], curve=True),
         # Does the LLM replace the lexical score, and add to the features? (clicks)
@@ -196,13 +195,9 @@ def rows() -> list[Row]:
             "features, the same target", target="teacher+clicks", item_tokens=32,
             features="popularity,cooccurrence,title_similarity", epochs=4),
         Row("clicks/words-tfidf+pop+co", "SmolLM2's word states matched as a soft TF-IDF + "
-            "popularity + co-occurrence, clicks as the target: the LLM in place of the lexical "
-            "score", target="clicks", readout="words", item_tokens=32,
-            features="popularity,cooccurrence", epochs=4, extra=["--match", "tfidf"]),
-        Row("clicks/words-tfidf+3f", "the same + the three features", target="clicks",
-            readout="words", item_tokens=32,
-            features="popularity,cooccurrence,title_similarity", epochs=4,
-            extra=["--match", "tfidf"]),
+            "popularity + co-occurrence, clicks as the target, 2 epochs: the LLM in place of "
+            "the lexical score", target="clicks", readout="words", item_tokens=32,
+            features="popularity,cooccurrence", epochs=2, extra=["--match", "tfidf"]),
         # SmolLM2's own ranking, valid by construction, as the teacher.
         Row("lik/paper/512", "the paper's head and readout, distilled from SmolLM2's "
             "likelihood teacher", teacher="likelihood", head="attn", readout="last", limit=512),
