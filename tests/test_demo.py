@@ -24,11 +24,13 @@ def test_demo_tiny_end_to_end_reuses_what_is_done_and_redoes_what_changed(tmp_pa
     assert {"random", "popularity", "cooccurrence", "title_similarity",
             "spd-student:expected_rank", "spd-student:hungarian"} <= set(rankers)
     assert (root / "report" / "report.md").exists() and list((root / "report").glob("*.png"))
-    # the recipe: a frozen backbone (states cached), the history head on mean states, the
-    # teacher's permutations as the target, no upstream feature, decoded by expected rank
+    # the recipe: a frozen backbone (states cached), the history head matching words as a
+    # soft TF-IDF, the teacher's permutations as the target, no upstream feature, decoded by
+    # expected rank
     saved = json.loads((root / "student" / "model" / "config.json").read_text())
     assert saved["decoder"] == "expected_rank" and saved["backbone"]["lora"] is None
-    assert saved["head"]["kind"] == "history" and saved["prompt"]["readout"] == "mean"
+    assert saved["head"]["kind"] == "history" and saved["prompt"]["readout"] == "words"
+    assert saved["head"]["match"] == "tfidf"
     assert not (saved.get("features") or {}).get("names")
     assert json.loads((root / "student" / "train.json").read_text())["config"]["target"] == "teacher"
     assert list((root / "states").rglob("*.safetensors"))

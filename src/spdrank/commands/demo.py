@@ -14,9 +14,9 @@
 4. distils it into the SPD student with the recipe of
    ``benchmarks/results/fidelity-beauty-cpu`` (:data:`RECIPE`): SmolLM2's first layers,
    frozen, their states computed once and cached; the history head, which reads each
-   candidate's and each history item's states averaged over the title's tokens; the teacher's
-   permutations as the target; no upstream feature, so whatever the student gets right it
-   read in the prompt;
+   candidate's and each history item's words (each word's token states averaged) and matches
+   them as a soft TF-IDF cosine; the teacher's permutations as the target; no upstream
+   feature, so whatever the student gets right it read in the prompt;
 5. evaluates the student against its teacher and the baselines (``spdrank bench``), with the
    autoregressive SmolLM2 teacher's own answers on the same eval slates replayed from label
    files that ``spdrank teacher`` produced through llama.cpp's server (shipped with the
@@ -60,10 +60,10 @@ TEACHER = "ranker:title_similarity"
 DECODER = "expected_rank"
 
 #: The student recipe that learned its teachers best (benchmarks/results/fidelity-beauty-cpu):
-#: the history head over mean-pooled frozen states, the teacher's permutations as the target.
-#: The scale (layers, slates, title tokens, epochs) comes from :class:`Scale`.
-RECIPE = ["--target", "teacher", "--head", "history", "--readout", "mean", "--frozen",
-          "--decoder", DECODER, "--head-lr", "1e-3"]
+#: the history head matching the words of frozen states, the teacher's permutations as the
+#: target. The scale (layers, slates, title tokens, epochs) comes from :class:`Scale`.
+RECIPE = ["--target", "teacher", "--head", "history", "--readout", "words", "--match", "tfidf",
+          "--frozen", "--decoder", DECODER, "--head-lr", "1e-3"]
 
 #: The file in each step's output directory that records the settings it ran with.
 STAMP = ".demo-step.json"
@@ -83,7 +83,7 @@ class Scale:
     train_minutes: float
 
 
-FULL = Scale(train=1000, eval=200, layers=2, epochs=8, batch=32, item_tokens=32, train_minutes=5)
+FULL = Scale(train=1000, eval=200, layers=2, epochs=3, batch=32, item_tokens=32, train_minutes=6)
 TINY = Scale(train=8, eval=6, layers=1, epochs=1, batch=4, item_tokens=6, train_minutes=0.2)
 
 
@@ -184,7 +184,8 @@ def run(args: argparse.Namespace) -> int:
         steps.announce(
             f"distilling the teacher into the SPD student: SmolLM2's first {scale.layers} "
             f"layers (frozen; each slate's states computed once into {root / 'states'}), the "
-            f"history head on titles cut to {scale.item_tokens} tokens, the teacher's "
+            f"history head matching the words of titles cut to {scale.item_tokens} tokens, "
+            f"the teacher's "
             f"permutations as the target, no upstream feature, {scale.train} slates x "
             f"{scale.epochs:g} epochs",
             f"about {scale.train_minutes:g} min on 2 CPU cores; rerun to resume if interrupted",
