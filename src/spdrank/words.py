@@ -13,8 +13,8 @@ this right for any tokenizer.
 from __future__ import annotations
 
 import re
-from collections import OrderedDict
 from collections.abc import Sequence
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -39,8 +39,7 @@ class WordSplitter:
         self._anchor = list(tokenizer("a", add_special_tokens=False)["input_ids"])
         self._anchor_text = tokenizer.decode(self._anchor)
         self._pieces: dict[int, str] = {}
-        self._spans: OrderedDict[tuple[int, ...], list[Span]] = OrderedDict()
-        self.cache_size = cache_size
+        self._cached_split = lru_cache(maxsize=cache_size)(self._split)
 
     def piece(self, token_id: int) -> str:
         """The text token ``token_id`` adds after another token."""
@@ -54,16 +53,7 @@ class WordSplitter:
     def spans(self, ids: Sequence[int]) -> list[Span]:
         """The words of the text ``ids`` decode to, as token spans, in order. Text without a
         letter or digit is one span over all its tokens, so every item has a unit to read."""
-        key = tuple(ids)
-        cached = self._spans.get(key)
-        if cached is not None:
-            self._spans.move_to_end(key)
-            return cached
-        spans = self._split(key)
-        self._spans[key] = spans
-        if len(self._spans) > self.cache_size:
-            self._spans.popitem(last=False)
-        return spans
+        return self._cached_split(tuple(ids))
 
     def _split(self, ids: tuple[int, ...]) -> list[Span]:
         if not ids:
