@@ -355,11 +355,9 @@ def fmt(value: float | None, digits: int = 3) -> str:
 
 
 def interval(d: dict[str, Any]) -> str:
-    if d["mean"] is None:
-        return "-"
-    if d["low"] is None:
-        return f"{d['mean']:+.3f}"
-    return f"{d['mean']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}]"
+    from spdrank.paired import PairedDifference
+
+    return PairedDifference(**d).text()
 
 
 PREAMBLE = (

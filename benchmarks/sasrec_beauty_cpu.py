@@ -53,7 +53,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
-from spdrank.paired import RESAMPLES, bootstrap_interval
+from spdrank.paired import RESAMPLES, PairedDifference, bootstrap_interval
 
 BIN = Path(".venv/bin")
 OUT = Path("benchmarks/results/sasrec-beauty-cpu")
@@ -400,11 +400,7 @@ def f3(value: float | None) -> str:
 
 
 def ci(d: dict[str, Any]) -> str:
-    if d["mean"] is None:
-        return "—"
-    if d["low"] is None:
-        return f"{d['mean']:+.3f}"
-    return f"{d['mean']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}]"
+    return PairedDifference(**d).text(missing="—")
 
 
 def goal_met(result: dict[str, Any], student: str) -> bool:

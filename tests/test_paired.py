@@ -121,3 +121,11 @@ def test_compare_every_row_against_the_reference():
     assert d["rows"]["teacher"]["MRR"] == mrr.to_dict()
     with pytest.raises(ValueError, match="no row named 'nobody'"):
         compare(results, "nobody", ["MRR"])
+
+
+def test_a_difference_reads_as_a_table_cell():
+    from spdrank.paired import PairedDifference
+
+    assert PairedDifference(5, 0.1234, -0.01, 0.25).text() == "+0.123 [-0.010, +0.250]"
+    assert PairedDifference(1, -0.5, None, None).text(digits=2) == "-0.50"
+    assert PairedDifference(0, None, None, None).text(missing="—") == "—"

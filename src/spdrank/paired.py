@@ -57,6 +57,15 @@ class PairedDifference:
     def to_dict(self) -> dict[str, Any]:
         return {"n": self.n, "mean": self.mean, "low": self.low, "high": self.high}
 
+    def text(self, digits: int = 3, missing: str = "-") -> str:
+        """A table cell: ``+mean [low, high]``, the mean alone without an interval (too few
+        pairs), ``missing`` without a pair."""
+        if self.mean is None:
+            return missing
+        if self.low is None or self.high is None:
+            return f"{self.mean:+.{digits}f}"
+        return f"{self.mean:+.{digits}f} [{self.low:+.{digits}f}, {self.high:+.{digits}f}]"
+
 
 def paired_values(row: RankerResult, reference: RankerResult, metric: str) -> np.ndarray:
     """Per-slate ``row - reference`` on ``metric``, over the slates where both define it.

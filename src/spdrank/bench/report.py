@@ -173,11 +173,7 @@ def paired_table(paired: PairedComparison) -> str:
 
 
 def _diff(d: PairedDifference) -> str:
-    if d.mean is None:
-        return "-"
-    if d.low is None or d.high is None:
-        return f"{d.mean:+.4f}"
-    cell = f"{d.mean:+.4f} [{d.low:+.4f}, {d.high:+.4f}]"
+    cell = d.text(digits=4)
     return f"**{cell}**" if d.excludes_zero else cell
 
 
