@@ -162,8 +162,9 @@ def rows() -> list[Row]:
             "words split into several tokens are assembled", item_tokens=32, layers=6,
             limit=512, on_eval=False),
         Row("lex/tokens/512", "the history head matching token states (late interaction)",
-            readout="tokens", limit=512, on_eval=False, curve=True),
+            readout="tokens", extra=["--match", "maxsim"], limit=512, on_eval=False, curve=True),
         Row("lex/tokens", "the same on 2,048 training slates, 4 epochs", readout="tokens",
+            extra=["--match", "maxsim"],
             epochs=4, curve=True),
         Row("lex/words-tfidf/512", "the history head on word states of 32-token titles (each "
             "word the mean of its tokens' states), matched as a soft TF-IDF cosine: every pair "
@@ -198,6 +199,15 @@ def rows() -> list[Row]:
             "popularity + co-occurrence, clicks as the target, 2 epochs: the LLM in place of "
             "the lexical score", target="clicks", readout="words", item_tokens=32,
             features="popularity,cooccurrence", epochs=2, extra=["--match", "tfidf"]),
+        Row("clicks/words-tfidf-warm+pop+co", "the lexical student (lex/words-tfidf) "
+            "fine-tuned on clicks with popularity + co-occurrence added (--init-from), 2 "
+            "epochs: the LLM in place of the lexical score", target="clicks", readout="words",
+            item_tokens=32, features="popularity,cooccurrence", epochs=2,
+            extra=["--match", "tfidf", "--init-from", str(WORK / "runs" / "lex/words-tfidf")]),
+        Row("clicks/words-tfidf-warm+3f", "the same with the three features", target="clicks",
+            readout="words", item_tokens=32,
+            features="popularity,cooccurrence,title_similarity", epochs=2,
+            extra=["--match", "tfidf", "--init-from", str(WORK / "runs" / "lex/words-tfidf")]),
         # SmolLM2's own ranking, valid by construction, as the teacher.
         Row("lik/paper/512", "the paper's head and readout, distilled from SmolLM2's "
             "likelihood teacher", teacher="likelihood", head="attn", readout="last", limit=512),
@@ -206,7 +216,11 @@ def rows() -> list[Row]:
         Row("lik/history-mean-16ep/512", "the same, 16 epochs", teacher="likelihood",
             limit=512, epochs=16),
         Row("lik/tokens/512", "the history head matching token states", teacher="likelihood",
-            readout="tokens", limit=512, curve=True),
+            readout="tokens", extra=["--match", "maxsim"], limit=512, curve=True),
+        Row("lik/words-tfidf/512", "the history head on word states of 32-token titles, "
+            "matched as a soft TF-IDF cosine, distilled from SmolLM2's likelihood teacher",
+            teacher="likelihood", readout="words", item_tokens=32, limit=512,
+            extra=["--match", "tfidf"], curve=True),
         Row("lik/history-mean", "the history head on mean states, 1,024 training slates",
             teacher="likelihood", limit=1024, curve=True),
     ]

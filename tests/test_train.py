@@ -473,9 +473,12 @@ def test_lora_modules_choose_what_lora_adapts_and_are_saved(tmp_path, tiny_backb
 
 def test_the_defaults_are_the_recipe_that_learned_its_teachers():
     cfg = TrainConfig(slates="s.jsonl", out="o")
-    assert (cfg.target, cfg.head, cfg.readout) == ("teacher", "history", "mean")
+    assert (cfg.target, cfg.head, cfg.readout, cfg.match) == ("teacher", "history", "words", "tfidf")
     spd = cfg.model_config()
-    assert spd.head.kind == "history" and spd.prompt.history_items and spd.prompt.readout == "mean"
+    assert spd.head.kind == "history" and spd.prompt.history_items and spd.prompt.readout == "words"
+    assert spd.head.tokens and spd.head.match == "tfidf"
+    # the other heads read one state per item
+    assert TrainConfig(slates="s.jsonl", out="o", head="attn").readout == "mean"
     # no states to read: the head over the candidates' features
     assert TrainConfig(slates="s.jsonl", out="o", features_only=True).head == "attn"
     assert TrainConfig(slates="s.jsonl", out="o", head="slot").head == "slot"

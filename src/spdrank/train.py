@@ -46,6 +46,7 @@ from spdrank.slates import Slate, load_slates
 from spdrank.state_cache import StateCache, open_state_cache
 from spdrank.targets import target_matrix
 from spdrank.train_config import NO_PARALLEL_CACHE, TrainConfig, per_process_batch
+from spdrank.warm_start import warm_start
 
 #: Logs from the main process only, so N processes do not print every line N times.
 log = get_logger(__name__)
@@ -186,6 +187,10 @@ class Trainer:
         evaluates = cfg.eval_slates and self.accelerator.is_main_process  # the others train only
         self.eval_slates = load_slates(cfg.eval_slates, limit=cfg.eval_limit) if evaluates else []
         self.model = SPDRanker.build(model_config, device=self.accelerator.device)
+        if cfg.init_from:
+            fresh = warm_start(self.model, cfg.init_from)
+            log.info("starting from %s%s", cfg.init_from,
+                     f" (new at zero: {', '.join(fresh)})" if fresh else "")
         steps_per_epoch = math.ceil(len(self.source) / cfg.batch_size)
         self.total_steps = cfg.max_steps or max(1, math.ceil(cfg.epochs * steps_per_epoch))
         self.steps_per_epoch = steps_per_epoch

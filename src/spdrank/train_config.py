@@ -51,17 +51,22 @@ class TrainConfig:
     head_dropout: float = 0.1
     max_item_tokens: int = 32
     max_query_tokens: int = 512
-    #: How an item's token states are pooled: "mean" (over the item's tokens: the states
-    #: carry its words there) or "last" (the paper's last token); "tokens" keeps every one.
-    readout: str = "mean"
+    #: How an item's token states reach the head: "words" (one mean per word of its text),
+    #: "mean" (over the item's tokens), "last" (the paper's last token) or "tokens" (every
+    #: one). None: "words" for the history head, which matches them with the history items'
+    #: words (the recipe that learned its teachers best), "mean" for the others.
+    readout: str | None = None
     #: How the history head compares a candidate's words or tokens with a history item's:
-    #: "maxsim" or "tfidf" (see :class:`spdrank.heads.HeadConfig`).
-    match: str = "maxsim"
+    #: "tfidf" or "maxsim" (see :class:`spdrank.heads.HeadConfig`).
+    match: str = "tfidf"
     #: Upstream features the head reads, comma-separated (``score,popularity``); None: none.
     features: str | None = None
     #: Read the features alone, without the backbone (no prefill): what the LLM adds is the
     #: difference to a run with the same features and the backbone.
     features_only: bool = False
+    #: A trained checkpoint to start from (:mod:`spdrank.warm_start`): e.g. a student
+    #: distilled from a teacher, fine-tuned on clicks with features added.
+    init_from: str | None = None
     #: With --frozen: a directory where the backbone's readout states of the training (and
     #: eval) slates are computed once and read back at every step (:mod:`spdrank.state_cache`).
     cache_states: str | None = None
@@ -101,6 +106,8 @@ class TrainConfig:
     def __post_init__(self) -> None:
         if self.head is None:
             self.head = "attn" if self.features_only else "history"
+        if self.readout is None:
+            self.readout = "words" if self.head == "history" else "mean"
 
     def model_config(self) -> SPDConfig:
         """The model these settings train; with features, their normalisation is fitted here,

@@ -39,7 +39,8 @@ _HELP = {
     "readout": "how an item's token states reach the head: last (its last token's, the "
     "paper), mean (the mean over its text's tokens), tokens (every one, for --head history: "
     "candidates matched with history items token by token) or words (one mean per word of "
-    "the text, for --head history: matched word by word)",
+    "the text, for --head history: matched word by word) (default: words with --head "
+    "history, mean otherwise)",
     "match": "with --readout tokens or words, how --head history compares a candidate with a "
     "history item: maxsim (each candidate unit's best cosine with the item's, averaged with "
     "learned weights) or tfidf (a soft TF-IDF cosine: every pair of units, weighted on both "
@@ -49,6 +50,11 @@ _HELP = {
     "the training slates' mean and std, saved in the checkpoint",
     "features_only": "train the head on --features alone, without the backbone (no prefill): "
     "the ablation that shows the LLM's own contribution; the model ranks without the LLM",
+    "init_from": "start from this trained checkpoint (a model directory or a run's): its "
+    "head, and its LoRA adapters if it has any. It must read the states this run reads (same "
+    "backbone, layers, prompt and head); a run may add --features to a checkpoint that reads "
+    "none, their weights starting at zero: e.g. fine-tune a student distilled from a teacher "
+    "on clicks with popularity and co-occurrence",
     "cache_states": "with --frozen: compute the backbone's readout states of the training "
     "(and eval) slates once into DIR (resumable, checked against the settings) and train the "
     "head from them; the model saved is an ordinary checkpoint",

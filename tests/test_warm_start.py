@@ -1,0 +1,120 @@
+"""``spdrank train --init-from``: a run that starts from a trained checkpoint."""
+
+import random
+
+import numpy as np
+import pytest
+
+from spdrank.cli import main
+from spdrank.model import SPDRanker
+from spdrank.slates import load_slates, write_slates
+from spdrank.train import TrainConfig, Trainer, train
+from tests.conftest import make_slate
+
+
+def signal_slates(n: int, seed: int):
+    """Slates whose clicked item is the one with the top 'signal' feature, which no text says."""
+    rng = random.Random(seed)
+    slates = [make_slate(rng, 6, qid=f"s{seed}-{i}") for i in range(n)]
+    for slate in slates:
+        for c in slate.candidates:
+            c.features = {"signal": rng.gauss(0, 1)}
+        slate.clicked = [max(slate.candidates, key=lambda c: c.features["signal"]).docid]
+    return slates
+
+
+@pytest.fixture
+def files(tmp_path):
+    write_slates(tmp_path / "train.jsonl", signal_slates(32, seed=1))
+    write_slates(tmp_path / "eval.jsonl", signal_slates(24, seed=2))
+    return tmp_path / "train.jsonl", tmp_path / "eval.jsonl"
+
+
+def settings(tmp_path, backbone, out, **kw) -> TrainConfig:
+    base = {
+        "slates": str(tmp_path / "train.jsonl"), "out": str(tmp_path / out), "backbone": backbone,
+        "frozen": True, "positions": 8, "head_width": 32, "max_item_tokens": 8, "batch_size": 4,
+        "warmup_steps": 2, "eval_every": 0, "save_every": 0, "progress": False,
+        "lora_r": 4, "lora_alpha": 8,
+    }
+    return TrainConfig(**(base | kw))
+
+
+def matrices(model: SPDRanker, slates) -> np.ndarray:
+    return np.stack([model.score_matrix(s) for s in slates])
+
+
+def test_a_run_from_a_checkpoint_ranks_as_it_does_then_learns_the_features_it_adds(
+    tmp_path, tiny_backbone, files
+):
+    eval_file = files[1]
+    train(settings(tmp_path, tiny_backbone, "teacher", max_steps=6))
+    distilled = SPDRanker.from_pretrained(tmp_path / "teacher")
+    slates = load_slates(eval_file)[:4]
+
+    tuned = settings(tmp_path, tiny_backbone, "tuned", init_from=str(tmp_path / "teacher"),
+                     target="clicks", features="signal", max_steps=40, head_lr=1e-2,
+                     head_dropout=0.0, warmup_steps=4)
+    before = Trainer(tuned).spd
+    assert not before.head.features.weight.any()  # the added features start at zero
+    np.testing.assert_allclose(matrices(before, slates), matrices(distilled, slates), atol=1e-5)
+
+    train(tuned)
+    model = SPDRanker.from_pretrained(tmp_path / "tuned")
+    assert model.head.features.weight.any()
+    held_out = load_slates(eval_file)
+
+    def top1(model: SPDRanker) -> float:
+        return sum(model.rank(s).docids[0] == s.clicked[0] for s in held_out) / len(held_out)
+
+    # the clicked item is the top signal: found once the features are learnt (chance: 1/6)
+    assert top1(distilled) <= 0.35 and top1(model) >= 0.5
+
+
+def test_lora_adapters_carry_over_to_a_lora_run(tmp_path, tiny_backbone, files):
+    train(settings(tmp_path, tiny_backbone, "lora", frozen=False, max_steps=3, lr=1e-2))
+    slates = load_slates(files[1])[:3]
+    before = Trainer(settings(tmp_path, tiny_backbone, "next", frozen=False,
+                              init_from=str(tmp_path / "lora" / "model"))).spd
+    saved = SPDRanker.from_pretrained(tmp_path / "lora")
+    np.testing.assert_allclose(matrices(before, slates), matrices(saved, slates), atol=1e-5)
+
+
+@pytest.mark.parametrize(("change", "named"), [
+    ({"head_width": 16}, "head.width: 32 in the checkpoint, 16 here"),
+    ({"layers": 1}, "layers: None in the checkpoint, 1 here"),
+    ({"max_item_tokens": 4}, "prompt.max_item_tokens"),
+    ({"readout": "last"}, "prompt.readout"),
+])
+def test_a_checkpoint_that_reads_other_states_is_refused_naming_the_setting(
+    tmp_path, tiny_backbone, files, change, named
+):
+    train(settings(tmp_path, tiny_backbone, "base", max_steps=1))
+    with pytest.raises(ValueError, match="--init-from") as info:
+        train(settings(tmp_path, tiny_backbone, "next", init_from=str(tmp_path / "base"),
+                       max_steps=1, **change))
+    assert named in str(info.value)
+    assert not (tmp_path / "next").exists()
+
+
+def test_features_and_lora_must_match_what_the_checkpoint_read(tmp_path, tiny_backbone, files):
+    train(settings(tmp_path, tiny_backbone, "feat", features="signal", target="clicks",
+                   max_steps=1))
+    with pytest.raises(ValueError, match=r"features: the checkpoint reads \['signal'\]"):
+        train(settings(tmp_path, tiny_backbone, "b", init_from=str(tmp_path / "feat"), max_steps=1))
+    train(settings(tmp_path, tiny_backbone, "lora", frozen=False, max_steps=1))
+    with pytest.raises(ValueError, match="this run is --frozen"):
+        train(settings(tmp_path, tiny_backbone, "c", init_from=str(tmp_path / "lora"), max_steps=1))
+    with pytest.raises(FileNotFoundError, match="not an spdrank checkpoint"):
+        train(settings(tmp_path, tiny_backbone, "d", init_from=str(tmp_path / "nowhere"),
+                       max_steps=1))
+
+
+def test_the_cli_flag_starts_from_the_checkpoint(tmp_path, tiny_backbone, files, capsys):
+    train(settings(tmp_path, tiny_backbone, "base", max_steps=2))
+    args = ["train", "--slates", str(files[0]), "--out", str(tmp_path / "next"),
+            "--backbone", tiny_backbone, "--frozen", "--positions", "8", "--head-width", "32",
+            "--max-item-tokens", "8", "--batch-size", "4", "--max-steps", "2",
+            "--init-from", str(tmp_path / "base"), "--no-progress"]
+    assert main(args) == 0
+    assert '"finished": true' in capsys.readouterr().out
