@@ -279,6 +279,28 @@ def test_feature_is_fitted_on_training_users_without_their_targets(tmp_path, mon
     assert m["parameters"]["sasrec"] == TINY.to_dict() and "sasrec" in m["policies"]
 
 
+def test_feature_also_learns_from_users_without_a_candidate_list(tmp_path, monkeypatch):
+    """Users a candidate file does not list make no slate; their counted sequences
+    (``extra_sequences.txt``) reach the builder's SASRec as they reach the counts."""
+    users = _runs(30, length=7)
+    seqs, _titles = _write_log(tmp_path, users)
+    listed = dict(users[:20])
+    lists = tmp_path / "lists.txt"
+    lists.write_text("".join(f"{u} " + " ".join(f"i{k}" for k in range(6)) + "\n"
+                             for u in listed), "utf-8")
+    seen = _spy_fits(monkeypatch)
+    options = BuildOptions(candidates=6, eval_fraction=0.2, validation=0, history=4,
+                           features=("sasrec",), sasrec=TINY)
+    result = build_from_files(seqs, _titles, tmp_path / "out", options, candidate_file=lists,
+                              progress=False)
+    train = load_slates(result.train_path)
+    extra = [items[-5:] for u, items in users[20:]]  # the history shown, then the target
+    assert (result.extra_path.read_text("utf-8").splitlines()
+            == [" ".join([u, *items[-5:]]) for u, items in users[20:]])
+    expected = [tuple(listed[s.query.qid][:-1]) for s in train] + [tuple(e) for e in extra]
+    assert len(seen) == 1 and sorted(map(tuple, seen[0])) == sorted(expected)
+
+
 def test_retriever_builds_slates_without_inserting_the_target(tmp_path, monkeypatch, capsys):
     users = _runs(60, length=7, noise=30)
     seqs, titles = _write_log(tmp_path, users)

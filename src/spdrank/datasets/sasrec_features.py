@@ -107,8 +107,11 @@ def fit_for_build(
     train_users: Iterable[str],
     catalogue: Iterable[str],
     options: BuildOptions,
+    extra: Sequence[Sequence[str]] = (),
 ) -> SASRecScores:
-    """The model a build's slates read: fitted on ``train_users``' items but their last.
+    """The model a build's slates read: fitted on ``train_users``' items but their last, and
+    on ``extra``, the sequences of users who make no slate (``extra_sequences.txt``, which the
+    count features and ``spdrank eval``'s SASRec also learn from: no slate's target is in them).
 
     ``users``: every user that makes a slate (``(user, items)``, oldest first); ``catalogue``:
     every item a slate may show (the vocabulary).
@@ -117,7 +120,7 @@ def fit_for_build(
 
     train = set(train_users)
     return SASRecScores(
-        [items[:-1] for user, items in users if user in train],
+        [items[:-1] for user, items in users if user in train] + [list(s) for s in extra],
         catalogue,
         {user: _history_and_target(items, options.history)[0] for user, items in users},
         options.sasrec,

@@ -808,7 +808,8 @@ def build_slates(
     split_of |= dict.fromkeys(valid_users, VALID_FILE)
     if SASREC in options.features and sasrec is None:
         train_users = (u for u, name in split_of.items() if name == TRAIN_FILE)
-        sasrec = fit_for_build(users, train_users, shown_items, options)
+        counted = [_counted_sequence(items, options.history) for _, items in extra]
+        sasrec = fit_for_build(users, train_users, shown_items, options, counted)
     features = similarity = None
     if set(options.features) & set(FEATURES):  # over train.jsonl's users, as the baselines
         similarity = TitleSimilarity(title_of(i) for i in sorted(log.item_counts))
