@@ -76,3 +76,18 @@ def test_a_step_made_with_other_settings_is_removed_with_what_it_wrote_besides(t
     begin(step, {"scale": "full"}, also=[cache])  # other settings: both go
     assert not (step / "model.txt").exists() and not cache.exists()
     assert not is_done(step, {"scale": "full"})
+
+
+def test_the_full_demo_evaluates_sasrec_next_to_the_count_baselines(tmp_path):
+    from spdrank.commands.demo import FULL, TINY, bench_argv
+
+    def rankers(scale):
+        argv = bench_argv(scale, tmp_path / "data", tmp_path / "labels", tmp_path / "student",
+                          tmp_path / "report", "cpu")
+        return [argv[i + 1] for i, a in enumerate(argv) if a == "--ranker"]
+
+    assert rankers(FULL) == ["random", "popularity", "cooccurrence", "title_similarity", "sasrec"]
+    assert "sasrec" not in rankers(TINY)  # the toy scale stays a minute long
+    argv = bench_argv(FULL, tmp_path / "data", tmp_path / "labels", tmp_path / "student",
+                      tmp_path / "report", "cpu")
+    assert argv[argv.index("--train") + 1] == str(tmp_path / "data" / "train.jsonl")
