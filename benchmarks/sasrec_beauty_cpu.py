@@ -53,7 +53,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
-from spdrank.paired import RESAMPLES, PairedDifference, bootstrap_interval
+from spdrank.paired import RESAMPLES, PairedDifference, difference_of
 
 BIN = Path(".venv/bin")
 OUT = Path("benchmarks/results/sasrec-beauty-cpu")
@@ -289,13 +289,7 @@ def paired(
                 ],
                 dtype=np.float64,
             )
-            ci = bootstrap_interval(diffs, RESAMPLES, 0.95, SEED) if len(diffs) else None
-            out[name][m] = {
-                "n": len(diffs),
-                "mean": float(diffs.mean()) if len(diffs) else None,
-                "low": ci[0] if ci else None,
-                "high": ci[1] if ci else None,
-            }
+            out[name][m] = difference_of(diffs, RESAMPLES, 0.95, SEED).to_dict()
     return out
 
 
@@ -356,7 +350,7 @@ def experiment(setting: Setting, log: Log) -> dict[str, Any]:
         "eval": means(eval_result),
         "eval_slates": eval_result["n_slates"],
         "eval_meta": eval_result["meta"],
-        "paired": {ref: paired(values, ref) for ref in SASREC_ROWS},
+        "paired": {ref: paired(values, ref) for ref in (*SASREC_ROWS, "cooccurrence")},
         "train": {
             label(s, v): train_summary(run_dir(setting, s, v)) for s in STUDENTS for v in variants
         },
@@ -463,7 +457,7 @@ def section(result: dict[str, Any]) -> list[str]:
             "",
             *table(result["eval_retrieved_only"], rows),
         ]
-    for reference in (ref, *[r for r in SASREC_ROWS if r != ref]):
+    for reference in (ref, *[r for r in (*SASREC_ROWS, "cooccurrence") if r != ref]):
         diffs = result["paired"][reference]
         lines += [
             "",

@@ -117,7 +117,13 @@ def paired_difference(
     seed: int = 0,
 ) -> PairedDifference:
     """The mean paired difference ``row - reference`` on ``metric``, with its interval."""
-    diffs = paired_values(row, reference, metric)
+    return difference_of(paired_values(row, reference, metric), resamples, level, seed)
+
+
+def difference_of(
+    diffs: np.ndarray, resamples: int = RESAMPLES, level: float = LEVEL, seed: int = 0
+) -> PairedDifference:
+    """The mean of per-slate differences ``diffs``, with its percentile-bootstrap interval."""
     if not len(diffs):
         return PairedDifference(n=0, mean=None, low=None, high=None)
     interval = bootstrap_interval(diffs, resamples, level, seed)
