@@ -30,7 +30,9 @@
 # 7. fidelity at full scale (benchmarks/results/fidelity-beauty-cpu at CPU scale): students
 #    reading only SmolLM2's frozen states (all 30 layers, history head matching words as a soft TF-IDF) distil
 #    teachers the prompt's text determines, the lexical teacher on every train slate and
-#    SmolLM2's likelihood teacher on the first $FID_TRAIN, each scored on all eval slates.
+#    SmolLM2's likelihood teacher on the first $FID_TRAIN, each scored on all eval slates;
+#    then the lexical student fine-tuned on clicks with popularity and co-occurrence, against
+#    the three features alone.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . benchmarks/lib.sh
@@ -133,6 +135,25 @@ for TEACHER in lexical likelihood; do
     --model "student=$run" "${GPU[@]}" --out "$OUT/fidelity-$TEACHER" \
     --title "Fidelity to the $TEACHER teacher: all Beauty eval slates" --no-progress
 done
+# Against clicks, does the LLM take the lexical score's place? The lexical student fine-tuned
+# on clicks with popularity and co-occurrence added (--init-from), next to the three features
+# alone; the labelled slates are the same slates, their clicks the target.
+CLICKS=( --slates "$FID/lexical/train.labels.slates.jsonl" --target clicks
+         --eval-slates "$FID/lexical/valid.labels.slates.jsonl" --eval-limit 1000 --eval-every 0
+         --batch-size 64 --head-lr 1e-3 --seed 0 "${GPU[@]}" --no-progress )
+step fidelity-clicks-3f "$FID/students/clicks-3f/train.json" \
+  "$BIN/spdrank" train "${CLICKS[@]}" --out "$FID/students/clicks-3f" --head attn \
+  --features popularity,cooccurrence,title_similarity --features-only --epochs 4
+step fidelity-clicks-llm "$FID/students/clicks-llm/train.json" \
+  "$BIN/spdrank" train "${CLICKS[@]}" --out "$FID/students/clicks-llm" \
+  --init-from "$FID/students/lexical" --head history --readout words --match tfidf --frozen \
+  --max-item-tokens 32 --cache-states "$FID/states" --features popularity,cooccurrence --epochs 2
+step fidelity-bench-clicks "$OUT/fidelity-clicks/report.md" \
+  "$BIN/spdrank" bench --slates "$FID/lexical/eval.labels.slates.jsonl" \
+  --train "$FDATA/train.jsonl" --ranker cooccurrence --ranker title_similarity \
+  --model "three-features=$FID/students/clicks-3f" --model "llm+pop+co=$FID/students/clicks-llm" \
+  "${GPU[@]}" --out "$OUT/fidelity-clicks" \
+  --title "Against clicks: SmolLM2's words in place of the lexical feature" --no-progress
 [ "$DRY" = 0 ] || exit 0
 
 # -- the index -------------------------------------------------------------------------------
@@ -147,6 +168,7 @@ done
   echo "- [all eval slates, with the latency decomposition](all/report.md)"
   echo "- [next to the autoregressive teachers](teachers/report.md)"
   echo "- fidelity, students reading only SmolLM2's states: [lexical teacher](fidelity-lexical/report.md), [likelihood teacher](fidelity-likelihood/report.md)"
+  echo "- against clicks, SmolLM2's words in place of the lexical feature: [report](fidelity-clicks/report.md)"
   echo
   echo "Step timings (seconds, every run of this script):"
   echo

@@ -394,6 +394,9 @@ def test_gpu_script_commands_parse():
     train = next(argv for argv in commands if argv[1] == "train")
     assert train[train.index("--dtype") + 1] == "bfloat16" and "--limit" not in train
     assert any("--latency" in argv for argv in commands if argv[1] == "bench")
+    warm = next(argv for argv in commands if "--init-from" in argv)
+    lexical = warm[warm.index("--init-from") + 1]
+    assert any(argv[argv.index("--out") + 1] == lexical for argv in commands if argv[1] == "train")
 
 
 def test_overhead_script_commands_parse():
