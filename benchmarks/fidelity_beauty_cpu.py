@@ -208,6 +208,21 @@ def rows() -> list[Row]:
             readout="words", item_tokens=32,
             features="popularity,cooccurrence,title_similarity", epochs=2,
             extra=["--match", "tfidf", "--init-from", str(WORK / "runs" / "lex/words-tfidf")]),
+        Row("clicks/words-tfidf-warm+pop+co/4ep", "the lexical student fine-tuned on clicks "
+            "with popularity + co-occurrence, 4 epochs", target="clicks", readout="words",
+            item_tokens=32, features="popularity,cooccurrence", epochs=4,
+            extra=["--match", "tfidf", "--init-from", str(WORK / "runs" / "lex/words-tfidf")]),
+        # The same comparisons on fewer click-labelled slates: whether the gap closes with data.
+        *[Row(f"clicks/3f-only/{n}", f"clicks/3f-only on {n:,} slates", head="attn",
+              target="clicks", features="popularity,cooccurrence,title_similarity", epochs=4,
+              limit=n, extra=["--features-only"]) for n in (512, 1024)],
+        *[Row(f"clicks/words-tfidf-warm+{f}/{n}", f"clicks/words-tfidf-warm+{f} on {n:,} "
+              "slates", target="clicks", readout="words", item_tokens=32, features=names,
+              epochs=2, limit=n,
+              extra=["--match", "tfidf", "--init-from", str(WORK / "runs" / "lex/words-tfidf")])
+          for n in (512, 1024)
+          for f, names in (("pop+co", "popularity,cooccurrence"),
+                           ("3f", "popularity,cooccurrence,title_similarity"))],
         # SmolLM2's own ranking, valid by construction, as the teacher.
         Row("lik/paper/512", "the paper's head and readout, distilled from SmolLM2's "
             "likelihood teacher", teacher="likelihood", head="attn", readout="last", limit=512),
