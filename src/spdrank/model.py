@@ -31,7 +31,6 @@ from torch import nn
 from spdrank.atomic_dir import atomic_directory
 from spdrank.backbone import (
     BackboneConfig,
-    hidden_size,
     last_hidden,
     last_token_logits,
     load_backbone,
@@ -40,16 +39,12 @@ from spdrank.backbone import (
     resolve_dtype,
     span_tokens,
 )
-from spdrank.decode import decode, decode_batch, get_decoder, sort_scores
+from spdrank.decode import get_decoder
 from spdrank.features import FeatureNormalizer
-from spdrank.heads import FirstHead, HeadConfig, build_head
-from spdrank.prompt import (
-    LETTERS,
-    UNIT_READOUTS,
-    EncodedPrompt,
-    PromptBuilder,
-    PromptSettings,
-)
+from spdrank.heads import HeadConfig
+from spdrank.methods import RankingMethod, method_for
+from spdrank.methods.first import first_prompt  # noqa: F401 - part of this module's API
+from spdrank.prompt import UNIT_READOUTS, EncodedPrompt, PromptBuilder, PromptSettings
 from spdrank.ranking import Ranking
 from spdrank.slates import TEXT_FIELDS, Candidate, Query, Slate
 from spdrank.words import WordSplitter, pool_words
@@ -266,18 +261,14 @@ class NoTokenizer:
     pad_token_id = 0
 
 
-def first_prompt(settings: PromptSettings) -> PromptSettings:
-    """FIRST's prompt: one-token letter labels, and the answer opened with "[" ."""
-    return dataclasses.replace(settings, labels="letters", answer_prefix="[")
-
-
 class SPDRanker(nn.Module):
     """The SPD student, or one of its single-pass peers on the same backbone and prompt.
 
-    ``head.kind`` picks the method: ``attn``/``linear``/``slot`` give SPD (an N x K matrix,
-    decoded by assignment); ``scalar`` (one score per item) and ``first`` (FIRST's first-token
-    logits over candidate letters) are decoded by sorting. All give a valid permutation from one
-    prefill.
+    ``head.kind`` picks the ranking method (:mod:`spdrank.methods`), which builds the head and
+    turns its scores into orders: ``attn``/``linear``/``slot``/``history`` give SPD (an N x K
+    matrix, decoded by assignment); ``scalar`` (one score per item) and ``first`` (FIRST's
+    first-token logits over candidate letters) are decoded by sorting. All give a valid
+    permutation from one prefill.
     """
 
     decode_passes = 1
@@ -287,7 +278,8 @@ class SPDRanker(nn.Module):
         self.config = config
         self.backbone = backbone
         self.tokenizer = tokenizer
-        self.first = config.head.kind == "first"
+        #: The ranking method of the head's kind.
+        self.method: RankingMethod = method_for(config.head.kind)
         self.features = config.features
         n_features = len(config.features) if config.features is not None else 0
         if config.features_only:
@@ -295,20 +287,8 @@ class SPDRanker(nn.Module):
                 raise ValueError("a features-only model needs features to read (--features)")
             if config.backbone.lora is not None:
                 raise ValueError("a features-only model has no backbone to adapt: set no LoRA")
-            if self.first:
-                raise ValueError(
-                    "FIRST scores candidates by the backbone's letter logits, so it cannot run "
-                    "on features alone: choose another --head for --features-only"
-                )
-        if self.first:
-            if config.prompt.labels != "letters" or config.prompt.answer_prefix != "[":
-                raise ValueError("FIRST needs letter labels and the '[' answer prefix: use first_prompt()")
-            letters = self._letter_token_ids(tokenizer, config.head.positions)
-            self.head = FirstHead(letters, n_features)
-        else:
-            hidden = 0 if config.features_only else hidden_size(backbone)
-            self.head = build_head(hidden, config.head, n_features)
-        self.matrix = bool(getattr(self.head, "matrix", False))
+        self.method.check(config)
+        self.head = self.method.build_head(config, backbone, tokenizer, n_features)
         #: The head compares candidates with the user's history items (their own states).
         self.reads_history = bool(getattr(self.head, "reads_history", False))
         if self.reads_history and not config.prompt.history_items:
@@ -328,19 +308,12 @@ class SPDRanker(nn.Module):
             WordSplitter(tokenizer) if config.prompt.readout == "words" and self.prompts else None
         )
         get_decoder(config.decoder)  # fail early on an unknown decoder
-        self.name = f"spd-{config.head.kind}" if self.matrix else config.head.kind
+        self.name = self.method.model_name(config.head.kind)
 
-    @staticmethod
-    def _letter_token_ids(tokenizer: Any, positions: int) -> list[int]:
-        if positions > len(LETTERS):
-            raise ValueError(f"FIRST labels candidates with single letters: at most {len(LETTERS)} positions, got {positions}")
-        ids = []
-        for letter in LETTERS[:positions]:
-            tokens = tokenizer(letter, add_special_tokens=False)["input_ids"]
-            if len(tokens) != 1:
-                raise ValueError(f"FIRST needs one token per label; {letter!r} is {len(tokens)} tokens here")
-            ids.append(tokens[0])
-        return ids
+    @property
+    def matrix(self) -> bool:
+        """Its scores are N x K matrices decoded by assignment (else one score per item)."""
+        return self.method.matrix
 
     # -- construction and checkpoints --------------------------------------------------------
 
@@ -464,7 +437,7 @@ class SPDRanker(nn.Module):
             history = batch.history_states.float() if batch.history_states is not None else None
             return HeadInputs(batch.states.float(), history, batch.token_lengths,
                               batch.history_token_lengths)
-        if self.first:
+        if self.method.reads_logits:
             logits = last_token_logits(self.backbone, batch.input_ids, batch.attention_mask)
             return HeadInputs(logits.float())
         hidden = last_hidden(self.backbone, batch.input_ids, batch.attention_mask)
@@ -489,10 +462,9 @@ class SPDRanker(nn.Module):
         return HeadInputs(*pooled)
 
     def order(self, scores: np.ndarray, decoder: str | None = None) -> np.ndarray:
-        """Item indices best first: assignment on a matrix, sorting on one score per item."""
-        if self.matrix:
-            return decode(scores, decoder or self.config.decoder)
-        return sort_scores(scores)
+        """Item indices best first, as the method decodes: assignment on a matrix, sorting on
+        one score per item."""
+        return self.method.order(scores, decoder or self.config.decoder)
 
     # -- inference ---------------------------------------------------------------------------
 
@@ -565,11 +537,7 @@ class SPDRanker(nn.Module):
         decoder = decoder or self.config.decoder
         scores, timings = self.score_batch(slates, encoded, batch)
         t0 = time.perf_counter()
-        sizes = [len(s) for s in slates]
-        if self.matrix:
-            orders = decode_batch(scores, sizes, decoder)
-        else:
-            orders = [sort_scores(scores[i, :n]) for i, n in enumerate(sizes)]
+        orders = self.method.orders(scores, [len(s) for s in slates], decoder)
         timings["assign"] = (time.perf_counter() - t0) * 1e3
         return [
             self.ranking(slate, order, scores[i], timings)
@@ -584,14 +552,10 @@ class SPDRanker(nn.Module):
         timings: dict[str, float] | None = None,
     ) -> Ranking:
         """The :class:`Ranking` of ``slate`` for an item ``order`` decoded from its ``scores``."""
-        n = len(slate)
         items = order.tolist()  # Python ints index a list faster than numpy's
         candidates = slate.candidates
         docids = [candidates[j].docid for j in items]
-        if self.matrix:
-            ranked_scores = [1.0 - r / n for r in range(n)]
-        else:  # one real score per item: report it, already in decreasing order
-            ranked_scores = scores[order].astype(float).tolist()
+        ranked_scores = self.method.ranked_scores(scores, order)
         return Ranking(docids, ranked_scores, dict(timings or {}), 1, indices=items)
 
     def score_matrix(self, slate: Slate) -> np.ndarray:
@@ -675,7 +639,7 @@ def _backbone_and_tokenizer(
         config.backbone,
         device=device,
         adapter_path=adapter,
-        with_lm_head=config.head.kind == "first",
+        with_lm_head=method_for(config.head.kind).reads_logits,
     )
     tokenizer = load_tokenizer(config.backbone.name_or_path)
     vocab = getattr(backbone.config, "vocab_size", None)

@@ -321,7 +321,8 @@ def open_state_cache(
     Raises ValueError naming the settings that differ when ``directory`` holds a cache made
     with others, and for a model whose states cannot be cached.
     """
-    if model.first or model.config.features_only or model.config.backbone.lora is not None:
+    frozen = model.config.backbone.lora is None
+    if not model.method.caches_states or model.config.features_only or not frozen:
         raise ValueError(
             "only a frozen backbone's readout states can be cached (no LoRA, no --head first, "
             "not --features-only)"

@@ -37,10 +37,8 @@ from tqdm.auto import tqdm
 
 from spdrank.atomic_dir import atomic_directory
 from spdrank.backbone import resolve_device
-from spdrank.listnet import listnet_loss
 from spdrank.metrics import aggregate, slate_metrics
 from spdrank.model import Batch, SPDRanker, collate
-from spdrank.sinkhorn import log_sinkhorn, permutation_cross_entropy
 from spdrank.slate_source import SkipSlate, open_slate_source
 from spdrank.slates import Slate, load_slates
 from spdrank.state_cache import StateCache, open_state_cache
@@ -196,16 +194,18 @@ class Trainer:
         self.steps_per_epoch = steps_per_epoch
         head_params = list(self.model.head.parameters())
         backbone_params = [p for p in self.model.backbone.parameters() if p.requires_grad]
+        frozen = model_config.backbone.lora is None
+        refusal = self.model.method.frozen_refusal(model_config) if frozen else None
+        if refusal is not None:
+            raise ValueError(
+                f"--head {cfg.head} with --frozen has nothing to train ({refusal}): drop "
+                "--frozen to train LoRA adapters"
+            )
         groups = [
             {"params": params, "lr": lr}
             for params, lr in ((head_params, cfg.head_lr), (backbone_params, cfg.lr))
             if params
         ]
-        if not groups:
-            raise ValueError(
-                f"--head {cfg.head} with --frozen has nothing to train (FIRST's only weights "
-                "are the backbone's): drop --frozen to train LoRA adapters"
-            )
         self.optimizer = torch.optim.AdamW(groups, weight_decay=cfg.weight_decay)
         self.warmup_steps = warmup_steps(cfg.warmup_steps, self.total_steps)
         self.report_warmup()
@@ -355,7 +355,8 @@ class Trainer:
         return batch.to(self.accelerator.device)
 
     def slate_losses(self, numbered: list[tuple[int, Slate]]) -> torch.Tensor:
-        """The [B] per-slate losses of the slates (each with its place in the file)."""
+        """The [B] per-slate losses of the slates (each with its place in the file), as the
+        model's ranking method scores them against their targets."""
         slates = [slate for _, slate in numbered]
         batch = self.batch(numbered)
         scores = self.model(batch).float()
@@ -364,13 +365,7 @@ class Trainer:
         for row, slate in enumerate(slates):
             t = target_matrix(slate, self.cfg.target)
             target[row, : t.shape[0], : t.shape[1]] = torch.from_numpy(t)
-        target = target.to(scores.device)
-        if not self.spd.matrix:  # scalar and FIRST peers: one score per item
-            return listnet_loss(scores, target, batch.sizes, reduction="none")
-        log_s = log_sinkhorn(scores, batch.sizes, tau=self.cfg.tau, iters=self.cfg.sinkhorn_iters)
-        return permutation_cross_entropy(
-            log_s, target, batch.sizes, reduction="none", position_weights=self.cfg.position_weights
-        )
+        return self.spd.method.loss(scores, target.to(scores.device), batch.sizes, self.cfg)
 
     def loss_at(self, step: int) -> torch.Tensor:
         """This process's term of the global batch's mean loss at ``step``, ready for DDP.

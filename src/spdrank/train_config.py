@@ -114,22 +114,22 @@ class TrainConfig:
         in one streamed pass over the training slates (the same ``--limit`` of them)."""
         from spdrank.backbone import BackboneConfig
         from spdrank.heads import HeadConfig
-        from spdrank.model import SPDConfig, first_prompt
-        from spdrank.prompt import LETTERS, UNIT_READOUTS, PromptSettings
+        from spdrank.methods import method_for
+        from spdrank.model import SPDConfig
+        from spdrank.prompt import UNIT_READOUTS, PromptSettings
 
         if self.target not in TARGETS:
             raise ValueError(f"unknown --target {self.target!r}: choose one of {list(TARGETS)}")
         self.check_cache_settings()
-        prompt = PromptSettings(
+        method = method_for(self.head)
+        prompt = method.prompt(PromptSettings(
             max_item_tokens=self.max_item_tokens,
             max_query_tokens=self.max_query_tokens,
             readout=self.readout,
             # The history head reads each history item's states: the prompt must span them.
             history_items=self.head == "history",
-        )
-        positions = self.positions
-        if self.head == "first":  # one letter per candidate: at most 52
-            prompt, positions = first_prompt(prompt), min(positions, len(LETTERS))
+        ))
+        positions = method.positions(self.positions)
         # Nothing of a backbone that is never loaded is trained: no LoRA without one.
         frozen = self.frozen or self.features_only
         return SPDConfig(
@@ -170,14 +170,16 @@ class TrainConfig:
 
     def check_cache_settings(self) -> None:
         """Cached states stand for a prefill only when the prefill never changes."""
+        from spdrank.methods import method_for
+
         if self.cache_states is None:
             return
         if self.features_only:
             raise ValueError("--features-only runs no backbone, so it has no states to cache: "
                              "drop --cache-states")
-        if self.head == "first":
-            raise ValueError("--cache-states stores readout hidden states, but --head first "
-                             "reads the LM's logits (and only LoRA trains it): drop --cache-states")
+        refusal = method_for(self.head).cache_refusal
+        if refusal is not None:
+            raise ValueError(refusal)
         if not self.frozen:
             raise ValueError("--cache-states needs --frozen: LoRA changes the backbone's states "
                              "at every step, so cached ones would be stale")

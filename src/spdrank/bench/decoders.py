@@ -84,7 +84,7 @@ class DecodedRanker:
 
 def decoder_rows(model: SPDRanker, decoders: Sequence[str]) -> list[DecodedRanker]:
     """One row per decoder, named ``<model name>:<decoder>``, sharing one forward per slate."""
-    if not model.matrix:
+    if not model.method.matrix:
         raise ValueError(f"{model.name} scores one value per item: it has no decoders to compare")
     shared = SharedForward(model)
     return [DecodedRanker(shared, d, f"{model.name}:{d}") for d in dict.fromkeys(decoders)]

@@ -152,10 +152,10 @@ class BarePrefill:
     needs_train = False
 
     def __init__(self, model: SPDRanker, name: str = "bare-prefill") -> None:
-        if model.first:
+        if model.method.reads_logits:
             raise ValueError(
-                "the latency decomposition is for SPD checkpoints; FIRST's backbone carries the "
-                "LM head, so its forward is not a bare prefill"
+                f"the latency decomposition is for SPD checkpoints; {model.method.title}'s "
+                "backbone carries the LM head, so its forward is not a bare prefill"
             )
         self.model = model
         self.name = name

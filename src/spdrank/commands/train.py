@@ -20,12 +20,6 @@ _HELP = {
     "require_clicks": "with --target clicks (or teacher+clicks): refuse a file holding a "
     "slate without a clicked item (default: leave such slates out, and count them)",
     "target": "what to imitate: the teacher's ranking, clicks first, or both",
-    "head": "SPD heads: attn (2-layer self-attention), linear (probe), slot (slot-query), "
-    "history (attention that also reads the history items' states: candidates matched with "
-    "and attending to what the user chose before; reads the user context one item a line); "
-    "single-pass peers: scalar (one score per item + argsort, ListNet), first (FIRST: "
-    "first-token logits over candidate letters, ListNet) (default: history; attn with "
-    "--features-only)",
     "frozen": "freeze the backbone (no LoRA): only the head learns",
     "backbone": "Hugging Face model id or local path; 'bundled' = SmolLM2-135M-Instruct; "
     "'config:PATH' = the shape of the Hugging Face config.json at PATH with RANDOM weights "
@@ -87,7 +81,6 @@ _HELP = {
 }
 _CHOICES = {
     "target": list(TARGETS),
-    "head": ["attn", "linear", "slot", "history", "scalar", "first"],
     "readout": ["last", "mean", "tokens", "words"],
     "cache_dtype": list(CACHE_DTYPES),
     "position_weights": list(POSITION_WEIGHTS),
@@ -95,16 +88,27 @@ _CHOICES = {
 _SKIP = {"extra", "progress"}
 
 
+def _head_help() -> str:
+    """``--head``'s help: each ranking method's own, for every method registered."""
+    from spdrank.methods import methods
+
+    each = "; ".join(method.help for method in methods())
+    return f"{each} (default: history; attn with --features-only)"
+
+
 def register(sub: argparse._SubParsersAction) -> None:
+    from spdrank.methods import head_kinds
     from spdrank.train_config import TrainConfig
 
+    helps = _HELP | {"head": _head_help()}
+    choices = _CHOICES | {"head": head_kinds()}
     p = sub.add_parser("train", help="train the SPD student", description=__doc__)
     for f in dataclasses.fields(TrainConfig):
         if f.name in _SKIP:
             continue
         flag = "--" + f.name.replace("_", "-")
         required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
-        help_ = _HELP.get(f.name, "")
+        help_ = helps.get(f.name, "")
         if f.type in ("bool", bool):
             p.add_argument(flag, action="store_true", help=help_)
             continue
@@ -116,7 +120,7 @@ def register(sub: argparse._SubParsersAction) -> None:
             help_ = f"{help_} (default: {default})".strip()
         p.add_argument(
             flag, type=kind, required=required, default=default,
-            choices=_CHOICES.get(f.name), help=help_,
+            choices=choices.get(f.name), help=help_,
         )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument(

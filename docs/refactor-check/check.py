@@ -1,0 +1,209 @@
+"""Behaviour check for the ranking-method refactor (issue 19): train one tiny checkpoint per
+method, then print everything a user could observe of it, exactly.
+
+    OMP_NUM_THREADS=1 PYTHONPATH=src:. python docs/refactor-check/check.py ROOT TAG > TAG.txt
+
+ROOT holds the tiny backbone, the slates and the checkpoints of every TAG. The run trains each
+head afresh into ROOT/TAG/<head> (same seed), and reports on two sets of checkpoints: "saved",
+those of the first TAG ever run in ROOT (checkpoints written by the code before the change,
+loaded by the code now), and "fresh", those it just trained. The report holds the weights'
+digests, each slate's ranking and scores (float reprs), every decoder's order, the errors of
+refused settings, and ``spdrank eval``'s metrics (its timings left out), so two runs on
+different code agree only if the checkpoints and every number agree.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+
+from spdrank.slates import write_slates
+from spdrank.train import TrainConfig, train
+from tests.conftest import make_slate
+
+HEADS = {
+    "attn": {},
+    "history": {"frozen": True, "cache": True},
+    "scalar": {"frozen": True},
+    "first": {},
+}
+
+
+def backbone(root: Path) -> str:
+    """The tests' tiny Llama (seeded), built once in ROOT."""
+    path = root / "backbone"
+    if not (path / "config.json").exists():
+        from transformers import LlamaConfig, LlamaForCausalLM
+
+        from spdrank.backbone import bundled_backbone_path, load_tokenizer
+
+        tokenizer = load_tokenizer(str(bundled_backbone_path()))
+        torch.manual_seed(0)
+        config = LlamaConfig(
+            vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64,
+            num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+            max_position_embeddings=4096, tie_word_embeddings=True,
+            pad_token_id=tokenizer.pad_token_id,
+        )
+        LlamaForCausalLM(config).save_pretrained(path)
+        tokenizer.save_pretrained(path)
+    return str(path)
+
+
+def data(root: Path) -> Path:
+    path = root / "data"
+    if not (path / "eval.jsonl").exists():
+        path.mkdir(parents=True, exist_ok=True)
+        rng = random.Random(0)
+        write_slates(path / "train.jsonl",
+                     [make_slate(rng, rng.randint(3, 10), qid=f"u{i}") for i in range(8)])
+        write_slates(path / "eval.jsonl",
+                     [make_slate(rng, rng.randint(3, 10), qid=f"e{i}") for i in range(6)])
+    return path
+
+
+def config(root: Path, out: Path, head: str, **kw) -> TrainConfig:
+    d = data(root)
+    settings = {
+        "slates": str(d / "train.jsonl"), "eval_slates": str(d / "eval.jsonl"),
+        "out": str(out), "backbone": backbone(root), "head": head, "lora_r": 8,
+        "lora_alpha": 16, "positions": 16, "head_width": 32, "max_item_tokens": 8,
+        "batch_size": 4, "warmup_steps": 2, "eval_every": 0, "save_every": 0,
+        "max_steps": 3, "progress": False, "device": "cpu",
+    }
+    return TrainConfig(**(settings | kw))
+
+
+def train_all(root: Path, tag: str) -> None:
+    for head, how in HEADS.items():
+        out = root / tag / head
+        if (out / "model" / "config.json").exists():
+            continue
+        kw = {"frozen": how.get("frozen", False)}
+        if how.get("cache"):
+            kw["cache_states"] = str(root / tag / f"cache-{head}")
+        summary = train(config(root, out, head, **kw))
+        print(f"trained {head}: eval {json.dumps(summary['eval'], sort_keys=True)}")
+
+
+def digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+
+
+def report(root: Path, label: str, tag: str) -> None:
+    from spdrank.bench.decoders import decoder_rows
+    from spdrank.decode import DECODERS
+    from spdrank.model import SPDRanker
+    from spdrank.slates import load_slates
+
+    slates = load_slates(data(root) / "eval.jsonl")
+    for head in HEADS:
+        model_dir = root / tag / head / "model"
+        print(f"== {label} {head}")
+        print("config", (model_dir / "config.json").read_text().replace(str(root), "ROOT"))
+        for f in sorted(model_dir.rglob("*.safetensors")):
+            print("weights", f.relative_to(model_dir), digest(f))
+        model = SPDRanker.from_pretrained(model_dir, device="cpu")
+        print("name", model.name, "matrix", model.matrix, "history", model.reads_history)
+        for ranking, slate in zip(model.rank_batch(slates), slates):
+            print("rank", slate.query.qid, ranking.docids, [repr(s) for s in ranking.scores])
+        for slate in slates[:2]:
+            one = model.rank(slate)
+            print("rank1", slate.query.qid, one.docids, one.indices)
+            scores = model.score_matrix(slate)
+            print("scores", slate.query.qid, scores.shape,
+                  hashlib.sha256(scores.tobytes()).hexdigest()[:16])
+            print("order", model.order(scores).tolist())
+        try:
+            rows = decoder_rows(model, list(DECODERS))
+        except ValueError as exc:
+            print("decoder_rows refused:", exc)
+        else:
+            for row in rows:
+                print("row", row.name, [row.rank(s).docids for s in slates])
+        metrics = root / f"eval-{label}-{head}.json"
+        subprocess.run(
+            [sys.executable, "-m", "spdrank", "eval", "--slates", str(data(root) / "eval.jsonl"),
+             "--model", f"{head}={model_dir}", "--device", "cpu", "--no-progress",
+             "--json", str(metrics)],
+            check=True, capture_output=True, text=True,
+        )
+        results = json.loads(metrics.read_text())
+        for name, ranker in results["rankers"].items():
+            print("eval", name, json.dumps(ranker.get("metrics"), sort_keys=True))
+
+
+def refusals(root: Path) -> None:
+    """The errors of settings a method refuses (their messages are part of the behaviour)."""
+    from spdrank.backbone import BackboneConfig
+    from spdrank.features import FeatureNormalizer
+    from spdrank.heads import HeadConfig
+    from spdrank.model import NoBackbone, NoTokenizer, SPDConfig, SPDRanker
+
+    cases = {
+        "first frozen": {"head": "first", "frozen": True},
+        "first cached": {"head": "first", "frozen": True, "cache_states": str(root / "nocache")},
+        "scalar cached with LoRA": {"head": "scalar", "cache_states": str(root / "nocache")},
+    }
+    for what, kw in cases.items():
+        head = kw.pop("head")
+        try:
+            train(config(root, root / "refused", head, **kw))
+        except (ValueError, KeyError) as exc:
+            print("refused", what, "->", type(exc).__name__, exc)
+        else:
+            print("refused", what, "-> ACCEPTED")
+    features = FeatureNormalizer(("pop",), (0.0,), (1.0,))
+    for kind in ("first", "history"):
+        try:
+            SPDRanker(SPDConfig(backbone=BackboneConfig(lora=None), head=HeadConfig(kind=kind),
+                                features=features, features_only=True),
+                      NoBackbone(), NoTokenizer())
+        except ValueError as exc:
+            print("refused", kind, "features-only ->", exc)
+    for head, positions in (("first", 60), ("first", 30), ("scalar", 60), ("history", 60)):
+        model_config = config(root, root / "refused", head, positions=positions).model_config()
+        print("model_config", head, positions, json.dumps(model_config.to_dict(), sort_keys=True)
+              .replace(str(root), "ROOT"))
+    from spdrank.model import first_prompt
+    from spdrank.prompt import PromptSettings
+
+    for positions in (4, 60):
+        first = SPDConfig(
+            backbone=BackboneConfig(name_or_path=backbone(root), lora=None),
+            head=HeadConfig(kind="first", positions=positions),
+            prompt=first_prompt(PromptSettings()),
+        )
+        try:
+            model = SPDRanker.build(first)
+            print("letters", positions, model.head.token_ids.tolist(), model.name)
+        except ValueError as exc:
+            print("letters", positions, "->", exc)
+    try:
+        SPDRanker.build(SPDConfig(backbone=BackboneConfig(name_or_path=backbone(root), lora=None),
+                                  head=HeadConfig(kind="first", positions=4)))
+    except ValueError as exc:
+        print("first without its prompt ->", exc)
+
+
+def main() -> None:
+    root, tag = Path(sys.argv[1]), sys.argv[2]
+    torch.set_num_threads(1)
+    root.mkdir(parents=True, exist_ok=True)
+    first = root / "FIRST_TAG"
+    if not first.exists():
+        first.write_text(tag)
+    train_all(root, tag)
+    report(root, "saved", first.read_text())
+    report(root, "fresh", tag)
+    refusals(root)
+
+
+if __name__ == "__main__":
+    main()

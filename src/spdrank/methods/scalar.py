@@ -1,0 +1,54 @@
+"""The pointwise peer: one score per candidate, ranked by sorting.
+
+The classic reranker on SPD's backbone and prompt: its head (:class:`spdrank.heads.ScalarHead`)
+maps each candidate's state to one score, training fits those scores with ListNet against the
+same item-position targets SPD learns from (:mod:`spdrank.listnet`), and ranking sorts them.
+There are no positions, so there is no decoder to choose, and a ranking reports the scores
+themselves. :mod:`.first` scores, trains and ranks the same way from other scores.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from spdrank.methods import RankingMethod
+
+if TYPE_CHECKING:
+    import numpy as np
+    import torch
+    from torch import nn
+
+    from spdrank.model import SPDConfig
+    from spdrank.train_config import TrainConfig
+
+
+class ScalarMethod(RankingMethod):
+    name = "scalar"
+    title = "scalar"
+    kinds = ("scalar",)
+    help = "scalar (a single-pass peer: one score per item + argsort, ListNet)"
+    matrix = False
+
+    def build_head(
+        self, config: SPDConfig, backbone: nn.Module, tokenizer: Any, features: int
+    ) -> nn.Module:
+        from spdrank.backbone import hidden_size
+        from spdrank.heads import build_head
+
+        hidden = 0 if config.features_only else hidden_size(backbone)
+        return build_head(hidden, config.head, features)
+
+    def loss(
+        self, scores: torch.Tensor, target: torch.Tensor, sizes: torch.Tensor, cfg: TrainConfig
+    ) -> torch.Tensor:
+        from spdrank.listnet import listnet_loss
+
+        return listnet_loss(scores, target, sizes, reduction="none")
+
+    def order(self, scores: np.ndarray, decoder: str) -> np.ndarray:
+        from spdrank.decode import sort_scores
+
+        return sort_scores(scores)
+
+    def ranked_scores(self, scores: np.ndarray, order: np.ndarray) -> list[float]:
+        return scores[order].astype(float).tolist()

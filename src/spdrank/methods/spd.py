@@ -1,0 +1,73 @@
+"""SPD: each candidate's state -> a row of N x K item-position scores -> an assignment.
+
+The head (:mod:`spdrank.heads`: linear, attn, slot, history) scores every item at every rank
+position. Training runs the matrix through log-Sinkhorn into a soft permutation and takes its
+cross-entropy against the target permutation, rows weighted as ``--position-weights`` says;
+ranking decodes each matrix with the checkpoint's decoder (Hungarian, greedy, expected rank,
+...), so every answer is a valid permutation. The entries of M are not comparable across
+positions, so a ranking reports scores derived from the ranks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from spdrank.methods import RankingMethod
+
+if TYPE_CHECKING:
+    import numpy as np
+    import torch
+    from torch import nn
+
+    from spdrank.model import SPDConfig
+    from spdrank.train_config import TrainConfig
+
+
+class SPDMethod(RankingMethod):
+    name = "spd"
+    title = "SPD"
+    kinds = ("attn", "linear", "slot", "history")
+    help = (
+        "SPD heads: attn (2-layer self-attention), linear (probe), slot (slot-query), "
+        "history (attention that also reads the history items' states: candidates matched "
+        "with and attending to what the user chose before; reads the user context one item "
+        "a line)"
+    )
+    matrix = True
+
+    def model_name(self, kind: str) -> str:
+        return f"spd-{kind}"
+
+    def build_head(
+        self, config: SPDConfig, backbone: nn.Module, tokenizer: Any, features: int
+    ) -> nn.Module:
+        from spdrank.backbone import hidden_size
+        from spdrank.heads import build_head
+
+        hidden = 0 if config.features_only else hidden_size(backbone)
+        return build_head(hidden, config.head, features)
+
+    def loss(
+        self, scores: torch.Tensor, target: torch.Tensor, sizes: torch.Tensor, cfg: TrainConfig
+    ) -> torch.Tensor:
+        from spdrank.sinkhorn import log_sinkhorn, permutation_cross_entropy
+
+        log_s = log_sinkhorn(scores, sizes, tau=cfg.tau, iters=cfg.sinkhorn_iters)
+        return permutation_cross_entropy(
+            log_s, target, sizes, reduction="none", position_weights=cfg.position_weights
+        )
+
+    def order(self, scores: np.ndarray, decoder: str) -> np.ndarray:
+        from spdrank.decode import decode
+
+        return decode(scores, decoder)
+
+    def orders(self, scores: np.ndarray, sizes: Sequence[int], decoder: str) -> list[np.ndarray]:
+        from spdrank.decode import decode_batch
+
+        return decode_batch(scores, sizes, decoder)
+
+    def ranked_scores(self, scores: np.ndarray, order: np.ndarray) -> list[float]:
+        n = len(order)
+        return [1.0 - r / n for r in range(n)]
