@@ -343,11 +343,11 @@ def test_each_slate_is_encoded_once_per_request(client, served, monkeypatch):
 
 
 def test_an_unexpected_bug_is_a_json_500_and_the_server_keeps_serving(served, monkeypatch):
-    import spdrank.serving.app as app_module
+    import spdrank.serving.replies as replies_module
 
     app = create_app(served[0], name="tiny-spd")
     with TestClient(app, raise_server_exceptions=False) as c:
-        monkeypatch.setattr(app_module, "_meta", lambda *a: 1 / 0)
+        monkeypatch.setattr(replies_module, "serve_meta", lambda *a: 1 / 0)
         r = c.post("/v1/rerank", json={"query": "q", "documents": ["a"]})
         assert r.status_code == 500 and error_of(r)["type"] == "internal_error"
         monkeypatch.undo()
@@ -405,3 +405,87 @@ def test_serve_command_warms_up_a_features_model(features_served, monkeypatch):
     args = build_parser().parse_args(["serve", "--model", str(features_served), "--device", "cpu"])
     assert args.func(args) == 0
     assert seen["app"].state.engine.features == ("pop", "score")
+
+
+# -- one source for each thing the server defines ---------------------------------------------
+
+
+def test_every_serve_setting_is_a_flag_with_its_default(served):
+    import dataclasses
+
+    from spdrank.cli import build_parser
+    from spdrank.commands.serve import settings_from_args
+
+    parser = build_parser()
+    args = parser.parse_args(["serve", "--model", str(served[1])])
+    serve = parser._subparsers._group_actions[0].choices["serve"]
+    by_dest = {a.dest: a for a in serve._actions}
+    for f in dataclasses.fields(ServeSettings):
+        action = by_dest[f.name]
+        assert action.option_strings == ["--" + f.name.replace("_", "-")]
+        assert action.default == f.default == getattr(ServeSettings(), f.name)
+        assert action.type is type(f.default), f.name
+        assert f"(default: {f.default})" in action.help
+    assert tuple(by_dest["batch_policy"].choices) == ("auto", "padded", "bucketed", "single")
+    assert settings_from_args(args) == ServeSettings()
+
+
+def test_rerank_and_rank_build_the_same_slate(served):
+    from spdrank.serving.engine import Engine
+    from spdrank.serving.intake import admit, rerank_request, rerank_slate
+    from spdrank.slates import Candidate, Query, Slate
+
+    engine = Engine(served[0], "tiny-spd")
+    texts = ["argan hair oil", "rose shampoo"]
+    req = rerank_request({"query": "1. rose", "documents": [texts[0], {"text": texts[1]}]}, engine)
+    field = engine.text_field
+    as_rank = {
+        "query": {"qid": "", "text": "1. rose"},
+        "candidates": [{"docid": str(i), "doc": {field: t}} for i, t in enumerate(texts)],
+    }
+    direct = Slate(Query("", "1. rose"), [Candidate(str(i), {field: t}) for i, t in enumerate(texts)])
+    assert rerank_slate(req, engine) == admit(as_rank, engine) == direct
+
+
+def test_one_fallback_score_for_a_ranking_without_scores(served):
+    import io
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from spdrank.methods.spd import SPDMethod
+    from spdrank.ranking import Ranking, rank_scores
+    from spdrank.results import result_record, write_trec_lines
+    from spdrank.serving.batcher import Done
+    from spdrank.serving.engine import Ranked
+    from spdrank.serving.replies import rerank_reply
+    from spdrank.serving.schemas import RerankRequest
+    from spdrank.slates import Candidate, Query, Slate
+
+    n = 4
+    want = [1.0 - r / n for r in range(n)]
+    assert rank_scores(n) == want
+    # SPD reports exactly these for its assignment's order.
+    assert SPDMethod().ranked_scores(np.zeros((n, n)), np.array([2, 0, 3, 1])) == want
+    bare = Ranking(["2", "0", "3", "1"])
+    assert bare.reported_scores() == want
+    assert Ranking(["a", "b"], [3, 1]).reported_scores() == [3.0, 1.0]
+    slate = Slate(Query("u", "q"), [Candidate(str(i), {"title": f"t{i}"}) for i in range(n)])
+    assert [c["score"] for c in result_record(slate, bare)["candidates"]] == want
+    trec = io.StringIO()
+    write_trec_lines(trec, slate, bare, "tag")
+    assert [float(line.split()[4]) for line in trec.getvalue().splitlines()] == want
+    req = RerankRequest.model_validate({"query": "q", "documents": [f"t{i}" for i in range(n)]})
+    done = Done(Ranked(bare, [False] * n, False, 10), batch_size=1, queue_ms=0, inference_ms=1)
+
+    request = SimpleNamespace(scope={})
+    reply = rerank_reply(req, "m", request, done)  # type: ignore[arg-type]
+    assert [x["relevance_score"] for x in reply["results"]] == want
+
+
+def test_every_served_path_is_a_known_metrics_route(client):
+    from spdrank.serving.routes import KNOWN_ROUTES, route_label
+
+    served_paths = {r.path for r in client.app.routes} - {"/docs/oauth2-redirect"}
+    assert served_paths == KNOWN_ROUTES
+    assert route_label("/v1/rank") == "/v1/rank" and route_label("/wp-admin") == "other"

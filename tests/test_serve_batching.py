@@ -361,3 +361,38 @@ def _line(text: str, prefix: str) -> str:
         if line.startswith(prefix + " "):
             return line.split()[-1]
     raise AssertionError(f"{prefix} not in metrics")
+
+
+def test_single_collects_one_slate_without_waiting_and_the_others_use_the_settings():
+    from spdrank.serving.policy import collector_limits
+
+    assert collector_limits("single", 8, 5.0) == (1, 0.0)
+    for policy in ("padded", "bucketed"):
+        assert collector_limits(policy, 8, 5.0) == (8, 5.0)
+
+
+def test_tokenize_holds_the_encoding_timed_where_it_ran(served, monkeypatch):  # noqa: F811
+    model = served[0]
+    engine = Engine(model, "tiny-spd", policy="padded")
+    real = model.encode
+
+    def slow(slate):
+        time.sleep(0.02)
+        return real(slate)
+
+    monkeypatch.setattr(model, "encode", slow)
+    slates = mixed_slates()[:3]
+    seen = []
+    real_rank_batch = model.rank_batch
+
+    def recording(batch, decoder=None, encoded=None):
+        out = real_rank_batch(batch, decoder, encoded)
+        seen.append(dict(out[0].timings))  # what the model measured itself
+        return out
+
+    monkeypatch.setattr(model, "rank_batch", recording)
+    ranked = engine.rank(slates)
+    model_tokenize = seen[0]["tokenize"]
+    for r in ranked:  # one prefill: all three slates' encoding, plus the model's collation
+        assert r.ranking.timings["tokenize"] >= model_tokenize + 3 * 20
+        assert list(r.ranking.timings) == list(seen[0])

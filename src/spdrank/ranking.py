@@ -32,6 +32,15 @@ class Ranking:
     #: sentence-transformers' ``CrossEncoder.rank`` and ``/v1/rerank`` answer.
     indices: list[int] | None = None
 
+    def reported_scores(self) -> list[float]:
+        """The scores to report, best first: the ranker's own, or :func:`rank_scores` for a
+        ranker that gave none, so every output (result records, TREC runs, the server's
+        relevance scores) carries one score per ranked item, strictly decreasing when derived.
+        """
+        if self.scores is not None:
+            return [float(s) for s in self.scores]
+        return rank_scores(len(self.docids))
+
     def top(self, n: int) -> Ranking:
         """The best ``n`` (all when fewer): docids, scores and indices cut alike."""
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
@@ -42,6 +51,16 @@ class Ranking:
             scores=None if self.scores is None else self.scores[:n],
             indices=None if self.indices is None else self.indices[:n],
         )
+
+
+def rank_scores(n: int) -> list[float]:
+    """Rank-derived relevances of ``n`` ranked items: ``1 - r/n`` for rank ``r`` from 0.
+
+    In (0, 1], 1 for the first, strictly decreasing: the scores of a ranker whose order is
+    all it knows (an assignment fixes SPD's order, and its matrix entries are not comparable
+    across positions), and the scores reported for any ranking that came without them.
+    """
+    return [1.0 - r / n for r in range(n)]
 
 
 @runtime_checkable

@@ -19,9 +19,9 @@ def result_record(slate: Slate, ranking: Ranking) -> dict[str, Any]:
     """
     record = slate.to_dict()
     by_id = {c["docid"]: c for c in record["candidates"]}
-    scores = _scores(ranking)
+    scores = ranking.reported_scores()
     record["candidates"] = [
-        by_id[d] | {"score": float(s)} for d, s in zip(ranking.docids, scores)
+        by_id[d] | {"score": s} for d, s in zip(ranking.docids, scores)
     ]
     record["timings_ms"] = {k: round(v, 4) for k, v in ranking.timings.items()}
     return record
@@ -55,12 +55,7 @@ def check_trec_ids(slate: Slate, where: str | None = None) -> None:
 def write_trec_lines(fh: IO[str], slate: Slate, ranking: Ranking, tag: str) -> None:
     """``qid Q0 docid rank score tag`` lines, rank from 1 (ids checked by :func:`check_trec_ids`)."""
     check_trec_ids(slate)
-    scores = _scores(ranking)
+    scores = ranking.reported_scores()
     for rank, (docid, score) in enumerate(zip(ranking.docids, scores), start=1):
         fh.write(f"{slate.query.qid} Q0 {docid} {rank} {score:.6f} {tag}\n")
 
-
-def _scores(ranking: Ranking) -> list[float]:
-    """The ranker's scores, or ``n, n-1, ..., 1`` for a ranker that gives none."""
-    n = len(ranking.docids)
-    return list(ranking.scores) if ranking.scores else [float(n - r) for r in range(n)]

@@ -14,13 +14,17 @@ See docs/serving.md.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from pathlib import Path
 from typing import Any
 
 # Plain Python, imported when the command line is parsed (spdrank.serving loads its app,
-# FastAPI and torch only when asked for them): the policy's one source of names and defaults.
+# FastAPI and torch only when asked for them): the settings are the one source of the
+# server's flags, their defaults, choices and help.
 from spdrank.commands.rank import DTYPES
-from spdrank.serving.policy import BATCH_POLICIES, DEFAULT_BATCH_POLICY, DEFAULT_MAX_PADDING
+from spdrank.serving.settings import ServeSettings
+
+_TYPES = {"int": int, "float": float, "str": str}
 
 
 def register(sub: Any) -> None:
@@ -37,38 +41,14 @@ def register(sub: Any) -> None:
         "--served-model-name",
         help="name clients may pass as 'model' (default: the --model directory's name)",
     )
-    p.add_argument(
-        "--max-batch-size", type=int, default=8, help="slates per prefill (1 = no batching)"
-    )
-    p.add_argument(
-        "--max-wait-ms",
-        type=float,
-        default=5.0,
-        help="how long the oldest waiting request may wait for others to join its batch",
-    )
-    p.add_argument(
-        "--max-queue",
-        type=int,
-        default=64,
-        help="requests waiting for a batch before new ones get 503 + Retry-After",
-    )
-    p.add_argument("--max-body-bytes", type=int, default=1_000_000, help="larger bodies get 413")
-    p.add_argument(
-        "--batch-policy",
-        default=DEFAULT_BATCH_POLICY,
-        choices=BATCH_POLICIES,
-        help="how a collected batch shares prefills: padded (one prefill), bucketed (by prompt "
-        "length, padding within --max-padding), single (one prefill per slate) or auto "
-        "(single on a CPU, where batching saves nothing; bucketed on an accelerator). "
-        f"Default: {DEFAULT_BATCH_POLICY}",
-    )
-    p.add_argument(
-        "--max-padding",
-        type=float,
-        default=DEFAULT_MAX_PADDING,
-        help="bucketed: padded positions a prefill may hold, as a share of its real tokens "
-        f"(default {DEFAULT_MAX_PADDING})",
-    )
+    for f in dataclasses.fields(ServeSettings):
+        p.add_argument(
+            _flag(f.name),
+            type=_TYPES[str(f.type)],
+            default=f.default,
+            choices=f.metadata.get("choices"),
+            help=f"{f.metadata['help']} (default: {f.default})",
+        )
     p.add_argument("--device", default="auto", help="cpu, cuda or auto")
     p.add_argument(
         "--dtype",
@@ -82,39 +62,44 @@ def register(sub: Any) -> None:
     p.set_defaults(func=run)
 
 
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def settings_from_args(args: argparse.Namespace) -> ServeSettings:
+    """The settings parsed ``spdrank serve`` arguments describe; a value below its field's
+    minimum is refused naming the flag."""
+    values = {f.name: getattr(args, f.name) for f in dataclasses.fields(ServeSettings)}
+    for f in dataclasses.fields(ServeSettings):
+        minimum = f.metadata.get("minimum")
+        if minimum is not None and values[f.name] < minimum:
+            bound = "positive" if minimum == 1 else f">= {minimum}"
+            raise ValueError(f"{_flag(f.name)} must be {bound}")
+    return ServeSettings(**values)
+
+
 def run(args: argparse.Namespace) -> int:
-    for flag in ("max_batch_size", "max_queue", "max_body_bytes", "port"):
-        if getattr(args, flag) < (0 if flag == "port" else 1):
-            raise ValueError(f"--{flag.replace('_', '-')} must be positive")
-    if args.max_wait_ms < 0:
-        raise ValueError("--max-wait-ms must be >= 0")
-    if args.max_padding < 0:
-        raise ValueError("--max-padding must be >= 0")
+    if args.port < 0:
+        raise ValueError("--port must be positive")
+    settings = settings_from_args(args)
 
     try:
         import uvicorn
 
-        from spdrank.serving import ServeSettings, create_app
+        from spdrank.serving import create_app
     except ImportError as exc:
         raise ValueError(
             f"spdrank serve needs FastAPI and uvicorn ({exc}): pip install 'spdrank[serve]'"
         ) from None
     from spdrank.backbone import resolve_device
     from spdrank.model import SPDRanker
+    from spdrank.serving.routes import DOCS_PATH
     from spdrank.slates import SCORE_FEATURE, Candidate, Query, Slate
 
     model = SPDRanker.from_pretrained(
         args.model, device=resolve_device(args.device), dtype=args.dtype
     )
     name = args.served_model_name or Path(args.model).resolve().name
-    settings = ServeSettings(
-        max_batch_size=args.max_batch_size,
-        max_wait_ms=args.max_wait_ms,
-        max_queue=args.max_queue,
-        max_body_bytes=args.max_body_bytes,
-        batch_policy=args.batch_policy,
-        max_padding=args.max_padding,
-    )
     # One ranking before the port opens: lazy initialisation (kernels, allocator) is paid
     # here rather than by the first client, and a broken checkpoint fails before serving.
     names = model.features.names if model.features is not None else ()
@@ -124,6 +109,6 @@ def run(args: argparse.Namespace) -> int:
         for i, text in enumerate(("first candidate", "second candidate"))
     ]))
     app = create_app(model, settings, name=name)
-    print(f"spdrank serve: {name} on http://{args.host}:{args.port} (docs: /docs)", flush=True)
+    print(f"spdrank serve: {name} on http://{args.host}:{args.port} (docs: {DOCS_PATH})", flush=True)
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, workers=1)
     return 0

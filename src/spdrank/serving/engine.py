@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from spdrank.ranking import Ranking
 from spdrank.serving.policy import (
     DEFAULT_BATCH_POLICY,
     DEFAULT_MAX_PADDING,
+    check_max_padding,
     plan_prefills,
     resolve_policy,
 )
@@ -25,6 +26,7 @@ from spdrank.validation import check_fits_model
 
 if TYPE_CHECKING:
     from spdrank.model import SPDRanker
+    from spdrank.prompt import EncodedPrompt
 
 
 @dataclass
@@ -36,6 +38,20 @@ class Ranked:
     truncated: list[bool]
     query_truncated: bool
     prompt_tokens: int
+
+
+@dataclass
+class _Prompt:
+    """A slate's encoded prompt and the milliseconds its encoding took, timed as it ran."""
+
+    encoded: EncodedPrompt
+    encode_ms: float
+
+    @classmethod
+    def encode(cls, model: SPDRanker, slate: Slate) -> _Prompt:
+        start = time.perf_counter()
+        encoded = model.encode(slate)
+        return cls(encoded, (time.perf_counter() - start) * 1e3)
 
 
 class Engine:
@@ -55,8 +71,7 @@ class Engine:
 
     def use_policy(self, policy: str, max_padding: float = DEFAULT_MAX_PADDING) -> None:
         """Set the batch policy (``auto`` is resolved here, for this model's device)."""
-        if max_padding < 0:
-            raise ValueError("max_padding must be >= 0")
+        check_max_padding(max_padding)
         self.policy = resolve_policy(policy, self.device, bool(self.model.config.features_only))
         self.max_padding = float(max_padding)
 
@@ -101,26 +116,31 @@ class Engine:
         """Rank ``slates`` one prefill at a time: yields each prefill's slates (indices into
         ``slates``) and their results, as soon as that prefill is done.
 
-        The prompts are encoded first, once (their token counts decide the groups; their
-        truncation flags and counts are reported; ``rank_batch`` takes them as they are).
-        A result's ``tokenize`` timing is the encoding of its prefill's slates plus collation.
+        The prompts are encoded first, once: their token counts decide the groups, their
+        truncation flags and counts are reported, and ``rank_batch`` takes them as they are.
+        So a prefill's ``tokenize`` stage is done in two places, each timed where it runs:
+        its slates' encoding here, and their collation in the model.
         """
         model = self.model
-        encoded = []
-        encode_ms = []
-        for slate in slates:
-            start = time.perf_counter()
-            encoded.append(model.encode(slate))
-            encode_ms.append((time.perf_counter() - start) * 1e3)
-        lengths = [len(e.input_ids) for e in encoded]
+        prompts = [_Prompt.encode(model, slate) for slate in slates]
+        lengths = [len(p.encoded.input_ids) for p in prompts]
         for group in plan_prefills(lengths, self.policy, self.max_padding):
-            part = [encoded[i] for i in group]
-            rankings = model.rank_batch([slates[i] for i in group], encoded=part)
-            tokenize_ms = sum(encode_ms[i] for i in group)
-            results = []
-            for ranking, e in zip(rankings, part):
-                ranking.timings["tokenize"] = ranking.timings.get("tokenize", 0.0) + tokenize_ms
-                results.append(
-                    Ranked(ranking, list(e.truncated), bool(e.query_truncated), len(e.input_ids))
-                )
-            yield group, results
+            part = [prompts[i] for i in group]
+            rankings = model.rank_batch(
+                [slates[i] for i in group], encoded=[p.encoded for p in part]
+            )
+            encode_ms = sum(p.encode_ms for p in part)
+            yield group, [_ranked(r, p.encoded, encode_ms) for r, p in zip(rankings, part)]
+
+
+def _ranked(ranking: Ranking, encoded: EncodedPrompt, encode_ms: float) -> Ranked:
+    """A slate's result from a prefill whose prompts took ``encode_ms`` to encode: its
+    ``tokenize`` stage is that encoding plus the collation the model timed."""
+    tokenize_ms = ranking.timings.get("tokenize", 0.0) + encode_ms
+    timings = {**ranking.timings, "tokenize": tokenize_ms}
+    return Ranked(
+        replace(ranking, timings=timings),
+        list(encoded.truncated),
+        bool(encoded.query_truncated),
+        len(encoded.input_ids),
+    )

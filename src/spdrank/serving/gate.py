@@ -14,29 +14,10 @@ from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from spdrank.serving.metrics import ServerMetrics
+from spdrank.serving.routes import route_label
 
-#: Paths reported by name in metrics; anything else is "other", so scanners probing random
-#: URLs cannot blow up the number of series.
-KNOWN_ROUTES = frozenset(
-    {
-        "/v1/rerank",
-        "/v2/rerank",
-        "/rerank",
-        "/v1/rank",
-        "/v1/models",
-        "/healthz",
-        "/metrics",
-        "/docs",
-        "/redoc",
-        "/openapi.json",
-    }
-)
 START_KEY = "spdrank.start"
 ROUTE_KEY = "spdrank.route"
-
-
-def route_label(path: str) -> str:
-    return path if path in KNOWN_ROUTES else "other"
 
 
 def error_json(status: int, message: str, kind: str, param: str | None = None) -> dict[str, Any]:

@@ -1,0 +1,106 @@
+"""What a request becomes before it is queued: a :class:`Slate` the model accepts.
+
+Both routes build their slate one way, :func:`admit`: ``/v1/rank`` takes a slate in
+spdrank's JSON format, and ``/v1/rerank`` writes its request as that same JSON
+(:func:`rerank_slate_json`) first, so the two cannot drift apart in what they check or how
+candidates are named. Everything here runs on the event loop, so a request the model would
+refuse is answered 4xx before it takes a place in the queue.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import Request
+from pydantic import ValidationError
+
+from spdrank.serving.engine import Engine
+from spdrank.serving.errors import ApiError
+from spdrank.serving.schemas import RerankRequest, format_validation_error
+from spdrank.slates import Slate, SlateError
+from spdrank.validation import loads
+
+
+async def json_body(request: Request) -> Any:
+    """Parse the body as JSON, whatever its Content-Type, through the gate slate files pass
+    (:func:`spdrank.validation.loads`): 400 for what is not JSON, 422 naming the field for
+    values spdrank cannot carry (lone surrogates, numbers beyond the float range)."""
+    body = await request.body()
+    if not body.strip():
+        raise ApiError(400, "the request body is empty: send a JSON object", "invalid_json")
+    try:
+        return loads(body)
+    except SlateError as exc:
+        if exc.syntax:
+            raise ApiError(400, str(exc), "invalid_json", exc.field) from None
+        raise ApiError(422, str(exc), "invalid_value", exc.field) from None
+
+
+def check_size(n: int, limit: int, field: str) -> None:
+    """Refuse more items than the model's K, before the engine's own checks (same words)."""
+    if n > limit:
+        raise ApiError(
+            422,
+            f"{field}: {n} given; this model ranks at most {limit} (its K). "
+            f"Split the list, or pre-select the best {limit}.",
+            "too_many_documents",
+            field,
+        )
+
+
+def admit(data: Any, engine: Engine, field: str = "candidates") -> Slate:
+    """The slate ``data`` (spdrank's slate JSON) describes, checked against the model: at most
+    its K items (``field`` names the list in the message), the features it reads present.
+
+    The one way a request becomes a slate; 422 ``invalid_slate`` naming the field for a
+    slate that is malformed or that the model cannot rank.
+    """
+    try:
+        slate = Slate.from_dict(data, text_fields=engine.model.config.text_fields)
+        check_size(len(slate), engine.max_documents, field)
+        engine.check(slate)
+    except SlateError as exc:
+        raise ApiError(422, str(exc), "invalid_slate", exc.field) from None
+    return slate
+
+
+def rerank_request(data: Any, engine: Engine) -> RerankRequest:
+    """``data`` as a rerank request this server can answer: 422 for a malformed one, 404 for
+    another model's name, 422 when the model reads features documents do not carry."""
+    try:
+        req = RerankRequest.model_validate(data)
+    except ValidationError as exc:
+        message, param = format_validation_error(exc)
+        raise ApiError(422, message, "invalid_request", param) from None
+    if req.model is not None and req.model != engine.name:
+        raise ApiError(
+            404,
+            f"model {req.model!r} is not served here; this server serves {engine.name!r} "
+            "(or leave 'model' out)",
+            "model_not_found",
+            "model",
+        )
+    if engine.features:
+        raise ApiError(
+            422,
+            f"this model reads upstream features ({', '.join(engine.features)}) that "
+            "rerank documents do not carry: send slates with candidates' features to /v1/rank",
+            "features_required",
+        )
+    return req
+
+
+def rerank_slate_json(req: RerankRequest, text_field: str) -> dict[str, Any]:
+    """The rerank request as the slate JSON ``/v1/rank`` takes: no qid, and each document a
+    candidate whose docid is its index in the request (which the response reports back)."""
+    return {
+        "query": {"qid": "", "text": req.query},
+        "candidates": [
+            {"docid": str(i), "doc": {text_field: text}} for i, text in enumerate(req.texts())
+        ],
+    }
+
+
+def rerank_slate(req: RerankRequest, engine: Engine) -> Slate:
+    """The slate a rerank request ranks (too many documents: 422 naming ``documents``)."""
+    return admit(rerank_slate_json(req, engine.text_field), engine, "documents")

@@ -1,0 +1,61 @@
+"""The server's knobs, :class:`ServeSettings`: the one source of their defaults and help.
+
+``spdrank serve`` derives a flag from each field (name, type, default, choices, help and the
+smallest value it takes come from the field), so a knob added here is a flag at once and the
+two cannot disagree. Plain Python (no FastAPI, no torch): the flags are built from it when the
+command line is parsed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from spdrank.serving.policy import (
+    BATCH_POLICIES,
+    DEFAULT_BATCH_POLICY,
+    DEFAULT_MAX_PADDING,
+    check_max_padding,
+    check_policy,
+)
+
+
+def _knob(default: Any, help_text: str, minimum: float | None = None, **extra: Any) -> Any:
+    """A settings field whose metadata says how its flag reads (help, smallest value, choices)."""
+    return field(default=default, metadata={"help": help_text, "minimum": minimum, **extra})
+
+
+@dataclass
+class ServeSettings:
+    """The server's knobs (``spdrank serve`` flags); each field's help is in its metadata.
+
+    ``batch_policy`` and ``max_padding`` are the batch policy's (see
+    :mod:`spdrank.serving.policy`); the rest size the batcher's queue and batches and the gate.
+    """
+
+    max_batch_size: int = _knob(8, "slates per prefill (1 = no batching)", minimum=1)
+    max_wait_ms: float = _knob(
+        5.0,
+        "how long the oldest waiting request may wait for others to join its batch",
+        minimum=0,
+    )
+    max_queue: int = _knob(
+        64, "requests waiting for a batch before new ones get 503 + Retry-After", minimum=1
+    )
+    max_body_bytes: int = _knob(1_000_000, "larger bodies get 413", minimum=1)
+    batch_policy: str = _knob(
+        DEFAULT_BATCH_POLICY,
+        "how a collected batch shares prefills: padded (one prefill), bucketed (by prompt "
+        "length, padding within --max-padding), single (one prefill per slate) or auto "
+        "(single on a CPU, where batching saves nothing; bucketed on an accelerator)",
+        choices=BATCH_POLICIES,
+    )
+    max_padding: float = _knob(
+        DEFAULT_MAX_PADDING,
+        "bucketed: padded positions a prefill may hold, as a share of its real tokens",
+        minimum=0,
+    )
+
+    def __post_init__(self) -> None:
+        check_policy(self.batch_policy)
+        check_max_padding(self.max_padding)
