@@ -69,5 +69,6 @@ class SPDMethod(RankingMethod):
         return decode_batch(scores, sizes, decoder)
 
     def ranked_scores(self, scores: np.ndarray, order: np.ndarray) -> list[float]:
-        n = len(order)
-        return [1.0 - r / n for r in range(n)]
+        from spdrank.ranking import rank_scores
+
+        return rank_scores(len(order))
