@@ -95,6 +95,10 @@ class Row:
     on_eval: bool = True
     #: Part of the learning curve of its teacher and depth.
     curve: bool = False
+    #: LoRA rank on the backbone's layers (live prefill, no state cache); None: frozen.
+    lora: int | None = None
+    #: Validation slates the run evaluates, when fewer than its teacher's (a live prefill each).
+    valid_limit: int | None = None
 
     def states(self) -> Path:
         """The state cache this row reads: one per backbone setting, whatever the labels."""
@@ -117,15 +121,15 @@ class Row:
             "--target", self.target, "--head", self.head,
         ]
         if self.reads_states():
-            cmd += ["--readout", self.readout, "--frozen", "--layers", str(self.layers),
-                    "--max-item-tokens", str(self.item_tokens),
-                    "--cache-states", str(self.states())]
+            cmd += ["--readout", self.readout, "--layers", str(self.layers),
+                    "--max-item-tokens", str(self.item_tokens)]
+            cmd += (["--lora-r", str(self.lora), "--lora-alpha", str(self.lora)]
+                    if self.lora else ["--frozen", "--cache-states", str(self.states())])
+        valid = self.valid_limit or TEACHERS[self.teacher].limits["valid"] or VALIDATION
         cmd += [
             "--limit", str(self.limit), "--epochs", str(self.epochs),
             "--batch-size", "32", "--head-lr", "1e-3", "--warmup-steps", "20",
-            "--eval-every", "0", "--eval-limit",
-            str(TEACHERS[self.teacher].limits["valid"] or VALIDATION), "--seed", "0",
-            "--no-progress",
+            "--eval-every", "0", "--eval-limit", str(valid), "--seed", "0", "--no-progress",
         ]
         if self.features:
             cmd += ["--features", self.features]
@@ -173,6 +177,15 @@ def rows() -> list[Row]:
             limit=512, extra=["--match", "tfidf"], curve=True),
         Row("lex/words-tfidf", "the same on 2,048 training slates, 4 epochs", readout="words",
             item_tokens=32, epochs=4, extra=["--match", "tfidf"], curve=True),
+        # LoRA, one lever: the 512-slate words student trained one more epoch in batches of 8,
+        # its backbone frozen or LoRA-adapted (a live prefill a slate; validated on 200 slates).
+        *[Row(f"lex/words-tfidf/512+1ep-{name}", f"lex/words-tfidf/512 trained one more epoch, "
+              f"{what} (--init-from)", readout="words", item_tokens=32, limit=512, epochs=1,
+              lora=lora, valid_limit=200, on_eval=False,
+              extra=["--match", "tfidf", "--init-from", str(WORK / "runs" / "lex/words-tfidf/512"),
+                     "--batch-size", "8", "--warmup-steps", "4"])
+          for name, what, lora in (("frozen", "the backbone frozen", None),
+                                   ("lora16", "LoRA r=16 on SmolLM2's 2 layers", 16))],
         # Does the LLM replace the lexical score, and add to the features? (clicks)
         Row("clicks/3f-only", "popularity + co-occurrence + title similarity alone, no LLM",
             head="attn", target="clicks", features="popularity,cooccurrence,title_similarity", epochs=4,
