@@ -287,7 +287,8 @@ def checked_slates(path: Path, rankers: list[Ranker]) -> Iterator[Slate]:
 
 def run(args: argparse.Namespace) -> int:
     from spdrank.evaluate import evaluate, format_table, write_per_slate
-    from spdrank.slates import SlateError, atomic_writer
+    from spdrank.files import atomic_writer
+    from spdrank.slates import SlateError
 
     slates_path, train, progress = checked_inputs(args)
 

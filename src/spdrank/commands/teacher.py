@@ -214,7 +214,7 @@ def server_urls(args: argparse.Namespace) -> list[str]:
 
 
 def _write_json(path: str, data: dict[str, Any]) -> None:
-    from spdrank.slates import atomic_writer
+    from spdrank.files import atomic_writer
 
     with atomic_writer(path) as fh:
         json.dump(data, fh, indent=2, ensure_ascii=False)

@@ -103,6 +103,7 @@ from spdrank.datasets.sasrec_features import (
     retriever_lists,
 )
 from spdrank.datasets.title_similarity import TITLE_SIMILARITY, TitleSimilarity
+from spdrank.files import atomic_writer, sha256_file
 from spdrank.sasrec_config import SASREC, SASRecConfig
 from spdrank.slates import (
     NOT_RETRIEVED,
@@ -110,7 +111,6 @@ from spdrank.slates import (
     Query,
     Slate,
     SlateError,
-    atomic_writer,
     dumps_slate,
 )
 
@@ -511,14 +511,6 @@ def default_extra_sequences(train: str | os.PathLike[str]) -> Path | None:
     """``extra_sequences.txt`` beside a training file, when a build wrote one there."""
     path = Path(train).parent / EXTRA_SEQUENCES_FILE
     return path if path.is_file() else None
-
-
-def sha256_file(path: str | os.PathLike[str]) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 # -- slates ---------------------------------------------------------------------------------
