@@ -188,7 +188,7 @@ def build_backend(args: argparse.Namespace, slates: Path) -> Any:
         )
     if spec.startswith("ranker:"):
         from spdrank.baselines import make_baseline
-        from spdrank.commands.eval import default_train_path, fit_rankers
+        from spdrank.rankers import default_train_path, fit_rankers
         from spdrank.teacher.backends import RankerBackend
 
         name = spec.split(":", 1)[1]
