@@ -184,6 +184,13 @@ def test_not_a_checkpoint(tmp_path):
         SPDRanker.from_pretrained(tmp_path)
 
 
+def test_a_config_without_a_decoder_field_loads_with_the_hungarian_decoder():
+    saved = SPDConfig(decoder="expected_rank").to_dict()
+    assert SPDConfig.from_dict(saved).decoder == "expected_rank"
+    del saved["decoder"]
+    assert SPDConfig.from_dict(saved).decoder == "hungarian"
+
+
 # -- upstream features -----------------------------------------------------------------------
 
 

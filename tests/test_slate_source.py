@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from spdrank.files import atomic_writer
 from spdrank.slate_source import IndexedSlates, StreamedSlates, open_slate_source
-from spdrank.slates import SlateError, atomic_writer, dumps_slate
+from spdrank.slates import SlateError, dumps_slate
 from tests.conftest import WORDS, make_slate, subprocess_env
 
 

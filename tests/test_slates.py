@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
+from spdrank.files import atomic_writer
 from spdrank.slates import (
     Candidate,
     Query,
     Slate,
     SlateError,
-    atomic_writer,
     dumps_slate,
     load_slates,
     read_slates,

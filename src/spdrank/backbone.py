@@ -15,7 +15,6 @@ changed config is refused instead of silently giving other weights.
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import logging
 import os
@@ -30,6 +29,8 @@ from typing import Any
 
 import torch
 from torch import nn
+
+from spdrank.files import sha256_file
 
 log = logging.getLogger(__name__)
 
@@ -173,10 +174,6 @@ def random_config_file(name_or_path: str) -> Path:
     if not path.is_file():
         raise FileNotFoundError(f"{name_or_path}: no config file at {path}")
     return path
-
-
-def file_sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def tokenizer_path(name_or_path: str) -> str:
@@ -342,7 +339,7 @@ def check_config_digest(config: BackboneConfig, config_file: Path) -> None:
     The weights are a function of the config and :data:`RANDOM_SEED`; a checkpoint's adapter
     and head fit only those, so a config changed since it was saved is an error.
     """
-    digest = file_sha256(config_file)
+    digest = sha256_file(config_file)
     if config.config_sha256 is None:
         config.config_sha256 = digest
     elif config.config_sha256 != digest:

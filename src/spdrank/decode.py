@@ -25,6 +25,8 @@ from collections.abc import Callable, Sequence
 import numpy as np
 from scipy.optimize import linear_sum_assignment
 
+from spdrank.defaults import UNNAMED_DECODER
+
 Decoder = Callable[[np.ndarray], np.ndarray]
 
 
@@ -197,12 +199,14 @@ def sort_scores(scores: np.ndarray) -> np.ndarray:
     return np.argsort(-v, kind="stable")
 
 
-def decode(scores: np.ndarray, name: str = "hungarian") -> np.ndarray:
+def decode(scores: np.ndarray, name: str = UNNAMED_DECODER) -> np.ndarray:
     """Item indices best first, decoded from ``scores`` [n, K] with the named decoder."""
     return get_decoder(name)(scores)
 
 
-def decode_batch(scores: np.ndarray, sizes: Sequence[int], name: str = "hungarian") -> list[np.ndarray]:
+def decode_batch(
+    scores: np.ndarray, sizes: Sequence[int], name: str = UNNAMED_DECODER
+) -> list[np.ndarray]:
     """Item orders of a padded batch ``scores`` [B, N, K] whose slate b has ``sizes[b]`` items:
     ``decode(scores[b, :sizes[b]], name)`` for each b, slates of one size decoded together
     where the decoder runs over a batch."""

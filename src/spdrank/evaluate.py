@@ -23,6 +23,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from spdrank.files import atomic_writer
 from spdrank.metrics import (
     TEACHER_METRICS,
     MetricSummary,
@@ -33,7 +34,7 @@ from spdrank.metrics import (
 )
 from spdrank.progress import track
 from spdrank.ranking import Ranker, Ranking
-from spdrank.slates import Slate, atomic_writer, clicked_not_retrieved
+from spdrank.slates import Slate, clicked_not_retrieved
 
 
 @dataclass

@@ -28,6 +28,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from spdrank.defaults import UNNAMED_HEAD
+
 #: How the history head compares a candidate's units with a history item's (``HeadConfig.match``).
 MATCHES = ("maxsim", "tfidf")
 
@@ -35,7 +37,7 @@ MATCHES = ("maxsim", "tfidf")
 @dataclass
 class HeadConfig:
     #: "linear" | "attn" | "slot" | "history" (SPD); "scalar" | "first" (peers)
-    kind: str = "attn"
+    kind: str = UNNAMED_HEAD
     #: Number of rank positions; must be >= the largest slate.
     positions: int = 64
     #: Width of the head's own layers (attn/slot), projected down from the backbone's D.

@@ -40,6 +40,7 @@ from spdrank.backbone import (
     span_tokens,
 )
 from spdrank.decode import get_decoder
+from spdrank.defaults import UNNAMED_DECODER
 from spdrank.features import FeatureNormalizer
 from spdrank.heads import HeadConfig
 from spdrank.methods import RankingMethod, method_for
@@ -60,7 +61,7 @@ class SPDConfig:
     backbone: BackboneConfig = field(default_factory=BackboneConfig)
     head: HeadConfig = field(default_factory=HeadConfig)
     prompt: PromptSettings = field(default_factory=PromptSettings)
-    decoder: str = "hungarian"
+    decoder: str = UNNAMED_DECODER
     text_fields: tuple[str, ...] = TEXT_FIELDS
     #: The upstream features the head reads, with their normalisation; None reads none.
     features: FeatureNormalizer | None = None
@@ -88,7 +89,7 @@ class SPDConfig:
             backbone=BackboneConfig.from_dict(data["backbone"]),
             head=HeadConfig.from_dict(data["head"]),
             prompt=PromptSettings.from_dict(data["prompt"]),
-            decoder=data.get("decoder", "hungarian"),
+            decoder=data.get("decoder", UNNAMED_DECODER),
             text_fields=tuple(data.get("text_fields", TEXT_FIELDS)),
             features=(
                 FeatureNormalizer.from_dict(data["features"]) if data.get("features") else None

@@ -38,7 +38,8 @@ from pathlib import Path
 
 import numpy as np
 
-from spdrank.slates import Slate, SlateError, gzipped, iter_lines, parse_json_line
+from spdrank.files import gzipped, iter_lines, parse_json_line
+from spdrank.slates import Slate, SlateError
 
 #: A slate check: raises ValueError saying what is wrong (the source adds ``file:line``), or
 #: :class:`SkipSlate` to leave the slate out.

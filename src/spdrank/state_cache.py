@@ -62,9 +62,10 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from spdrank.backbone import hidden_size
+from spdrank.files import atomic_write_bytes, atomic_writer
 from spdrank.model import Batch, SPDRanker, pad_features
 from spdrank.prompt import UNIT_READOUTS
-from spdrank.slates import Slate, atomic_write_bytes, atomic_writer, batched, read_slates
+from spdrank.slates import Slate, batched, read_slates
 from spdrank.train_config import CACHE_DTYPES
 
 KEY_NAME = "key.json"

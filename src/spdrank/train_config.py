@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from itertools import islice
 from typing import TYPE_CHECKING, Any
 
+from spdrank.defaults import FEATURES_ONLY_HEAD, TRAIN_DECODER, TRAIN_HEAD
 from spdrank.targets import TARGETS
 
 if TYPE_CHECKING:
@@ -34,8 +35,8 @@ class TrainConfig:
     #: With a clicks target, refuse a file holding a slate without a clicked item (by
     #: default such slates, impressions nobody clicked, are left out and counted).
     require_clicks: bool = False
-    #: None: "history" (the head that learned its teachers best, reading the history items'
-    #: states too), or "attn" with --features-only (there are no states to read).
+    #: None: :data:`~spdrank.defaults.TRAIN_HEAD`, or with --features-only
+    #: :data:`~spdrank.defaults.FEATURES_ONLY_HEAD`.
     head: str | None = None
     frozen: bool = False
     backbone: str = "bundled"
@@ -89,9 +90,7 @@ class TrainConfig:
     #: How the permutation cross-entropy weighs target positions (``uniform``: the paper).
     position_weights: str = "uniform"
     #: The checkpoint's decoder: what evaluation during training, rank, eval and serve use.
-    #: Expected rank by default: it reads the whole Sinkhorn matrix rather than one assignment
-    #: (the decoders compared: benchmarks/results/quality-beauty-cpu; docs/architecture.md).
-    decoder: str = "expected_rank"
+    decoder: str = TRAIN_DECODER
     eval_every: int = 200
     eval_limit: int = 100
     save_every: int = 100
@@ -105,7 +104,7 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         if self.head is None:
-            self.head = "attn" if self.features_only else "history"
+            self.head = FEATURES_ONLY_HEAD if self.features_only else TRAIN_HEAD
         if self.readout is None:
             self.readout = "words" if self.head == "history" else "mean"
 

@@ -24,9 +24,9 @@ from spdrank import __version__
 from spdrank.bench import plots
 from spdrank.bench.latency import STAGES, LatencyRow
 from spdrank.evaluate import Results, format_table
+from spdrank.files import atomic_writer
 from spdrank.metrics import TEACHER_METRICS, metric_names
 from spdrank.paired import METHOD, PairedComparison, PairedDifference
-from spdrank.slates import atomic_writer
 
 QUALITY_PLOT = "quality_vs_latency.png"
 STAGES_PLOT = "latency_stages.png"

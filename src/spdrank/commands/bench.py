@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from spdrank.commands.argtypes import positive_int
-from spdrank.commands.eval import add_ranker_arguments
+from spdrank.commands.ranker_args import add_ranker_arguments
 from spdrank.paired import RESAMPLES
 
 log = logging.getLogger(__name__)
@@ -141,9 +141,10 @@ def register(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from spdrank.bench.plots import require_matplotlib
     from spdrank.bench.report import environment, table_metrics, write_report
-    from spdrank.commands.eval import build_rankers, checked_inputs, fit_rankers
+    from spdrank.commands.ranker_args import checked_inputs, rankers_from_args
     from spdrank.evaluate import evaluate, format_table
     from spdrank.paired import compare
+    from spdrank.rankers import fit_rankers
     from spdrank.slates import SlateError, load_slates, read_slates
 
     slates_path, train, progress = checked_inputs(args)
@@ -151,7 +152,7 @@ def run(args: argparse.Namespace) -> int:
     preamble = Path(args.preamble).read_text(encoding="utf-8") if args.preamble else None
     out = Path(args.out) if args.out else RESULTS_ROOT / args.name
 
-    rankers = build_rankers(args)
+    rankers = rankers_from_args(args)
     if not rankers:
         raise ValueError("no rankers: pass --ranker, --labels or --model")
     rows, spd_models = _decoder_rows(rankers, args.decoders)

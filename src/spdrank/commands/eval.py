@@ -9,7 +9,7 @@ defaults to ``train.jsonl`` (or ``train.jsonl.gz``) beside the ``--slates`` file
 sequences of users who make no slate (``extra_sequences.txt`` beside it); a feature
 ranker (``title_similarity``, ``feature:NAME``) reads the slates' own features and needs no
 training file. No torch is imported here: model-backed rankers are built inside
-:func:`build_rankers` on demand.
+:func:`spdrank.rankers.build_rankers` on demand.
 """
 
 from __future__ import annotations
@@ -19,17 +19,11 @@ import json
 import logging
 import time
 from collections.abc import Iterator
-from itertools import chain, islice
+from itertools import islice
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from spdrank.baselines import (
-    BASELINES,
-    FEATURE_PREFIX,
-    baseline_factory,
-    baseline_names,
-    make_baseline,
-)
+from spdrank.commands.ranker_args import add_ranker_arguments, checked_inputs, rankers_from_args
 from spdrank.ranking import Ranker
 
 if TYPE_CHECKING:
@@ -88,183 +82,7 @@ def cutoffs(text: str) -> tuple[int, ...]:
     return ks
 
 
-def add_ranker_arguments(p: argparse.ArgumentParser) -> None:
-    """The flags that pick the slates and the rankers, shared by ``eval`` and ``bench``."""
-    p.add_argument("--slates", required=True, metavar="FILE", help="evaluation slates (JSONL)")
-    p.add_argument(
-        "--train",
-        metavar="FILE",
-        help="training slates for rankers that learn statistics "
-        "(default: train.jsonl beside --slates)",
-    )
-    p.add_argument(
-        "--ranker",
-        action="append",
-        type=baseline_name,
-        metavar="NAME",
-        help=f"a baseline to evaluate: {', '.join(baseline_names())}, or {FEATURE_PREFIX}NAME "
-        "(rank by that candidate feature of the slates, e.g. feature:score); title_similarity "
-        "is feature:title_similarity (`spdrank data ... --features`); repeat for several "
-        f"(default: {', '.join(BASELINES)})",
-    )
-    p.add_argument("--limit", type=int, metavar="N", help="evaluate only the first N slates")
-    p.add_argument("--seed", type=int, default=0, help="seed of the random ranker (default 0)")
-    p.add_argument(
-        "--warmup",
-        type=int,
-        default=1,
-        metavar="N",
-        help="untimed rank() calls per ranker on the first slate (default 1)",
-    )
-    p.add_argument(
-        "--model",
-        action="append",
-        metavar="[NAME=]DIR",
-        help="a trained SPD checkpoint (or training run directory), named NAME in the "
-        "table; repeatable",
-    )
-    p.add_argument(
-        "--labels",
-        action="append",
-        metavar="[NAME=]FILE",
-        help="a teacher's label file (from `spdrank teacher`) replayed as a ranker: its own "
-        "answers, decode passes and recorded latency; repeatable",
-    )
-    p.add_argument("--device", default="auto", help="device for --model rankers: cpu, cuda, auto")
-    p.add_argument(
-        "--dtype",
-        help="backbone dtype for --model rankers: float32, bfloat16, float16 or auto "
-        "(default: the checkpoint's own)",
-    )
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
-
-
-def baseline_name(text: str) -> str:
-    """``--ranker``'s type: a name :func:`spdrank.baselines.make_baseline` knows."""
-    try:
-        baseline_factory(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-    return text
-
-
-def default_train_path(slates: str | Path) -> Path:
-    """``train.jsonl`` beside the evaluation slates (``train.jsonl.gz`` if only that exists)."""
-    base = Path(slates).parent
-    plain = base / "train.jsonl"
-    gz = base / "train.jsonl.gz"
-    return gz if not plain.exists() and gz.exists() else plain
-
-
-# -- rankers --------------------------------------------------------------------------------
-
-
-def build_rankers(args: argparse.Namespace) -> list[Ranker]:
-    """The rankers the command line asks for, unfitted, in the order given.
-
-    This is the one place that maps arguments to rankers: a model-backed ranker (e.g. a
-    ``--model DIR`` option) is added here, importing its heavy modules inside the branch.
-    """
-    others = getattr(args, "model", None) or getattr(args, "labels", None)
-    names = args.ranker or ([] if others else list(BASELINES))
-    rankers: list[Ranker] = []
-    for name in dict.fromkeys(names):  # a repeated --ranker counts once
-        kwargs: dict[str, Any] = {"seed": args.seed} if name == "random" else {}
-        rankers.append(make_baseline(name, **kwargs))
-    for spec in getattr(args, "labels", None) or []:
-        from spdrank.teacher.replay import LabelReplayRanker
-
-        name, path = split_named(spec)
-        rankers.append(LabelReplayRanker(path, name=name))
-    models = getattr(args, "model", None) or []
-    if models:
-        from spdrank.backbone import resolve_device
-        from spdrank.decode import get_decoder
-        from spdrank.model import SPDRanker
-
-        for spec in models:
-            name, path = split_named(spec)
-            model = SPDRanker.from_pretrained(
-                path, device=resolve_device(args.device), dtype=getattr(args, "dtype", None)
-            )
-            if getattr(args, "decoder", None):
-                get_decoder(args.decoder)  # an unknown name fails before any ranking
-                model.config.decoder = args.decoder
-            if name:
-                model.name = name
-            elif len(models) > 1:
-                model.name = f"spd:{Path(path).name}"
-            rankers.append(model)
-    return rankers
-
-
-def split_named(spec: str) -> tuple[str | None, str]:
-    """``NAME=PATH`` -> (NAME, PATH); a plain path (even one holding '=') -> (None, PATH)."""
-    name, sep, path = spec.partition("=")
-    if not sep or not name or "/" in name or Path(spec).exists():
-        return None, spec
-    return name, path
-
-
-def fit_rankers(
-    rankers: list[Ranker],
-    train: Path | None,
-    progress: bool | None = None,
-    extra: Path | None = None,
-) -> dict[str, float]:
-    """Fit every ranker that needs training data, one streamed pass each; seconds per ranker.
-
-    Rankers that count sequences (popularity, co-occurrence) also count ``extra``, the
-    sequences of users who make no slate (default: ``extra_sequences.txt`` beside ``train``).
-    """
-    from spdrank.baselines import training_sequence
-    from spdrank.datasets.sequences import default_extra_sequences, iter_extra_sequences
-    from spdrank.progress import track
-    from spdrank.slates import read_slates
-
-    needing = [r for r in rankers if getattr(r, "needs_train", False)]
-    if not needing:
-        return {}
-    if train is None or not train.exists():
-        raise FileNotFoundError(
-            f"ranker(s) {', '.join(r.name for r in needing)} need training slates, but "
-            f"{train} does not exist; pass --train FILE"
-        )
-    extra = extra or default_extra_sequences(train)
-    if extra is not None and not extra.is_file():
-        raise FileNotFoundError(f"no such extra sequences file: {extra}")
-    seconds: dict[str, float] = {}
-    for ranker in needing:
-        t0 = time.perf_counter()
-        stream = track(read_slates(train), f"fit {ranker.name}", unit="slate", mode=progress)
-        counts_extra = extra is not None and hasattr(ranker, "fit_sequences")
-        if counts_extra:
-            ranker.fit_sequences(  # type: ignore[attr-defined]
-                chain(map(training_sequence, stream), iter_extra_sequences(extra))
-            )
-        else:
-            ranker.fit(stream)
-        seconds[ranker.name] = time.perf_counter() - t0
-        also = f" and {extra}" if counts_extra else ""
-        log.info("fitted %s on %s%s in %.1f s", ranker.name, train, also, seconds[ranker.name])
-    return seconds
-
-
 # -- command --------------------------------------------------------------------------------
-
-
-def checked_inputs(args: argparse.Namespace) -> tuple[Path, Path, bool | None]:
-    """The slate file (which must exist), the training file and the progress-bar mode."""
-    from spdrank.slates import SlateError
-
-    slates_path = Path(args.slates)
-    if not slates_path.exists():
-        raise SlateError(f"no such slate file: {slates_path}")
-    if args.limit is not None and args.limit < 1:
-        raise ValueError(f"--limit must be at least 1, got {args.limit}")
-    train = Path(args.train) if args.train else default_train_path(slates_path)
-    progress = False if args.no_progress else None  # None: a bar on a terminal only
-    return slates_path, train, progress
 
 
 def checked_slates(path: Path, rankers: list[Ranker]) -> Iterator[Slate]:
@@ -287,11 +105,13 @@ def checked_slates(path: Path, rankers: list[Ranker]) -> Iterator[Slate]:
 
 def run(args: argparse.Namespace) -> int:
     from spdrank.evaluate import evaluate, format_table, write_per_slate
-    from spdrank.slates import SlateError, atomic_writer
+    from spdrank.files import atomic_writer
+    from spdrank.rankers import fit_rankers
+    from spdrank.slates import SlateError
 
     slates_path, train, progress = checked_inputs(args)
 
-    rankers = build_rankers(args)
+    rankers = rankers_from_args(args)
     if not rankers:
         raise ValueError("no rankers: pass --ranker NAME (repeatable)")
     extra = Path(args.extra_sequences) if args.extra_sequences else None

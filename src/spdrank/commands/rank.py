@@ -39,9 +39,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from spdrank.backbone import resolve_device
+    from spdrank.files import atomic_writer
     from spdrank.model import SPDRanker
     from spdrank.results import result_record, write_trec_lines
-    from spdrank.slates import SlateError, atomic_writer, batched
+    from spdrank.slates import SlateError, batched
 
     if args.batch_size < 1:
         raise ValueError("--batch-size must be at least 1")

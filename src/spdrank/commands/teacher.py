@@ -188,7 +188,7 @@ def build_backend(args: argparse.Namespace, slates: Path) -> Any:
         )
     if spec.startswith("ranker:"):
         from spdrank.baselines import make_baseline
-        from spdrank.commands.eval import default_train_path, fit_rankers
+        from spdrank.rankers import default_train_path, fit_rankers
         from spdrank.teacher.backends import RankerBackend
 
         name = spec.split(":", 1)[1]
@@ -214,7 +214,7 @@ def server_urls(args: argparse.Namespace) -> list[str]:
 
 
 def _write_json(path: str, data: dict[str, Any]) -> None:
-    from spdrank.slates import atomic_writer
+    from spdrank.files import atomic_writer
 
     with atomic_writer(path) as fh:
         json.dump(data, fh, indent=2, ensure_ascii=False)

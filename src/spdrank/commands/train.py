@@ -7,6 +7,7 @@ import dataclasses
 import json
 from typing import TYPE_CHECKING
 
+from spdrank.defaults import FEATURES_ONLY_HEAD, TRAIN_HEAD
 from spdrank.targets import POSITION_WEIGHTS, TARGETS
 from spdrank.train_config import CACHE_DTYPES
 
@@ -70,7 +71,7 @@ _HELP = {
     "DCG-weighted either way",
     "decoder": "the decoder saved with the model, used by its evaluations here and by rank, "
     "eval and serve unless they name another: expected_rank (Sinkhorn, then items by expected "
-    "position; the default), hungarian (the "
+    "position), hungarian (the "
     "paper's exact assignment), greedy, argsort, or a registered one",
     "eval_every": "evaluate every N steps (0: only at the end)",
     "eval_limit": "number of eval slates used",
@@ -93,7 +94,7 @@ def _head_help() -> str:
     from spdrank.methods import methods
 
     each = "; ".join(method.help for method in methods())
-    return f"{each} (default: history; attn with --features-only)"
+    return f"{each} (default: {TRAIN_HEAD}; {FEATURES_ONLY_HEAD} with --features-only)"
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -90,7 +90,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from spdrank import __version__
 from spdrank.datasets import recbole
@@ -98,11 +98,13 @@ from spdrank.datasets.interaction_features import FEATURES as INTERACTION_FEATUR
 from spdrank.datasets.interaction_features import InteractionFeatures
 from spdrank.datasets.sasrec_features import (
     SASREC_POLICY,
+    SASRecScores,
     fit_for_build,
     retrieval_counts,
     retriever_lists,
 )
 from spdrank.datasets.title_similarity import TITLE_SIMILARITY, TitleSimilarity
+from spdrank.files import atomic_writer, sha256_file
 from spdrank.sasrec_config import SASREC, SASRecConfig
 from spdrank.slates import (
     NOT_RETRIEVED,
@@ -110,7 +112,6 @@ from spdrank.slates import (
     Query,
     Slate,
     SlateError,
-    atomic_writer,
     dumps_slate,
 )
 
@@ -513,14 +514,6 @@ def default_extra_sequences(train: str | os.PathLike[str]) -> Path | None:
     return path if path.is_file() else None
 
 
-def sha256_file(path: str | os.PathLike[str]) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 # -- slates ---------------------------------------------------------------------------------
 
 
@@ -761,23 +754,89 @@ def build_slates(
     With candidate lists, users without one make no slate but are counted like training
     users (``extra_sequences.txt``).
     """
-    from tqdm import tqdm
-
     options = options or BuildOptions()
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
         raise ValueError(f"--out {out} exists and is not a directory")
-    sasrec = None
-    if options.retriever is not None:  # its lists decide which users make a slate
-        if candidate_lists is not None:
-            raise ValueError(
-                f"--retriever {options.retriever} and --candidate-file exclude each other: "
-                "choose one"
-            )
-        sasrec, candidate_lists = retriever_lists(log, options)
-        options = replace(options, insert_target=False)
+    retriever, candidate_lists, options = _retrieved_lists(log, candidate_lists, options)
     title_of = _Titles(titles)
-    counts: dict[str, int] = {
+    counts = _log_counts(log)
+
+    # Which users make a slate, and the items they show: all checked before writing anything.
+    users, extra, retrieved, sampler = _slate_users(log, candidate_lists, options, counts)
+    shown_items, untitled = _shown_items(log, retrieved, title_of, counts)
+    shown = {i: title_of(i) for i in shown_items}  # every title a slate shows, resolved once
+    split_of = _splits(users, options)
+    features = _fit_features(
+        log, users, extra, split_of, shown_items, title_of, retriever, options
+    )
+    maker = _SlateMaker(options, shown, split_of, features, sampler, retrieved)
+
+    files = {TRAIN_FILE: out / TRAIN_FILE, EVAL_FILE: out / EVAL_FILE}
+    if options.validation:
+        files[VALID_FILE] = out / VALID_FILE
+    with ExitStack() as stack:
+        # Entered first, so renamed into place last, once every slate file is.
+        manifest_fh = stack.enter_context(atomic_writer(out / MANIFEST_FILE))
+        handles = {name: stack.enter_context(atomic_writer(path)) for name, path in files.items()}
+        extra_output = _write_extra_sequences(stack, out, extra, options.history)
+        outputs = _write_slates(users, maker, handles, progress)
+
+        if candidate_lists is not None:
+            counts.update(maker.list_stats)
+        if options.retriever is not None and candidate_lists is not None:
+            counts.update(retrieval_counts(users, candidate_lists, split_of))
+        counts["train"] = outputs[TRAIN_FILE]["slates"]
+        counts["eval"] = outputs[EVAL_FILE]["slates"]
+        if options.validation:
+            counts["valid"] = outputs[VALID_FILE]["slates"]
+        parameters, policies = _settings(options, candidate_lists, features, bool(extra))
+        manifest: dict[str, Any] = {
+            "spdrank": __version__,
+            "command": command,
+            "parameters": parameters,
+            "policies": policies,
+            "inputs": {k: dict(v) for k, v in (inputs or {}).items()},
+            "counts": counts,
+            "untitled_examples": untitled[:20],
+            "outputs": outputs | extra_output,
+        }
+        manifest_fh.write(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")
+    if not extra:  # a previous build's, which the baselines beside train.jsonl would read
+        (out / EXTRA_SEQUENCES_FILE).unlink(missing_ok=True)
+    _warn_inserted(maker.list_stats["targets_added"], len(users))
+    _warn_small_eval(counts["eval"], len(users), options.eval_fraction)
+    return BuildResult(
+        out_dir=out,
+        train_path=files[TRAIN_FILE],
+        eval_path=files[EVAL_FILE],
+        manifest_path=out / MANIFEST_FILE,
+        manifest=manifest,
+        valid_path=files.get(VALID_FILE),
+        extra_path=out / EXTRA_SEQUENCES_FILE if extra else None,
+    )
+
+
+def _retrieved_lists(
+    log: InteractionLog, lists: CandidateLists | None, options: BuildOptions
+) -> tuple[SASRecScores | None, CandidateLists | None, BuildOptions]:
+    """With ``--retriever``: the retriever, its lists as the candidate lists, and the options
+    without target insertion (its lists decide which users make a slate, so it runs first);
+    otherwise no retriever and the lists and options as given."""
+    if options.retriever is None:
+        return None, lists, options
+    if lists is not None:
+        raise ValueError(
+            f"--retriever {options.retriever} and --candidate-file exclude each other: "
+            "choose one"
+        )
+    retriever, lists = retriever_lists(log, options)
+    return retriever, lists, replace(options, insert_target=False)
+
+
+def _log_counts(log: InteractionLog) -> dict[str, int]:
+    """The manifest's counts of the interaction log, the first of its counts."""
+    return {
         "lines": log.lines,
         "empty_lines": log.empty_lines,
         "short_users": log.short_users,
@@ -786,8 +845,15 @@ def build_slates(
         "interactions": log.interactions,
     }
 
-    # Which users make a slate, and the items they show: all checked before writing anything.
-    users, extra, retrieved, sampler = _slate_users(log, candidate_lists, options, counts)
+
+def _shown_items(
+    log: InteractionLog,
+    retrieved: Mapping[str, _Retrieved],
+    title_of: _Titles,
+    counts: dict[str, int],
+) -> tuple[list[str], list[str]]:
+    """Every item a slate may show (the log's, then the retrieved lists'), and the sorted
+    untitled ones among them, counted and said."""
     shown_items: list[str] = list(log.item_counts)
     for got in retrieved.values():
         shown_items.extend(got.docids)
@@ -799,136 +865,190 @@ def build_slates(
             "%d items have no title (%d not in the titles at all); shown as 'Item <item_id>'",
             len(untitled), len(unknown),
         )
-    shown = {i: title_of(i) for i in shown_items}  # every title a slate shows, resolved once
+    return shown_items, untitled
+
+
+def _splits(users: list[tuple[str, list[str]]], options: BuildOptions) -> dict[str, str]:
+    """The file each user's slate goes to: the eval users', the validation users' (drawn from
+    the others), and the rest's ``train.jsonl``."""
     eval_users = split_users((u for u, _ in users), options.eval_fraction, options.seed)
     valid_users = validation_users(
         (u for u, _ in users if u not in eval_users), options.validation, options.seed
     )
     split_of = {u: TRAIN_FILE for u, _ in users} | dict.fromkeys(eval_users, EVAL_FILE)
-    split_of |= dict.fromkeys(valid_users, VALID_FILE)
+    return split_of | dict.fromkeys(valid_users, VALID_FILE)
+
+
+@dataclass(frozen=True)
+class _Features:
+    """The features a build adds to its candidates, fitted before any slate is written."""
+
+    names: tuple[str, ...]
+    #: Popularity, co-occurrence and transition counts, with the title similarity beside them.
+    interactions: InteractionFeatures | None = None
+    similarity: TitleSimilarity | None = None
+    #: The SASRec fitted for the build (as a feature, or as the retriever).
+    sasrec: SASRecScores | None = None
+
+    def add(
+        self,
+        slate: Slate,
+        history: list[str],
+        target: str,
+        counted: bool,
+        shown: Mapping[str, str],
+    ) -> None:
+        """Set the features of ``slate``'s candidates; ``counted``: its user's sequence is in
+        the counts (a training user's), so the counts leave it out."""
+        if self.interactions is not None and self.similarity is not None:
+            own = [*history, target] if counted else None
+            titles = self.similarity(
+                [shown[i] for i in history], [shown[d] for d in slate.docids]
+            )
+            for candidate, values, title in zip(
+                slate.candidates, self.interactions(slate, own), titles
+            ):
+                every = {**values, TITLE_SIMILARITY: title}
+                candidate.features = {k: every[k] for k in self.names if k in every}
+        if self.sasrec is not None and SASREC in self.names:
+            scores = self.sasrec(slate.query.qid, slate.docids)
+            for candidate, value in zip(slate.candidates, scores):
+                candidate.features = {**(candidate.features or {}), SASREC: value}
+
+
+def _fit_features(
+    log: InteractionLog,
+    users: list[tuple[str, list[str]]],
+    extra: list[tuple[str, list[str]]],
+    split_of: Mapping[str, str],
+    shown_items: list[str],
+    title_of: _Titles,
+    retriever: SASRecScores | None,
+    options: BuildOptions,
+) -> _Features:
+    """The features ``options`` names, fitted on the training users (and the users only
+    counted), as the baselines count them; the retriever's SASRec serves as the feature's."""
+    only_counted = [_counted_sequence(items, options.history) for _, items in extra]
+    sasrec = retriever
     if SASREC in options.features and sasrec is None:
         train_users = (u for u, name in split_of.items() if name == TRAIN_FILE)
-        counted = [_counted_sequence(items, options.history) for _, items in extra]
-        sasrec = fit_for_build(users, train_users, shown_items, options, counted)
-    features = similarity = None
-    if set(options.features) & set(FEATURES):  # over train.jsonl's users, as the baselines
-        similarity = TitleSimilarity(title_of(i) for i in sorted(log.item_counts))
-        features = InteractionFeatures(
-            [_counted_sequence(items, options.history) for u, items in users
-             if split_of[u] == TRAIN_FILE]
-            + [_counted_sequence(items, options.history) for _, items in extra]
-        )
-
-    files = {TRAIN_FILE: out / TRAIN_FILE, EVAL_FILE: out / EVAL_FILE}
-    if valid_users:
-        files[VALID_FILE] = out / VALID_FILE
-    digests = {name: hashlib.sha256() for name in files}
-    written = {name: {"slates": 0, "candidates": 0} for name in files}
-    list_stats = {"targets_added": 0, "lists_cut": 0, "short_lists": 0}
-    if not options.insert_target:
-        list_stats["targets_not_retrieved"] = 0
-    with ExitStack() as stack:
-        # Entered first, so renamed into place last, once every slate file is.
-        manifest_fh = stack.enter_context(atomic_writer(out / MANIFEST_FILE))
-        handles = {name: stack.enter_context(atomic_writer(path)) for name, path in files.items()}
-        extra_output = _write_extra_sequences(stack, out, extra, options.history)
-        bar = tqdm(
-            users, desc="slates", unit="user", file=sys.stderr,
-            disable=(not sys.stderr.isatty()) if progress is None else not progress,
-        )
-        for user, items in bar:
-            history, target = _history_and_target(items, options.history)
-            rng = _user_rng(options.seed, user)
-            got = None
-            if sampler is not None:
-                docids = [target, *sampler.draw(rng, options.candidates - 1, set(items))]
-            else:
-                got = retrieved[user]
-                docids = list(got.docids)
-                _count_list(list_stats, got, options.candidates)
-            rng.shuffle(docids)
-            slate = _slate(user, history, target, docids, shown, got)
-            name = split_of[user]
-            if features is not None and similarity is not None:
-                own = [*history, target] if name == TRAIN_FILE else None  # was it counted?
-                titles = similarity([shown[i] for i in history], [shown[d] for d in docids])
-                for candidate, values, title in zip(
-                    slate.candidates, features(slate, own), titles
-                ):
-                    every = {**values, TITLE_SIMILARITY: title}
-                    candidate.features = {k: every[k] for k in options.features if k in every}
-            if sasrec is not None and SASREC in options.features:
-                for candidate, value in zip(slate.candidates, sasrec(user, slate.docids)):
-                    candidate.features = {**(candidate.features or {}), SASREC: value}
-            line = dumps_slate(slate) + "\n"
-            handles[name].write(line)
-            digests[name].update(line.encode("utf-8"))
-            written[name]["slates"] += 1
-            written[name]["candidates"] += len(docids)
-        bar.close()
-
-        if candidate_lists is not None:
-            counts.update(list_stats)
-        if options.retriever is not None and candidate_lists is not None:
-            counts.update(retrieval_counts(users, candidate_lists, split_of))
-        counts["train"] = written[TRAIN_FILE]["slates"]
-        counts["eval"] = written[EVAL_FILE]["slates"]
-        if valid_users:  # only then, so a build without a validation split is as it was
-            counts["valid"] = written[VALID_FILE]["slates"]
-        parameters: dict[str, Any] = {
-            "history": options.history,
-            "candidates": options.candidates,
-            "negatives": "candidate-file" if candidate_lists is not None else options.negatives,
-            "seed": options.seed,
-            "eval_fraction": options.eval_fraction,
-        }
-        policies = {
-            "untitled": "an item with an empty title or no title row is shown as "
-            "'Item <item_id>'",
-            "titles": "html.unescape, then whitespace collapsed to single spaces",
-            "skipped": "empty lines and users with fewer than 2 items",
-        }
-        if options.features:  # only then, so a build without features is as it was
-            parameters["features"] = list(options.features)
-            if features is not None:
-                policies["features"] = FEATURES_POLICY
-        if options.retriever is not None:
-            parameters["negatives"] = "retriever"
-            parameters["retriever"] = options.retriever
-        if sasrec is not None:
-            parameters[SASREC] = options.sasrec.to_dict()
-            policies[SASREC] = SASREC_POLICY
-        if valid_users:
-            parameters["validation"] = options.validation
-            policies["validation"] = VALIDATION_POLICY
-        _describe_lists(parameters, policies, candidate_lists, options, bool(extra))
-        outputs = {
-            name: {**written[name], "sha256": digests[name].hexdigest()} for name in files
-        } | extra_output
-        manifest: dict[str, Any] = {
-            "spdrank": __version__,
-            "command": command,
-            "parameters": parameters,
-            "policies": policies,
-            "inputs": {k: dict(v) for k, v in (inputs or {}).items()},
-            "counts": counts,
-            "untitled_examples": untitled[:20],
-            "outputs": outputs,
-        }
-        manifest_fh.write(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")
-    if not extra:  # a previous build's, which the baselines beside train.jsonl would read
-        (out / EXTRA_SEQUENCES_FILE).unlink(missing_ok=True)
-    _warn_inserted(list_stats["targets_added"], len(users))
-    _warn_small_eval(counts["eval"], len(users), options.eval_fraction)
-    return BuildResult(
-        out_dir=out,
-        train_path=files[TRAIN_FILE],
-        eval_path=files[EVAL_FILE],
-        manifest_path=out / MANIFEST_FILE,
-        manifest=manifest,
-        valid_path=files.get(VALID_FILE),
-        extra_path=out / EXTRA_SEQUENCES_FILE if extra else None,
+        sasrec = fit_for_build(users, train_users, shown_items, options, only_counted)
+    if not set(options.features) & set(FEATURES):
+        return _Features(options.features, sasrec=sasrec)
+    similarity = TitleSimilarity(title_of(i) for i in sorted(log.item_counts))
+    interactions = InteractionFeatures(
+        [_counted_sequence(items, options.history) for u, items in users
+         if split_of[u] == TRAIN_FILE]
+        + only_counted
     )
+    return _Features(options.features, interactions, similarity, sasrec)
+
+
+class _SlateMaker:
+    """Each user's slate: the target among negatives drawn for the user or the retrieved
+    list, shuffled by the user's seed, with features; counts what the lists lacked."""
+
+    def __init__(
+        self,
+        options: BuildOptions,
+        shown: Mapping[str, str],
+        split_of: Mapping[str, str],
+        features: _Features,
+        sampler: _NegativeSampler | None,
+        retrieved: Mapping[str, _Retrieved],
+    ) -> None:
+        self.options = options
+        self.shown = shown
+        self.split_of = split_of
+        self.features = features
+        self.sampler = sampler
+        self.retrieved = retrieved
+        self.list_stats = {"targets_added": 0, "lists_cut": 0, "short_lists": 0}
+        if not options.insert_target:
+            self.list_stats["targets_not_retrieved"] = 0
+
+    def __call__(self, user: str, items: list[str]) -> Slate:
+        options = self.options
+        history, target = _history_and_target(items, options.history)
+        rng = _user_rng(options.seed, user)
+        got = None
+        if self.sampler is not None:
+            docids = [target, *self.sampler.draw(rng, options.candidates - 1, set(items))]
+        else:
+            got = self.retrieved[user]
+            docids = list(got.docids)
+            _count_list(self.list_stats, got, options.candidates)
+        rng.shuffle(docids)
+        slate = _slate(user, history, target, docids, self.shown, got)
+        counted = self.split_of[user] == TRAIN_FILE
+        self.features.add(slate, history, target, counted, self.shown)
+        return slate
+
+
+def _write_slates(
+    users: list[tuple[str, list[str]]],
+    maker: _SlateMaker,
+    handles: Mapping[str, IO[str]],
+    progress: bool | None,
+) -> dict[str, dict[str, Any]]:
+    """Write each user's slate to its split's file; per file, the manifest's entry: slates,
+    candidates and the sha256 of what was written."""
+    from tqdm import tqdm
+
+    digests = {name: hashlib.sha256() for name in handles}
+    written = {name: {"slates": 0, "candidates": 0} for name in handles}
+    bar = tqdm(
+        users, desc="slates", unit="user", file=sys.stderr,
+        disable=(not sys.stderr.isatty()) if progress is None else not progress,
+    )
+    for user, items in bar:
+        slate = maker(user, items)
+        name = maker.split_of[user]
+        line = dumps_slate(slate) + "\n"
+        handles[name].write(line)
+        digests[name].update(line.encode("utf-8"))
+        written[name]["slates"] += 1
+        written[name]["candidates"] += len(slate.candidates)
+    bar.close()
+    return {name: {**written[name], "sha256": digests[name].hexdigest()} for name in handles}
+
+
+def _settings(
+    options: BuildOptions,
+    lists: CandidateLists | None,
+    features: _Features,
+    extra: bool,
+) -> tuple[dict[str, Any], dict[str, str]]:
+    """The manifest's parameters and policies; a setting the build did not use adds nothing
+    to them."""
+    parameters: dict[str, Any] = {
+        "history": options.history,
+        "candidates": options.candidates,
+        "negatives": "candidate-file" if lists is not None else options.negatives,
+        "seed": options.seed,
+        "eval_fraction": options.eval_fraction,
+    }
+    policies = {
+        "untitled": "an item with an empty title or no title row is shown as "
+        "'Item <item_id>'",
+        "titles": "html.unescape, then whitespace collapsed to single spaces",
+        "skipped": "empty lines and users with fewer than 2 items",
+    }
+    if options.features:
+        parameters["features"] = list(options.features)
+        if features.interactions is not None:
+            policies["features"] = FEATURES_POLICY
+    if options.retriever is not None:
+        parameters["negatives"] = "retriever"
+        parameters["retriever"] = options.retriever
+    if features.sasrec is not None:
+        parameters[SASREC] = options.sasrec.to_dict()
+        policies[SASREC] = SASREC_POLICY
+    if options.validation:
+        parameters["validation"] = options.validation
+        policies["validation"] = VALIDATION_POLICY
+    _describe_lists(parameters, policies, lists, options, extra)
+    return parameters, policies
 
 
 def _slate_users(

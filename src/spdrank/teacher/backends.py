@@ -23,8 +23,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from spdrank.files import iter_json_lines
 from spdrank.ranking import Ranker
-from spdrank.slates import Slate, SlateError, iter_json_lines
+from spdrank.slates import Slate, SlateError
 from spdrank.teacher.parse import render_ids
 
 

@@ -1,0 +1,99 @@
+"""The flags that pick the slates and the rankers, shared by ``spdrank eval`` and ``spdrank
+bench``, and the rankers and input files they name."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from spdrank.baselines import BASELINES, FEATURE_PREFIX, baseline_factory, baseline_names
+from spdrank.rankers import build_rankers, default_train_path
+from spdrank.ranking import Ranker
+
+
+def add_ranker_arguments(p: argparse.ArgumentParser) -> None:
+    """The flags that pick the slates and the rankers, shared by ``eval`` and ``bench``."""
+    p.add_argument("--slates", required=True, metavar="FILE", help="evaluation slates (JSONL)")
+    p.add_argument(
+        "--train",
+        metavar="FILE",
+        help="training slates for rankers that learn statistics "
+        "(default: train.jsonl beside --slates)",
+    )
+    p.add_argument(
+        "--ranker",
+        action="append",
+        type=baseline_name,
+        metavar="NAME",
+        help=f"a baseline to evaluate: {', '.join(baseline_names())}, or {FEATURE_PREFIX}NAME "
+        "(rank by that candidate feature of the slates, e.g. feature:score); title_similarity "
+        "is feature:title_similarity (`spdrank data ... --features`); repeat for several "
+        f"(default: {', '.join(BASELINES)})",
+    )
+    p.add_argument("--limit", type=int, metavar="N", help="evaluate only the first N slates")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random ranker (default 0)")
+    p.add_argument(
+        "--warmup",
+        type=int,
+        default=1,
+        metavar="N",
+        help="untimed rank() calls per ranker on the first slate (default 1)",
+    )
+    p.add_argument(
+        "--model",
+        action="append",
+        metavar="[NAME=]DIR",
+        help="a trained SPD checkpoint (or training run directory), named NAME in the "
+        "table; repeatable",
+    )
+    p.add_argument(
+        "--labels",
+        action="append",
+        metavar="[NAME=]FILE",
+        help="a teacher's label file (from `spdrank teacher`) replayed as a ranker: its own "
+        "answers, decode passes and recorded latency; repeatable",
+    )
+    p.add_argument("--device", default="auto", help="device for --model rankers: cpu, cuda, auto")
+    p.add_argument(
+        "--dtype",
+        help="backbone dtype for --model rankers: float32, bfloat16, float16 or auto "
+        "(default: the checkpoint's own)",
+    )
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def baseline_name(text: str) -> str:
+    """``--ranker``'s type: a name :func:`spdrank.baselines.make_baseline` knows."""
+    try:
+        baseline_factory(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
+def rankers_from_args(args: argparse.Namespace) -> list[Ranker]:
+    """The rankers the command line asks for, unfitted, in the order given
+    (:func:`spdrank.rankers.build_rankers`); a command without a flag passes none of it."""
+    return build_rankers(
+        args.ranker,
+        seed=args.seed,
+        labels=getattr(args, "labels", None) or (),
+        models=getattr(args, "model", None) or (),
+        device=args.device,
+        dtype=getattr(args, "dtype", None),
+        decoder=getattr(args, "decoder", None),
+    )
+
+
+def checked_inputs(args: argparse.Namespace) -> tuple[Path, Path, bool | None]:
+    """The slate file (which must exist), the training file and the progress-bar mode."""
+    from spdrank.slates import SlateError
+
+    slates_path = Path(args.slates)
+    if not slates_path.exists():
+        raise SlateError(f"no such slate file: {slates_path}")
+    if args.limit is not None and args.limit < 1:
+        raise ValueError(f"--limit must be at least 1, got {args.limit}")
+    train = Path(args.train) if args.train else default_train_path(slates_path)
+    progress = False if args.no_progress else None  # None: a bar on a terminal only
+    return slates_path, train, progress
