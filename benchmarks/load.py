@@ -35,6 +35,8 @@ from typing import Any
 import httpx
 from serve_harness import ROOT, Server, code_version, machine, model_info, percentile
 
+from spdrank.serving.routes import HEALTH_PATH, RERANK_PATHS
+
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
@@ -136,7 +138,7 @@ async def load_level(
                 start = time.perf_counter()
                 try:
                     r = await client.post(
-                        "/v1/rerank", content=payloads[i % len(payloads)], headers=headers
+                        RERANK_PATHS[0], content=payloads[i % len(payloads)], headers=headers
                     )
                 except httpx.HTTPError as exc:
                     errors.append(f"{type(exc).__name__}: {exc}")
@@ -288,7 +290,7 @@ def main(argv: list[str] | None = None) -> int:
     record["servers"] = []
     try:
         if args.url:
-            record["health"] = httpx.get(f"{args.url}/healthz", timeout=10).json()
+            record["health"] = httpx.get(f"{args.url}{HEALTH_PATH}", timeout=10).json()
             record["levels"] += run_config("remote", args.url, args, payloads, deadline)
         for label, batch in configs if args.model else []:
             tag = f"batch{batch}"

@@ -52,6 +52,8 @@ from serve_harness import (
     percentile,
 )
 
+from spdrank.serving.routes import HEALTH_PATH, RANK_PATH, RERANK_PATHS
+
 #: The server's --max-body-bytes default: a body past it must get 413.
 MAX_BODY = 1_000_000
 
@@ -192,11 +194,11 @@ def valid_probes(rng: random.Random, shape: Shape, count: int) -> list[Probe]:
         if not shape.features and i % 2:
             docs = [_title(rng) for _ in range(rng.randint(1, min(shape.k, 20)))]
             body = {"query": "1. " + _title(rng), "documents": docs, "return_documents": False}
-            probes.append(Probe("rerank", "POST", "/v1/rerank", json.dumps(body).encode(), False,
+            probes.append(Probe("rerank", "POST", RERANK_PATHS[0], json.dumps(body).encode(), False,
                                 documents=len(docs)))  # fmt: skip
             continue
         slate = valid_slate(rng, shape)
-        probes.append(Probe("rank", "POST", "/v1/rank", json.dumps(slate).encode(), False,
+        probes.append(Probe("rank", "POST", RANK_PATH, json.dumps(slate).encode(), False,
                             docids=tuple(c["docid"] for c in slate["candidates"])))  # fmt: skip
     return probes
 
@@ -249,7 +251,7 @@ def hostile_probes(rng: random.Random, shape: Shape) -> list[Probe]:
         bodies["feature_far_outside_training"] = with_literal(base, where, "1e20")
         bodies["feature_missing"] = json.dumps(
             base | {"candidates": [{"docid": "a", "doc": {"title": "t"}}], "clicked": []}).encode()
-    probes = [Probe(kind, "POST", "/v1/rank", body, True) for kind, body in bodies.items()]
+    probes = [Probe(kind, "POST", RANK_PATH, body, True) for kind, body in bodies.items()]
     reranks = {
         "rerank_surrogate_query": b'{"query": "q\\ud800", "documents": ["a"]}',
         "rerank_top_n_infinite": b'{"query": "q", "documents": ["a"], "top_n": 1e999}',
@@ -257,10 +259,10 @@ def hostile_probes(rng: random.Random, shape: Shape) -> list[Probe]:
         "rerank_wrong_model": b'{"query": "q", "documents": ["a"], "model": "not-served"}',
         "rerank_too_many": json.dumps({"query": "q", "documents": ["a"] * (shape.k + 1)}).encode(),
     }
-    probes += [Probe(kind, "POST", "/v1/rerank", body, True) for kind, body in reranks.items()]
+    probes += [Probe(kind, "POST", RERANK_PATHS[0], body, True) for kind, body in reranks.items()]
     probes += [
         Probe("unknown_route", "POST", "/v1/nothing", b"{}", True),
-        Probe("wrong_method", "GET", "/v1/rank", None, True),
+        Probe("wrong_method", "GET", RANK_PATH, None, True),
     ]
     return probes
 
@@ -555,7 +557,7 @@ def main(argv: list[str] | None = None) -> int:
                 wall = asyncio.run(send_all(server.url, valid, hostile, args, tally))
             finally:
                 sampler.stop()
-            alive = server.alive() and httpx.get(f"{server.url}/healthz", timeout=10).is_success
+            alive = server.alive() and httpx.get(f"{server.url}{HEALTH_PATH}", timeout=10).is_success
         finally:
             server.stop()
         info = model_info(model)

@@ -28,3 +28,13 @@ FEATURES_ONLY_HEAD = "attn"
 
 #: The head of a head config that names no kind.
 UNNAMED_HEAD = "attn"
+
+#: How the history head reads items unless told another: one state per word of each title,
+#: matched with the history items' words as a soft TF-IDF cosine (the recipe that learned
+#: its teachers best). The other heads read one state per item, its tokens' mean.
+HISTORY_READOUT = "words"
+OTHER_READOUT = "mean"
+UNIT_MATCH = "tfidf"
+
+#: The slate sizes N at which ``spdrank bench --latency`` decomposes a model's latency.
+LATENCY_SIZES = (20, 50, 150)

@@ -6,7 +6,14 @@ from dataclasses import dataclass, field
 from itertools import islice
 from typing import TYPE_CHECKING, Any
 
-from spdrank.defaults import FEATURES_ONLY_HEAD, TRAIN_DECODER, TRAIN_HEAD
+from spdrank.defaults import (
+    FEATURES_ONLY_HEAD,
+    HISTORY_READOUT,
+    OTHER_READOUT,
+    TRAIN_DECODER,
+    TRAIN_HEAD,
+    UNIT_MATCH,
+)
 from spdrank.targets import TARGETS
 
 if TYPE_CHECKING:
@@ -59,7 +66,7 @@ class TrainConfig:
     readout: str | None = None
     #: How the history head compares a candidate's words or tokens with a history item's:
     #: "tfidf" or "maxsim" (see :class:`spdrank.heads.HeadConfig`).
-    match: str = "tfidf"
+    match: str = UNIT_MATCH
     #: Upstream features the head reads, comma-separated (``score,popularity``); None: none.
     features: str | None = None
     #: Read the features alone, without the backbone (no prefill): what the LLM adds is the
@@ -106,7 +113,7 @@ class TrainConfig:
         if self.head is None:
             self.head = FEATURES_ONLY_HEAD if self.features_only else TRAIN_HEAD
         if self.readout is None:
-            self.readout = "words" if self.head == "history" else "mean"
+            self.readout = HISTORY_READOUT if self.head == "history" else OTHER_READOUT
 
     def model_config(self) -> SPDConfig:
         """The model these settings train; with features, their normalisation is fitted here,

@@ -44,6 +44,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from spdrank.defaults import LATENCY_SIZES
 from spdrank.evaluate import evaluate, percentile
 from spdrank.ranking import Ranking
 from spdrank.slates import Candidate, Slate, batched
@@ -56,7 +57,7 @@ if TYPE_CHECKING:
     from spdrank.model import SPDRanker
 
 STAGES = ("tokenize", "prefill", "head", "assign")
-DEFAULT_SIZES = (20, 50, 150)
+DEFAULT_SIZES = LATENCY_SIZES
 
 
 @dataclass

@@ -31,6 +31,7 @@ from typing import Any
 
 from spdrank.commands.argtypes import positive_int
 from spdrank.commands.ranker_args import add_ranker_arguments
+from spdrank.defaults import LATENCY_SIZES
 from spdrank.paired import RESAMPLES
 
 log = logging.getLogger(__name__)
@@ -108,9 +109,10 @@ def register(subparsers: Any) -> None:
     lat.add_argument(
         "--latency-sizes",
         type=_sizes,
-        default=[20, 50, 150],
+        default=list(LATENCY_SIZES),
         metavar="LIST",
-        help="slate sizes N, comma-separated (default: 20,50,150)",
+        help="slate sizes N, comma-separated (default: "
+        f"{','.join(map(str, LATENCY_SIZES))})",
     )
     lat.add_argument(
         "--latency-slates",

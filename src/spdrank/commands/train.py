@@ -7,7 +7,7 @@ import dataclasses
 import json
 from typing import TYPE_CHECKING
 
-from spdrank.defaults import FEATURES_ONLY_HEAD, TRAIN_HEAD
+from spdrank.defaults import FEATURES_ONLY_HEAD, HISTORY_READOUT, OTHER_READOUT, TRAIN_HEAD
 from spdrank.targets import POSITION_WEIGHTS, TARGETS
 from spdrank.train_config import CACHE_DTYPES
 
@@ -34,8 +34,8 @@ _HELP = {
     "readout": "how an item's token states reach the head: last (its last token's, the "
     "paper), mean (the mean over its text's tokens), tokens (every one, for --head history: "
     "candidates matched with history items token by token) or words (one mean per word of "
-    "the text, for --head history: matched word by word) (default: words with --head "
-    "history, mean otherwise)",
+    "the text, for --head history: matched word by word) (default: "
+    f"{HISTORY_READOUT} with --head history, {OTHER_READOUT} otherwise)",
     "match": "with --readout tokens or words, how --head history compares a candidate with a "
     "history item: maxsim (each candidate unit's best cosine with the item's, averaged with "
     "learned weights) or tfidf (a soft TF-IDF cosine: every pair of units, weighted on both "
