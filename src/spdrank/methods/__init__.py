@@ -73,11 +73,17 @@ class RankingMethod(ABC):
     def check(self, config: SPDConfig) -> None:
         """Raise ValueError when ``config`` describes a model this method cannot be."""
 
-    @abstractmethod
     def build_head(
         self, config: SPDConfig, backbone: nn.Module, tokenizer: Any, features: int
     ) -> nn.Module:
-        """A fresh head for ``config`` over ``backbone`` reading ``features`` features."""
+        """A fresh head for ``config`` over ``backbone`` reading ``features`` features: by
+        default the head kind of :func:`spdrank.heads.build_head` over the backbone's hidden
+        states (none for a features-only model)."""
+        from spdrank.backbone import hidden_size
+        from spdrank.heads import build_head
+
+        hidden = 0 if config.features_only else hidden_size(backbone)
+        return build_head(hidden, config.head, features)
 
     def frozen_refusal(self, config: SPDConfig) -> str | None:
         """Why a model of ``config`` has nothing to train with its backbone frozen (its head

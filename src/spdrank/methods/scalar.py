@@ -9,16 +9,14 @@ themselves. :mod:`.first` scores, trains and ranks the same way from other score
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from spdrank.methods import RankingMethod
 
 if TYPE_CHECKING:
     import numpy as np
     import torch
-    from torch import nn
 
-    from spdrank.model import SPDConfig
     from spdrank.train_config import TrainConfig
 
 
@@ -28,15 +26,6 @@ class ScalarMethod(RankingMethod):
     kinds = ("scalar",)
     help = "scalar (a single-pass peer: one score per item + argsort, ListNet)"
     matrix = False
-
-    def build_head(
-        self, config: SPDConfig, backbone: nn.Module, tokenizer: Any, features: int
-    ) -> nn.Module:
-        from spdrank.backbone import hidden_size
-        from spdrank.heads import build_head
-
-        hidden = 0 if config.features_only else hidden_size(backbone)
-        return build_head(hidden, config.head, features)
 
     def loss(
         self, scores: torch.Tensor, target: torch.Tensor, sizes: torch.Tensor, cfg: TrainConfig

@@ -11,16 +11,14 @@ positions, so a ranking reports scores derived from the ranks.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from spdrank.methods import RankingMethod
 
 if TYPE_CHECKING:
     import numpy as np
     import torch
-    from torch import nn
 
-    from spdrank.model import SPDConfig
     from spdrank.train_config import TrainConfig
 
 
@@ -38,15 +36,6 @@ class SPDMethod(RankingMethod):
 
     def model_name(self, kind: str) -> str:
         return f"spd-{kind}"
-
-    def build_head(
-        self, config: SPDConfig, backbone: nn.Module, tokenizer: Any, features: int
-    ) -> nn.Module:
-        from spdrank.backbone import hidden_size
-        from spdrank.heads import build_head
-
-        hidden = 0 if config.features_only else hidden_size(backbone)
-        return build_head(hidden, config.head, features)
 
     def loss(
         self, scores: torch.Tensor, target: torch.Tensor, sizes: torch.Tensor, cfg: TrainConfig
