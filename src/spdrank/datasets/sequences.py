@@ -336,13 +336,7 @@ def _sequence_rows(
                 where,
             )
         user, items = fields[0], fields[1:]
-        if user in seen:
-            raise SlateError(
-                f"duplicate user {user!r} (first seen at line {seen[user]}): "
-                "each user must be on one line",
-                where,
-            )
-        seen[user] = lineno
+        _first_line_of(user, seen, lineno, where)
         yield user, items
 
 
@@ -370,6 +364,18 @@ def _first_line(
         if numbered[1].strip():
             return numbered[1], itertools.chain(held, lines)
     return None, iter(held)
+
+
+def _first_line_of(user: str, seen: dict[str, int], lineno: int, where: str) -> None:
+    """Record that ``user``'s line is ``lineno``; a SlateError at ``where`` naming the first
+    line when the user already had one."""
+    if user in seen:
+        raise SlateError(
+            f"duplicate user {user!r} (first seen at line {seen[user]}): "
+            "each user must be on one line",
+            where,
+        )
+    seen[user] = lineno
 
 
 def read_sequences(path: str | os.PathLike[str]) -> InteractionLog:
@@ -450,13 +456,7 @@ def read_candidate_lists(path: str | os.PathLike[str]) -> CandidateLists:
             continue
         where = f"{path}:{lineno}"
         user = fields[0]
-        if user in seen:
-            raise SlateError(
-                f"duplicate user {user!r} (first seen at line {seen[user]}): "
-                "each user must be on one line",
-                where,
-            )
-        seen[user] = lineno
+        _first_line_of(user, seen, lineno, where)
         if out.scores is None and fields[1:] and _scored(fields[1]) is not None:
             out.scores, out.scored_from = {}, lineno
         candidates = _candidates(fields[1:], out, where)
