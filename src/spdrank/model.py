@@ -350,9 +350,9 @@ class SPDRanker(nn.Module):
     def forward(self, batch: Batch) -> torch.Tensor:
         """Score matrices [B, N, K] for a padded batch (padded rows are 0).
 
-        Training calls this; :meth:`score_batch` and :meth:`score_matrix` call
-        :meth:`head_scores`, the path this is, with a clock: every caller's scores come from
-        the same prefill and head calls.
+        Training calls this; :meth:`score_batch` and :meth:`score_matrix` reach the same
+        :meth:`head_scores` with a clock, so every caller's scores come from the same prefill
+        and head calls.
         """
         return self.head_scores(batch)
 
