@@ -91,7 +91,20 @@ _EXP_SPREAD = 200.0
 
 def expected_rank_batch(m: np.ndarray, tau: float = 1.0, iters: int = 20) -> np.ndarray:
     """:func:`expected_rank` of each square float64 matrix of ``m`` [B, n, n] (already
-    checked): item orders [B, n].
+    checked): item orders [B, n]."""
+    return np.argsort(expected_positions(m, tau, iters), axis=1, kind="stable")
+
+
+def expected_positions(m: np.ndarray, tau: float = 1.0, iters: int = 20) -> np.ndarray:
+    """Each item's expected position [B, n] under ``iters`` Sinkhorn normalisations of
+    exp(M / tau), for square float64 matrices ``m`` [B, n, n].
+
+    The reference is :func:`spdrank.sinkhorn.log_sinkhorn`, the relaxation training learns
+    through: this is the same normalisation (tested to agree to 1e-6), written apart because
+    the two jobs differ. Training needs autograd over padded torch batches, in the log
+    domain; decoding runs on the host after the head, one slate at a time as a request
+    arrives, where numpy's matrix-vector products cost less than torch's per-call dispatch
+    of a log-sum-exp over the whole matrix.
 
     Alternating row and column normalisation of exp(M / tau) is diag(u) exp(M / tau) diag(v)
     for two scaling vectors, so each step is a matrix-vector product rather than a
@@ -104,13 +117,12 @@ def expected_rank_batch(m: np.ndarray, tau: float = 1.0, iters: int = 20) -> np.
         log_s = np.clip((m - top) / tau, -1e300, 0.0)
     safe = log_s.min(axis=(1, 2)) >= -_EXP_SPREAD
     if safe.all():
-        expected = _expected_scaled(np.exp(log_s, out=log_s), iters)
-    else:
-        expected = np.empty(m.shape[:2])
-        if safe.any():
-            expected[safe] = _expected_scaled(np.exp(log_s[safe]), iters)
-        expected[~safe] = _expected_log(log_s[~safe], iters)
-    return np.argsort(expected, axis=1, kind="stable")
+        return _expected_scaled(np.exp(log_s, out=log_s), iters)
+    expected = np.empty(m.shape[:2])
+    if safe.any():
+        expected[safe] = _expected_scaled(np.exp(log_s[safe]), iters)
+    expected[~safe] = _expected_log(log_s[~safe], iters)
+    return expected
 
 
 def _expected_scaled(k: np.ndarray, iters: int) -> np.ndarray:

@@ -167,9 +167,25 @@ class SelfAttentionHead(nn.Module):
     def forward(
         self, h: torch.Tensor | None, mask: torch.Tensor, features: torch.Tensor | None = None
     ) -> torch.Tensor:
-        if not self.training and not torch.is_grad_enabled() and self.proj is not None \
-                and h is not None:
+        """Scores [B, N, K]: :meth:`infer` where it applies (eval mode, no autograd, hidden
+        states to read), else :meth:`reference`. Training always runs the reference, so the
+        fast path never decides what is learned, and the two are tested to agree."""
+        if self.infers(h):
+            assert h is not None
             return self.infer(h, mask, features)
+        return self.reference(h, mask, features)
+
+    def infers(self, h: torch.Tensor | None) -> bool:
+        """:meth:`forward` takes the inference path: in eval mode without autograd, for a
+        head that reads hidden states (a features-only head has no inference path)."""
+        return not self.training and not torch.is_grad_enabled() and self.proj is not None \
+            and h is not None
+
+    def reference(
+        self, h: torch.Tensor | None, mask: torch.Tensor, features: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """The head as nn modules compute it, with autograd and dropout: what training runs
+        and what :meth:`infer` must reproduce."""
         x = _item_inputs(self.proj, h, self.features, features)
         x = self.encoder(x, src_key_padding_mask=~mask)
         return self.out(self.norm(x)).masked_fill(~mask.unsqueeze(-1), 0.0)

@@ -12,7 +12,7 @@ LLM adds).
 
 from __future__ import annotations
 
-import dataclasses
+import contextlib
 import itertools
 import json
 import os
@@ -39,6 +39,7 @@ from spdrank.backbone import (
     resolve_dtype,
     span_tokens,
 )
+from spdrank.batching import Batch, collate, pad_features  # noqa: F401 - part of this module's API
 from spdrank.decode import get_decoder
 from spdrank.defaults import UNNAMED_DECODER
 from spdrank.features import FeatureNormalizer
@@ -112,95 +113,6 @@ class HeadInputs(NamedTuple):
     history_tokens: torch.Tensor | None = None
 
 
-@dataclass
-class Batch:
-    """A padded batch of encoded slates, ready for one prefill.
-
-    With ``states`` (readout states computed earlier, e.g. by :mod:`spdrank.state_cache`),
-    the prefill is skipped and the token tensors may be empty: the head reads ``states``.
-    """
-
-    input_ids: torch.Tensor  # [B, T]
-    attention_mask: torch.Tensor  # [B, T]
-    readout: torch.Tensor  # [B, N] token index per item (0 for padded items)
-    item_mask: torch.Tensor  # [B, N] True for real items
-    sizes: torch.Tensor  # [B] items per slate
-    features: torch.Tensor | None = None  # [B, N, F] normalised upstream features (padded: 0)
-    states: torch.Tensor | None = None  # [B, N, D] readout states instead of a prefill
-    first: torch.Tensor | None = None  # [B, N] first token of each item's text
-    history_first: torch.Tensor | None = None  # [B, H] first token of each history item
-    history_last: torch.Tensor | None = None  # [B, H] last token of each history item
-    history_mask: torch.Tensor | None = None  # [B, H] True for real history items
-    history_states: torch.Tensor | None = None  # [B, H, D] history states instead of a prefill
-    #: With the "tokens" readout, cached states are [B, N, W, D] / [B, H, W, D]; these say how
-    #: many of each item's W token slots are real.
-    token_lengths: torch.Tensor | None = None  # [B, N]
-    history_token_lengths: torch.Tensor | None = None  # [B, H]
-
-    def to(self, device: torch.device | str) -> Batch:
-        tensors = (getattr(self, f.name) for f in dataclasses.fields(self))
-        return Batch(*(None if t is None else t.to(device) for t in tensors))
-
-
-def collate(encoded: Sequence[EncodedPrompt], pad_id: int) -> Batch:
-    """Right-pad token ids, item spans and history spans; indices are unaffected by right padding.
-
-    The features travel with the prompts, so whatever encodes slates and collates them (the
-    training loop, ``rank_batch``, the server) hands them to the head without knowing of them.
-    Every array is built in numpy and handed to torch without a copy: converting a prompt's
-    thousands of Python ints costs less there, and each torch operation on a
-    small tensor costs more than its data (most of all right after a prefill, with the
-    dispatcher's code out of the CPU's caches).
-    """
-    t = max(len(e.input_ids) for e in encoded)
-    n = max(len(e.readout) for e in encoded)
-    sizes = np.array([len(e.readout) for e in encoded], dtype=np.int64)
-    batch = Batch(
-        input_ids=_index_rows([e.input_ids for e in encoded], t, pad_id),
-        attention_mask=_lengths_mask([len(e.input_ids) for e in encoded], t, np.int64),
-        readout=_index_rows([e.readout for e in encoded], n),
-        item_mask=_lengths_mask(sizes, n),
-        sizes=torch.from_numpy(sizes),
-        features=pad_features([e.features for e in encoded], n),
-        first=_index_rows([e.first if e.first is not None else e.readout for e in encoded], n),
-    )
-    if any(e.history is not None for e in encoded):
-        spans = [e.history or [] for e in encoded]
-        h = max(1, max(len(x) for x in spans))
-        batch.history_first = _index_rows([[a for a, _ in x] for x in spans], h)
-        batch.history_last = _index_rows([[z for _, z in x] for x in spans], h)
-        batch.history_mask = _lengths_mask([len(x) for x in spans], h)
-    return batch
-
-
-def _index_rows(rows: Sequence[Sequence[int]], width: int, pad: int = 0) -> torch.Tensor:
-    """Lists of ints as one int64 tensor [B, width], each row right-padded with ``pad``."""
-    out = np.full((len(rows), width), pad, dtype=np.int64)
-    for i, row in enumerate(rows):
-        out[i, : len(row)] = row
-    return torch.from_numpy(out)
-
-
-def _lengths_mask(
-    lengths: Sequence[int] | np.ndarray, size: int, dtype: type = np.bool_
-) -> torch.Tensor:
-    """[B, size] of ``dtype``: true (1) at the first ``lengths[b]`` entries of row b."""
-    lengths = np.asarray(lengths, dtype=np.int64)
-    return torch.from_numpy((np.arange(size) < lengths[:, None]).astype(dtype, copy=False))
-
-
-def pad_features(features: Sequence[np.ndarray | None], n: int) -> torch.Tensor | None:
-    """Slates' [n_i, F] feature arrays padded to [B, n, F] with zeros; None when none has any."""
-    if all(f is None for f in features):
-        return None
-    if any(f is None for f in features):
-        raise ValueError("some prompts carry features and others do not: encode them all alike")
-    out = np.zeros((len(features), n, features[0].shape[1]), dtype=np.float32)
-    for i, f in enumerate(features):
-        out[i, : len(f)] = f
-    return torch.from_numpy(out)
-
-
 #: Items (over the whole batch) up to which the head runs on one CPU thread. Its matrices
 #: are then [rows, width]-sized: each product takes tens of microseconds on one core, about
 #: what a thread pool's fork and join cost, and a worker descheduled by another process on a
@@ -220,6 +132,34 @@ def _serial_if(serial: bool, device: torch.device) -> Iterator[None]:
         yield
     finally:
         torch.set_num_threads(threads)
+
+
+class StageClock:
+    """Milliseconds spent in each named stage of a ranking call, timed around the work itself.
+
+    A stage timed twice (the head, then copying its scores to the host) adds up. On a GPU a
+    stage's timer stops after its queued work has run, so each stage is charged its own.
+    """
+
+    def __init__(self) -> None:
+        self.ms: dict[str, float] = {}
+
+    @contextmanager
+    def stage(self, name: str, model: SPDRanker | None = None) -> Iterator[None]:
+        """Time the body as stage ``name``; with ``model``, wait for its device's queued work
+        before the timer stops."""
+        start = time.perf_counter()
+        yield
+        if model is not None:
+            model.synchronize()
+        self.ms[name] = self.ms.get(name, 0.0) + (time.perf_counter() - start) * 1e3
+
+
+def _stage(
+    clock: StageClock | None, name: str, model: SPDRanker
+) -> contextlib.AbstractContextManager[None]:
+    """``clock``'s timer for stage ``name``, or nothing to time without a clock (training)."""
+    return contextlib.nullcontext() if clock is None else clock.stage(name, model)
 
 
 def _as_slate(query: str | Query | Slate, candidates: Sequence[Any] | None) -> Slate:
@@ -408,12 +348,31 @@ class SPDRanker(nn.Module):
         return batch if device.type == "cpu" else batch.to(device)
 
     def forward(self, batch: Batch) -> torch.Tensor:
-        """Score matrices [B, N, K] for a padded batch (padded rows are 0)."""
-        # A frozen backbone needs no activations kept for backward: only the head learns.
+        """Score matrices [B, N, K] for a padded batch (padded rows are 0).
+
+        Training calls this; :meth:`score_batch` and :meth:`score_matrix` reach the same
+        :meth:`head_scores` with a clock, so every caller's scores come from the same prefill
+        and head calls.
+        """
+        return self.head_scores(batch)
+
+    def head_scores(self, batch: Batch, clock: StageClock | None = None) -> torch.Tensor:
+        """The head's scores for a padded batch: one prefill (or the batch's cached states)
+        read as :meth:`read` says, then the head (:meth:`score`).
+
+        A frozen backbone runs without autograd even when gradients are on: only the head
+        learns, so keeping the prefill's activations for backward would only cost memory.
+        Without gradients (inference), a batch of few items runs its head on one CPU thread
+        (see ``HEAD_SERIAL_ROWS``). ``clock``, when given, times the ``prefill`` and ``head``
+        stages, each waiting for its queued GPU work before its timer stops.
+        """
         frozen = self.config.backbone.lora is None
-        with torch.set_grad_enabled(torch.is_grad_enabled() and not frozen):
+        with _stage(clock, "prefill", self), \
+                torch.set_grad_enabled(torch.is_grad_enabled() and not frozen):
             inputs = self.read(batch)
-        return self.score(inputs, batch)
+        serial = not torch.is_grad_enabled() and batch.item_mask.numel() <= HEAD_SERIAL_ROWS
+        with _stage(clock, "head", self), _serial_if(serial, self.device):
+            return self.score(inputs, batch)
 
     def score(self, inputs: HeadInputs, batch: Batch) -> torch.Tensor:
         """The head's scores from what :meth:`read` returned for ``batch``."""
@@ -494,31 +453,36 @@ class SPDRanker(nn.Module):
         """Scores of slates from one padded prefill, and the milliseconds of each stage.
 
         Scores are [B, N, K] for SPD and [B, N] for the sorting peers (padded items are 0);
-        stages are ``tokenize`` (encode and collate), ``prefill`` and ``head``. Kept apart
-        from decoding so one forward pass can be decoded several ways (``spdrank bench``).
-        ``batch``: the slates already collated, e.g. with cached states (then nothing is
-        tokenized).
+        stages are ``tokenize`` (encode and collate), ``prefill`` and ``head`` (the head and
+        copying its scores to the host). Kept apart from decoding so one forward pass can be
+        decoded several ways (``spdrank bench``). ``batch``: the slates already collated, e.g.
+        with cached states (then nothing is tokenized).
         """
+        clock = StageClock()
         with self._evaluating():
-            t0 = time.perf_counter()
-            if batch is None:
-                if encoded is None:
-                    encoded = [self.encode(s) for s in slates]
-                elif len(encoded) != len(slates):
-                    raise ValueError("encoded prompts must match the slates one to one")
-                batch = self.collate(encoded)
-            else:
-                batch = batch.to(self.device)
-            t1 = time.perf_counter()
+            with clock.stage("tokenize"):
+                batch = self._batch_of(slates, encoded, batch)
             with torch.inference_mode():
-                inputs = self.read(batch)
-                self.synchronize()
-                t2 = time.perf_counter()
-                with _serial_if(batch.item_mask.numel() <= HEAD_SERIAL_ROWS, self.device):
-                    scores = self.score(inputs, batch).cpu().numpy()
-                t3 = time.perf_counter()
-        timings = {"tokenize": (t1 - t0) * 1e3, "prefill": (t2 - t1) * 1e3, "head": (t3 - t2) * 1e3}
-        return scores, timings
+                scores = self.head_scores(batch, clock)
+                with clock.stage("head"):
+                    out = scores.cpu().numpy()
+        return out, clock.ms
+
+    def _batch_of(
+        self,
+        slates: Sequence[Slate],
+        encoded: Sequence[EncodedPrompt] | None,
+        batch: Batch | None,
+    ) -> Batch:
+        """The batch of ``slates`` on the model's device: ``batch`` as given, else collated
+        from ``encoded``, else from the slates' prompts."""
+        if batch is not None:
+            return batch.to(self.device)
+        if encoded is None:
+            encoded = [self.encode(s) for s in slates]
+        elif len(encoded) != len(slates):
+            raise ValueError("encoded prompts must match the slates one to one")
+        return self.collate(encoded)
 
     def rank_batch(
         self,
@@ -560,10 +524,10 @@ class SPDRanker(nn.Module):
         return Ranking(docids, ranked_scores, dict(timings or {}), 1, indices=items)
 
     def score_matrix(self, slate: Slate) -> np.ndarray:
-        """The raw scores of one slate: n x K for SPD (for analysis and other decoders), n for peers."""
-        with self._evaluating(), torch.inference_mode():
-            scores = self(self.collate([self.encode(slate)]))
-        return scores[0, : len(slate)].float().cpu().numpy()
+        """The raw scores of one slate: n x K for SPD (for analysis and other decoders), n for
+        peers; :meth:`score_batch`'s for a batch of that one slate."""
+        scores, _ = self.score_batch([slate])
+        return scores[0, : len(slate)]
 
     @contextmanager
     def _evaluating(self) -> Iterator[None]:

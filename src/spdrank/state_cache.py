@@ -62,8 +62,9 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from spdrank.backbone import hidden_size
+from spdrank.batching import Batch, SlateStates, states_batch
 from spdrank.files import atomic_write_bytes, atomic_writer
-from spdrank.model import Batch, SPDRanker, pad_features
+from spdrank.model import SPDRanker
 from spdrank.prompt import UNIT_READOUTS
 from spdrank.slates import Slate, batched, read_slates
 from spdrank.train_config import CACHE_DTYPES
@@ -250,59 +251,31 @@ class StateCache:
             out[i, : len(part)] = part
         return out, counts
 
-    def _items(self, indices: Sequence[int], name: str) -> tuple[torch.Tensor, ...]:
-        """The slates' cached items of tensor ``name``, padded to [B, N, D] (tokens readout:
-        [B, N, W, D]), the mask of real items and, for tokens, each item's token count."""
+    def _slate_states(
+        self, indices: Sequence[int], name: str
+    ) -> tuple[list[torch.Tensor], list[torch.Tensor] | None]:
+        """The slates' cached items of tensor ``name``, one [n, D] tensor per slate (tokens
+        readout: [n, W, D], with each item's token count [n])."""
         if not self.tokens:
-            return _pad([self.slate_states(i, name) for i in indices], self.hidden)
+            return [self.slate_states(i, name) for i in indices], None
         read = [self.slate_tokens(i, name) for i in indices]
-        states, mask = _pad([x for x, _ in read], self.hidden, (self.width,))
-        lengths = torch.zeros(mask.shape, dtype=torch.long)
-        for i, (_, counts) in enumerate(read):
-            lengths[i, : len(counts)] = counts
-        return states, mask, lengths
+        return [x for x, _ in read], [counts for _, counts in read]
 
     def batch(self, indices: Sequence[int], slates: Sequence[Slate], model: SPDRanker) -> Batch:
         """The batch ``model`` reads for ``slates``, the file's slates at ``indices``: their
-        cached states, padded, and their features read from the slates themselves."""
-        items = self._items(indices, "states")
-        for index, slate, n in zip(indices, slates, items[1].sum(1).tolist(), strict=True):
-            if n != len(slate):
+        cached states, padded as a prefill's batch is, and their features read from the
+        slates themselves."""
+        items, item_tokens = self._slate_states(indices, "states")
+        for index, slate, states in zip(indices, slates, items, strict=True):
+            if len(states) != len(slate):
                 raise ValueError(
-                    f"{self.directory} holds {n} states for slate {index}, which has "
+                    f"{self.directory} holds {len(states)} states for slate {index}, which has "
                     f"{len(slate)} candidates: the cache is not of this slate file"
                 )
-        item_mask = items[1]
-        b, n = item_mask.shape
-        batch = Batch(
-            input_ids=torch.zeros((b, 0), dtype=torch.long),
-            attention_mask=torch.zeros((b, 0), dtype=torch.long),
-            readout=torch.zeros((b, n), dtype=torch.long),
-            item_mask=item_mask,
-            sizes=item_mask.sum(1),
-            features=pad_features([model.slate_features(s) for s in slates], n),
-            states=items[0],
-            token_lengths=items[2] if self.tokens else None,
-        )
+        cached = SlateStates(items, item_tokens)
         if model.reads_history:
-            history = self._items(indices, "history")
-            batch.history_states, batch.history_mask = history[0], history[1]
-            batch.history_token_lengths = history[2] if self.tokens else None
-        return batch
-
-
-def _pad(
-    rows: Sequence[torch.Tensor], hidden: int, inner: tuple[int, ...] = ()
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Slates' [n_i, *inner, D] rows padded to [B, max(1, max n_i), *inner, D], and the mask
-    of real rows."""
-    b, n = len(rows), max(1, max(len(r) for r in rows))
-    padded = torch.zeros((b, n, *inner, hidden))
-    mask = torch.zeros((b, n), dtype=torch.bool)
-    for i, r in enumerate(rows):
-        padded[i, : len(r)] = r
-        mask[i, : len(r)] = True
-    return padded, mask
+            cached.history, cached.history_tokens = self._slate_states(indices, "history")
+        return states_batch(cached, [model.slate_features(s) for s in slates])
 
 
 def open_state_cache(
