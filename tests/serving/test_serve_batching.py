@@ -20,7 +20,6 @@ from spdrank.serving.batcher import InferenceError, MicroBatcher, QueueFullError
 from spdrank.serving.engine import Engine
 from spdrank.serving.policy import padding_waste, plan_prefills, resolve_policy
 from spdrank.slates import Candidate, Query, Slate
-from tests.test_serve import served  # noqa: F401 - the tiny model fixture
 
 # -- the batcher alone ------------------------------------------------------------------------
 
@@ -223,7 +222,7 @@ def mixed_slates() -> list[Slate]:
     return out
 
 
-def test_bucketed_engine_keeps_order_and_ranks_as_each_slate_alone(served):  # noqa: F811
+def test_bucketed_engine_keeps_order_and_ranks_as_each_slate_alone(served):
     model = served[0]
     slates = mixed_slates()
     cap = 0.1
@@ -260,7 +259,7 @@ def test_bucketed_engine_keeps_order_and_ranks_as_each_slate_alone(served):  # n
 
 
 @pytest.mark.parametrize("policy", ["padded", "bucketed", "single"])
-def test_every_policy_answers_in_request_order(served, policy):  # noqa: F811
+def test_every_policy_answers_in_request_order(served, policy):
     slates = mixed_slates()
     engine = Engine(served[0], "tiny-spd", policy=policy)
     parts = list(engine.rank_parts(slates))
@@ -274,7 +273,7 @@ def test_every_policy_answers_in_request_order(served, policy):  # noqa: F811
     assert [r.ranking.docids for r in ranked] == [served[0].rank(s).docids for s in slates]
 
 
-def test_the_policy_is_wired_through_settings(served):  # noqa: F811
+def test_the_policy_is_wired_through_settings(served):
     app = create_app(served[0], name="tiny-spd")  # defaults: auto, on a CPU
     assert app.state.settings.batch_policy == "auto"
     # one slate at a time, never waiting: the unbatched server's path, whatever the batch size
@@ -331,7 +330,7 @@ async def fire(url: str, n: int) -> list[httpx.Response]:
         return await asyncio.gather(*(c.post("/v1/rerank", json=body) for _ in range(n)))
 
 
-def test_real_server_batches_concurrent_requests_and_sheds_load(served):  # noqa: F811
+def test_real_server_batches_concurrent_requests_and_sheds_load(served):
     settings = ServeSettings(max_batch_size=4, max_wait_ms=150, max_queue=4, batch_policy="padded")
     app = create_app(SlowEngine(served[0], "tiny-spd"), settings)
     with running(app) as url:
@@ -371,7 +370,7 @@ def test_single_collects_one_slate_without_waiting_and_the_others_use_the_settin
         assert collector_limits(policy, 8, 5.0) == (8, 5.0)
 
 
-def test_tokenize_holds_the_encoding_timed_where_it_ran(served, monkeypatch):  # noqa: F811
+def test_tokenize_holds_the_encoding_timed_where_it_ran(served, monkeypatch):
     model = served[0]
     engine = Engine(model, "tiny-spd", policy="padded")
     real = model.encode
