@@ -33,7 +33,10 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 @pytest.fixture(scope="module")
 def eval_slates() -> list[Slate]:
     rng = random.Random(1)
-    return [make_slate(rng, rng.randint(4, 9), f"e{i}", catalogue=40, history=3) for i in range(len(TEACHER_MS))]
+    return [
+        make_slate(rng, rng.randint(4, 9), f"e{i}", catalogue=40, history=3)
+        for i in range(len(TEACHER_MS))
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +56,8 @@ def spd_model(spd_dir) -> SPDRanker:
 def data(tmp_path_factory, eval_slates) -> Path:
     rng = random.Random(2)
     path = tmp_path_factory.mktemp("data")
-    write_slates(path / "train.jsonl", [make_slate(rng, 8, f"t{i}", catalogue=40, history=3) for i in range(20)])
+    train = [make_slate(rng, 8, f"t{i}", catalogue=40, history=3) for i in range(20)]
+    write_slates(path / "train.jsonl", train)
     write_slates(path / "eval.jsonl", eval_slates)
     with open(path / "direct.labels.jsonl", "w") as fh:
         for slate, ms in zip(eval_slates, TEACHER_MS):
