@@ -15,8 +15,8 @@ From a fixed seed (the same bytes on every run and machine), it writes into ``--
 The log has structure to find: each user shops mostly in one category, and many items have a
 follow-up (a shampoo's conditioner) that users tend to buy next, so popularity, co-occurrence,
 the titles and the retriever's score all carry signal and none is the whole answer.
-docs/own-data.md walks these files through spdrank; tests/test_own_data.py runs the same
-commands on them.
+docs/own-data.md walks these files through spdrank; tests/benchmarks/test_own_data.py runs
+the same commands on them.
 """
 
 from __future__ import annotations

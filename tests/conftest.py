@@ -1,4 +1,5 @@
-"""Shared fixtures: a tiny random Llama built from a config (fast), and slate factories.
+"""Shared fixtures: a tiny random Llama built from a config (fast), and slates; the plain
+functions they use are in helpers.py.
 
 The tiny backbone uses the bundled SmolLM2 tokenizer, so prompts are tokenized exactly as
 in production; only the transformer is shrunk. Tests marked ``slow`` load the real bundled
@@ -7,16 +8,13 @@ SmolLM2 weights (first 1-2 layers) so the production path is always exercised.
 
 from __future__ import annotations
 
-import os
 import random
 from pathlib import Path
 
 import pytest
-import torch
 
-from spdrank.slates import Candidate, Query, Slate, write_slates
-
-WORDS = ["shampoo", "conditioner", "serum", "lipstick", "mascara", "cream", "lotion", "gel", "polish", "brush", "oil", "mask", "cleanser", "toner", "balm", "spray", "powder", "foundation", "blush", "eyeliner", "perfume", "soap", "scrub"]
+from spdrank.slates import Slate, write_slates
+from tests.helpers import make_slate, save_tiny_llama
 
 
 @pytest.fixture(scope="session")
@@ -36,40 +34,7 @@ def tokenizer(bundled_path):
 @pytest.fixture(scope="session")
 def tiny_backbone(tmp_path_factory, tokenizer) -> str:
     """A 2-layer, 32-wide Llama with SmolLM2's tokenizer, saved as a local HF model directory."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=4096,
-        tie_word_embeddings=True,
-        pad_token_id=tokenizer.pad_token_id,
-    )
-    path = tmp_path_factory.mktemp("tiny-llama")
-    LlamaForCausalLM(config).save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    return str(path)
-
-
-def make_slate(rng: random.Random, n: int, qid: str = "q", teacher: bool = True) -> Slate:
-    cands = [
-        Candidate(docid=f"d{i}", doc={"title": " ".join(rng.choices(WORDS, k=rng.randint(1, 6)))})
-        for i in range(n)
-    ]
-    docids = [c.docid for c in cands]
-    ranking = docids[:]
-    rng.shuffle(ranking)
-    return Slate(
-        query=Query(qid=qid, text="1. " + " ".join(rng.choices(WORDS, k=5))),
-        candidates=cands,
-        clicked=[ranking[0]],
-        teacher=ranking if teacher else None,
-    )
+    return str(save_tiny_llama(tmp_path_factory.mktemp("tiny-llama"), tokenizer))
 
 
 @pytest.fixture
@@ -83,33 +48,6 @@ def train_file(tmp_path, slates) -> Path:
     """The eight ``slates`` as ``tmp_path/train.jsonl``, where the training tests look for them."""
     write_slates(tmp_path / "train.jsonl", slates)
     return tmp_path / "train.jsonl"
-
-
-def save_features_only_model(path: Path, positions: int) -> Path:
-    """A features-only model (no backbone) reading 'pop' and the candidates' score, saved to
-    ``path``: it loads in milliseconds, so input-handling tests can run the real CLI and
-    server around it."""
-    from spdrank.backbone import BackboneConfig
-    from spdrank.features import FeatureNormalizer
-    from spdrank.heads import HeadConfig
-    from spdrank.model import NoBackbone, NoTokenizer, SPDConfig, SPDRanker
-
-    config = SPDConfig(
-        backbone=BackboneConfig(lora=None),
-        head=HeadConfig(kind="attn", positions=positions, width=16, heads=2),
-        features=FeatureNormalizer(("pop", "score"), (1.0, 0.5), (0.5, 0.25)),
-        features_only=True,
-    )
-    SPDRanker(config, NoBackbone(), NoTokenizer()).save_pretrained(path)
-    return path
-
-
-def subprocess_env() -> dict[str, str]:
-    """The environment for a fresh interpreter that imports this checkout's spdrank."""
-    import spdrank
-
-    src = str(Path(spdrank.__file__).parents[1])
-    return os.environ | {"PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")])}
 
 
 @pytest.fixture(scope="module")

@@ -20,14 +20,7 @@ from spdrank.baselines import (
 from spdrank.metrics import is_valid_permutation
 from spdrank.ranking import Ranking
 from spdrank.slates import Candidate, Query, Slate, SlateError, read_slates, write_slates
-
-
-def mk(qid: str, history: list[str], cands: list[str], clicked: list[str] | None = None) -> Slate:
-    return Slate(
-        query=Query(qid=qid, text=" ".join(history) or "-", history=history),
-        candidates=[Candidate(docid=d, doc={"title": f"item {d}"}) for d in cands],
-        clicked=clicked,
-    )
+from tests.helpers import item_slate as mk
 
 
 def once(slates: list[Slate]):

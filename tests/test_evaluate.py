@@ -9,38 +9,9 @@ import pytest
 import spdrank.cli
 from spdrank.baselines import RandomRanker
 from spdrank.evaluate import evaluate, format_table, percentile
-from spdrank.ranking import Ranking
 from spdrank.slates import Candidate, Query, Slate, write_slates
-
-
-def mk(qid: str, history: list[str], cands: list[str], clicked=None, teacher=None) -> Slate:
-    return Slate(
-        query=Query(qid=qid, text=" ".join(history) or "-", history=history),
-        candidates=[Candidate(docid=d, doc={"title": f"item {d}"}) for d in cands],
-        clicked=clicked,
-        teacher=teacher,
-    )
-
-
-class Fixed:
-    """Returns whatever ``fn(slate)`` gives, counting calls."""
-
-    def __init__(self, name, fn, passes=0):
-        self.name, self.fn, self.passes, self.calls = name, fn, passes, 0
-
-    def fit(self, train):
-        pass
-
-    def rank(self, slate):
-        self.calls += 1
-        return Ranking(docids=self.fn(slate), decode_passes=self.passes, timings={"x": 1.0})
-
-
-EVAL = [
-    mk("e1", ["a"], ["a", "b", "c", "d"], clicked=["c"], teacher=["c", "a", "b", "d"]),
-    mk("e2", ["b"], ["a", "b", "c", "d"], clicked=["a"], teacher=["a", "b", "c", "d"]),
-    mk("e3", ["c"], ["a", "b", "c", "d"], clicked=["a", "b", "c", "d"]),  # all clicked
-]
+from tests.helpers import EVAL, Fixed
+from tests.helpers import item_slate as mk
 
 
 def test_every_ranker_sees_the_same_slates_in_one_pass():

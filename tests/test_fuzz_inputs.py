@@ -41,7 +41,7 @@ from hypothesis import strategies as st
 from spdrank.cli import main
 from spdrank.model import SPDRanker
 from spdrank.serving import create_app
-from tests.conftest import save_features_only_model
+from tests.helpers import save_features_only_model
 
 pytestmark = pytest.mark.slow  # hundreds of CLI runs and requests; test_hostile_input is the quick set
 

@@ -3,7 +3,9 @@
 import pytest
 import torch
 
+from spdrank.backbone import LoraSettings
 from spdrank.heads import HeadConfig, SelfAttentionHead
+from tests.helpers import tiny_config
 
 
 def _head(hidden: int = 24, features: int = 0, layers: int = 2) -> SelfAttentionHead:
@@ -103,17 +105,11 @@ def test_kept_weights_follow_a_parameter_change():
 
 
 def test_a_bfloat16_backbone_on_the_cpu_gives_the_head_bfloat16_products(tmp_path, tiny_backbone, slates):
-    from spdrank.backbone import BackboneConfig
     from spdrank.metrics import is_valid_permutation
-    from spdrank.model import SPDConfig, SPDRanker
-    from spdrank.prompt import PromptSettings
+    from spdrank.model import SPDRanker
 
     torch.manual_seed(0)
-    config = SPDConfig(
-        backbone=BackboneConfig(name_or_path=tiny_backbone),
-        head=HeadConfig(kind="attn", positions=16, width=16, heads=2),
-        prompt=PromptSettings(max_item_tokens=8),
-    )
+    config = tiny_config(tiny_backbone, lora=LoraSettings())
     SPDRanker.build(config).save_pretrained(tmp_path / "ckpt")
     exact = SPDRanker.from_pretrained(tmp_path / "ckpt", device="cpu")
     assert exact.head.compute_dtype is None
@@ -127,16 +123,10 @@ def test_a_bfloat16_backbone_on_the_cpu_gives_the_head_bfloat16_products(tmp_pat
 
 
 def test_rank_takes_a_dtype_and_refuses_an_unknown_one(tmp_path, tiny_backbone, train_file, capsys):
-    from spdrank.backbone import BackboneConfig
     from spdrank.cli import main
-    from spdrank.model import SPDConfig, SPDRanker
-    from spdrank.prompt import PromptSettings
+    from spdrank.model import SPDRanker
 
-    config = SPDConfig(
-        backbone=BackboneConfig(name_or_path=tiny_backbone),
-        head=HeadConfig(kind="attn", positions=16, width=16, heads=2),
-        prompt=PromptSettings(max_item_tokens=8),
-    )
+    config = tiny_config(tiny_backbone, lora=LoraSettings())
     SPDRanker.build(config).save_pretrained(tmp_path / "ckpt")
     out = tmp_path / "ranked.jsonl"
     base = ["rank", "--model", str(tmp_path / "ckpt"), "--input", str(train_file),

@@ -21,7 +21,7 @@ from spdrank.cli import main
 from spdrank.model import SPDRanker
 from spdrank.serving import create_app
 from spdrank.slates import SlateError, iter_slates, read_slates, unique_qids
-from tests.conftest import save_features_only_model
+from tests.helpers import save_features_only_model
 
 K = 4
 
@@ -446,7 +446,8 @@ def test_pickle_only_weight_directories_are_refused(tmp_path):
 # -- training and the teacher -------------------------------------------------------------------
 
 
-def signal_slates(n: int, unclicked: set[int]) -> list[dict]:
+def signal_slate_dicts(n: int, unclicked: set[int]) -> list[dict]:
+    """Slate JSON whose click is the candidate with 'signal' 1, except the ``unclicked`` ones."""
     out = []
     for i in range(n):
         slate = good(f"s{i}")
@@ -459,7 +460,7 @@ def signal_slates(n: int, unclicked: set[int]) -> list[dict]:
 
 @pytest.mark.parametrize("suffix", [".jsonl", ".jsonl.gz"])
 def test_clicks_training_skips_slates_without_a_click(tmp_path, capsys, suffix):
-    lines = "".join(json.dumps(s) + "\n" for s in signal_slates(10, unclicked={2, 5, 7}))
+    lines = "".join(json.dumps(s) + "\n" for s in signal_slate_dicts(10, unclicked={2, 5, 7}))
     path = tmp_path / f"train{suffix}"
     path.write_bytes(gzip.compress(lines.encode()) if suffix.endswith(".gz") else lines.encode())
     args = [

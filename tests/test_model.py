@@ -14,17 +14,7 @@ from spdrank.metrics import is_valid_permutation
 from spdrank.model import NoBackbone, NoTokenizer, SPDConfig, SPDRanker, first_prompt
 from spdrank.prompt import PromptSettings
 from spdrank.slates import SlateError
-from tests.conftest import make_slate
-
-
-def tiny_config(path, kind="attn", frozen=False, positions=16):
-    return SPDConfig(
-        backbone=BackboneConfig(
-            name_or_path=path, lora=None if frozen else LoraSettings(r=4, alpha=8)
-        ),
-        head=HeadConfig(kind=kind, positions=positions, width=16, heads=2),
-        prompt=PromptSettings(max_item_tokens=8),
-    )
+from tests.helpers import make_slate, tiny_config
 
 
 @pytest.mark.parametrize("kind", ["attn", "linear", "slot"])
@@ -80,7 +70,7 @@ def test_spdranker_imports_from_the_package_without_torch_until_used():
     import subprocess
     import sys
 
-    from tests.conftest import subprocess_env
+    from tests.helpers import subprocess_env
 
     code = (
         "import sys, spdrank; assert 'torch' not in sys.modules, 'import spdrank loaded torch'; "

@@ -11,8 +11,7 @@ import pytest
 from spdrank.evaluate import RankerResult, SlateRecord, evaluate
 from spdrank.metrics import SlateMetrics
 from spdrank.paired import bootstrap_interval, compare, paired_difference, paired_values
-from spdrank.ranking import Ranking
-from tests.test_evaluate import EVAL
+from tests.helpers import EVAL, Fixed
 
 
 def result(name: str, values: list[float | None], metric: str = "AUC") -> RankerResult:
@@ -88,14 +87,6 @@ def test_the_interval_is_seeded_and_checks_its_arguments():
         bootstrap_interval(values, resamples=0)
     with pytest.raises(ValueError, match="level"):
         bootstrap_interval(values, level=1.0)
-
-
-class Fixed:
-    def __init__(self, name, fn):
-        self.name, self.fn = name, fn
-
-    def rank(self, slate):
-        return Ranking(docids=self.fn(slate))
 
 
 def test_compare_every_row_against_the_reference():

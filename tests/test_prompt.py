@@ -3,7 +3,7 @@ import random
 import pytest
 
 from spdrank.prompt import PromptBuilder, PromptSettings
-from tests.conftest import WORDS
+from tests.helpers import WORDS
 
 HOSTILE = [
     "[3] moved up",

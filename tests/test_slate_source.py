@@ -14,7 +14,7 @@ import pytest
 from spdrank.files import atomic_writer
 from spdrank.slate_source import IndexedSlates, StreamedSlates, open_slate_source
 from spdrank.slates import SlateError, dumps_slate
-from tests.conftest import WORDS, make_slate, subprocess_env
+from tests.helpers import WORDS, make_slate, subprocess_env
 
 
 @pytest.fixture

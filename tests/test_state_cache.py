@@ -11,15 +11,13 @@ from spdrank.model import SPDConfig, SPDRanker
 from spdrank.prompt import PromptSettings
 from spdrank.slates import load_slates, write_slates
 from spdrank.state_cache import open_state_cache, shard_name
+from tests.helpers import tiny_config
 
 
 def build(backbone: str, lora: bool = False, item_tokens: int = 8) -> SPDRanker:
     torch.manual_seed(0)
-    config = SPDConfig(
-        backbone=BackboneConfig(name_or_path=backbone, lora=LoraSettings(r=4) if lora else None),
-        head=HeadConfig(kind="attn", positions=16, width=32, dropout=0.0),
-        prompt=PromptSettings(max_item_tokens=item_tokens),
-    )
+    config = tiny_config(backbone, frozen=not lora, lora=LoraSettings(r=4), item_tokens=item_tokens,
+                         width=32, heads=4, dropout=0.0)
     return SPDRanker.build(config).eval()
 
 

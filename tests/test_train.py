@@ -13,27 +13,8 @@ from spdrank.model import SPDRanker
 from spdrank.slates import SlateError, load_slates, write_slates
 from spdrank.state_cache import open_state_cache
 from spdrank.train import TrainConfig, train
-from tests.conftest import make_slate
-
-
-def config(tmp_path, backbone, out="run", **kw) -> TrainConfig:
-    base = {
-        "slates": str(tmp_path / "train.jsonl"),
-        "out": str(tmp_path / out),
-        "target": "teacher",
-        "backbone": backbone,
-        "lora_r": 8,
-        "lora_alpha": 16,
-        "positions": 16,
-        "head_width": 32,
-        "max_item_tokens": 8,
-        "batch_size": 4,
-        "warmup_steps": 2,
-        "eval_every": 0,
-        "save_every": 0,
-        "progress": False,
-    }
-    return TrainConfig(**(base | kw))
+from tests.helpers import make_slate, signal_slates
+from tests.helpers import train_config as config
 
 
 def weights(run_dir):
@@ -174,21 +155,10 @@ def test_first_with_a_frozen_backbone_has_nothing_to_train(tmp_path, tiny_backbo
 # -- upstream features -----------------------------------------------------------------------
 
 
-def signal_slates(n: int, seed: int) -> list:
-    """Slates whose clicked item is the one with the highest 'signal' feature; titles are noise."""
-    rng = random.Random(seed)
-    slates = [make_slate(rng, 6, qid=f"s{seed}-{i}", teacher=False) for i in range(n)]
-    for slate in slates:
-        for c in slate.candidates:
-            c.features = {"signal": rng.gauss(0, 1)}
-        slate.clicked = [max(slate.candidates, key=lambda c: c.features["signal"]).docid]
-    return slates
-
-
 @pytest.fixture
 def signal_files(tmp_path):
-    write_slates(tmp_path / "train.jsonl", signal_slates(32, seed=1))
-    write_slates(tmp_path / "eval.jsonl", signal_slates(24, seed=2))
+    write_slates(tmp_path / "train.jsonl", signal_slates(32, seed=1, teacher=False))
+    write_slates(tmp_path / "eval.jsonl", signal_slates(24, seed=2, teacher=False))
     return tmp_path / "train.jsonl", tmp_path / "eval.jsonl"
 
 

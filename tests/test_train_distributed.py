@@ -17,8 +17,8 @@ from spdrank.model import SPDRanker
 from spdrank.sinkhorn import log_sinkhorn
 from spdrank.slates import load_slates
 from spdrank.train import TrainConfig, share, train
-from tests.conftest import subprocess_env
-from tests.test_train import config
+from tests.helpers import subprocess_env
+from tests.helpers import train_config as config
 
 
 def test_shares_split_each_global_batch_into_near_equal_contiguous_parts():

@@ -1,6 +1,5 @@
 """``spdrank train --init-from``: a run that starts from a trained checkpoint."""
 
-import random
 
 import numpy as np
 import pytest
@@ -9,18 +8,7 @@ from spdrank.cli import main
 from spdrank.model import SPDRanker
 from spdrank.slates import load_slates, write_slates
 from spdrank.train import TrainConfig, Trainer, train
-from tests.conftest import make_slate
-
-
-def signal_slates(n: int, seed: int):
-    """Slates whose clicked item is the one with the top 'signal' feature, which no text says."""
-    rng = random.Random(seed)
-    slates = [make_slate(rng, 6, qid=f"s{seed}-{i}") for i in range(n)]
-    for slate in slates:
-        for c in slate.candidates:
-            c.features = {"signal": rng.gauss(0, 1)}
-        slate.clicked = [max(slate.candidates, key=lambda c: c.features["signal"]).docid]
-    return slates
+from tests.helpers import signal_slates, train_config
 
 
 @pytest.fixture
@@ -31,13 +19,8 @@ def files(tmp_path):
 
 
 def settings(tmp_path, backbone, out, **kw) -> TrainConfig:
-    base = {
-        "slates": str(tmp_path / "train.jsonl"), "out": str(tmp_path / out), "backbone": backbone,
-        "frozen": True, "positions": 8, "head_width": 32, "max_item_tokens": 8, "batch_size": 4,
-        "warmup_steps": 2, "eval_every": 0, "save_every": 0, "progress": False,
-        "lora_r": 4, "lora_alpha": 8,
-    }
-    return TrainConfig(**(base | kw))
+    base = {"frozen": True, "positions": 8, "lora_r": 4, "lora_alpha": 8}
+    return train_config(tmp_path, backbone, out, **(base | kw))
 
 
 def matrices(model: SPDRanker, slates) -> np.ndarray:

@@ -25,7 +25,7 @@ import torch
 
 from spdrank.slates import write_slates
 from spdrank.train import TrainConfig, train
-from tests.conftest import make_slate
+from tests.helpers import make_slate
 
 HEADS = {
     "attn": {},

@@ -423,7 +423,7 @@ def render_text(
     The autoregressive teacher (``spdrank.teacher.prompt``) shows its model this same text, so
     teacher and student see the user context and the numbered ``[i] title`` lines identically.
     Budgets are the caller's: pass texts already cut. Must stay in step with ``encode``'s
-    literals (``tests/test_teacher_prompt.py`` checks that the two agree token for token).
+    literals (``tests/teacher/test_teacher_prompt.py`` checks that the two agree token for token).
     """
     lines = "".join(f"\n[{i}] {text}" for i, text in enumerate(candidate_texts, start=1))
     return (

@@ -9,6 +9,7 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
+from types import SimpleNamespace
 
 import httpx
 import numpy as np
@@ -20,7 +21,6 @@ from spdrank.serving.batcher import InferenceError, MicroBatcher, QueueFullError
 from spdrank.serving.engine import Engine
 from spdrank.serving.policy import padding_waste, plan_prefills, resolve_policy
 from spdrank.slates import Candidate, Query, Slate
-from tests.test_serve import served  # noqa: F401 - the tiny model fixture
 
 # -- the batcher alone ------------------------------------------------------------------------
 
@@ -51,9 +51,40 @@ def test_concurrent_submits_share_a_batch_and_keep_their_results():
     assert [d.batch_size for d in done] == [4, 4, 4, 4, 2, 2]
 
 
-def test_max_wait_bounds_the_wait_of_a_lone_request():
+class FakeClock:
+    """``time.perf_counter`` for one module, standing still until ``advance`` moves it."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def perf_counter(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def test_max_wait_bounds_the_wait_of_a_lone_request(monkeypatch):
     """A lone request waits ``max_wait_ms`` for company, then runs alone rather than waiting
-    for a full batch (which would never come: the timeout only ends a hang)."""
+    for a full batch (which would never come: the timeout only ends a hang). The batcher's
+    clock is a fake and its wait for company returns at once, having moved the clock on by
+    the time it was given, so what is checked is the wait it asked for, not a scheduler's."""
+    from spdrank.serving import batcher
+
+    clock = FakeClock()
+    waits: list[float] = []
+
+    async def no_company(awaitable, timeout):
+        awaitable.close()  # the queue's get(), never awaited: nobody else comes
+        waits.append(timeout)
+        clock.advance(timeout)
+        raise asyncio.TimeoutError
+
+    monkeypatch.setattr(batcher, "time", clock)
+    monkeypatch.setattr(
+        batcher, "asyncio", SimpleNamespace(**{**vars(asyncio), "wait_for": no_company})
+    )
+
     async def main():
         b = MicroBatcher(lambda xs: xs, max_batch_size=8, max_wait_ms=30, max_queue=4)
         await b.start()
@@ -62,7 +93,9 @@ def test_max_wait_bounds_the_wait_of_a_lone_request():
         return done
 
     done = run_async(main())
-    assert done.batch_size == 1 and done.collected == 1 and done.queue_ms >= 29.0
+    assert waits == [pytest.approx(0.030)]  # one wait, of max_wait_ms from its admission
+    assert done.value == 1 and done.batch_size == 1 and done.collected == 1
+    assert done.queue_ms == pytest.approx(30.0)
 
 
 def test_full_queue_refuses_at_once_with_retry_after():
@@ -223,7 +256,7 @@ def mixed_slates() -> list[Slate]:
     return out
 
 
-def test_bucketed_engine_keeps_order_and_ranks_as_each_slate_alone(served):  # noqa: F811
+def test_bucketed_engine_keeps_order_and_ranks_as_each_slate_alone(served):
     model = served[0]
     slates = mixed_slates()
     cap = 0.1
@@ -260,7 +293,7 @@ def test_bucketed_engine_keeps_order_and_ranks_as_each_slate_alone(served):  # n
 
 
 @pytest.mark.parametrize("policy", ["padded", "bucketed", "single"])
-def test_every_policy_answers_in_request_order(served, policy):  # noqa: F811
+def test_every_policy_answers_in_request_order(served, policy):
     slates = mixed_slates()
     engine = Engine(served[0], "tiny-spd", policy=policy)
     parts = list(engine.rank_parts(slates))
@@ -274,7 +307,7 @@ def test_every_policy_answers_in_request_order(served, policy):  # noqa: F811
     assert [r.ranking.docids for r in ranked] == [served[0].rank(s).docids for s in slates]
 
 
-def test_the_policy_is_wired_through_settings(served):  # noqa: F811
+def test_the_policy_is_wired_through_settings(served):
     app = create_app(served[0], name="tiny-spd")  # defaults: auto, on a CPU
     assert app.state.settings.batch_policy == "auto"
     # one slate at a time, never waiting: the unbatched server's path, whatever the batch size
@@ -294,11 +327,18 @@ def test_the_policy_is_wired_through_settings(served):  # noqa: F811
 # -- a real server ----------------------------------------------------------------------------
 
 
-class SlowEngine(Engine):
-    """The tiny model, made slow enough (0.3 s a batch) that requests pile up behind it."""
+class HeldEngine(Engine):
+    """The tiny model, holding every batch until ``release`` is set, so requests pile up
+    behind it however fast or slow they arrive; ``entered`` counts the slates that reached it."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.release = threading.Event()
+        self.entered = 0
 
     def rank_parts(self, slates):
-        time.sleep(0.3)
+        self.entered += len(slates)
+        assert self.release.wait(20), "the test never released the batch"
         return super().rank_parts(slates)
 
 
@@ -325,18 +365,33 @@ def running(app) -> Iterator[str]:
         thread.join(10)
 
 
-async def fire(url: str, n: int) -> list[httpx.Response]:
+async def fire(url: str, n: int, app=None) -> list[httpx.Response]:
+    """``n`` requests at once. With ``app`` (on a HeldEngine, held), its engine is released
+    only once every request is accounted for: in a batch, waiting in the queue or refused."""
     async with httpx.AsyncClient(base_url=url, timeout=30) as c:
         body = {"query": "1. rose shampoo", "documents": ["hair oil", "nail polish", "body lotion"]}
-        return await asyncio.gather(*(c.post("/v1/rerank", json=body) for _ in range(n)))
+        sent = asyncio.gather(*(c.post("/v1/rerank", json=body) for _ in range(n)))
+        if app is not None:
+            engine, batcher = app.state.engine, app.state.batcher
+            start = (engine.entered, batcher.metrics.rejected.value())
+            deadline = time.monotonic() + 20
+            while (engine.entered - start[0] + batcher.pending
+                   + batcher.metrics.rejected.value() - start[1]) < n:
+                assert time.monotonic() < deadline, "the requests never all arrived"
+                await asyncio.sleep(0.01)
+            engine.release.set()
+        responses = await sent
+        if app is not None:
+            app.state.engine.release.clear()
+        return responses
 
 
-def test_real_server_batches_concurrent_requests_and_sheds_load(served):  # noqa: F811
+def test_real_server_batches_concurrent_requests_and_sheds_load(served):
     settings = ServeSettings(max_batch_size=4, max_wait_ms=150, max_queue=4, batch_policy="padded")
-    app = create_app(SlowEngine(served[0], "tiny-spd"), settings)
+    app = create_app(HeldEngine(served[0], "tiny-spd"), settings)
     with running(app) as url:
         # Four at once: they share prefills (at least one batch holds more than one slate).
-        first = asyncio.run(fire(url, 4))
+        first = asyncio.run(fire(url, 4, app))
         assert [r.status_code for r in first] == [200] * 4
         assert max(r.json()["meta"]["batch_size"] for r in first) > 1
         metrics = httpx.get(f"{url}/metrics").text
@@ -345,7 +400,7 @@ def test_real_server_batches_concurrent_requests_and_sheds_load(served):  # noqa
         assert total < 4 and ones < total, metrics  # a batch > 1 is in the histogram
 
         # Twelve at once against 1 running batch + 4 waiting: the rest are refused, not queued.
-        burst = asyncio.run(fire(url, 12))
+        burst = asyncio.run(fire(url, 12, app))
         codes = sorted(r.status_code for r in burst)
         assert codes.count(200) >= 4 and 503 in codes, codes
         refused = next(r for r in burst if r.status_code == 503)
@@ -371,13 +426,18 @@ def test_single_collects_one_slate_without_waiting_and_the_others_use_the_settin
         assert collector_limits(policy, 8, 5.0) == (8, 5.0)
 
 
-def test_tokenize_holds_the_encoding_timed_where_it_ran(served, monkeypatch):  # noqa: F811
+def test_tokenize_holds_the_encoding_timed_where_it_ran(served, monkeypatch):
+    """The engine's clock is a fake that each encoding moves on by 20 ms."""
+    from spdrank.serving import engine as engine_module
+
     model = served[0]
     engine = Engine(model, "tiny-spd", policy="padded")
     real = model.encode
+    clock = FakeClock()
+    monkeypatch.setattr(engine_module, "time", clock)
 
     def slow(slate):
-        time.sleep(0.02)
+        clock.advance(0.02)
         return real(slate)
 
     monkeypatch.setattr(model, "encode", slow)
@@ -394,5 +454,5 @@ def test_tokenize_holds_the_encoding_timed_where_it_ran(served, monkeypatch):  #
     ranked = engine.rank(slates)
     model_tokenize = seen[0]["tokenize"]
     for r in ranked:  # one prefill: all three slates' encoding, plus the model's collation
-        assert r.ranking.timings["tokenize"] >= model_tokenize + 3 * 20
+        assert r.ranking.timings["tokenize"] == pytest.approx(model_tokenize + 3 * 20)
         assert list(r.ranking.timings) == list(seen[0])

@@ -22,9 +22,8 @@ from types import ModuleType
 import pytest
 
 from spdrank.cli import main
-from tests.conftest import subprocess_env
+from tests.helpers import ROOT, subprocess_env
 
-ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "own-data.md"
 
 

@@ -5,11 +5,8 @@ benchmarks/gpu.sh's commands parse."""
 from __future__ import annotations
 
 import json
-import os
 import random
 import shlex
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -24,27 +21,10 @@ from spdrank.decode import DECODERS
 from spdrank.evaluate import evaluate
 from spdrank.metrics import is_valid_permutation
 from spdrank.model import SPDRanker
-from spdrank.slates import Candidate, Query, Slate, write_slates
-from tests.conftest import WORDS
-from tests.test_model import tiny_config
+from spdrank.slates import Slate, write_slates
+from tests.helpers import ROOT, dry_run_commands, load_benchmark, make_slate, tiny_config
 
-ROOT = Path(__file__).resolve().parents[1]
-ITEMS = [f"i{k}" for k in range(40)]
 TEACHER_MS = [100.0, 300.0, 500.0, 700.0, 900.0, 5000.0]  # median 600, mean 1250
-
-
-def _slate(rng: random.Random, qid: str, n: int) -> Slate:
-    cands = rng.sample(ITEMS, n)
-    return Slate(
-        query=Query(qid=qid, text="1. " + " ".join(rng.choices(WORDS, k=4)),
-                    history=rng.sample(ITEMS, 3)),
-        candidates=[
-            Candidate(docid=d, doc={"title": " ".join(rng.choices(WORDS, k=rng.randint(1, 4)))})
-            for d in cands
-        ],
-        clicked=[cands[rng.randrange(n)]],
-        teacher=rng.sample(cands, n),
-    )
 
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -53,7 +33,10 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 @pytest.fixture(scope="module")
 def eval_slates() -> list[Slate]:
     rng = random.Random(1)
-    return [_slate(rng, f"e{i}", rng.randint(4, 9)) for i in range(len(TEACHER_MS))]
+    return [
+        make_slate(rng, rng.randint(4, 9), f"e{i}", catalogue=40, history=3)
+        for i in range(len(TEACHER_MS))
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -73,7 +56,8 @@ def spd_model(spd_dir) -> SPDRanker:
 def data(tmp_path_factory, eval_slates) -> Path:
     rng = random.Random(2)
     path = tmp_path_factory.mktemp("data")
-    write_slates(path / "train.jsonl", [_slate(rng, f"t{i}", 8) for i in range(20)])
+    train = [make_slate(rng, 8, f"t{i}", catalogue=40, history=3) for i in range(20)]
+    write_slates(path / "train.jsonl", train)
     write_slates(path / "eval.jsonl", eval_slates)
     with open(path / "direct.labels.jsonl", "w") as fh:
         for slate, ms in zip(eval_slates, TEACHER_MS):
@@ -354,33 +338,6 @@ def test_dtype_override_loads_the_backbone_in_bfloat16(spd_dir, eval_slates):
 
 
 # -- benchmarks/gpu.sh -------------------------------------------------------------------------
-
-
-def load_benchmark(name: str, monkeypatch: pytest.MonkeyPatch):
-    """benchmarks/NAME.py as a module (the folder is no package), registered in sys.modules
-    for the test's duration: dataclasses look their module up there."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, name, module)
-    spec.loader.exec_module(module)
-    return module
-
-
-def dry_run_commands(script: str, program: str = "spdrank") -> list[list[str]]:
-    """The commands of ``program`` (every program: ``""``) that ``bash benchmarks/SCRIPT
-    --dry-run`` prints, each as its argv."""
-    env = {**os.environ, "BIN": "/nonexistent/bin"}
-    done = subprocess.run(
-        ["bash", str(ROOT / "benchmarks" / script), "--dry-run"],
-        env=env, capture_output=True, text=True, timeout=60, check=True,
-    )
-    return [
-        shlex.split(line)
-        for line in done.stdout.splitlines()
-        if line.startswith(f"/nonexistent/bin/{program + ' ' if program else ''}")
-    ]
 
 
 def test_gpu_script_commands_parse():

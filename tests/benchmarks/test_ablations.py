@@ -17,9 +17,8 @@ import pytest
 
 import spdrank.cli
 from spdrank.slates import write_slates
-from tests.conftest import make_slate, subprocess_env
+from tests.helpers import ROOT, make_slate, subprocess_env
 
-ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = ("signal", "heads", "decoders", "depth")
 #: The settings the scripts read from the environment: none may leak in from the caller's.
 SETTINGS = (

@@ -30,7 +30,7 @@ from spdrank.prompt import LETTERS, PromptSettings
 from spdrank.sinkhorn import log_sinkhorn, permutation_cross_entropy
 from spdrank.slates import load_slates
 from spdrank.train import TrainConfig, train
-from tests.test_train import config
+from tests.helpers import train_config as config
 
 
 def test_each_head_kind_is_served_by_its_method():

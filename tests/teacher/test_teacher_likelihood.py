@@ -6,7 +6,7 @@ import torch
 
 from spdrank.cli import main
 from spdrank.slates import Candidate, Query, Slate, load_slates, write_slates
-from tests.test_teacher_run import make_slates, records
+from tests.helpers import make_slates, records
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

@@ -18,7 +18,7 @@ import pytest
 
 from spdrank.cli import main
 from spdrank.slates import load_slates, write_slates
-from tests.test_teacher_run import make_slates, records
+from tests.helpers import make_slates, records
 
 
 class FakeServer:

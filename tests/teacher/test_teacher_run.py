@@ -13,27 +13,9 @@ import pytest
 
 from spdrank.baselines import CooccurrenceRanker, FeatureRanker, PopularityRanker
 from spdrank.cli import main
-from spdrank.slates import Candidate, Query, Slate, load_slates, write_slates
+from spdrank.slates import Slate, load_slates, write_slates
 from spdrank.teacher.labels import LabelStore
-
-ITEMS = [f"i{k}" for k in range(30)]
-SRC = str(Path(__file__).resolve().parents[1] / "src")
-
-
-def make_slates(n: int, seed: int = 0, prefix: str = "u") -> list[Slate]:
-    rng = random.Random(seed)
-    out = []
-    for u in range(n):
-        history = rng.sample(ITEMS, 4)
-        cands = rng.sample(ITEMS, rng.randint(3, 8))
-        out.append(
-            Slate(
-                query=Query(qid=f"{prefix}{u}", text=" / ".join(history), history=history),
-                candidates=[Candidate(docid=c, doc={"title": f"item {c}"}) for c in cands],
-                clicked=[cands[0]],
-            )
-        )
-    return out
+from tests.helpers import SRC, make_slates, records
 
 
 @pytest.fixture
@@ -48,10 +30,6 @@ def teacher(data: Path, *extra: str, out: str = "labels.jsonl", backend: str = "
         ["teacher", "--slates", str(data / "slates.jsonl"), "--out", str(data / out),
          "--backend", backend, "--no-progress", *extra]
     )
-
-
-def records(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines()]
 
 
 def test_ranker_backend_end_to_end_and_rerun_skips(data, capsys):
@@ -241,7 +219,7 @@ def test_kill_9_mid_run_loses_nothing_written(data):
     assert main(["teacher", "--slates", str(data / "slates.jsonl"), "--out", str(reference / "l.jsonl"),
                  "--backend", "ranker:random", "--no-progress"]) == 0
     out = data / "labels.jsonl"
-    env = {**os.environ, "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    env = {**os.environ, "PYTHONPATH": str(SRC) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     proc = subprocess.Popen(
         [sys.executable, "-m", "spdrank", "teacher", "--slates", str(data / "slates.jsonl"),
          "--out", str(out), "--backend", "ranker:random", "--no-progress", "--debug-delay", "0.2"],

@@ -26,7 +26,7 @@ from spdrank.cli import main
 from spdrank.metrics import is_valid_permutation
 from spdrank.slates import load_slates, write_slates
 from spdrank.teacher.parse import parse_response
-from tests.test_teacher_run import make_slates, records
+from tests.helpers import make_slates, records
 
 pytest.importorskip("llama_cpp.server", reason="make test installs llama-cpp-python[server]")
 

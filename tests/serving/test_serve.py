@@ -7,32 +7,13 @@ from itertools import pairwise
 from pathlib import Path
 
 import pytest
-import torch
 from fastapi.testclient import TestClient
 
-from spdrank.backbone import BackboneConfig, LoraSettings
-from spdrank.heads import HeadConfig
-from spdrank.model import SPDConfig, SPDRanker
-from spdrank.prompt import PromptSettings
+from spdrank.model import SPDRanker
 from spdrank.serving import ServeSettings, create_app
+from tests.helpers import save_features_only_model
 
-K = 8
-
-
-@pytest.fixture(scope="module")
-def served(tiny_backbone, tmp_path_factory) -> tuple[SPDRanker, Path]:
-    """A tiny SPD model (K = 8, 8 tokens per item), built once and saved for the CLI test."""
-    torch.manual_seed(0)
-    model = SPDRanker.build(
-        SPDConfig(
-            backbone=BackboneConfig(name_or_path=tiny_backbone, lora=LoraSettings(r=4, alpha=8)),
-            head=HeadConfig(kind="attn", positions=K, width=16, heads=2),
-            prompt=PromptSettings(max_item_tokens=8, max_query_tokens=64),
-        )
-    )
-    path = tmp_path_factory.mktemp("served") / "tiny-spd"
-    model.save_pretrained(path)
-    return model, path
+K = 8  # the served model's positions (serving/conftest.py)
 
 
 @pytest.fixture(scope="module")
@@ -360,18 +341,9 @@ def test_an_unexpected_bug_is_a_json_500_and_the_server_keeps_serving(served, mo
 @pytest.fixture(scope="module")
 def features_served(tmp_path_factory) -> Path:
     """A features-only model (no backbone: fast), reading 'pop' and the candidates' score."""
-    from spdrank.features import FeatureNormalizer
-    from spdrank.model import NoBackbone, NoTokenizer
-
-    config = SPDConfig(
-        backbone=BackboneConfig(lora=None),
-        head=HeadConfig(kind="attn", positions=K, width=16, heads=2),
-        features=FeatureNormalizer(("pop", "score"), (1.0, 0.5), (2.0, 0.25)),
-        features_only=True,
+    return save_features_only_model(
+        tmp_path_factory.mktemp("served") / "features-spd", K, std=(2.0, 0.25)
     )
-    path = tmp_path_factory.mktemp("served") / "features-spd"
-    SPDRanker(config, NoBackbone(), NoTokenizer()).save_pretrained(path)
-    return path
 
 
 def test_features_come_with_slates_and_are_checked_before_queueing(features_served):

@@ -13,7 +13,7 @@ from spdrank.teacher.prompt import (
     cut_head,
     cut_tail,
 )
-from tests.conftest import WORDS
+from tests.helpers import WORDS
 
 
 def slate_of(titles, query="1. red lipstick\n2. soft brush"):

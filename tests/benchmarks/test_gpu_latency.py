@@ -16,55 +16,23 @@ import pytest
 import torch
 
 import spdrank.cli
-from spdrank.backbone import BackboneConfig, LoraSettings, resolve_path
+from spdrank.backbone import resolve_path
 from spdrank.bench.latency import STAGES, decompose
 from spdrank.bench.report import latency_table
-from spdrank.heads import HeadConfig
 from spdrank.metrics import is_valid_permutation
 from spdrank.model import SPDConfig, SPDRanker
-from spdrank.prompt import PromptSettings
-from spdrank.slates import Candidate, Slate, write_slates
-from tests.conftest import make_slate
-from tests.test_bench import dry_run_commands as dry_run_script
+from spdrank.slates import write_slates
+from tests.helpers import ROOT, load_benchmark, make_slate, tiny_config, tiny_qwen3
+from tests.helpers import dry_run_commands as dry_run_script
 
-ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "benchmarks" / "gpu_latency.sh"
 QWEN3 = "config:benchmarks/configs/qwen3-0.6b.json"
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
-def tiny_qwen3(folder: Path, vocab_size: int = 49152) -> Path:
-    """A 2-layer, 64-wide Qwen3 config.json (SmolLM2's tokenizer has 49,152 tokens)."""
-    folder.mkdir(parents=True, exist_ok=True)
-    config = {
-        "model_type": "qwen3", "hidden_size": 64, "num_hidden_layers": 2,
-        "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
-        "intermediate_size": 128, "vocab_size": vocab_size, "max_position_embeddings": 4096,
-        "rope_theta": 1000000, "rms_norm_eps": 1e-6, "tie_word_embeddings": True,
-        "hidden_act": "silu",
-    }
-    path = folder / "config.json"
-    path.write_text(json.dumps(config))
-    return path
-
-
 def spd_config(config_file: Path, positions: int = 16) -> SPDConfig:
-    return SPDConfig(
-        backbone=BackboneConfig(name_or_path=f"config:{config_file}", lora=LoraSettings(r=4, alpha=8)),
-        head=HeadConfig(kind="attn", positions=positions, width=16, heads=2),
-        prompt=PromptSettings(max_item_tokens=8),
-    )
-
-
-def catalogue_slate(rng: random.Random, n: int, qid: str) -> Slate:
-    """A slate of ``n`` items drawn from a catalogue of 30, so slates can be filled up from
-    each other's items (what the decomposition does for N beyond a slate's size)."""
-    made = make_slate(rng, n, qid=qid)
-    ids = rng.sample([f"i{k}" for k in range(30)], n)
-    rename = dict(zip(made.docids, ids))
-    candidates = [Candidate(docid=rename[c.docid], doc=c.doc) for c in made.candidates]
-    return Slate(query=made.query, candidates=candidates, clicked=[rename[d] for d in made.clicked])
+    return tiny_config(f"config:{config_file}", positions=positions)
 
 
 @pytest.fixture(scope="module")
@@ -89,8 +57,6 @@ def test_gpu_latency_script_commands_parse(monkeypatch):
     """Every command the script would run parses with the real parsers: bench's latency
     decomposition at N = 20/50/150, batch 1 and 32, bf16 on CUDA, for the Qwen3-shaped random
     backbone and the default one, each after its training-step timing."""
-    from tests.test_bench import load_benchmark
-
     commands = dry_run_commands()
     parser = spdrank.cli.build_parser()
     train_step = load_benchmark("train_step", monkeypatch)
@@ -225,8 +191,6 @@ def test_latency_batch_flag_parses():
 
 
 def test_train_step_times_steps_and_leaves_a_checkpoint(config_file, train_file, tmp_path, monkeypatch, capsys):
-    from tests.test_bench import load_benchmark
-
     train_step = load_benchmark("train_step", monkeypatch)
     out = tmp_path / "run"
     argv = ["--warmup", "1", "--steps", "2", "--json", str(tmp_path / "step.json"), "--",
@@ -251,8 +215,8 @@ def test_gpu_latency_script_runs_end_to_end_on_a_cpu(config_file, tmp_path):
     data = tmp_path / "data"
     data.mkdir()
     (data / "manifest.json").write_text("{}")  # the data step is skipped: its output exists
-    write_slates(data / "train.jsonl", [catalogue_slate(rng, 6, f"t{i}") for i in range(4)])
-    write_slates(data / "eval.jsonl", [catalogue_slate(rng, 6, f"e{i}") for i in range(6)])
+    write_slates(data / "train.jsonl", [make_slate(rng, 6, f"t{i}", teacher=False, catalogue=30) for i in range(4)])
+    write_slates(data / "eval.jsonl", [make_slate(rng, 6, f"e{i}", teacher=False, catalogue=30) for i in range(6)])
     out = tmp_path / "out"
     env = {
         **os.environ, "BIN": str(Path(sys.executable).parent), "DATA": str(data),

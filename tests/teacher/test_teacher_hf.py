@@ -8,7 +8,7 @@ from spdrank.cli import main
 from spdrank.slates import Candidate, Query, Slate, load_slates, write_slates
 from spdrank.teacher.parse import parse_response
 from spdrank.teacher.prompt import build_messages
-from tests.test_teacher_run import make_slates, records
+from tests.helpers import make_slates, records
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

@@ -1,0 +1,261 @@
+"""What the tests share, as plain functions: slate factories, tiny-model builders, the benchmark
+scripts' dry runs and the environment of a fresh interpreter. Fixtures live in conftest.py."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+from spdrank.backbone import BackboneConfig, LoraSettings
+from spdrank.heads import HeadConfig
+from spdrank.model import SPDConfig
+from spdrank.prompt import PromptSettings
+from spdrank.ranking import Ranking
+from spdrank.slates import Candidate, Query, Slate
+
+ROOT = Path(__file__).resolve().parents[1]
+SRC = ROOT / "src"
+
+WORDS = ["shampoo", "conditioner", "serum", "lipstick", "mascara", "cream", "lotion", "gel", "polish", "brush", "oil", "mask", "cleanser", "toner", "balm", "spray", "powder", "foundation", "blush", "eyeliner", "perfume", "soap", "scrub"]
+
+
+# -- slates ------------------------------------------------------------------------------------
+
+
+def make_slate(
+    rng: random.Random, n: int, qid: str = "q", teacher: bool = True, *,
+    catalogue: int = 0, history: int = 0,
+) -> Slate:
+    """``n`` candidates titled with 1 to 6 of WORDS, one click and (``teacher``) a teacher
+    ranking, all random. With ``catalogue``, the docids are drawn from ``i0 .. i{catalogue-1}``
+    (so slates share items, and can be filled up from each other's) and the query carries a
+    ``history`` of that many of them."""
+    cands = [
+        Candidate(docid=f"d{i}", doc={"title": " ".join(rng.choices(WORDS, k=rng.randint(1, 6)))})
+        for i in range(n)
+    ]
+    docids = [c.docid for c in cands]
+    ranking = docids[:]
+    rng.shuffle(ranking)
+    query = Query(qid=qid, text="1. " + " ".join(rng.choices(WORDS, k=5)))
+    if catalogue:
+        items = [f"i{k}" for k in range(catalogue)]
+        rename = dict(zip(docids, rng.sample(items, n)))
+        cands = [Candidate(docid=rename[c.docid], doc=c.doc) for c in cands]
+        ranking = [rename[d] for d in ranking]
+        if history:
+            query = Query(qid=qid, text=query.text, history=rng.sample(items, history))
+    return Slate(
+        query=query, candidates=cands, clicked=[ranking[0]], teacher=ranking if teacher else None
+    )
+
+
+def item_slate(
+    qid: str, history: list[str], cands: list[str], clicked: list[str] | None = None,
+    teacher: list[str] | None = None, sep: str = " ",
+) -> Slate:
+    """A slate over named items: candidate ``d`` is titled ``item d``, and the query's text is
+    its history joined by ``sep`` (``-`` when empty)."""
+    return Slate(
+        query=Query(qid=qid, text=sep.join(history) or "-", history=history),
+        candidates=[Candidate(docid=d, doc={"title": f"item {d}"}) for d in cands],
+        clicked=clicked,
+        teacher=teacher,
+    )
+
+
+def make_slates(n: int, seed: int = 0, prefix: str = "u") -> list[Slate]:
+    """``n`` item slates from a catalogue of 30: a history of 4, 3 to 8 candidates, the first
+    clicked, no teacher."""
+    rng = random.Random(seed)
+    items = [f"i{k}" for k in range(30)]
+    out = []
+    for u in range(n):
+        history = rng.sample(items, 4)
+        cands = rng.sample(items, rng.randint(3, 8))
+        out.append(item_slate(f"{prefix}{u}", history, cands, clicked=[cands[0]], sep=" / "))
+    return out
+
+
+def signal_slates(n: int, seed: int, teacher: bool = True) -> list[Slate]:
+    """Slates whose clicked item is the one with the top 'signal' feature, which no text says."""
+    rng = random.Random(seed)
+    slates = [make_slate(rng, 6, qid=f"s{seed}-{i}", teacher=teacher) for i in range(n)]
+    for slate in slates:
+        for c in slate.candidates:
+            c.features = {"signal": rng.gauss(0, 1)}
+        slate.clicked = [max(slate.candidates, key=lambda c: c.features["signal"]).docid]
+    return slates
+
+
+#: Three slates over four items: a teacher on the first two, every candidate clicked in the third.
+EVAL = [
+    item_slate("e1", ["a"], ["a", "b", "c", "d"], clicked=["c"], teacher=["c", "a", "b", "d"]),
+    item_slate("e2", ["b"], ["a", "b", "c", "d"], clicked=["a"], teacher=["a", "b", "c", "d"]),
+    item_slate("e3", ["c"], ["a", "b", "c", "d"], clicked=["a", "b", "c", "d"]),
+]
+
+
+def records(path: Path) -> list[dict]:
+    """The JSON lines of ``path``."""
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+class Fixed:
+    """A ranker returning whatever ``fn(slate)`` gives, counting calls."""
+
+    def __init__(self, name, fn, passes=0):
+        self.name, self.fn, self.passes, self.calls = name, fn, passes, 0
+
+    def fit(self, train):
+        pass
+
+    def rank(self, slate):
+        self.calls += 1
+        return Ranking(docids=self.fn(slate), decode_passes=self.passes, timings={"x": 1.0})
+
+
+# -- tiny models -------------------------------------------------------------------------------
+
+
+def save_tiny_llama(path: Path, tokenizer) -> Path:
+    """A 2-layer, 32-wide Llama with ``tokenizer`` (seeded), saved as a local HF model directory."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=4096,
+        tie_word_embeddings=True,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    LlamaForCausalLM(config).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+def tiny_qwen3(folder: Path, vocab_size: int = 49152) -> Path:
+    """A 2-layer, 64-wide Qwen3 config.json (SmolLM2's tokenizer has 49,152 tokens)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    config = {
+        "model_type": "qwen3", "hidden_size": 64, "num_hidden_layers": 2,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
+        "intermediate_size": 128, "vocab_size": vocab_size, "max_position_embeddings": 4096,
+        "rope_theta": 1000000, "rms_norm_eps": 1e-6, "tie_word_embeddings": True,
+        "hidden_act": "silu",
+    }
+    path = folder / "config.json"
+    path.write_text(json.dumps(config))
+    return path
+
+
+def tiny_config(
+    backbone: str, kind: str = "attn", frozen: bool = False, positions: int = 16, *,
+    lora: LoraSettings | None = None, item_tokens: int = 8, query_tokens: int | None = None,
+    **head,
+) -> SPDConfig:
+    """A small SPD model on ``backbone``: LoRA ``lora`` (r 4, alpha 8 unless given) unless
+    ``frozen``, a ``kind`` head 16 wide with 2 attention heads (``head`` overrides any of
+    HeadConfig's fields), ``item_tokens`` tokens an item and, when given, ``query_tokens``."""
+    prompt = {"max_item_tokens": item_tokens}
+    if query_tokens is not None:
+        prompt["max_query_tokens"] = query_tokens
+    return SPDConfig(
+        backbone=BackboneConfig(
+            name_or_path=backbone, lora=None if frozen else lora or LoraSettings(r=4, alpha=8)
+        ),
+        head=HeadConfig(kind=kind, positions=positions, **({"width": 16, "heads": 2} | head)),
+        prompt=PromptSettings(**prompt),
+    )
+
+
+def save_features_only_model(
+    path: Path, positions: int, std: tuple[float, float] = (0.5, 0.25)
+) -> Path:
+    """A features-only model (no backbone) reading 'pop' and the candidates' score (means 1.0
+    and 0.5, deviations ``std``), saved to ``path``: it loads in milliseconds, so input-handling
+    tests can run the real CLI and server around it."""
+    from spdrank.features import FeatureNormalizer
+    from spdrank.model import NoBackbone, NoTokenizer, SPDRanker
+
+    config = SPDConfig(
+        backbone=BackboneConfig(lora=None),
+        head=HeadConfig(kind="attn", positions=positions, width=16, heads=2),
+        features=FeatureNormalizer(("pop", "score"), (1.0, 0.5), std),
+        features_only=True,
+    )
+    SPDRanker(config, NoBackbone(), NoTokenizer()).save_pretrained(path)
+    return path
+
+
+def train_config(tmp_path: Path, backbone: str, out: str = "run", **kw):
+    """Training settings for ``tmp_path/train.jsonl`` on a tiny backbone, written to
+    ``tmp_path/OUT``; ``kw`` overrides any of them."""
+    from spdrank.train import TrainConfig
+
+    base = {
+        "slates": str(tmp_path / "train.jsonl"),
+        "out": str(tmp_path / out),
+        "target": "teacher",
+        "backbone": backbone,
+        "lora_r": 8,
+        "lora_alpha": 16,
+        "positions": 16,
+        "head_width": 32,
+        "max_item_tokens": 8,
+        "batch_size": 4,
+        "warmup_steps": 2,
+        "eval_every": 0,
+        "save_every": 0,
+        "progress": False,
+    }
+    return TrainConfig(**(base | kw))
+
+
+# -- processes and benchmark scripts -----------------------------------------------------------
+
+
+def subprocess_env() -> dict[str, str]:
+    """The environment for a fresh interpreter that imports this checkout's spdrank."""
+    import spdrank
+
+    src = str(Path(spdrank.__file__).parents[1])
+    return os.environ | {"PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")])}
+
+
+def load_benchmark(name: str, monkeypatch):
+    """benchmarks/NAME.py as a module (the folder is no package), registered in sys.modules
+    for the test's duration: dataclasses look their module up there."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, name, module)
+    spec.loader.exec_module(module)
+    return module
+
+
+def dry_run_commands(script: str, program: str = "spdrank") -> list[list[str]]:
+    """The commands of ``program`` (every program: ``""``) that ``bash benchmarks/SCRIPT
+    --dry-run`` prints, each as its argv."""
+    env = {**os.environ, "BIN": "/nonexistent/bin"}
+    done = subprocess.run(
+        ["bash", str(ROOT / "benchmarks" / script), "--dry-run"],
+        env=env, capture_output=True, text=True, timeout=60, check=True,
+    )
+    return [
+        shlex.split(line)
+        for line in done.stdout.splitlines()
+        if line.startswith(f"/nonexistent/bin/{program + ' ' if program else ''}")
+    ]
