@@ -492,9 +492,14 @@ def test_fidelity_driver_dry_run_commands_parse(capsys, monkeypatch):
     assert any("--constrained" in argv for argv in teachers)
     assert [argv for argv in commands if argv[1] == "bench"], "the teachers' table"
     for row, argv in zip(module.rows(), trains):
-        if row.reads_states():
+        if row.lora:  # LoRA changes the states at every step: a live prefill, nothing cached
+            assert argv[argv.index("--lora-r") + 1] == str(row.lora)
+            assert "--cache-states" not in argv and "--frozen" not in argv
+        elif row.reads_states():
             assert argv[argv.index("--cache-states") + 1] == str(row.states())
+            assert "--frozen" in argv
         else:
             assert "--cache-states" not in argv and "--frozen" not in argv
+    assert any(row.lora for row in module.rows())
     with pytest.raises(SystemExit):
         module.main(["--dry-run", "--only", "no/such/row"])
