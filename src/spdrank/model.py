@@ -272,11 +272,7 @@ class SPDRanker(nn.Module):
         dtype: str | None = None,
     ) -> SPDRanker:
         """Load a checkpoint; ``dtype`` (e.g. "bfloat16") overrides the backbone's saved one."""
-        path = Path(path)
-        if not (path / CONFIG_NAME).exists() and (path / "model" / CONFIG_NAME).exists():
-            path = path / "model"  # a training run's directory
-        if not (path / CONFIG_NAME).exists():
-            raise FileNotFoundError(f"{path} is not an spdrank checkpoint: no {CONFIG_NAME}")
+        path = checkpoint_dir(path)
         config = read_config(path / CONFIG_NAME)
         if dtype is not None:
             resolve_dtype(dtype, device)  # an unknown name fails before any weight is read
@@ -556,6 +552,17 @@ class SPDRanker(nn.Module):
 
     def fit(self, train: Any) -> None:
         """Trained by ``spdrank train``; nothing to fit at evaluation time."""
+
+
+def checkpoint_dir(path: str | os.PathLike[str]) -> Path:
+    """The checkpoint directory ``path`` names: a model directory, or a training run's (whose
+    model is in ``OUT/model``); a FileNotFoundError when it is neither."""
+    path = Path(path)
+    if not (path / CONFIG_NAME).exists() and (path / "model" / CONFIG_NAME).exists():
+        path = path / "model"
+    if not (path / CONFIG_NAME).exists():
+        raise FileNotFoundError(f"{path} is not an spdrank checkpoint: no {CONFIG_NAME}")
+    return path
 
 
 def read_config(path: Path) -> SPDConfig:

@@ -28,18 +28,6 @@ FEATURE_PREFIX = "features."
 TRAINING_ONLY = {"dropout"}
 
 
-def checkpoint_dir(path: str | Path) -> Path:
-    """The checkpoint directory ``path`` names: a model directory, or a run's (``OUT/model``)."""
-    from spdrank.model import CONFIG_NAME
-
-    path = Path(path)
-    if not (path / CONFIG_NAME).exists() and (path / "model" / CONFIG_NAME).exists():
-        path = path / "model"
-    if not (path / CONFIG_NAME).exists():
-        raise FileNotFoundError(f"--init-from {path}: not an spdrank checkpoint (no {CONFIG_NAME})")
-    return path
-
-
 def mismatches(new: SPDConfig, old: SPDConfig) -> list[str]:
     """The settings that differ between a run and the checkpoint it would start from, so that
     its head would read states other than those it was trained on (empty: compatible)."""
@@ -82,7 +70,14 @@ def warm_start(model: SPDRanker, path: str | Path) -> list[str]:
     """
     from safetensors.torch import load_file
 
-    from spdrank.model import ADAPTER_DIR, CONFIG_NAME, HEAD_NAME, load_head, read_config
+    from spdrank.model import (
+        ADAPTER_DIR,
+        CONFIG_NAME,
+        HEAD_NAME,
+        checkpoint_dir,
+        load_head,
+        read_config,
+    )
 
     path = checkpoint_dir(path)
     old = read_config(path / CONFIG_NAME)
