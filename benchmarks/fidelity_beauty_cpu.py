@@ -138,6 +138,8 @@ class Row:
 
 def rows() -> list[Row]:
     """Every row of the report, grouped by the question it answers."""
+    # The lexical words student, fine-tuned on clicks with features added.
+    from_lexical = ["--match", "tfidf", "--init-from", str(WORK / "runs" / "lex/words-tfidf")]
     return [
         # Can a student reading SmolLM2's states learn the lexical teacher, and what does it
         # take? The readout and head, at 512 training slates (validation only).
@@ -216,15 +218,15 @@ def rows() -> list[Row]:
             "fine-tuned on clicks with popularity + co-occurrence added (--init-from), 2 "
             "epochs: the LLM in place of the lexical score", target="clicks", readout="words",
             item_tokens=32, features="popularity,cooccurrence", epochs=2,
-            extra=["--match", "tfidf", "--init-from", str(WORK / "runs" / "lex/words-tfidf")]),
+            extra=from_lexical),
         Row("clicks/words-tfidf-warm+3f", "the same with the three features", target="clicks",
             readout="words", item_tokens=32,
             features="popularity,cooccurrence,title_similarity", epochs=2,
-            extra=["--match", "tfidf", "--init-from", str(WORK / "runs" / "lex/words-tfidf")]),
+            extra=from_lexical),
         Row("clicks/words-tfidf-warm+pop+co/4ep", "the lexical student fine-tuned on clicks "
             "with popularity + co-occurrence, 4 epochs", target="clicks", readout="words",
             item_tokens=32, features="popularity,cooccurrence", epochs=4,
-            extra=["--match", "tfidf", "--init-from", str(WORK / "runs" / "lex/words-tfidf")]),
+            extra=from_lexical),
         # The same comparisons on fewer click-labelled slates: whether the gap closes with data.
         *[Row(f"clicks/3f-only/{n}", f"clicks/3f-only on {n:,} slates", head="attn",
               target="clicks", features="popularity,cooccurrence,title_similarity", epochs=4,
@@ -232,7 +234,7 @@ def rows() -> list[Row]:
         *[Row(f"clicks/words-tfidf-warm+{f}/{n}", f"clicks/words-tfidf-warm+{f} on {n:,} "
               "slates", target="clicks", readout="words", item_tokens=32, features=names,
               epochs=2, limit=n,
-              extra=["--match", "tfidf", "--init-from", str(WORK / "runs" / "lex/words-tfidf")])
+              extra=from_lexical)
           for n in (512, 1024)
           for f, names in (("pop+co", "popularity,cooccurrence"),
                            ("3f", "popularity,cooccurrence,title_similarity"))],
