@@ -83,8 +83,8 @@ class Scale:
     #: Rough minutes of the training step (states and epochs) on 2 CPU cores, for its message.
     train_minutes: float
     #: Whether the evaluation carries SASRec, the sequential recommender a team would already
-    #: run: fitted on every training user's sequence, a few minutes on 2 CPU cores (cached by
-    #: its inputs, so a rerun reuses it); the toy scale leaves it out.
+    #: run: fitted on every training user's sequence (cached by its inputs, so a rerun reuses
+    #: it), which the toy scale is too short for.
     sasrec: bool = True
 
 
