@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 import torch
 
-from spdrank import heads
+from spdrank import head_inference
 from spdrank.model import SPDRanker
 
 
@@ -48,14 +48,14 @@ def main() -> int:
     head.compute_dtype = torch.bfloat16
     hidden = head.proj[0].normalized_shape[0]
     features = head.features.in_features if head.features is not None else 0
-    packed_cast, plain_cast = heads._WeightCast(), heads._WeightCast()
+    packed_cast, plain_cast = (head_inference.WeightCache(head._cast.build) for _ in range(2))
     packed_cast.weights(head, torch.bfloat16)
-    original = heads._packed_weight
-    heads._packed_weight = lambda weight: None
+    original = head_inference.packed_weight
+    head_inference.packed_weight = lambda weight: None
     try:
         plain_cast.weights(head, torch.bfloat16)
     finally:
-        heads._packed_weight = original
+        head_inference.packed_weight = original
     for n in (int(x) for x in args.sizes.split(",")):
         h = torch.randn(1, n, hidden)
         f = torch.randn(1, n, features) if features else None

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from spdrank.backbone import LoraSettings
-from spdrank.heads import HeadConfig, SelfAttentionHead
+from spdrank.heads import HeadConfig, HistoryAttentionHead, SelfAttentionHead
 from tests.helpers import tiny_config
 
 
@@ -157,15 +157,98 @@ def test_kept_weights_follow_a_checkpoint_loaded_by_assignment_and_a_dtype_move(
 def test_bfloat16_products_with_and_without_the_packed_weights_agree(monkeypatch):
     """On a CPU with oneDNN the bfloat16 weights are packed for its kernels; without it (or if
     packing fails) the products fall back to F.linear: both give the same scores."""
-    from spdrank import heads
+    from spdrank import head_inference
 
     head = _head()
     head.compute_dtype = torch.bfloat16
     h, mask, _ = _batch(n=30)
     with torch.inference_mode():
         packed = head(h, mask)
-        monkeypatch.setattr(heads, "_packed_weight", lambda weight: None)
+        monkeypatch.setattr(head_inference, "packed_weight", lambda weight: None)
         head._cast.reset()
         plain = head(h, mask)
     assert head._cast.weights(head, torch.bfloat16).proj.packed is None
     torch.testing.assert_close(packed, plain, rtol=0.02, atol=0.02)
+
+
+# -- the history head ------------------------------------------------------------------------
+
+
+def _history_head(match: str | None, features: int = 0):
+    """A history head reading pooled states (``match`` None) or units matched by ``match``,
+    with perturbed weights so no part of it (the zero-initialised match-to-position map, the
+    null slot) is trivially zero."""
+    torch.manual_seed(0)
+    cfg = HeadConfig(kind="history", positions=12, width=16, heads=2, layers=2,
+                     tokens=match is not None, match=match or "maxsim", match_width=8)
+    head = HistoryAttentionHead(24, cfg, features).eval()
+    with torch.no_grad():
+        for p in head.parameters():
+            p.add_(0.1 * torch.randn_like(p))
+    return head
+
+
+def _history_batch(units: bool, features: int = 0, width: int = 7):
+    """Two slates of 6 candidates (the first has 4) and 3 history items (the second has 1),
+    with unit counts below ``width`` so trailing slots are padding in every item."""
+    torch.manual_seed(1)
+    shape = (width, 24) if units else (24,)
+    h, history = torch.randn(2, 6, *shape), torch.randn(2, 3, *shape)
+    mask = torch.ones(2, 6, dtype=torch.bool)
+    mask[0, 4:] = False
+    history_mask = torch.tensor([[True, True, True], [True, False, False]])
+    item_units = torch.tensor([[3, 5, 1, 4, 2, 2], [4, 4, 4, 4, 4, 4]]) if units else None
+    history_units = torch.tensor([[2, 5, 3], [1, 0, 0]]) if units else None
+    f = torch.randn(2, 6, features) if features else None
+    return h, mask, f, history, history_mask, item_units, history_units
+
+
+@pytest.mark.parametrize("match", [None, "maxsim", "tfidf"])
+@pytest.mark.parametrize("features", [0, 2])
+def test_history_head_inference_equals_the_reference_forward(match, features):
+    head = _history_head(match, features)
+    args = _history_batch(match is not None, features)
+    reference = head(*args)
+    assert reference.requires_grad  # autograd on: the nn.TransformerDecoder path
+    with torch.inference_mode():
+        fast = head(*args)
+    torch.testing.assert_close(fast, reference.detach(), rtol=1e-5, atol=1e-5)
+
+
+def test_history_head_inference_reads_only_the_used_unit_slots():
+    """Unit slots beyond every item's count are padding: scores do not depend on how many
+    there are, or on what they hold."""
+    head = _history_head("tfidf", features=2)
+    narrow = _history_batch(True, 2, width=5)
+    wide = list(narrow)
+    for i in (0, 3):  # the candidates' and the history's states: 4 more slots of noise
+        noise = 100 * torch.randn(*narrow[i].shape[:2], 4, 24)
+        wide[i] = torch.cat([narrow[i], noise], dim=2)
+    with torch.inference_mode():
+        torch.testing.assert_close(head(*wide), head(*narrow), rtol=1e-5, atol=1e-5)
+
+
+def test_history_head_inference_without_any_history():
+    """Slates without history carry one padded history item with no units."""
+    head = _history_head("tfidf")
+    h, mask, f, history, _, units, _ = _history_batch(True)
+    none = torch.zeros(2, 1, dtype=torch.bool)
+    args = (h, mask, f, history[:, :1], none, units, torch.zeros(2, 1, dtype=torch.long))
+    reference = head(*args).detach()
+    with torch.inference_mode():
+        torch.testing.assert_close(head(*args), reference, rtol=1e-5, atol=1e-5)
+
+
+def test_history_head_bfloat16_products_stay_close_and_rank_alike():
+    head = _history_head("tfidf", features=2)
+    args = _history_batch(True, 2)
+    with torch.inference_mode():
+        exact = head(*args)
+        head.compute_dtype = torch.bfloat16
+        low = head(*args)
+    assert low.dtype == torch.float32
+    assert (low - exact).abs().max() < 0.05 * exact.abs().max()
+    real = args[1]
+    for b in range(2):
+        n = int(real[b].sum())
+        assert torch.equal(low[b, :n, 0].argsort(), exact[b, :n, 0].argsort())

@@ -71,3 +71,17 @@ def test_pool_words_averages_each_words_token_states(tokenizer, splitter):
     for k, (a, z) in enumerate(spans[:3]):
         a, z = a + len(prefix), z + len(prefix)
         torch.testing.assert_close(pooled[0, 0, k], hidden[0, a : z + 1].mean(0))
+
+
+def test_pool_words_keeps_only_as_many_slots_as_the_longest_item_uses(tokenizer, splitter):
+    """Slots beyond every item's word count are neither computed nor returned; an item's own
+    unused slots are zero."""
+    a, b = ids_of(tokenizer, "Great Lash Mascara"), ids_of(tokenizer, "Lipstick")
+    ids = torch.tensor([a + b])
+    hidden = torch.randn(1, ids.size(1), 8)
+    first, last = torch.tensor([[0, len(a)]]), torch.tensor([[len(a) - 1, len(a) + len(b) - 1]])
+    pooled, counts = pool_words(hidden, ids, first, last, 32, splitter)
+    assert counts.tolist() == [[3, 1]]
+    assert pooled.shape == (1, 2, 3, 8)
+    assert (pooled[0, 1, 1:] == 0).all()
+    torch.testing.assert_close(pooled[0, 1, 0], hidden[0, len(a) :].mean(0))

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from spdrank.files import sha256_file
@@ -396,20 +397,36 @@ def pool_spans(
     """One vector per token span: the state at ``last``, or the mean over ``first..last``.
 
     ``hidden``: [B, T, D]; ``first``/``last``: [B, M] inclusive token indices (padded spans may
-    point anywhere valid, e.g. 0..0). Returns [B, M, D]. The mean is a difference of prefix
-    sums, so every span costs the same whatever its length.
+    point anywhere valid, e.g. 0..0). Returns [B, M, D]. The mean reads only the spans'
+    tokens (:func:`span_means`).
     """
     if how == "last":
         return torch.gather(hidden, 1, last.unsqueeze(-1).expand(-1, -1, hidden.size(-1)))
     if how != "mean":
         raise ValueError(f"unknown readout {how!r}: use last or mean")
-    sums = torch.cumsum(hidden.float(), dim=1)
-    sums = torch.cat([sums.new_zeros(sums.size(0), 1, sums.size(2)), sums], dim=1)
-    d = hidden.size(-1)
-    upper = torch.gather(sums, 1, (last + 1).unsqueeze(-1).expand(-1, -1, d))
-    lower = torch.gather(sums, 1, first.unsqueeze(-1).expand(-1, -1, d))
-    count = (last - first + 1).clamp(min=1).unsqueeze(-1)
-    return ((upper - lower) / count).to(hidden.dtype)
+    b, m = first.shape
+    rows = span_means(hidden, torch.arange(b, device=first.device).repeat_interleave(m),
+                      first.reshape(-1), last.reshape(-1))
+    return rows.view(b, m, -1).to(hidden.dtype)
+
+
+def span_means(
+    hidden: torch.Tensor, row: torch.Tensor, first: torch.Tensor, last: torch.Tensor
+) -> torch.Tensor:
+    """The float32 mean of ``hidden[row[s], first[s]..last[s]]`` for each span s: [S, D].
+
+    Only the spans' own tokens are read (gathered once, summed into their spans), so the cost
+    follows the spans' tokens, not the prompt's length. An empty span (last < first) reads
+    its first token.
+    """
+    lengths = (last - first + 1).clamp(min=1)
+    span = torch.arange(len(lengths), device=lengths.device).repeat_interleave(lengths)
+    starts = torch.cumsum(lengths, 0) - lengths
+    offset = torch.arange(len(span), device=span.device) - starts[span]
+    flat = hidden.reshape(-1, hidden.size(-1))
+    tokens = flat.index_select(0, row[span] * hidden.size(1) + first[span] + offset).float()
+    return F.embedding_bag(torch.arange(len(span), device=span.device), tokens, starts,
+                           mode="mean")
 
 
 def span_tokens(

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from spdrank.backbone import pool_spans
+from spdrank.backbone import span_means
 
 _WORD = re.compile(r"[^\W_]+")
 
@@ -83,22 +83,31 @@ def pool_words(
     width: int,
     splitter: WordSplitter,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Each span's words as the mean of their token states, padded: [B, M, width, D], and each
-    span's word count [B, M] (at most ``width``; padded slots are masked by the count).
+    """Each span's words as the mean of their token states: [B, M, W, D] in float32, and each
+    span's word count [B, M] (at most ``width``). W is the most words any span has (at most
+    ``width``): slots beyond a span's count are zero and masked by the count.
 
-    ``hidden`` [B, T, D] is one prefill; ``first``/``last`` [B, M] the items' token spans."""
+    ``hidden`` [B, T, D] is one prefill; ``first``/``last`` [B, M] the items' token spans. An
+    item without tokens reads one unit, the prompt's first token."""
     ids = input_ids.tolist()
     batch, items = first.shape
-    # Spans are filled in numpy: one small torch tensor per item would cost more than its data.
-    spans = np.zeros((batch, items, width, 2), dtype=np.int64)
     counts = np.ones((batch, items), dtype=np.int64)
+    # Each word as (its slot among all [B, M, W] slots, first token, last token), to start
+    # with as (batch, item, word) and absolute token indices.
+    slots: list[tuple[int, int, int, int, int]] = []
     for b, (row_first, row_last) in enumerate(zip(first.tolist(), last.tolist())):
         for m, (a, z) in enumerate(zip(row_first, row_last)):
             words = splitter.spans(ids[b][a : z + 1])[:width]
-            if words:
-                counts[b, m] = len(words)
-                spans[b, m, : len(words)] = np.asarray(words) + a
+            if not words:
+                slots.append((b, m, 0, 0, 0))
+                continue
+            counts[b, m] = len(words)
+            slots.extend((b, m, w, a + i, a + j) for w, (i, j) in enumerate(words))
+    used = int(counts.max()) if counts.size else 1
+    table = torch.tensor(slots, dtype=torch.long).view(-1, 5)
+    b_idx, m_idx, w_idx = table[:, 0], table[:, 1], table[:, 2]
     device = hidden.device
-    spans_t = torch.from_numpy(spans).view(batch, items * width, 2).to(device)
-    pooled = pool_spans(hidden, spans_t[..., 0], spans_t[..., 1], "mean")
-    return pooled.view(batch, items, width, -1), torch.from_numpy(counts).to(device)
+    means = span_means(hidden, b_idx.to(device), table[:, 3].to(device), table[:, 4].to(device))
+    pooled = means.new_zeros(batch * items * used, hidden.size(-1))
+    pooled[((b_idx * items + m_idx) * used + w_idx).to(device)] = means
+    return pooled.view(batch, items, used, -1), torch.from_numpy(counts).to(device)
