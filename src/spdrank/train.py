@@ -26,6 +26,7 @@ import math
 import shutil
 import time
 from dataclasses import asdict
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
@@ -37,13 +38,14 @@ from tqdm.auto import tqdm
 
 from spdrank.atomic_dir import atomic_directory
 from spdrank.backbone import resolve_device
+from spdrank.features import FeatureNormalizer, parse_feature_names
 from spdrank.metrics import aggregate, slate_metrics
 from spdrank.model import Batch, SPDRanker, collate
 from spdrank.slate_source import SkipSlate, open_slate_source
-from spdrank.slates import Slate, load_slates
+from spdrank.slates import Slate, load_slates, read_slates
 from spdrank.state_cache import StateCache, open_state_cache
 from spdrank.targets import target_matrix
-from spdrank.train_config import NO_PARALLEL_CACHE, TrainConfig, per_process_batch
+from spdrank.train_config import TrainConfig
 from spdrank.warm_start import warm_start
 
 #: Logs from the main process only, so N processes do not print every line N times.
@@ -147,6 +149,15 @@ def evaluate_model(
     return {name: s.mean for name, s in aggregate(per_slate).items()}
 
 
+def fit_feature_normalizer(cfg: TrainConfig) -> FeatureNormalizer | None:
+    """The ``--features`` normalisation of a run, fitted in one streamed pass over its training
+    slates (the same ``--limit`` of them it trains on); None without features."""
+    if cfg.features is None:
+        return None
+    names = parse_feature_names(cfg.features)
+    return FeatureNormalizer.fit(names, islice(read_slates(cfg.slates), cfg.limit))
+
+
 class Trainer:
     """Owns one training run (in one process of it): data, model, optimizer, state files."""
 
@@ -160,11 +171,9 @@ class Trainer:
         self.out = Path(cfg.out)
         self.accelerator = Accelerator(cpu=resolve_device(cfg.device) == "cpu")
         self.processes = self.accelerator.num_processes
-        per_process_batch(cfg.batch_size, self.processes)
-        if cfg.cache_states and self.processes > 1:
-            raise ValueError(NO_PARALLEL_CACHE)
+        cfg.check(self.processes)
         set_seed(cfg.seed)  # every process builds the same initial weights
-        model_config = self.model_config = cfg.model_config()
+        model_config = self.model_config = cfg.model_config(fit_feature_normalizer(cfg))
         self.positions = model_config.head.positions
         self.source = open_slate_source(
             cfg.slates, seed=cfg.seed, check=self.check_slate, limit=cfg.limit
