@@ -34,13 +34,13 @@ import numpy as np
 import torch
 from accelerate.logging import get_logger
 from safetensors.torch import load_file, save_file
-from tqdm.auto import tqdm
 
 from spdrank.atomic_dir import atomic_directory
 from spdrank.backbone import resolve_device
 from spdrank.features import FeatureNormalizer, parse_feature_names
 from spdrank.metrics import aggregate, slate_metrics
 from spdrank.model import Batch, SPDRanker, collate
+from spdrank.progress import Progress
 from spdrank.slate_source import SkipSlate, open_slate_source
 from spdrank.slates import Slate, load_slates, read_slates
 from spdrank.state_cache import StateCache, open_state_cache
@@ -410,13 +410,13 @@ class Trainer:
         self.maybe_resume()
         self.model.train()
         start_step, started = self.step, time.perf_counter()
-        bar = tqdm(
+        bar = Progress(
+            "train",
+            unit="step",
             total=self.total_steps,
             initial=self.step,
-            desc="train",
-            unit="step",
-            disable=not (cfg.progress and self.accelerator.is_main_process),
-            dynamic_ncols=True,
+            # A bar on a terminal, log lines elsewhere; the other processes stay quiet.
+            mode=None if cfg.progress and self.accelerator.is_main_process else False,
         )
         loss_ema: float | None = None
         stop_at = self.total_steps if cfg.stop_after is None else min(
@@ -426,8 +426,7 @@ class Trainer:
             value = self.train_step()
             loss_ema = value if loss_ema is None else 0.95 * loss_ema + 0.05 * value
             rate = (self.step - start_step) * cfg.batch_size / (time.perf_counter() - started)
-            bar.update(1)
-            bar.set_postfix(loss=f"{loss_ema:.4f}", slates_s=f"{rate:.2f}")
+            bar.update(1, loss=f"{loss_ema:.4f}", slates_s=f"{rate:.2f}")
             if self.step % 10 == 0 or self.step == stop_at:
                 self.log_event({"step": self.step, "loss": value, "loss_ema": loss_ema, "lr": self.scheduler.get_last_lr()})
             if self.eval_slates and cfg.eval_every and self.step % cfg.eval_every == 0:
