@@ -289,29 +289,6 @@ def test_progress_off_a_terminal_is_a_log_line_every_few_seconds(monkeypatch, ca
     assert caplog.records == []
 
 
-def test_progress_lines_come_at_their_interval_and_a_terminal_gets_the_bar(caplog):
-    import io
-
-    from spdrank.progress import track
-
-    ticks = iter(range(0, 100, 4))  # the clock moves 4 s an item
-    with caplog.at_level("INFO", logger="spdrank.progress"):
-        assert list(track(range(7), "fit", unit="slate", every_s=10, clock=lambda: next(ticks),
-                          file=io.StringIO())) == list(range(7))
-    assert [r.getMessage().split(",")[0] for r in caplog.records] == [
-        "fit: 3 slates", "fit: 6 slates", "fit: 7 slates",
-    ]
-
-    class Terminal(io.StringIO):
-        def isatty(self) -> bool:
-            return True
-
-    screen = Terminal()
-    caplog.clear()
-    assert list(track(range(3), "eval", unit="slate", total=3, file=screen)) == [0, 1, 2]
-    assert "eval: 100%" in screen.getvalue() and caplog.records == []
-
-
 def test_cli_counts_a_target_the_retriever_missed_as_a_miss(cli, tmp_path, capsys):
     """A slate built with --no-insert-target keeps its missed target out of the candidates:
     every ranker is charged for it, so recall stays honest about the retriever."""

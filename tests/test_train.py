@@ -459,3 +459,54 @@ def test_the_words_readout_and_tfidf_match_reach_the_head():
     assert spd.prompt.readout == "words" and spd.head.tokens and spd.head.match == "tfidf"
     with pytest.raises(ValueError, match="unknown match"):
         TrainConfig(slates="s.jsonl", out="o", readout="words", match="bm25").model_config()
+
+
+def test_the_settings_read_no_file_and_the_run_fits_the_features_on_its_slates(
+    tmp_path, signal_files
+):
+    """TrainConfig builds the model's config from settings alone; the normalisation of
+    --features is fitted by the run, on the --limit slates it trains on."""
+    from dataclasses import replace
+
+    from spdrank.features import FeatureNormalizer
+    from spdrank.train import fit_feature_normalizer
+
+    absent = TrainConfig(slates=str(tmp_path / "absent.jsonl"), out="o", head="attn",
+                         features="signal")
+    absent.check()
+    assert absent.model_config().features is None
+    train_file, _ = signal_files
+    cfg = replace(absent, slates=str(train_file), limit=5)
+    fitted = fit_feature_normalizer(cfg)
+    assert fitted == FeatureNormalizer.fit(("signal",), load_slates(train_file)[:5])
+    assert fitted != FeatureNormalizer.fit(("signal",), load_slates(train_file))
+    assert cfg.model_config(fitted).features is fitted
+    assert fit_feature_normalizer(replace(cfg, features=None)) is None
+
+
+@pytest.mark.parametrize(("settings", "processes", "refusal"), [
+    ({"target": "ranks"}, 1, "unknown --target 'ranks'"),
+    ({"batch_size": 0}, 1, "--batch-size must be at least 1"),
+    ({"batch_size": 3}, 2, "--batch-size 3 does not split evenly over 2 processes"),
+    ({"frozen": True, "cache_states": "c", "batch_size": 2}, 2,
+     "--cache-states trains in one process"),
+    ({"cache_states": "c"}, 1, "--cache-states needs --frozen"),
+    ({"frozen": True, "cache_states": "c", "cache_dtype": "int8"}, 1, "unknown --cache-dtype"),
+    ({"frozen": True, "cache_states": "c", "cache_batch_size": 0}, 1,
+     "--cache-batch-size must be at least 1"),
+    ({"lora_modules": " , "}, 1, "--lora-modules is empty"),
+])
+def test_check_refuses_what_cannot_train_from_the_settings_alone(
+    tmp_path, settings, processes, refusal
+):
+    cfg = TrainConfig(slates=str(tmp_path / "absent.jsonl"), out=str(tmp_path / "o"), **settings)
+    with pytest.raises(ValueError, match=refusal):
+        cfg.check(processes)
+    assert not (tmp_path / "o").exists()
+
+
+def test_check_accepts_what_lora_never_reads_when_no_lora_trains():
+    for frozen in ({"frozen": True}, {"features_only": True, "features": "x"}):
+        cfg = TrainConfig(slates="s.jsonl", out="o", lora_modules=" , ", **frozen)
+        cfg.check()
+        assert cfg.model_config().backbone.lora is None

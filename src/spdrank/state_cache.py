@@ -59,12 +59,12 @@ import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import save
 from torch import nn
-from tqdm.auto import tqdm
 
 from spdrank.backbone import hidden_size
 from spdrank.batching import Batch, SlateStates, states_batch
 from spdrank.files import atomic_write_bytes, atomic_writer
 from spdrank.model import SPDRanker
+from spdrank.progress import Progress
 from spdrank.prompt import UNIT_READOUTS
 from spdrank.slates import Slate, batched, read_slates
 from spdrank.train_config import CACHE_DTYPES
@@ -376,9 +376,9 @@ def _complete(
     done = cache.count - sum(
         min(cache.shard_size, cache.count - i * cache.shard_size) for i in missing
     )
-    bar = tqdm(
-        total=cache.count, initial=done, desc="cache states", unit="slate",
-        disable=not progress, dynamic_ncols=True,
+    bar = Progress(
+        "cache states", unit="slate", total=cache.count, initial=done,
+        mode=None if progress else False,
     )
     shards = batched(islice(read_slates(slates_path), cache.count), cache.shard_size)
     was_training = model.training
@@ -395,7 +395,7 @@ def _complete(
 
 
 def _shard_tensors(
-    model: SPDRanker, slates: list[Slate], storage: torch.dtype, batch_size: int, bar: tqdm
+    model: SPDRanker, slates: list[Slate], storage: torch.dtype, batch_size: int, bar: Progress
 ) -> dict[str, torch.Tensor]:
     rows: list[torch.Tensor] = []
     history_rows: list[torch.Tensor] = []

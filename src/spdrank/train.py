@@ -26,6 +26,7 @@ import math
 import shutil
 import time
 from dataclasses import asdict
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
@@ -33,17 +34,18 @@ import numpy as np
 import torch
 from accelerate.logging import get_logger
 from safetensors.torch import load_file, save_file
-from tqdm.auto import tqdm
 
 from spdrank.atomic_dir import atomic_directory
 from spdrank.backbone import resolve_device
+from spdrank.features import FeatureNormalizer, parse_feature_names
 from spdrank.metrics import aggregate, slate_metrics
 from spdrank.model import Batch, SPDRanker, collate
+from spdrank.progress import Progress
 from spdrank.slate_source import SkipSlate, open_slate_source
-from spdrank.slates import Slate, load_slates
+from spdrank.slates import Slate, load_slates, read_slates
 from spdrank.state_cache import StateCache, open_state_cache
 from spdrank.targets import target_matrix
-from spdrank.train_config import NO_PARALLEL_CACHE, TrainConfig, per_process_batch
+from spdrank.train_config import TrainConfig
 from spdrank.warm_start import warm_start
 
 #: Logs from the main process only, so N processes do not print every line N times.
@@ -147,6 +149,15 @@ def evaluate_model(
     return {name: s.mean for name, s in aggregate(per_slate).items()}
 
 
+def fit_feature_normalizer(cfg: TrainConfig) -> FeatureNormalizer | None:
+    """The ``--features`` normalisation of a run, fitted in one streamed pass over its training
+    slates (the same ``--limit`` of them it trains on); None without features."""
+    if cfg.features is None:
+        return None
+    names = parse_feature_names(cfg.features)
+    return FeatureNormalizer.fit(names, islice(read_slates(cfg.slates), cfg.limit))
+
+
 class Trainer:
     """Owns one training run (in one process of it): data, model, optimizer, state files."""
 
@@ -160,11 +171,9 @@ class Trainer:
         self.out = Path(cfg.out)
         self.accelerator = Accelerator(cpu=resolve_device(cfg.device) == "cpu")
         self.processes = self.accelerator.num_processes
-        per_process_batch(cfg.batch_size, self.processes)
-        if cfg.cache_states and self.processes > 1:
-            raise ValueError(NO_PARALLEL_CACHE)
+        cfg.check(self.processes)
         set_seed(cfg.seed)  # every process builds the same initial weights
-        model_config = self.model_config = cfg.model_config()
+        model_config = self.model_config = cfg.model_config(fit_feature_normalizer(cfg))
         self.positions = model_config.head.positions
         self.source = open_slate_source(
             cfg.slates, seed=cfg.seed, check=self.check_slate, limit=cfg.limit
@@ -401,13 +410,13 @@ class Trainer:
         self.maybe_resume()
         self.model.train()
         start_step, started = self.step, time.perf_counter()
-        bar = tqdm(
+        bar = Progress(
+            "train",
+            unit="step",
             total=self.total_steps,
             initial=self.step,
-            desc="train",
-            unit="step",
-            disable=not (cfg.progress and self.accelerator.is_main_process),
-            dynamic_ncols=True,
+            # A bar on a terminal, log lines elsewhere; the other processes stay quiet.
+            mode=None if cfg.progress and self.accelerator.is_main_process else False,
         )
         loss_ema: float | None = None
         stop_at = self.total_steps if cfg.stop_after is None else min(
@@ -417,8 +426,7 @@ class Trainer:
             value = self.train_step()
             loss_ema = value if loss_ema is None else 0.95 * loss_ema + 0.05 * value
             rate = (self.step - start_step) * cfg.batch_size / (time.perf_counter() - started)
-            bar.update(1)
-            bar.set_postfix(loss=f"{loss_ema:.4f}", slates_s=f"{rate:.2f}")
+            bar.update(1, loss=f"{loss_ema:.4f}", slates_s=f"{rate:.2f}")
             if self.step % 10 == 0 or self.step == stop_at:
                 self.log_event({"step": self.step, "loss": value, "loss_ema": loss_ema, "lr": self.scheduler.get_last_lr()})
             if self.eval_slates and cfg.eval_every and self.step % cfg.eval_every == 0:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from itertools import islice
 from typing import TYPE_CHECKING, Any
 
 from spdrank.defaults import (
@@ -25,15 +24,25 @@ if TYPE_CHECKING:
 #: How --cache-states may store states.
 CACHE_DTYPES = ("float16", "float32")
 
-#: Why --cache-states runs in one process.
-NO_PARALLEL_CACHE = (
-    "--cache-states trains in one process: a step from cached states runs no prefill, so "
-    "there is little to spread over processes; drop --num-processes"
-)
-
 
 @dataclass
 class TrainConfig:
+    """The settings of one training run: one flat record, one field per ``spdrank train`` flag.
+
+    It is flat, as Hugging Face's ``TrainingArguments`` is, because three readers need one
+    field per setting: ``spdrank train`` generates a flag from each field
+    (:mod:`spdrank.commands.train`), a run saves them as one flat record (``config`` in
+    ``train.json`` and in the resumable state, which a rerun compares to resume), and
+    ``benchmarks/retrain_command.py`` rebuilds a run from that record. The nested settings of
+    the model it trains (backbone, head, prompt, features) are built from these by
+    :meth:`model_config`.
+
+    It holds settings and reads nothing: the feature normalisation fitted on the training
+    slates is given to :meth:`model_config` by the trainer, and :meth:`check` refuses settings
+    that cannot train, once, when a run starts.
+    """
+
+    # -- data ------------------------------------------------------------------------------
     slates: str
     out: str
     eval_slates: str | None = None
@@ -42,6 +51,8 @@ class TrainConfig:
     #: With a clicks target, refuse a file holding a slate without a clicked item (by
     #: default such slates, impressions nobody clicked, are left out and counted).
     require_clicks: bool = False
+
+    # -- ranking method, backbone & LoRA ---------------------------------------------------
     #: None: :data:`~spdrank.defaults.TRAIN_HEAD`, or with --features-only
     #: :data:`~spdrank.defaults.FEATURES_ONLY_HEAD`.
     head: str | None = None
@@ -53,10 +64,14 @@ class TrainConfig:
     #: The modules LoRA adapts: "all-linear" (the paper) or comma-separated module names
     #: (``q_proj,v_proj``: the original LoRA's attention-only choice).
     lora_modules: str = "all-linear"
+
+    # -- head ------------------------------------------------------------------------------
     positions: int = 64
     head_width: int = 256
     head_layers: int = 2
     head_dropout: float = 0.1
+
+    # -- prompt & readout ------------------------------------------------------------------
     max_item_tokens: int = 32
     max_query_tokens: int = 512
     #: How an item's token states reach the head: "words" (one mean per word of its text),
@@ -67,6 +82,8 @@ class TrainConfig:
     #: How the history head compares a candidate's words or tokens with a history item's:
     #: "tfidf" or "maxsim" (see :class:`spdrank.heads.HeadConfig`).
     match: str = UNIT_MATCH
+
+    # -- features & warm start -------------------------------------------------------------
     #: Upstream features the head reads, comma-separated (``score,popularity``); None: none.
     features: str | None = None
     #: Read the features alone, without the backbone (no prefill): what the LLM adds is the
@@ -75,6 +92,8 @@ class TrainConfig:
     #: A trained checkpoint to start from (:mod:`spdrank.warm_start`): e.g. a student
     #: distilled from a teacher, fine-tuned on clicks with features added.
     init_from: str | None = None
+
+    # -- state cache -----------------------------------------------------------------------
     #: With --frozen: a directory where the backbone's readout states of the training (and
     #: eval) slates are computed once and read back at every step (:mod:`spdrank.state_cache`).
     cache_states: str | None = None
@@ -82,6 +101,8 @@ class TrainConfig:
     cache_dtype: str = "float16"
     #: Slates per prefill while the cache is built.
     cache_batch_size: int = 8
+
+    # -- steps & optimisation --------------------------------------------------------------
     limit: int | None = None
     epochs: float = 1.0
     max_steps: int | None = None
@@ -92,16 +113,22 @@ class TrainConfig:
     #: Learning-rate warm-up steps; None: 20, or a tenth of a run too short for 20.
     warmup_steps: int | None = None
     max_grad_norm: float = 1.0
+
+    # -- loss & decoder --------------------------------------------------------------------
     tau: float = 1.0
     sinkhorn_iters: int = 20
     #: How the permutation cross-entropy weighs target positions (``uniform``: the paper).
     position_weights: str = "uniform"
     #: The checkpoint's decoder: what evaluation during training, rank, eval and serve use.
     decoder: str = TRAIN_DECODER
+
+    # -- evaluation, checkpoints & seed ----------------------------------------------------
     eval_every: int = 200
     eval_limit: int = 100
     save_every: int = 100
     seed: int = 0
+
+    # -- runtime ---------------------------------------------------------------------------
     device: str = "auto"
     dtype: str = "auto"
     #: Stop this run after this many steps (the state is kept; rerun to continue).
@@ -115,18 +142,51 @@ class TrainConfig:
         if self.readout is None:
             self.readout = HISTORY_READOUT if self.head == "history" else OTHER_READOUT
 
-    def model_config(self) -> SPDConfig:
-        """The model these settings train; with features, their normalisation is fitted here,
-        in one streamed pass over the training slates (the same ``--limit`` of them)."""
+    def check(self, processes: int = 1) -> None:
+        """Refuse settings that cannot train, before anything is loaded or written; a run on
+        ``processes`` processes calls it once, as it starts (and ``spdrank train
+        --num-processes`` before launching them).
+
+        The checks live here rather than in ``__post_init__`` because a TrainConfig is also
+        rebuilt from a run's saved ``train.json`` (``benchmarks/retrain_command.py``, the
+        tests): a record must load even when a later version refuses one of its settings, so
+        that the refusal is reported by the run that uses it. The checks that need the data
+        or the model (a slate larger than ``positions``, a frozen head with nothing to train)
+        are the trainer's.
+        """
+        if self.batch_size < 1:
+            raise ValueError(f"--batch-size must be at least 1, got {self.batch_size}")
+        if self.batch_size % processes:
+            raise ValueError(
+                f"--batch-size {self.batch_size} does not split evenly over {processes} "
+                f"processes: use a multiple of {processes} (each process takes batch-size / "
+                "processes slates)"
+            )
+        if self.cache_states and processes > 1:
+            raise ValueError("--cache-states trains in one process: a step from cached states "
+                             "runs no prefill, so there is little to spread over processes; "
+                             "drop --num-processes")
+        if self.target not in TARGETS:
+            raise ValueError(f"unknown --target {self.target!r}: choose one of {list(TARGETS)}")
+        self._check_cache_settings()
+        if self.trains_lora:
+            self.lora_settings()  # raises when --lora-modules names no module
+
+    @property
+    def trains_lora(self) -> bool:
+        """Whether LoRA adapters train: nothing of a backbone that is frozen, or never loaded
+        (--features-only), is trained."""
+        return not (self.frozen or self.features_only)
+
+    def model_config(self, features: FeatureNormalizer | None = None) -> SPDConfig:
+        """The model these settings train; ``features``: the ``--features`` normalisation,
+        fitted on the training slates (:func:`spdrank.train.fit_feature_normalizer`)."""
         from spdrank.backbone import BackboneConfig
         from spdrank.heads import HeadConfig
         from spdrank.methods import method_for
         from spdrank.model import SPDConfig
         from spdrank.prompt import UNIT_READOUTS, PromptSettings
 
-        if self.target not in TARGETS:
-            raise ValueError(f"unknown --target {self.target!r}: choose one of {list(TARGETS)}")
-        self.check_cache_settings()
         method = method_for(self.head)
         prompt = method.prompt(PromptSettings(
             max_item_tokens=self.max_item_tokens,
@@ -136,14 +196,12 @@ class TrainConfig:
             history_items=self.head == "history",
         ))
         positions = method.positions(self.positions)
-        # Nothing of a backbone that is never loaded is trained: no LoRA without one.
-        frozen = self.frozen or self.features_only
         return SPDConfig(
             backbone=BackboneConfig(
                 name_or_path=self.backbone,
                 layers=self.layers,
                 dtype=self.dtype,
-                lora=None if frozen else self.lora_settings(),
+                lora=self.lora_settings() if self.trains_lora else None,
             ),
             head=HeadConfig(
                 kind=self.head,
@@ -155,7 +213,7 @@ class TrainConfig:
                 match=self.match,
             ),
             prompt=prompt,
-            features=self.fit_features(),
+            features=features,
             features_only=self.features_only,
             decoder=self.decoder,
         )
@@ -174,7 +232,7 @@ class TrainConfig:
             target_modules="all-linear" if modules == ["all-linear"] else modules,
         )
 
-    def check_cache_settings(self) -> None:
+    def _check_cache_settings(self) -> None:
         """Cached states stand for a prefill only when the prefill never changes."""
         from spdrank.methods import method_for
 
@@ -195,25 +253,3 @@ class TrainConfig:
             )
         if self.cache_batch_size < 1:
             raise ValueError(f"--cache-batch-size must be at least 1, got {self.cache_batch_size}")
-
-    def fit_features(self) -> FeatureNormalizer | None:
-        """The ``--features`` normalisation, fitted on the training slates (None without)."""
-        from spdrank.features import FeatureNormalizer, parse_feature_names
-        from spdrank.slates import read_slates
-
-        if self.features is None:
-            return None
-        names = parse_feature_names(self.features)
-        return FeatureNormalizer.fit(names, islice(read_slates(self.slates), self.limit))
-
-
-def per_process_batch(batch_size: int, processes: int) -> int:
-    """Slates per process in each global batch of ``batch_size``: it must split evenly."""
-    if batch_size < 1:
-        raise ValueError(f"--batch-size must be at least 1, got {batch_size}")
-    if batch_size % processes:
-        raise ValueError(
-            f"--batch-size {batch_size} does not split evenly over {processes} processes: "
-            f"use a multiple of {processes} (each process takes batch-size / processes slates)"
-        )
-    return batch_size // processes

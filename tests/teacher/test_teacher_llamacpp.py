@@ -24,13 +24,16 @@ import pytest
 from spdrank.backbone import bundled_gguf
 from spdrank.cli import main
 from spdrank.metrics import is_valid_permutation
-from spdrank.slates import load_slates, write_slates
+from spdrank.slates import Slate, load_slates, write_slates
 from spdrank.teacher.parse import parse_response
 from tests.helpers import make_slates, records
 
 pytest.importorskip("llama_cpp.server", reason="make test installs llama-cpp-python[server]")
 
 pytestmark = pytest.mark.slow  # launches llama.cpp servers on the real bundled model
+
+#: The answers' cap: a CPU generates slowly.
+MAX_NEW_TOKENS = 48
 
 
 def assert_record_matches_its_answer(rec: dict, slate) -> None:
@@ -40,6 +43,20 @@ def assert_record_matches_its_answer(rec: dict, slate) -> None:
     assert (rec["status"], rec["issues"], rec["parsed"]) == (parsed.status, parsed.issues, parsed.ids)
     assert rec["ranking"] == [slate.docids[i] for i in parsed.permutation]
     assert is_valid_permutation(rec["ranking"], slate.docids)
+
+
+def labelled_records(out: Path, slates: list[Slate]) -> dict[str, dict]:
+    """The label file's records by qid: one per slate, each with a raw answer within
+    :data:`MAX_NEW_TOKENS` decode passes that its status, issues and ranking match, from the
+    llama.cpp server's model."""
+    recs = {r["qid"]: r for r in records(out)}
+    assert sorted(recs) == sorted(s.query.qid for s in slates)
+    for slate in slates:
+        rec = recs[slate.query.qid]
+        assert rec["raw"] and 0 < rec["decode_passes"] <= MAX_NEW_TOKENS
+        assert_record_matches_its_answer(rec, slate)
+        assert rec["backend"] == "openai:smollm2"
+    return recs
 
 
 def free_port() -> int:
@@ -102,16 +119,12 @@ def test_labels_slates_through_llamacpp_server(tmp_path, llama_server, mode):
     code = main([
         "teacher", "--slates", str(tmp_path / "train.jsonl"), "--out", str(out),
         "--backend", "openai", "--base-url", llama_server.url, "--mode", mode,
-        "--max-new-tokens", "48", "--concurrency", "1", "--timeout", "120", "--no-progress",
+        "--max-new-tokens", str(MAX_NEW_TOKENS), "--concurrency", "1", "--timeout", "120",
+        "--no-progress",
     ])
     assert code == 0
-    recs = {r["qid"]: r for r in records(out)}
-    assert sorted(recs) == sorted(s.query.qid for s in slates)
-    for slate in slates:
-        rec = recs[slate.query.qid]
-        assert rec["raw"] and 0 < rec["decode_passes"] <= 48
-        assert_record_matches_its_answer(rec, slate)
-        assert rec["backend"] == "openai:smollm2" and rec["mode"] == mode
+    recs = labelled_records(out, slates)
+    assert all(rec["mode"] == mode for rec in recs.values())
     labelled = load_slates(out.with_name("labels.slates.jsonl"))
     assert [s.teacher for s in labelled] == [recs[s.query.qid]["ranking"] for s in labelled]
 
@@ -127,19 +140,14 @@ def test_two_servers_share_the_slates(tmp_path, llama_server):
         code = main([
             "teacher", "--slates", str(tmp_path / "train.jsonl"), "--out", str(out),
             "--backend", "openai", "--base-url", llama_server.url, "--base-url", second.url,
-            "--max-new-tokens", "48", "--concurrency", "1", "--timeout", "300", "--no-progress",
+            "--max-new-tokens", str(MAX_NEW_TOKENS), "--concurrency", "1", "--timeout", "300",
+        "--no-progress",
         ])
         answered = {llama_server.url: llama_server.completions() - before, second.url: second.completions()}
     finally:
         second.stop()
     assert code == 0
-    recs = {r["qid"]: r for r in records(out)}
-    assert sorted(recs) == sorted(s.query.qid for s in slates)
-    for slate in slates:
-        rec = recs[slate.query.qid]
-        assert rec["raw"] and 0 < rec["decode_passes"] <= 48
-        assert_record_matches_its_answer(rec, slate)
-        assert rec["backend"] == "openai:smollm2"
+    recs = labelled_records(out, slates)
     # Both served, by their own access logs, at least the slates the records say they did (more
     # only if a request timed out on a loaded machine and was retried).
     labelled = Counter(r["server"] for r in recs.values())

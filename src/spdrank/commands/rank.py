@@ -5,11 +5,8 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import sys
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
-
-from tqdm.auto import tqdm
 
 if TYPE_CHECKING:
     from spdrank.slates import Slate
@@ -41,6 +38,7 @@ def run(args: argparse.Namespace) -> int:
     from spdrank.backbone import resolve_device
     from spdrank.files import atomic_writer
     from spdrank.model import SPDRanker
+    from spdrank.progress import Progress
     from spdrank.results import result_record, write_trec_lines
     from spdrank.slates import SlateError, batched
 
@@ -53,7 +51,8 @@ def run(args: argparse.Namespace) -> int:
     with contextlib.ExitStack() as stack:
         out = stack.enter_context(atomic_writer(args.output))
         trec = stack.enter_context(atomic_writer(args.trec)) if args.trec else None
-        bar = stack.enter_context(tqdm(desc="rank", unit="slate", file=sys.stderr))
+        bar = Progress("rank", unit="slate")
+        stack.callback(bar.close)
         for batch in batched(checked_slates(args, model), args.batch_size):
             for slate, ranking in zip(batch, model.rank_batch(batch, decoder=args.decoder)):
                 record = result_record(slate, ranking)

@@ -160,8 +160,6 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
 
 
 def run(args: argparse.Namespace) -> int:
-    from spdrank.train_config import NO_PARALLEL_CACHE, per_process_batch
-
     cfg = config_from_args(args)
     if args.num_processes < 1:
         raise ValueError(f"--num-processes must be at least 1, got {args.num_processes}")
@@ -173,9 +171,7 @@ def run(args: argparse.Namespace) -> int:
                 "this process was launched as one of several already (accelerate launch, "
                 "torchrun); drop --num-processes, the launcher's count applies"
             )
-        per_process_batch(cfg.batch_size, args.num_processes)  # refuse before starting any
-        if cfg.cache_states:
-            raise ValueError(NO_PARALLEL_CACHE)
+        cfg.check(args.num_processes)  # refuse before starting any
         verbose = ["--verbose"] if args.verbose else []
         return launch([*verbose, "train", *config_argv(cfg)], args.num_processes)
 

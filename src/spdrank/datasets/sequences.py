@@ -84,7 +84,6 @@ import logging
 import math
 import os
 import random
-import sys
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
@@ -748,7 +747,8 @@ def build_slates(
 
     ``titles`` maps item ids to cleaned titles (``""`` for an item known to have none);
     ``inputs`` describes the input files for the manifest (``{"name": {"sha256": ...}}``);
-    ``progress``: a tqdm bar on stderr (``None``: only when stderr is a terminal).
+    ``progress``: a tqdm bar on stderr always (True), never (False), or on a terminal and
+    log lines elsewhere (None, :func:`spdrank.progress.track`).
     On any error nothing in ``out_dir`` changes: bad input raises :class:`SlateError` /
     :class:`ValueError` before writing, and files are renamed into place only at the end.
     With candidate lists, users without one make no slate but are counted like training
@@ -993,15 +993,11 @@ def _write_slates(
 ) -> dict[str, dict[str, Any]]:
     """Write each user's slate to its split's file; per file, the manifest's entry: slates,
     candidates and the sha256 of what was written."""
-    from tqdm import tqdm
+    from spdrank.progress import track
 
     digests = {name: hashlib.sha256() for name in handles}
     written = {name: {"slates": 0, "candidates": 0} for name in handles}
-    bar = tqdm(
-        users, desc="slates", unit="user", file=sys.stderr,
-        disable=(not sys.stderr.isatty()) if progress is None else not progress,
-    )
-    for user, items in bar:
+    for user, items in track(users, "slates", unit="user", total=len(users), mode=progress):
         slate = maker(user, items)
         name = maker.split_of[user]
         line = dumps_slate(slate) + "\n"
@@ -1009,7 +1005,6 @@ def _write_slates(
         digests[name].update(line.encode("utf-8"))
         written[name]["slates"] += 1
         written[name]["candidates"] += len(slate.candidates)
-    bar.close()
     return {name: {**written[name], "sha256": digests[name].hexdigest()} for name in handles}
 
 

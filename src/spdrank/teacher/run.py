@@ -18,7 +18,6 @@ filled (atomically), ready for training, and ``teacher_scores`` where the label 
 from __future__ import annotations
 
 import logging
-import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -86,7 +85,7 @@ class RunOptions:
     shard: Shard | None = None
     #: Stop after this many failed slates (0: never stop).
     max_failures: int = 10
-    #: None: a progress bar on a terminal only.
+    #: None: a progress bar on a terminal, log lines elsewhere (:mod:`spdrank.progress`).
     progress: bool | None = None
 
 
@@ -152,7 +151,7 @@ def run_teacher(options: RunOptions, make_backend: Callable[[], Backend]) -> Run
 def _label(
     options: RunOptions, backend: Backend, store: LabelStore, total: int, summary: RunSummary
 ) -> None:
-    from tqdm import tqdm
+    from spdrank.progress import Progress
 
     def jobs() -> Iterator[Job]:
         for slate in select(options.slates, options.shard, options.limit):
@@ -165,8 +164,7 @@ def _label(
             )
             yield Job(slate, messages)
 
-    disable = None if options.progress is None else not options.progress
-    bar = tqdm(total=total, desc="teacher", unit="slate", file=sys.stderr, disable=disable)
+    bar = Progress("teacher", unit="slate", total=total, mode=options.progress)
     ok = 0
     outcomes = backend.generate(jobs())
     try:
@@ -190,8 +188,7 @@ def _label(
                     server = outcome.generation.server
                     summary.servers[server] = summary.servers.get(server, 0) + 1
                 ok += record["status"] == OK
-            bar.update(1)
-            bar.set_postfix(ok=f"{ok / max(1, summary.labelled_now):.0%}", failed=summary.failed)
+            bar.update(1, ok=f"{ok / max(1, summary.labelled_now):.0%}", failed=summary.failed)
     finally:
         close = getattr(outcomes, "close", None)
         if close is not None:
