@@ -12,8 +12,9 @@ does not accrue), so a shared machine moves its figures less.
 
 Stages, as ``SPDRanker.rank_batch`` runs them on one slate: ``tokenize`` (encode and collate,
 token ids from the builder's cache as a served catalogue's repeating titles would be),
-``head`` (scores, to numpy), ``assign`` (the decoder), ``result`` (building the Ranking);
-``around`` is one call of all four in a row.
+``readout`` (pooling the prefill's states into what the head reads), ``head`` (scores, to
+numpy), ``assign`` (the decoder), ``result`` (building the Ranking); ``around`` is one call of
+all five in a row.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from pathlib import Path
 
 import torch
 
+from spdrank.backbone import last_hidden
 from spdrank.bench.latency import resize_slates
 from spdrank.decode import decode_batch
 from spdrank.model import SPDRanker
@@ -52,12 +54,16 @@ def stages(model: SPDRanker, slates: list[Slate], reps: int) -> dict[str, dict[s
     n = len(slates[0])
     batches = [model.collate([model.encode(s)]) for s in slates]
     with torch.inference_mode():
-        inputs = [model.read(b) for b in batches]
+        hidden = [last_hidden(model.backbone, b.input_ids, b.attention_mask) for b in batches]
+        inputs = [model.readout(b, h) for b, h in zip(batches, hidden)]
         scores = [model.score(x, b).cpu().numpy() for x, b in zip(inputs, batches)]
         orders = [decode_batch(s, [n], model.config.decoder) for s in scores]
 
         def tokenize(i: int) -> object:
             return model.collate([model.encode(slates[i])])
+
+        def readout(i: int) -> object:
+            return model.readout(batches[i], hidden[i])
 
         def head(i: int) -> object:
             return model.score(inputs[i], batches[i]).cpu().numpy()
@@ -70,12 +76,12 @@ def stages(model: SPDRanker, slates: list[Slate], reps: int) -> dict[str, dict[s
 
         def around(i: int) -> object:
             batch = model.collate([model.encode(slates[i])])
-            m = model.score(inputs[i], batch).cpu().numpy()
+            m = model.score(model.readout(batch, hidden[i]), batch).cpu().numpy()
             order = decode_batch(m, [n], model.config.decoder)[0]
             return model.ranking(slates[i], order, m[0], {})
 
-        parts = {"tokenize": tokenize, "head": head, "assign": assign, "result": result,
-                 "around": around}
+        parts = {"tokenize": tokenize, "readout": readout, "head": head, "assign": assign,
+                 "result": result, "around": around}
         return {name: timed(fn, len(slates), reps) for name, fn in parts.items()}
 
 

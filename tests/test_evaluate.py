@@ -61,6 +61,21 @@ def test_warmup_calls_are_extra_and_untimed():
     assert r.calls == 3 + 2 and res["r"].n == 3
 
 
+def test_prepare_runs_once_per_slate_before_the_rankers_and_untimed():
+    import time
+
+    seen: list[str] = []
+    r = Fixed("r", lambda s: seen.append(f"rank {s.query.qid}") or s.docids)
+
+    def prepare(slate):
+        seen.append(f"prepare {slate.query.qid}")
+        time.sleep(0.05)
+
+    res = evaluate([r], EVAL, warmup=0, prepare=prepare)
+    assert seen == [f"{what} {q}" for q in ("e1", "e2", "e3") for what in ("prepare", "rank")]
+    assert all(rec.latency_ms < 50 for rec in res["r"].records)
+
+
 def test_duplicate_names_and_no_rankers_are_errors():
     with pytest.raises(ValueError, match="unique"):
         evaluate([RandomRanker(), RandomRanker()], EVAL)

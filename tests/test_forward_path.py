@@ -14,6 +14,7 @@ from spdrank.batching import SlateStates, collate, pad_rows, states_batch
 from spdrank.heads import HeadConfig
 from spdrank.model import SPDConfig, SPDRanker
 from spdrank.prompt import PromptSettings
+from spdrank.ranking import STAGES
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -70,24 +71,41 @@ def test_training_keeps_a_frozen_prefill_out_of_autograd(model, slates):
 
 
 def test_each_stage_is_timed_around_its_own_work(model, slates, monkeypatch):
-    read, score = model.read, model.score
+    import spdrank.model as model_module
 
-    def slow_read(batch):
+    forward, pool, score = model_module.last_hidden, model.readout, model.score
+
+    def slow_forward(*args):
         time.sleep(0.05)
-        return read(batch)
+        return forward(*args)
+
+    def slow_pool(batch, hidden):
+        time.sleep(0.1)
+        return pool(batch, hidden)
 
     def slow_score(inputs, batch):
-        time.sleep(0.15)
+        time.sleep(0.2)
         return score(inputs, batch)
 
-    monkeypatch.setattr(model, "read", slow_read)
+    monkeypatch.setattr(model_module, "last_hidden", slow_forward)
+    monkeypatch.setattr(model, "readout", slow_pool)
     monkeypatch.setattr(model, "score", slow_score)
     ranking = model.rank_batch(slates[:2])[0]
     timings = ranking.timings
-    assert set(timings) == {"tokenize", "prefill", "head", "assign"}
-    assert 50 <= timings["prefill"] < timings["head"]
-    assert timings["head"] >= 150
+    assert set(timings) == set(STAGES)
+    assert 50 <= timings["prefill"] < 100 <= timings["readout"] < 200 <= timings["head"]
     assert timings["tokenize"] < 50
+
+
+def test_cached_states_have_no_prefill_to_time(model, slates):
+    states = model.collate([model.encode(s) for s in slates[:2]])
+    with torch.inference_mode():
+        items = model.read(states).items
+    states.states = items
+    scores, timings = model.score_batch(slates[:2], batch=states)
+    assert set(timings) == set(STAGES[:-1])
+    assert timings["prefill"] == 0.0 and timings["readout"] > 0.0
+    assert scores.shape[:2] == (2, max(len(s) for s in slates[:2]))
 
 
 def test_cached_states_are_padded_as_a_collated_batch_is(model, slates):

@@ -19,7 +19,7 @@ import json
 import math
 import os
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -171,6 +171,7 @@ def evaluate(
     progress: bool | None = False,
     total: int | None = None,
     mrr_ks: Sequence[int] = (),
+    prepare: Callable[[Slate], object] | None = None,
 ) -> Results:
     """Rank every slate with every ranker and measure it.
 
@@ -181,7 +182,9 @@ def evaluate(
     :func:`spdrank.progress.track`); ``total`` sizes it. ``ks``: the k of R@k and NDCG@k;
     ``mrr_ks``: of MRR@k. A slate's clicks the retriever did not return
     (:func:`spdrank.slates.clicked_not_retrieved`) count as misses. Ranker names must be
-    unique: they key the results.
+    unique: they key the results. ``prepare``, when given, is called untimed on each slate
+    before the rankers rank it (e.g. a forward that has the backend build its kernels for the
+    slate's prompt length, so no ranker pays that for the others).
     """
     names = [r.name for r in rankers]
     if len(set(names)) != len(names):
@@ -199,6 +202,8 @@ def evaluate(
         n_teacher += slate.teacher is not None
         docids = slate.docids
         missed = clicked_not_retrieved(slate)
+        if prepare is not None:
+            prepare(slate)
         for ranker, res in zip(rankers, results):
             if index == 0:
                 for _ in range(warmup):

@@ -47,7 +47,7 @@ from spdrank.heads import HeadConfig
 from spdrank.methods import RankingMethod, method_for
 from spdrank.methods.first import first_prompt  # noqa: F401 - part of this module's API
 from spdrank.prompt import UNIT_READOUTS, EncodedPrompt, PromptBuilder, PromptSettings
-from spdrank.ranking import Ranking
+from spdrank.ranking import STAGES, Ranking
 from spdrank.slates import TEXT_FIELDS, Candidate, Query, Slate
 from spdrank.words import WordSplitter, pool_words
 
@@ -141,8 +141,10 @@ class StageClock:
     stage's timer stops after its queued work has run, so each stage is charged its own.
     """
 
-    def __init__(self) -> None:
-        self.ms: dict[str, float] = {}
+    def __init__(self, stages: Sequence[str] = ()) -> None:
+        #: Each stage's milliseconds; the ``stages`` given start at 0, so a call that skips
+        #: one (no prefill for cached states) still reports it.
+        self.ms: dict[str, float] = dict.fromkeys(stages, 0.0)
 
     @contextmanager
     def stage(self, name: str, model: SPDRanker | None = None) -> Iterator[None]:
@@ -363,9 +365,8 @@ class SPDRanker(nn.Module):
         stages, each waiting for its queued GPU work before its timer stops.
         """
         frozen = self.config.backbone.lora is None
-        with _stage(clock, "prefill", self), \
-                torch.set_grad_enabled(torch.is_grad_enabled() and not frozen):
-            inputs = self.read(batch)
+        with torch.set_grad_enabled(torch.is_grad_enabled() and not frozen):
+            inputs = self.read(batch, clock)
         serial = not torch.is_grad_enabled() and batch.item_mask.numel() <= HEAD_SERIAL_ROWS
         with _stage(clock, "head", self), _serial_if(serial, self.device):
             return self.score(inputs, batch)
@@ -379,24 +380,35 @@ class SPDRanker(nn.Module):
             )
         return self.head(inputs.items, batch.item_mask, batch.features)
 
-    def read(self, batch: Batch) -> HeadInputs:
+    def read(self, batch: Batch, clock: StageClock | None = None) -> HeadInputs:
         """What the head reads, as float32, from one prefill (or the batch's cached states).
 
         The candidates' states (FIRST: the LM's logits; nothing without an LLM) and, for a
         head that reads the user's history, the history items' states. Each item's token
         states are pooled as the prompt settings' ``readout`` says, all kept ("tokens"), or
-        pooled per word ("words").
+        pooled per word ("words"). ``clock``, when given, times the backbone's forward as the
+        ``prefill`` stage and the pooling as ``readout``.
         """
         if self.config.features_only:
             return HeadInputs(None)
         if batch.states is not None:
-            history = batch.history_states.float() if batch.history_states is not None else None
-            return HeadInputs(batch.states.float(), history, batch.token_lengths,
-                              batch.history_token_lengths)
+            with _stage(clock, "readout", self):
+                history = batch.history_states.float() \
+                    if batch.history_states is not None else None
+                return HeadInputs(batch.states.float(), history, batch.token_lengths,
+                                  batch.history_token_lengths)
         if self.method.reads_logits:
-            logits = last_token_logits(self.backbone, batch.input_ids, batch.attention_mask)
+            with _stage(clock, "prefill", self):
+                logits = last_token_logits(self.backbone, batch.input_ids, batch.attention_mask)
             return HeadInputs(logits.float())
-        hidden = last_hidden(self.backbone, batch.input_ids, batch.attention_mask)
+        with _stage(clock, "prefill", self):
+            hidden = last_hidden(self.backbone, batch.input_ids, batch.attention_mask)
+        with _stage(clock, "readout", self):
+            return self.readout(batch, hidden)
+
+    def readout(self, batch: Batch, hidden: torch.Tensor) -> HeadInputs:
+        """The items' (and history items') states from one prefill's ``hidden`` [B, T, D], as
+        the prompt settings' readout pools them."""
         first = batch.first if batch.first is not None else batch.readout
         spans = [(first, batch.readout)]
         if batch.history_first is not None and self.reads_history:
@@ -449,12 +461,13 @@ class SPDRanker(nn.Module):
         """Scores of slates from one padded prefill, and the milliseconds of each stage.
 
         Scores are [B, N, K] for SPD and [B, N] for the sorting peers (padded items are 0);
-        stages are ``tokenize`` (encode and collate), ``prefill`` and ``head`` (the head and
-        copying its scores to the host). Kept apart from decoding so one forward pass can be
+        stages are ``tokenize`` (encode and collate), ``prefill`` (the backbone's forward),
+        ``readout`` (pooling its states for the head) and ``head`` (the head and copying its
+        scores to the host). Kept apart from decoding so one forward pass can be
         decoded several ways (``spdrank bench``). ``batch``: the slates already collated, e.g.
         with cached states (then nothing is tokenized).
         """
-        clock = StageClock()
+        clock = StageClock(STAGES[:-1])
         with self._evaluating():
             with clock.stage("tokenize"):
                 batch = self._batch_of(slates, encoded, batch)

@@ -12,6 +12,11 @@ from typing import Protocol, runtime_checkable
 
 from spdrank.slates import Slate
 
+#: The stages of one ranking call, in order, as :attr:`Ranking.timings` names them: encoding and
+#: collating the prompts, the backbone's forward, pooling its states into what the head reads
+#: (the items' last tokens, means or words), the head, and the assignment decoder.
+STAGES = ("tokenize", "prefill", "readout", "head", "assign")
+
 
 @dataclass
 class Ranking:

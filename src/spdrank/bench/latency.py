@@ -2,15 +2,18 @@
 
 For each slate size N, on the same slates:
 
-- the stages ``SPDRanker.rank`` reports (tokenize, prefill, head, assign) and the rest of the
-  call (the Python around them, building the :class:`~spdrank.ranking.Ranking`), per slate;
+- the stages ``SPDRanker.rank`` reports (:data:`~spdrank.ranking.STAGES`: tokenize, prefill,
+  readout, head, assign) and the rest of the call (the Python around them, building the :class:`~spdrank.ranking.Ranking`), per slate;
   the table gives each one's median over the slates, and the end-to-end median and p95.
   Per slate the stages and the rest add up to the end-to-end time exactly; medians need not;
 - a bare prefill of the same tokens: the backbone's forward alone, the one pass every LLM
   ranker pays, timed in the same loop as SPD (slate by slate, alternating). SPD end to end
-  over bare prefill is the ratio of the medians;
+  over bare prefill is the ratio of the medians. Before either is timed on a slate, one
+  untimed forward of its prompt lets the backend build what it builds per shape (oneDNN's
+  bfloat16 kernels on a CPU, for each new prompt length), which a server pays once per
+  length, not per request, and which would otherwise land on whichever call came first;
 - the overhead: everything of a slate's ``rank()`` but its prefill (end to end minus the
-  prefill stage, per slate: tokenizing, the head, the assignment and the rest), its median in
+  prefill stage, per slate: tokenizing, the readout, the head, the assignment and the rest), its median in
   milliseconds and that median over the bare prefill's;
 - throughput: slates per second through ``rank_batch`` in padded batches of a given size;
 - at a latency batch B > 1 (``--latency-batch``), the same decomposition of ``rank_batch``
@@ -46,7 +49,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from spdrank.defaults import LATENCY_SIZES
 from spdrank.evaluate import evaluate, percentile
-from spdrank.ranking import Ranking
+from spdrank.ranking import STAGES, Ranking
 from spdrank.slates import Candidate, Slate, batched
 
 T = TypeVar("T")
@@ -56,7 +59,6 @@ if TYPE_CHECKING:
 
     from spdrank.model import SPDRanker
 
-STAGES = ("tokenize", "prefill", "head", "assign")
 DEFAULT_SIZES = LATENCY_SIZES
 
 
@@ -247,7 +249,8 @@ def _single_row(
     ``batch_size``."""
     n = len(sized[0])
     _reset_peak_memory(model.device)
-    results = evaluate([model, bare], sized, warmup=warmup, progress=progress)
+    results = evaluate([model, bare], sized, warmup=warmup, progress=progress,
+                       prepare=bare.rank)
     records = results[model.name].records
     stages = {s: [r.timings[s] for r in records] for s in STAGES}
     stages["rest"] = [r.latency_ms - sum(r.timings[s] for s in STAGES) for r in records]
@@ -289,6 +292,7 @@ def _batched_row(
     stages: dict[str, list[float]] = {s: [] for s in (*STAGES, "rest")}
     totals, around, bare_ms = [], [], []
     for call in calls:
+        bare.prefill_ms(call)
         rankings, total = _timed(model.rank_batch, call)
         timings = rankings[0].timings
         for s in STAGES:

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 STAGE_COLOURS = {
     "tokenize": "#8da0cb",
     "prefill": "#fc8d62",
+    "readout": "#ffd92f",
     "head": "#66c2a5",
     "assign": "#e78ac3",
     "rest": "#b3b3b3",
