@@ -272,6 +272,11 @@ def test_mean_readout_pools_every_token_of_a_span():
     torch.testing.assert_close(mean[0, 1], hidden[0, 4])
     torch.testing.assert_close(mean[1, 0], hidden[1, 0:6].mean(0))
     torch.testing.assert_close(pool_spans(hidden, first, last, "last")[1, 0], hidden[1, 5])
+    # a bfloat16 prefill is averaged in float32 and returned in its own dtype
+    low = hidden.bfloat16()
+    mean = pool_spans(low, first, last, "mean")
+    assert mean.dtype == torch.bfloat16
+    torch.testing.assert_close(mean[1, 0], low[1, 0:6].float().mean(0).bfloat16())
 
 
 def test_history_head_model_round_trips_and_ranks(tmp_path, tiny_backbone, slates):

@@ -423,10 +423,12 @@ def span_means(
     span = torch.arange(len(lengths), device=lengths.device).repeat_interleave(lengths)
     starts = torch.cumsum(lengths, 0) - lengths
     offset = torch.arange(len(span), device=span.device) - starts[span]
+    index = row[span] * hidden.size(1) + first[span] + offset
     flat = hidden.reshape(-1, hidden.size(-1))
-    tokens = flat.index_select(0, row[span] * hidden.size(1) + first[span] + offset).float()
-    return F.embedding_bag(torch.arange(len(span), device=span.device), tokens, starts,
-                           mode="mean")
+    if flat.dtype != torch.float32:  # averaged in float32: gather the tokens, then widen
+        flat = flat.index_select(0, index).float()
+        index = torch.arange(len(index), device=index.device)
+    return F.embedding_bag(index, flat, starts, mode="mean")
 
 
 def span_tokens(

@@ -104,7 +104,7 @@ def pool_words(
             counts[b, m] = len(words)
             slots.extend((b, m, w, a + i, a + j) for w, (i, j) in enumerate(words))
     used = int(counts.max()) if counts.size else 1
-    table = torch.tensor(slots, dtype=torch.long).view(-1, 5)
+    table = torch.from_numpy(np.array(slots, dtype=np.int64).reshape(-1, 5))
     b_idx, m_idx, w_idx = table[:, 0], table[:, 1], table[:, 2]
     device = hidden.device
     means = span_means(hidden, b_idx.to(device), table[:, 3].to(device), table[:, 4].to(device))
