@@ -1,16 +1,21 @@
 #!/usr/bin/env bash
-# The work around the prefill, on this CPU: the latency decomposition of one SPD checkpoint at
-# N = 20, 50 and 150 (tokenize, prefill, head, assignment, rest; the overhead around the
+# The work around the prefill, on this CPU: the latency decomposition of two SPD checkpoints at
+# N = 20, 50 and 150 (tokenize, prefill, readout, head, assign, rest; the overhead around the
 # prefill in ms and over a bare prefill of the same prompt), median over 100 slates, batch 1.
 #
 #   bash benchmarks/overhead_cpu.sh     # writes benchmarks/results/overhead-cpu/
 #
-# The checkpoint: the bundled SmolLM2's first 2 layers, frozen, and the attention head with
-# K = 160 positions (so one checkpoint serves every N), two upstream features, expected-rank
-# decoding, trained for one step: latency does not depend on what the head learned. Run it
-# alone on the machine: it measures latency. Each dtype in DTYPES gets $OUT/DTYPE/: the bench
-# report, and micro.txt / micro.json, the stages around the prefill timed alone and repeated
-# on one thread (benchmarks/overhead_micro.py: min and median, robust to other load).
+# The checkpoints read the bundled SmolLM2's first 2 layers, frozen, with two upstream
+# features and K = 160 positions (so one checkpoint serves every N), expected-rank decoding,
+# trained for one step (latency does not depend on what the head learned):
+# - spd-k160: the paper's head (attention over the items, width 256, 2 layers), reading each
+#   item's last token through 12-token titles;
+# - default-k160: what `spdrank train` builds by default: the history head (candidates attend
+#   to each other and to the history items) reading each item's words, matched word by word
+#   with the history's (tfidf), through 32-token titles.
+# Run it alone on the machine: it measures latency. Each dtype in DTYPES gets $OUT/DTYPE/: the
+# bench report, and micro-NAME.txt / .json, the stages around the prefill timed alone and
+# repeated on one thread (benchmarks/overhead_micro.py: min and median, robust to other load).
 # Settings from the environment: BIN, DATA, WORK, OUT, LAYERS, SIZES, SLATES, DTYPES, THREADS
 # (torch's threads for the bench; the micro-benchmark always runs on one), REPS.
 set -euo pipefail
@@ -27,22 +32,27 @@ parse_dry_run benchmarks/overhead_cpu.sh "the script's header" "$@"
 
 step data "$DATA/manifest.json" \
   "$BIN/spdrank" data beauty --out "$DATA" --features --no-progress
-step checkpoint "$WORK/spd-k160/train.json" \
-  "$BIN/spdrank" train --slates "$DATA/train.jsonl" --limit 8 --out "$WORK/spd-k160" \
-  --target clicks --head attn --positions 160 --frozen --layers "$LAYERS" \
-  --features popularity,cooccurrence --max-item-tokens 12 --decoder expected_rank \
-  --batch-size 4 --max-steps 1 --eval-every 0 --seed 0 --device cpu --no-progress
+COMMON=(--slates "$DATA/train.jsonl" --limit 8 --target clicks --positions 160 --frozen
+  --layers "$LAYERS" --features popularity,cooccurrence --decoder expected_rank --batch-size 4
+  --max-steps 1 --eval-every 0 --seed 0 --device cpu --no-progress)
+step checkpoint-spd "$WORK/spd-k160/train.json" \
+  "$BIN/spdrank" train "${COMMON[@]}" --out "$WORK/spd-k160" --head attn --max-item-tokens 12
+step checkpoint-default "$WORK/default-k160/train.json" \
+  "$BIN/spdrank" train "${COMMON[@]}" --out "$WORK/default-k160"
 for DTYPE in $DTYPES; do
   [ "$DRY" = 1 ] || mkdir -p "$OUT/$DTYPE"
   TIMINGS="$OUT/timings.tsv" OMP_NUM_THREADS=$THREADS step "bench-$DTYPE" "$OUT/$DTYPE/report.md" \
-    "$BIN/spdrank" bench --slates "$DATA/eval.jsonl" \
-    --limit "$SLATES" --model "spd-k160=$WORK/spd-k160" --decoders expected_rank --dtype "$DTYPE" \
+    "$BIN/spdrank" bench --slates "$DATA/eval.jsonl" --limit "$SLATES" \
+    --model "spd-k160=$WORK/spd-k160" --model "default-k160=$WORK/default-k160" \
+    --decoders expected_rank --dtype "$DTYPE" \
     --device cpu --latency --latency-sizes "$SIZES" --latency-slates "$SLATES" --seed 0 \
     --out "$OUT/$DTYPE" \
     --title "The work around the prefill: SmolLM2 x $LAYERS layers, $DTYPE, CPU, batch 1, $THREADS thread(s)" \
     --no-progress
-  TIMINGS="$OUT/timings.tsv" OMP_NUM_THREADS=1 step "micro-$DTYPE" "$OUT/$DTYPE/micro.json" \
-    "$BIN/python" benchmarks/overhead_micro.py --model "$WORK/spd-k160" \
-    --slates "$DATA/eval.jsonl" --limit "$SLATES" --sizes "$SIZES" --dtype "$DTYPE" \
-    --reps "$REPS" --out "$OUT/$DTYPE/micro.json"
+  for NAME in spd-k160 default-k160; do
+    TIMINGS="$OUT/timings.tsv" OMP_NUM_THREADS=1 step "micro-$DTYPE-$NAME" "$OUT/$DTYPE/micro-$NAME.json" \
+      "$BIN/python" benchmarks/overhead_micro.py --model "$WORK/$NAME" \
+      --slates "$DATA/eval.jsonl" --limit "$SLATES" --sizes "$SIZES" --dtype "$DTYPE" \
+      --reps "$REPS" --out "$OUT/$DTYPE/micro-$NAME.json"
+  done
 done

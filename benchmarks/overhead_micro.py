@@ -29,10 +29,12 @@ from pathlib import Path
 
 import torch
 
+import spdrank.model
 from spdrank.backbone import last_hidden
+from spdrank.batching import Batch
 from spdrank.bench.latency import resize_slates
 from spdrank.decode import decode_batch
-from spdrank.model import SPDRanker
+from spdrank.model import HeadInputs, SPDRanker
 from spdrank.slates import Slate, load_slates
 
 
@@ -49,13 +51,24 @@ def timed(fn: Callable[[int], object], count: int, reps: int) -> dict[str, float
     return {"min": min(wall), "median": statistics.median(wall), "cpu_median": statistics.median(cpu)}
 
 
+def read(model: SPDRanker, batch: Batch, hidden: torch.Tensor) -> HeadInputs:
+    """``model.read(batch)`` with the backbone's forward replaced by its output ``hidden``:
+    the readout alone, timed the same way on any version of the code."""
+    forward = spdrank.model.last_hidden
+    spdrank.model.last_hidden = lambda *_: hidden
+    try:
+        return model.read(batch)
+    finally:
+        spdrank.model.last_hidden = forward
+
+
 def stages(model: SPDRanker, slates: list[Slate], reps: int) -> dict[str, dict[str, float]]:
     """Each stage's times over ``slates`` (all of one size)."""
     n = len(slates[0])
     batches = [model.collate([model.encode(s)]) for s in slates]
     with torch.inference_mode():
         hidden = [last_hidden(model.backbone, b.input_ids, b.attention_mask) for b in batches]
-        inputs = [model.readout(b, h) for b, h in zip(batches, hidden)]
+        inputs = [read(model, b, h) for b, h in zip(batches, hidden)]
         scores = [model.score(x, b).cpu().numpy() for x, b in zip(inputs, batches)]
         orders = [decode_batch(s, [n], model.config.decoder) for s in scores]
 
@@ -63,7 +76,7 @@ def stages(model: SPDRanker, slates: list[Slate], reps: int) -> dict[str, dict[s
             return model.collate([model.encode(slates[i])])
 
         def readout(i: int) -> object:
-            return model.readout(batches[i], hidden[i])
+            return read(model, batches[i], hidden[i])
 
         def head(i: int) -> object:
             return model.score(inputs[i], batches[i]).cpu().numpy()
@@ -76,7 +89,7 @@ def stages(model: SPDRanker, slates: list[Slate], reps: int) -> dict[str, dict[s
 
         def around(i: int) -> object:
             batch = model.collate([model.encode(slates[i])])
-            m = model.score(model.readout(batch, hidden[i]), batch).cpu().numpy()
+            m = model.score(read(model, batch, hidden[i]), batch).cpu().numpy()
             order = decode_batch(m, [n], model.config.decoder)[0]
             return model.ranking(slates[i], order, m[0], {})
 

@@ -358,19 +358,21 @@ def test_gpu_script_commands_parse():
 
 def test_overhead_script_commands_parse():
     """benchmarks/overhead_cpu.sh: its data, train and bench commands parse with the real CLI,
-    and the bench decomposes latency at the three sizes of issue 18."""
+    and the bench decomposes latency at three sizes."""
     commands = dry_run_commands("overhead_cpu.sh")
-    assert [argv[1] for argv in commands] == ["data", "train", "bench", "bench"]
+    assert [argv[1] for argv in commands] == ["data", "train", "train", "bench", "bench"]
     parser = spdrank.cli.build_parser()
     parsed = [vars(parser.parse_args(argv[1:])) for argv in commands]
-    for bench in commands[2:]:
+    for bench in commands[3:]:
         assert bench[bench.index("--latency-sizes") + 1] == "20,50,150"
-    assert [p["dtype"] for p in parsed[2:]] == ["float32", "bfloat16"]
-    assert {k for k in parsed[2] if parsed[2][k] != parsed[3][k]} == {"dtype", "out", "title"}
-    train = commands[1]
-    assert int(train[train.index("--positions") + 1]) >= 150
+    assert [p["dtype"] for p in parsed[3:]] == ["float32", "bfloat16"]
+    assert {k for k in parsed[3] if parsed[3][k] != parsed[4][k]} == {"dtype", "out", "title"}
+    # the paper's head, and the head `spdrank train` builds by default
+    assert [p["head"] for p in parsed[1:3]] == ["attn", None]
+    for train in commands[1:3]:
+        assert int(train[train.index("--positions") + 1]) >= 150
     micro = [argv for argv in dry_run_commands("overhead_cpu.sh", "") if argv[0].endswith("python")]
-    assert [argv[argv.index("--dtype") + 1] for argv in micro] == ["float32", "bfloat16"]
+    assert [argv[argv.index("--dtype") + 1] for argv in micro] == ["float32"] * 2 + ["bfloat16"] * 2
     assert all((ROOT / argv[1]).is_file() for argv in micro)
 
 
