@@ -256,7 +256,7 @@ def test_duplicate_qids_are_refused_with_both_lines(tmp_path, model_dir, capsys)
         list(unique_qids(iter_slates(path)))
 
 
-@pytest.mark.parametrize("content", [b"", b"\n  \n", gzip.compress(b"")])
+@pytest.mark.parametrize("content", [b"", b"\n  \n", gzip.compress(b"", mtime=0)], ids=["empty", "blank", "empty-gzip"])
 def test_an_empty_input_is_an_error(tmp_path, model_dir, capsys, content):
     path = tmp_path / ("empty.jsonl.gz" if content.startswith(b"\x1f\x8b") else "empty.jsonl")
     path.write_bytes(content)

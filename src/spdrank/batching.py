@@ -158,9 +158,12 @@ def _pad_states(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """Slates' float32 states [n_b, *inner] padded to [B, max(1, max n_b), *inner] with
     zeros, the mask of real rows and, with per-token states, each row's token count (0 where
-    padded)."""
+    padded). Per-token states keep as many token slots as the longest row uses, as a live
+    readout does, so a head computes on cached states exactly as on live ones."""
     sizes = [len(r) for r in rows]
     width = max(1, max(sizes))
     padded = pad_rows(rows, width, tuple(rows[0].shape[1:]), dtype=np.float32)
     lengths = None if tokens is None else pad_rows(tokens, width)
+    if lengths is not None:
+        padded = padded[:, :, : max(1, int(lengths.max()))].contiguous()
     return padded, lengths_mask(sizes, width), lengths
