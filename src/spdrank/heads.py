@@ -424,8 +424,7 @@ class HistoryAttentionHead(nn.Module):
             assert item_tokens is not None and history_tokens is not None
             match = self.match_tfidf if self.tfidf else self.match_tokens
             stats = match(h, item_tokens, history, history_tokens, history_mask)
-            h = _mean_slots(h, item_tokens)
-            history = _mean_slots(history, history_tokens)
+            h, history = _slot_means(h, item_tokens), _slot_means(history, history_tokens)
         else:
             stats = self.match(h, history, history_mask)
         x = _item_inputs(self.proj, h, self.features, features) + self.match_out(stats)
@@ -439,7 +438,6 @@ class HistoryAttentionHead(nn.Module):
         if self.tfidf:
             scores = scores + self.match_positions(stats)
         return scores.masked_fill(~mask.unsqueeze(-1), 0.0)
-
 
     def infer(
         self,
@@ -591,16 +589,11 @@ def _used_slots(states: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
 
 
 def _slot_means(states: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-    """:func:`_mean_slots` as one matrix product per item, which reads the states once."""
+    """The mean over each item's real token slots, [..., W, D] -> [..., D], as one matrix
+    product per item (which reads the states once)."""
     real = _slots(lengths, states.size(-2)).to(states.dtype)
     weights = real / real.sum(-1, keepdim=True).clamp(min=1.0)
     return torch.matmul(weights.unsqueeze(-2), states).squeeze(-2)
-
-
-def _mean_slots(states: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-    """The mean over each item's real token slots: [..., W, D] -> [..., D]."""
-    real = _slots(lengths, states.size(-2)).unsqueeze(-1).to(states.dtype)
-    return (states * real).sum(-2) / real.sum(-2).clamp(min=1.0)
 
 
 class ScalarHead(nn.Module):
