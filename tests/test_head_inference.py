@@ -167,7 +167,7 @@ def test_bfloat16_products_with_and_without_the_packed_weights_agree(monkeypatch
         monkeypatch.setattr(head_inference, "packed_weight", lambda weight: None)
         head._cast.reset()
         plain = head(h, mask)
-    assert head._cast.weights(head, torch.bfloat16).proj.packed is None
+    assert head._cast.weights(head, torch.bfloat16).input.product.packed is None
     torch.testing.assert_close(packed, plain, rtol=0.02, atol=0.02)
 
 

@@ -75,6 +75,20 @@ def norm_args(norm: nn.LayerNorm) -> Norm:
     return (tuple(norm.normalized_shape), weight, bias, norm.eps)
 
 
+class NormedProduct(NamedTuple):
+    """A layer norm, then a product: how a head maps the backbone's states into its width."""
+
+    norm: Norm
+    product: Product
+
+    @classmethod
+    def of(cls, norm: nn.LayerNorm, linear: nn.Linear, dtype: torch.dtype | None) -> NormedProduct:
+        return cls(norm_args(norm), Product.of(linear, dtype))
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return self.product(F.layer_norm(x, *self.norm))
+
+
 class SelfAttention(NamedTuple):
     """One pre-norm block of self-attention: its norm, the fused q/k/v product, the output."""
 
@@ -115,6 +129,31 @@ def _check_layer(layer: nn.Module) -> None:
     relu = getattr(layer, "activation_relu_or_gelu", None) == 1 or layer.activation is F.relu
     if not layer.norm_first or not relu:
         raise ValueError("the inference path computes pre-norm ReLU layers only")
+
+
+class StackWeights(NamedTuple):
+    """A head's layers between its input map (the states into its width) and its output map
+    (a final norm, then the K position scores)."""
+
+    input: NormedProduct
+    layers: tuple[LayerWeights, ...]
+    output: NormedProduct
+
+
+def stack_weights(
+    input_map: nn.Sequential,
+    layers: nn.ModuleList,
+    norm: nn.LayerNorm,
+    out: nn.Linear,
+    dtype: torch.dtype | None,
+) -> StackWeights:
+    """The weights of ``input_map`` (LayerNorm, Linear), ``layers`` and the output ``norm`` and
+    ``out``, in ``dtype``."""
+    return StackWeights(
+        NormedProduct.of(input_map[0], input_map[1], dtype),
+        tuple(layer_weights(layer, dtype) for layer in layers),
+        NormedProduct.of(norm, out, dtype),
+    )
 
 
 def layer_weights(
@@ -213,6 +252,16 @@ class WeightCache(Generic[W]):
         return self._weights
 
 
-def forget_cached_weights(head: nn.Module, _keys: Any) -> None:
+def add_inference_path(head: nn.Module, build: Callable[[Any, torch.dtype | None], Any]) -> None:
+    """Give ``head`` what its inference path reads: ``compute_dtype``, the dtype of the
+    matrix products at inference (None: the parameters' own; the layer norms, the residual
+    stream and the scores stay in the parameters' dtype), and the weights ``build`` makes,
+    kept until a parameter changes or a checkpoint is loaded."""
+    head.compute_dtype = None
+    head._cast = WeightCache(build)
+    head.register_load_state_dict_post_hook(_forget_cached_weights)
+
+
+def _forget_cached_weights(head: nn.Module, _keys: Any) -> None:
     """A load hook: the loaded weights may be new tensors, so list the parameters afresh."""
     head._cast.reset()

@@ -30,15 +30,12 @@ from torch import nn
 
 from spdrank.defaults import UNNAMED_HEAD
 from spdrank.head_inference import (
-    LayerWeights,
-    Norm,
-    Product,
-    WeightCache,
+    NormedProduct,
+    StackWeights,
+    add_inference_path,
     apply_layer,
-    forget_cached_weights,
     key_mask,
-    layer_weights,
-    norm_args,
+    stack_weights,
 )
 
 #: How the history head compares a candidate's units with a history item's (``HeadConfig.match``).
@@ -169,11 +166,7 @@ class SelfAttentionHead(nn.Module):
         self.encoder = nn.TransformerEncoder(layer, cfg.layers, enable_nested_tensor=False)
         self.norm = nn.LayerNorm(cfg.width)
         self.out = nn.Linear(cfg.width, cfg.positions)
-        #: The dtype of the matrix products at inference (None: the parameters' own). The
-        #: layer norms, the residual stream and the scores stay in the parameters' dtype.
-        self.compute_dtype: torch.dtype | None = None
-        self._cast = WeightCache(_attention_head_weights)
-        self.register_load_state_dict_post_hook(forget_cached_weights)
+        add_inference_path(self, _attention_head_weights)
 
     def forward(
         self, h: torch.Tensor | None, mask: torch.Tensor, features: torch.Tensor | None = None
@@ -208,7 +201,7 @@ class SelfAttentionHead(nn.Module):
         (:mod:`spdrank.head_inference`): functional layers, no key mask when no item is
         padded, the matrix products in ``compute_dtype``."""
         w = self._cast.weights(self, self.compute_dtype)
-        x = w.proj(F.layer_norm(h, *w.proj_norm)).to(h.dtype)
+        x = w.input(h).to(h.dtype)
         if self.features is not None:
             if features is None:
                 raise ValueError("this head reads features, but none were given")
@@ -216,32 +209,13 @@ class SelfAttentionHead(nn.Module):
         keys = key_mask(mask)
         for weights in w.layers:
             x = apply_layer(x, weights, keys)
-        scores = w.out(F.layer_norm(x, *w.norm)).to(h.dtype)
+        scores = w.output(x).to(h.dtype)
         return scores if keys is None else scores.masked_fill(~mask.unsqueeze(-1), 0.0)
 
 
-class _AttentionHeadWeights(NamedTuple):
-    """What :meth:`SelfAttentionHead.infer` reads: the input's norm and product, the layers,
-    the final norm and the output product."""
-
-    proj_norm: Norm
-    proj: Product
-    layers: tuple[LayerWeights, ...]
-    norm: Norm
-    out: Product
-
-
-def _attention_head_weights(
-    head: SelfAttentionHead, dtype: torch.dtype | None
-) -> _AttentionHeadWeights:
+def _attention_head_weights(head: SelfAttentionHead, dtype: torch.dtype | None) -> StackWeights:
     assert head.proj is not None
-    return _AttentionHeadWeights(
-        norm_args(head.proj[0]),
-        Product.of(head.proj[1], dtype),
-        tuple(layer_weights(layer, dtype) for layer in head.encoder.layers),
-        norm_args(head.norm),
-        Product.of(head.out, dtype),
-    )
+    return stack_weights(head.proj, head.encoder.layers, head.norm, head.out, dtype)
 
 
 class SlotQueryHead(nn.Module):
@@ -274,6 +248,20 @@ class SlotQueryHead(nn.Module):
         slots = self.decoder(slots, items, memory_key_padding_mask=~mask)
         scores = torch.einsum("bnd,bkd->bnk", self.item_out(items), self.slot_out(slots))
         return (scores * self.scale).masked_fill(~mask.unsqueeze(-1), 0.0)
+
+
+class _HistoryInputs(NamedTuple):
+    """What the history head reads: the candidates' states [B, N, (W,) D] and mask, their
+    features, the history items' states [B, H, (W,) D] and mask, and with a unit readout each
+    item's unit count."""
+
+    h: torch.Tensor
+    mask: torch.Tensor
+    features: torch.Tensor | None
+    history: torch.Tensor
+    history_mask: torch.Tensor
+    item_tokens: torch.Tensor | None
+    history_tokens: torch.Tensor | None
 
 
 class HistoryAttentionHead(nn.Module):
@@ -329,11 +317,7 @@ class HistoryAttentionHead(nn.Module):
         self.decoder = nn.TransformerDecoder(layer, cfg.layers)
         self.norm = nn.LayerNorm(cfg.width)
         self.out = nn.Linear(cfg.width, cfg.positions)
-        #: The dtype of the matrix products at inference (None: the parameters' own), as
-        #: :attr:`SelfAttentionHead.compute_dtype`.
-        self.compute_dtype: torch.dtype | None = None
-        self._cast = WeightCache(_history_head_weights)
-        self.register_load_state_dict_post_hook(forget_cached_weights)
+        add_inference_path(self, _history_head_weights)
 
     def match(
         self, h: torch.Tensor, history: torch.Tensor, history_mask: torch.Tensor
@@ -401,63 +385,49 @@ class HistoryAttentionHead(nn.Module):
     ) -> torch.Tensor:
         """Scores [B, N, K]: :meth:`infer` in eval mode without autograd, else
         :meth:`reference` (what training runs); the two are tested to agree."""
-        args = (h, mask, features, history, history_mask, item_tokens, history_tokens)
+        if h is None or history is None or history_mask is None:
+            raise ValueError("this head reads the candidates' and the history items' states")
+        if self.tokens and (h.dim() != 4 or item_tokens is None or history_tokens is None):
+            raise ValueError("this head matches tokens: it reads every token's state "
+                             "(the tokens readout) and their counts")
+        x = _HistoryInputs(h, mask, features, history, history_mask, item_tokens, history_tokens)
         if not self.training and not torch.is_grad_enabled():
-            return self.infer(*args)
-        return self.reference(*args)
+            return self.infer(x)
+        return self.reference(x)
 
-    def reference(
-        self,
-        h: torch.Tensor | None,
-        mask: torch.Tensor,
-        features: torch.Tensor | None = None,
-        history: torch.Tensor | None = None,
-        history_mask: torch.Tensor | None = None,
-        item_tokens: torch.Tensor | None = None,
-        history_tokens: torch.Tensor | None = None,
-    ) -> torch.Tensor:
+    def reference(self, x: _HistoryInputs) -> torch.Tensor:
         """The head as nn modules compute it, with autograd and dropout: what training runs
         and what :meth:`infer` must reproduce."""
-        _check_history_inputs(self.tokens, h, history, history_mask, item_tokens, history_tokens)
-        assert h is not None and history is not None and history_mask is not None
+        h, history, history_mask = x.h, x.history, x.history_mask
         if self.tokens:
-            assert item_tokens is not None and history_tokens is not None
+            assert x.item_tokens is not None and x.history_tokens is not None
             match = self.match_tfidf if self.tfidf else self.match_tokens
-            stats = match(h, item_tokens, history, history_tokens, history_mask)
-            h, history = _slot_means(h, item_tokens), _slot_means(history, history_tokens)
+            stats = match(h, x.item_tokens, history, x.history_tokens, history_mask)
+            h, history = _slot_means(h, x.item_tokens), _slot_means(history, x.history_tokens)
         else:
             stats = self.match(h, history, history_mask)
-        x = _item_inputs(self.proj, h, self.features, features) + self.match_out(stats)
-        b = x.size(0)
+        items = _item_inputs(self.proj, h, self.features, x.features) + self.match_out(stats)
+        b = items.size(0)
         memory = torch.cat([self.null.expand(b, -1, -1), self.history_proj(history)], dim=1)
         memory_mask = torch.cat([history_mask.new_ones(b, 1), history_mask], dim=1)
-        x = self.decoder(
-            x, memory, tgt_key_padding_mask=~mask, memory_key_padding_mask=~memory_mask
+        items = self.decoder(
+            items, memory, tgt_key_padding_mask=~x.mask, memory_key_padding_mask=~memory_mask
         )
-        scores = self.out(self.norm(x))
+        scores = self.out(self.norm(items))
         if self.tfidf:
             scores = scores + self.match_positions(stats)
-        return scores.masked_fill(~mask.unsqueeze(-1), 0.0)
+        return scores.masked_fill(~x.mask.unsqueeze(-1), 0.0)
 
-    def infer(
-        self,
-        h: torch.Tensor | None,
-        mask: torch.Tensor,
-        features: torch.Tensor | None = None,
-        history: torch.Tensor | None = None,
-        history_mask: torch.Tensor | None = None,
-        item_tokens: torch.Tensor | None = None,
-        history_tokens: torch.Tensor | None = None,
-    ) -> torch.Tensor:
+    def infer(self, x: _HistoryInputs) -> torch.Tensor:
         """The forward without autograd or dropout (:mod:`spdrank.head_inference`): the
         layers as functional calls with the products in ``compute_dtype``, and with a unit
         readout only as many unit slots as the longest item has (the rest are padding, which
         every step masks)."""
-        _check_history_inputs(self.tokens, h, history, history_mask, item_tokens, history_tokens)
-        assert h is not None and history is not None and history_mask is not None
         w = self._cast.weights(self, self.compute_dtype)
+        h, history, history_mask, mask = x.h, x.history, x.history_mask, x.mask
         dtype = h.dtype
         if self.tokens:
+            item_tokens, history_tokens = x.item_tokens, x.history_tokens
             assert item_tokens is not None and history_tokens is not None
             h, history = _used_slots(h, item_tokens), _used_slots(history, history_tokens)
             if self.tfidf:
@@ -467,20 +437,20 @@ class HistoryAttentionHead(nn.Module):
             h, history = _slot_means(h, item_tokens), _slot_means(history, history_tokens)
         else:
             stats = self.match(h, history, history_mask)
-        x = w.proj(F.layer_norm(h, *w.proj_norm)).to(dtype)
+        items = w.stack.input(h).to(dtype)
         if self.features is not None:
-            if features is None:
+            if x.features is None:
                 raise ValueError("this head reads features, but none were given")
-            x = x + self.features(features)
-        x = x + self.match_out(stats)
-        b = x.size(0)
-        memory = w.history_proj(F.layer_norm(history, *w.history_norm))
+            items = items + self.features(x.features)
+        items = items + self.match_out(stats)
+        b = items.size(0)
+        memory = w.history(history)
         memory = torch.cat([self.null.expand(b, -1, -1).to(memory.dtype), memory], dim=1)
         memory_keys = torch.cat([history_mask.new_ones(b, 1), history_mask], dim=1)
         keys, memory_keys = key_mask(mask), key_mask(memory_keys)
-        for weights in w.layers:
-            x = apply_layer(x, weights, keys, memory, memory_keys)
-        scores = w.out(F.layer_norm(x, *w.norm)).to(dtype)
+        for weights in w.stack.layers:
+            items = apply_layer(items, weights, keys, memory, memory_keys)
+        scores = w.stack.output(items).to(dtype)
         if self.tfidf:
             scores = scores + self.match_positions(stats)
         return scores if keys is None else scores.masked_fill(~mask.unsqueeze(-1), 0.0)
@@ -497,11 +467,11 @@ class HistoryAttentionHead(nn.Module):
         """:meth:`match_tfidf` as two matrix products: every candidate unit against every
         history unit at once, then the kernel weighted by the history side and by the
         candidate side."""
-        assert w.match_norm is not None
+        assert w.match is not None
         b, n, wi, _ = h.shape
         hh, wj = history.shape[1], history.shape[2]
-        q = F.normalize(w.match(F.layer_norm(h, *w.match_norm)).float(), dim=-1)
-        k = F.normalize(w.match(F.layer_norm(history, *w.match_norm)).float(), dim=-1)
+        q = F.normalize(w.match(h).float(), dim=-1)
+        k = F.normalize(w.match(history).float(), dim=-1)
         cosine = torch.bmm(q.view(b, n * wi, -1), k.view(b, hh * wj, -1).transpose(1, 2))
         kernel = cosine.sub_(1.0).mul_(self.log_sharpness.exp()).exp_()
         item_w = _unit_weights(self.token_weight(h).squeeze(-1), item_tokens)
@@ -511,18 +481,13 @@ class HistoryAttentionHead(nn.Module):
         return _summarise(sim.masked_fill(~history_mask[:, None], 0.0), history_mask)
 
 class _HistoryHeadWeights(NamedTuple):
-    """What :meth:`HistoryAttentionHead.infer` reads."""
+    """What :meth:`HistoryAttentionHead.infer` reads: the candidates' stack, the history
+    items' map into the head's width and the tfidf match's projection (None for the other
+    matches, which run as in training)."""
 
-    proj_norm: Norm
-    proj: Product
-    history_norm: Norm
-    history_proj: Product
-    #: The tfidf match's projection (None for the other matches, which run as in training).
-    match_norm: Norm | None
-    match: Product | None
-    layers: tuple[LayerWeights, ...]
-    norm: Norm
-    out: Product
+    stack: StackWeights
+    history: NormedProduct
+    match: NormedProduct | None
 
 
 def _history_head_weights(
@@ -530,31 +495,10 @@ def _history_head_weights(
 ) -> _HistoryHeadWeights:
     match = head.match_query if head.tfidf else None
     return _HistoryHeadWeights(
-        norm_args(head.proj[0]),
-        Product.of(head.proj[1], dtype),
-        norm_args(head.history_proj[0]),
-        Product.of(head.history_proj[1], dtype),
-        None if match is None else norm_args(match[0]),
-        None if match is None else Product.of(match[1], dtype),
-        tuple(layer_weights(layer, dtype) for layer in head.decoder.layers),
-        norm_args(head.norm),
-        Product.of(head.out, dtype),
+        stack_weights(head.proj, head.decoder.layers, head.norm, head.out, dtype),
+        NormedProduct.of(head.history_proj[0], head.history_proj[1], dtype),
+        None if match is None else NormedProduct.of(match[0], match[1], dtype),
     )
-
-
-def _check_history_inputs(
-    tokens: bool,
-    h: torch.Tensor | None,
-    history: torch.Tensor | None,
-    history_mask: torch.Tensor | None,
-    item_tokens: torch.Tensor | None,
-    history_tokens: torch.Tensor | None,
-) -> None:
-    if h is None or history is None or history_mask is None:
-        raise ValueError("this head reads the candidates' and the history items' states")
-    if tokens and (h.dim() != 4 or item_tokens is None or history_tokens is None):
-        raise ValueError("this head matches tokens: it reads every token's state "
-                         "(the tokens readout) and their counts")
 
 
 def _summarise(sim: torch.Tensor, history_mask: torch.Tensor) -> torch.Tensor:
