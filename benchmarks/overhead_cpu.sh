@@ -17,7 +17,8 @@
 # bench report, and micro-NAME.txt / .json, the stages around the prefill timed alone and
 # repeated on one thread (benchmarks/overhead_micro.py: min and median, robust to other load).
 # Settings from the environment: BIN, DATA, WORK, OUT, LAYERS, SIZES, SLATES, DTYPES, THREADS
-# (torch's threads for the bench; the micro-benchmark always runs on one), REPS.
+# (torch's threads for the bench; the micro-benchmark always runs on one), REPS, WIDTH (the
+# heads' width, 256: `spdrank train`'s default), BENCH (0: the micro-benchmark only).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . benchmarks/lib.sh
@@ -27,6 +28,7 @@ WORK=${WORK:-runs/overhead-cpu}
 OUT=${OUT:-benchmarks/results/overhead-cpu}
 LAYERS=${LAYERS:-2}; SIZES=${SIZES:-20,50,150}; SLATES=${SLATES:-100}
 DTYPES=${DTYPES:-float32 bfloat16}; THREADS=${THREADS:-1}; REPS=${REPS:-300}
+WIDTH=${WIDTH:-256}; BENCH=${BENCH:-1}
 parse_dry_run benchmarks/overhead_cpu.sh "the script's header" "$@"
 [ "$DRY" = 1 ] || mkdir -p "$OUT"
 
@@ -34,14 +36,14 @@ step data "$DATA/manifest.json" \
   "$BIN/spdrank" data beauty --out "$DATA" --features --no-progress
 COMMON=(--slates "$DATA/train.jsonl" --limit 8 --target clicks --positions 160 --frozen
   --layers "$LAYERS" --features popularity,cooccurrence --decoder expected_rank --batch-size 4
-  --max-steps 1 --eval-every 0 --seed 0 --device cpu --no-progress)
+  --max-steps 1 --eval-every 0 --seed 0 --device cpu --no-progress --head-width "$WIDTH")
 step checkpoint-spd "$WORK/spd-k160/train.json" \
   "$BIN/spdrank" train "${COMMON[@]}" --out "$WORK/spd-k160" --head attn --max-item-tokens 12
 step checkpoint-default "$WORK/default-k160/train.json" \
   "$BIN/spdrank" train "${COMMON[@]}" --out "$WORK/default-k160"
 for DTYPE in $DTYPES; do
   [ "$DRY" = 1 ] || mkdir -p "$OUT/$DTYPE"
-  TIMINGS="$OUT/timings.tsv" OMP_NUM_THREADS=$THREADS step "bench-$DTYPE" "$OUT/$DTYPE/report.md" \
+  [ "$BENCH" = 1 ] && TIMINGS="$OUT/timings.tsv" OMP_NUM_THREADS=$THREADS step "bench-$DTYPE" "$OUT/$DTYPE/report.md" \
     "$BIN/spdrank" bench --slates "$DATA/eval.jsonl" --limit "$SLATES" \
     --model "spd-k160=$WORK/spd-k160" --model "default-k160=$WORK/default-k160" \
     --decoders expected_rank --dtype "$DTYPE" \
