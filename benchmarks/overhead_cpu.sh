@@ -38,7 +38,8 @@ COMMON=(--slates "$DATA/train.jsonl" --limit 8 --target clicks --positions 160 -
   --layers "$LAYERS" --features popularity,cooccurrence --decoder expected_rank --batch-size 4
   --max-steps 1 --eval-every 0 --seed 0 --device cpu --no-progress --head-width "$WIDTH")
 step checkpoint-spd "$WORK/spd-k160/train.json" \
-  "$BIN/spdrank" train "${COMMON[@]}" --out "$WORK/spd-k160" --head attn --max-item-tokens 12
+  "$BIN/spdrank" train "${COMMON[@]}" --out "$WORK/spd-k160" --head attn --readout last \
+  --max-item-tokens 12
 step checkpoint-default "$WORK/default-k160/train.json" \
   "$BIN/spdrank" train "${COMMON[@]}" --out "$WORK/default-k160"
 for DTYPE in $DTYPES; do

@@ -97,10 +97,9 @@ def main() -> int:
     rows, micro, before = [], {}, {}
     for dtype in DTYPES:
         results = root / dtype / "results.json"
-        if not results.is_file():
-            continue
-        for row in json.loads(results.read_text())["latency"]:
-            rows.append({**row, "dtype": dtype})
+        if results.is_file():  # absent when only the micro-benchmark ran (BENCH=0)
+            for row in json.loads(results.read_text())["latency"]:
+                rows.append({**row, "dtype": dtype})
         for path in sorted((root / dtype).glob("micro-*.json")):
             micro[(path.stem.removeprefix("micro-"), dtype)] = json.loads(path.read_text())
     if args.before:
