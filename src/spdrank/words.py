@@ -24,6 +24,9 @@ from spdrank.backbone import span_means
 
 _WORD = re.compile(r"[^\W_]+")
 
+#: The one unit of an item without words: the prompt's first token.
+_FIRST_TOKEN = np.zeros((1, 2), dtype=np.int64)
+
 #: A word as the inclusive (first, last) indices of its tokens within the item's tokens.
 Span = tuple[int, int]
 
@@ -39,7 +42,7 @@ class WordSplitter:
         self._anchor = list(tokenizer("a", add_special_tokens=False)["input_ids"])
         self._anchor_text = tokenizer.decode(self._anchor)
         self._pieces: dict[int, str] = {}
-        self._cached_split = lru_cache(maxsize=cache_size)(self._split)
+        self._cached_split = lru_cache(maxsize=cache_size)(self._split_table)
 
     def piece(self, token_id: int) -> str:
         """The text token ``token_id`` adds after another token."""
@@ -53,7 +56,16 @@ class WordSplitter:
     def spans(self, ids: Sequence[int]) -> list[Span]:
         """The words of the text ``ids`` decode to, as token spans, in order. Text without a
         letter or digit is one span over all its tokens, so every item has a unit to read."""
+        return [(int(a), int(z)) for a, z in self.table(ids)]
+
+    def table(self, ids: Sequence[int]) -> np.ndarray:
+        """:meth:`spans` as a read-only int64 array [words, 2], the form pooling reads."""
         return self._cached_split(tuple(ids))
+
+    def _split_table(self, ids: tuple[int, ...]) -> np.ndarray:
+        table = np.asarray(self._split(ids), dtype=np.int64).reshape(-1, 2)
+        table.flags.writeable = False  # cached and shared by every caller
+        return table
 
     def _split(self, ids: tuple[int, ...]) -> list[Span]:
         if not ids:
@@ -91,23 +103,24 @@ def pool_words(
     item without tokens reads one unit, the prompt's first token."""
     ids = input_ids.tolist()
     batch, items = first.shape
-    counts = np.ones((batch, items), dtype=np.int64)
-    # Each word as (its slot among all [B, M, W] slots, first token, last token), to start
-    # with as (batch, item, word) and absolute token indices.
-    slots: list[tuple[int, int, int, int, int]] = []
+    # Each item's words as absolute token spans, one item after another (an item without
+    # words: the prompt's first token).
+    tables = []
     for b, (row_first, row_last) in enumerate(zip(first.tolist(), last.tolist())):
-        for m, (a, z) in enumerate(zip(row_first, row_last)):
-            words = splitter.spans(ids[b][a : z + 1])[:width]
-            if not words:
-                slots.append((b, m, 0, 0, 0))
-                continue
-            counts[b, m] = len(words)
-            slots.extend((b, m, w, a + i, a + j) for w, (i, j) in enumerate(words))
+        row = ids[b]
+        for a, z in zip(row_first, row_last):
+            words = splitter.table(row[a : z + 1])[:width]
+            tables.append(words + a if len(words) else _FIRST_TOKEN)
+    counts = np.array([len(t) for t in tables], dtype=np.int64)
     used = int(counts.max()) if counts.size else 1
-    table = torch.from_numpy(np.array(slots, dtype=np.int64).reshape(-1, 5))
-    b_idx, m_idx, w_idx = table[:, 0], table[:, 1], table[:, 2]
+    spans = np.concatenate(tables) if tables else np.zeros((0, 2), dtype=np.int64)
+    item = np.repeat(np.arange(batch * items), counts)  # each word's item, as b * items + m
+    word = np.arange(len(spans)) - np.repeat(np.cumsum(counts) - counts, counts)
     device = hidden.device
-    means = span_means(hidden, b_idx.to(device), table[:, 3].to(device), table[:, 4].to(device))
+    rows = torch.from_numpy(item // max(items, 1)).to(device)
+    means = span_means(hidden, rows, torch.from_numpy(spans[:, 0]).to(device),
+                       torch.from_numpy(spans[:, 1]).to(device))
     pooled = means.new_zeros(batch * items * used, hidden.size(-1))
-    pooled[((b_idx * items + m_idx) * used + w_idx).to(device)] = means
+    pooled[torch.from_numpy(item * used + word).to(device)] = means
+    counts = counts.reshape(batch, items)
     return pooled.view(batch, items, used, -1), torch.from_numpy(counts).to(device)
