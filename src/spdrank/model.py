@@ -361,8 +361,8 @@ class SPDRanker(nn.Module):
         A frozen backbone runs without autograd even when gradients are on: only the head
         learns, so keeping the prefill's activations for backward would only cost memory.
         Without gradients (inference), a batch of few items runs its head on one CPU thread
-        (see ``HEAD_SERIAL_ROWS``). ``clock``, when given, times the ``prefill`` and ``head``
-        stages, each waiting for its queued GPU work before its timer stops.
+        (see ``HEAD_SERIAL_ROWS``). ``clock``, when given, times the ``prefill``, ``readout``
+        and ``head`` stages, each waiting for its queued GPU work before its timer stops.
         """
         frozen = self.config.backbone.lora is None
         with torch.set_grad_enabled(torch.is_grad_enabled() and not frozen):
@@ -467,7 +467,7 @@ class SPDRanker(nn.Module):
         decoded several ways (``spdrank bench``). ``batch``: the slates already collated, e.g.
         with cached states (then nothing is tokenized).
         """
-        clock = StageClock(STAGES[:-1])
+        clock = StageClock([s for s in STAGES if s != "assign"])  # decoding comes later
         with self._evaluating():
             with clock.stage("tokenize"):
                 batch = self._batch_of(slates, encoded, batch)
