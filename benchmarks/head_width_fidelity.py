@@ -1,15 +1,18 @@
-"""Does a narrower head learn its teacher as well? The default student at two head widths.
+"""Does a narrower head learn its teacher as well? One student at several head widths.
 
-    .venv/bin/python benchmarks/head_width_fidelity.py [--widths 256,128] [--dry-run]
+    .venv/bin/python benchmarks/head_width_fidelity.py [--row NAME] [--widths 256,128] [--dry-run]
 
-The fidelity report's ``lex/words-tfidf/512`` student (the history head on word states of
-32-token titles, tfidf match, SmolLM2 x 2 layers frozen, 512 slates of the lexical teacher, 8
-epochs) trained once per head width, each from the same state cache, then scored on the 1,118
-eval slates through it, with paired differences against the first width. The head's cost
-grows with the square of its width (its feed-forward products are most of its arithmetic),
-so a narrower head that learns as well is the cheapest way to shrink the work around the
-prefill. Run after ``benchmarks/fidelity_beauty_cpu.py`` has built its labels and state
-caches; writes ``benchmarks/results/head-width-fidelity/`` (results.json, report.md).
+A row of the fidelity report (``--row``: ``lex/words-tfidf/512``, the default student: the
+history head on word states of 32-token titles, tfidf match; or ``lex/paper/512``, the
+paper's head: attention over the candidates' last-token states of 12-token titles; both on
+SmolLM2 x 2 layers frozen, 512 slates of the lexical teacher, 8 epochs) trained once per head
+width, each from the same state cache, then scored on the 1,118 eval slates through it, with
+paired differences against the first width. The head's cost grows with the square of its
+width (its feed-forward products are most of its arithmetic), so a narrower head that learns
+as well is the cheapest way to shrink the work around the prefill. Builds the data and the
+lexical teacher's labels where ``benchmarks/fidelity_beauty_cpu.py`` has not; writes
+``benchmarks/results/head-width-fidelity/`` for the default student and its ``paper/``
+subfolder for the paper's head (results.json, report.md).
 """
 
 from __future__ import annotations
@@ -24,24 +27,34 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 import fidelity_beauty_cpu as fidelity
 
-BASE = "lex/words-tfidf/512"
 OUT = Path("benchmarks/results/head-width-fidelity")
+#: The rows this script widens or narrows, the folder each one's report goes to, and its title.
+BASES = {
+    "lex/words-tfidf/512": (OUT, "The default student at two head widths"),
+    "lex/paper/512": (OUT / "paper", "The paper's head at two head widths"),
+}
 
 
-def width_row(width: int) -> fidelity.Row:
-    """The base row at head ``width``, in a run directory of its own."""
-    base = next(r for r in fidelity.rows() if r.name == BASE)
-    name = BASE.replace("words-tfidf", f"words-tfidf-w{width}")
-    return replace(base, name=name, extra=[*base.extra, "--head-width", str(width)])
+def width_row(base_name: str, width: int) -> fidelity.Row:
+    """The row ``base_name`` at head ``width``, in a run directory of its own."""
+    base = next(r for r in fidelity.rows() if r.name == base_name)
+    stem, _, limit = base_name.rpartition("/")
+    return replace(base, name=f"{stem}-w{width}/{limit}",
+                   extra=[*base.extra, "--head-width", str(width)])
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--row", default="lex/words-tfidf/512", choices=sorted(BASES))
     p.add_argument("--widths", default="256,128")
     p.add_argument("--dry-run", action="store_true", help="print the training commands only")
     args = p.parse_args()
-    rows = [width_row(int(w)) for w in args.widths.split(",")]
+    out, title = BASES[args.row]
+    rows = [width_row(args.row, int(w)) for w in args.widths.split(",")]
     commands = [row.train_command() for row in rows]
+    for cmd in fidelity.prepare({"lexical"}, args.dry_run):
+        if args.dry_run:
+            print(" ".join(cmd))
     for row, cmd in zip(rows, commands):
         print(" ".join(cmd))
         if not args.dry_run and not (row.run_dir() / "model").is_dir():
@@ -52,8 +65,8 @@ def main() -> int:
                   for row in rows}
     fidelity.REFERENCES = (rows[0].name,)  # paired differences against the first width
     evals = fidelity.evaluate_on_eval(rows, "lexical")
-    OUT.mkdir(parents=True, exist_ok=True)
-    (OUT / "results.json").write_text(json.dumps(
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.json").write_text(json.dumps(
         {"commands": commands, "validation": {k: v.get("eval") for k, v in validation.items()},
          "train_s": {k: v.get("wall_s_this_run") for k, v in validation.items()},
          "eval": evals}, indent=2) + "\n")
@@ -76,10 +89,10 @@ def main() -> int:
             for m, d in diffs.items() if m in metrics))
     text = "\n".join(lines)
     print(text)
-    (OUT / "report.md").write_text(
-        "# The default student at two head widths\n\n" + (__doc__ or "").split("\n\n", 2)[2]
-        + "\n\nCommand: `.venv/bin/python benchmarks/head_width_fidelity.py`; training "
-        "commands in results.json.\n\n" + text + "\n")
+    (out / "report.md").write_text(
+        f"# {title}\n\n" + (__doc__ or "").split("\n\n", 2)[2]
+        + "\n\nCommand: `.venv/bin/python benchmarks/head_width_fidelity.py --row "
+        f"{args.row}`; training commands in results.json.\n\n" + text + "\n")
     return 0
 
 

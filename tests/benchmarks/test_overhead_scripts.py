@@ -75,3 +75,20 @@ def test_summary_tables_compare_with_the_goals_and_the_code_before(tmp_path, mon
     assert "| a | float32 | 50 | 4.50 | 2.50 | 1.0 | 1.024x | 1.02x |" in goals
     assert "| a | float32 | 150 | 9.00 | - | 3.0 | 1.009x | 1.03x |" in goals
     assert "| 20 |" not in goals  # no goal at N = 20
+
+
+@pytest.mark.parametrize("base, head, readout", [("lex/words-tfidf/512", "history", "words"),
+                                                 ("lex/paper/512", "attn", "last")])
+def test_width_rows_change_only_the_head_width_and_the_run_directory(base, head, readout,
+                                                                     monkeypatch):
+    widths = load_benchmark("head_width_fidelity", monkeypatch)
+    narrow, wide = widths.width_row(base, 128), widths.width_row(base, 256)
+    stem, _, limit = base.rpartition("/")
+    assert (narrow.name, wide.name) == (f"{stem}-w128/{limit}", f"{stem}-w256/{limit}")
+    a, b = narrow.train_command(), wide.train_command()
+    assert a[a.index("--head") + 1] == head and a[a.index("--readout") + 1] == readout
+    assert a[a.index("--head-width") + 1] == "128" and b[b.index("--head-width") + 1] == "256"
+    # Both read one state cache; only the width and the output folder differ.
+    assert a[a.index("--cache-states") + 1] == b[b.index("--cache-states") + 1]
+    differ = {x for x, y in zip(a, b) if x != y}
+    assert differ == {"128", str(narrow.run_dir())}
