@@ -429,14 +429,12 @@ class HistoryAttentionHead(nn.Module):
         if self.tokens:
             item_tokens, history_tokens = x.item_tokens, x.history_tokens
             assert item_tokens is not None and history_tokens is not None
+            h, history = _used_slots(h, item_tokens), _used_slots(history, history_tokens)
             if self.tfidf:
-                items_u, history_u = _packed(h, item_tokens), _packed(history, history_tokens)
-                stats = self._infer_tfidf(w, items_u, history_u, history_mask)
-                h, history = items_u.means(), history_u.means()
+                stats = self._infer_tfidf(w, h, item_tokens, history, history_tokens, history_mask)
             else:
-                h, history = _used_slots(h, item_tokens), _used_slots(history, history_tokens)
                 stats = self.match_tokens(h, item_tokens, history, history_tokens, history_mask)
-                h, history = _slot_means(h, item_tokens), _slot_means(history, history_tokens)
+            h, history = _slot_means(h, item_tokens), _slot_means(history, history_tokens)
         else:
             stats = self.match(h, history, history_mask)
         items = w.stack.input(h).to(dtype)
@@ -460,24 +458,27 @@ class HistoryAttentionHead(nn.Module):
     def _infer_tfidf(
         self,
         w: _HistoryHeadWeights,
-        items: _Units,
-        history: _Units,
+        h: torch.Tensor,
+        item_tokens: torch.Tensor,
+        history: torch.Tensor,
+        history_tokens: torch.Tensor,
         history_mask: torch.Tensor,
     ) -> torch.Tensor:
-        """:meth:`match_tfidf` on the real units only (padded slots weigh 0 there, so leaving
-        them out changes nothing but the work): every candidate unit against every history
-        unit in one product, the kernel summed per history item with the history side's
-        weights, then per candidate with its own."""
+        """:meth:`match_tfidf` as two matrix products: every candidate unit against every
+        history unit at once, then the kernel weighted by the history side and by the
+        candidate side."""
         assert w.match is not None
-        q = F.normalize(w.match(items.states).float(), dim=-1)
-        k = F.normalize(w.match(history.states).float(), dim=-1)
-        kernel = torch.bmm(q, k.transpose(1, 2)).sub_(1.0).mul_(self.log_sharpness.exp()).exp_()
-        item_w = items.weights(self.token_weight(items.states).squeeze(-1).float())
-        history_w = history.weights(self.token_weight(history.states).squeeze(-1).float())
-        per_unit = torch.bmm(kernel * history_w[:, None], history.owner.transpose(1, 2))
-        sim = torch.bmm(items.owner * item_w[:, None], per_unit)  # [B, N, H]
+        b, n, wi, _ = h.shape
+        hh, wj = history.shape[1], history.shape[2]
+        q = F.normalize(w.match(h).float(), dim=-1)
+        k = F.normalize(w.match(history).float(), dim=-1)
+        cosine = torch.bmm(q.view(b, n * wi, -1), k.view(b, hh * wj, -1).transpose(1, 2))
+        kernel = cosine.sub_(1.0).mul_(self.log_sharpness.exp()).exp_()
+        item_w = _unit_weights(self.token_weight(h).squeeze(-1), item_tokens)
+        history_w = _unit_weights(self.token_weight(history).squeeze(-1), history_tokens)
+        per_item = (kernel.view(b, n * wi, hh, wj) * history_w[:, None]).sum(-1)
+        sim = torch.einsum("bni,bnih->bnh", item_w, per_item.view(b, n, wi, hh))
         return _summarise(sim.masked_fill(~history_mask[:, None], 0.0), history_mask)
-
 
 class _HistoryHeadWeights(NamedTuple):
     """What :meth:`HistoryAttentionHead.infer` reads: the candidates' stack, the history
@@ -523,44 +524,6 @@ def _unit_weights(logits: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
     TF-IDF vector's; padded slots weigh 0."""
     weight = (F.softplus(logits) + 1e-6) * _slots(lengths, logits.size(-1))
     return weight / weight.norm(dim=-1, keepdim=True).clamp(min=1e-6)
-
-
-class _Units(NamedTuple):
-    """The real units of items of several slots each, packed: ``states`` [B, U, D] (the
-    first ``valid`` of a slate's U rows are real, item by item), ``owner`` [B, N, U] (1.0
-    where unit u belongs to item n) in float32."""
-
-    states: torch.Tensor
-    owner: torch.Tensor
-    valid: torch.Tensor
-
-    def weights(self, logits: torch.Tensor) -> torch.Tensor:
-        """:func:`_unit_weights` of the packed units' ``logits`` [B, U]: positive, of unit
-        length over each item's units, 0 for padding."""
-        weight = (F.softplus(logits) + 1e-6) * self.valid
-        norm = torch.bmm(self.owner, weight.square().unsqueeze(-1)).sqrt()  # [B, N, 1]
-        per_unit = torch.bmm(self.owner.transpose(1, 2), norm).squeeze(-1)
-        return weight / per_unit.clamp(min=1e-6)
-
-    def means(self) -> torch.Tensor:
-        """:func:`_slot_means`: each item's mean over its units, [B, N, D]."""
-        counts = self.owner.sum(-1, keepdim=True).clamp(min=1.0)
-        return torch.bmm((self.owner / counts).to(self.states.dtype), self.states)
-
-
-def _packed(states: torch.Tensor, lengths: torch.Tensor) -> _Units:
-    """The real unit slots of ``states`` [B, N, W, D] (``lengths`` [B, N] of each item's W
-    slots are real), packed so that what follows works on them alone."""
-    b, n, width, dim = states.shape
-    real = _slots(lengths, width).view(b, n * width)
-    counts = real.sum(1)
-    units = max(int(counts.max()) if counts.numel() else 0, 1)
-    # Real slots first, in their order (a stable sort of "is padding").
-    slot = torch.argsort((~real).to(torch.uint8), dim=1, stable=True)[:, :units]
-    valid = torch.arange(units, device=states.device) < counts.unsqueeze(1)
-    packed = states.reshape(b, n * width, dim).gather(1, slot.unsqueeze(-1).expand(-1, -1, dim))
-    owner = F.one_hot(slot // width, n).transpose(1, 2).float() * valid.unsqueeze(1)
-    return _Units(packed, owner, valid)
 
 
 def _used_slots(states: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
