@@ -3,16 +3,18 @@
     .venv/bin/python benchmarks/head_width_fidelity.py [--row NAME] [--widths 256,128] [--dry-run]
 
 A row of the fidelity report (``--row``: ``lex/words-tfidf/512``, the default student: the
-history head on word states of 32-token titles, tfidf match; or ``lex/paper/512``, the
-paper's head: attention over the candidates' last-token states of 12-token titles; both on
-SmolLM2 x 2 layers frozen, 512 slates of the lexical teacher, 8 epochs) trained once per head
+history head on word states of 32-token titles, tfidf match; ``lex/paper/512``, the paper's
+head: attention over the candidates' last-token states of 12-token titles; both on SmolLM2 x
+2 layers frozen, 512 slates of the lexical teacher, 8 epochs; or
+``clicks/words-tfidf+pop+co``, the default student with two features on the clicks of 2,048
+slates, 2 epochs) trained once per head
 width, each from the same state cache, then scored on the 1,118 eval slates through it, with
 paired differences against the first width. The head's cost grows with the square of its
 width (its feed-forward products are most of its arithmetic), so a narrower head that learns
 as well is the cheapest way to shrink the work around the prefill. Builds the data and the
 lexical teacher's labels where ``benchmarks/fidelity_beauty_cpu.py`` has not; writes
-``benchmarks/results/head-width-fidelity/`` for the default student and its ``paper/``
-subfolder for the paper's head (results.json, report.md).
+``benchmarks/results/head-width-fidelity/`` for the default student and its ``paper/`` and
+``clicks/`` subfolders for the others (results.json, report.md).
 """
 
 from __future__ import annotations
@@ -32,15 +34,16 @@ OUT = Path("benchmarks/results/head-width-fidelity")
 BASES = {
     "lex/words-tfidf/512": (OUT, "The default student at two head widths"),
     "lex/paper/512": (OUT / "paper", "The paper's head at two head widths"),
+    "clicks/words-tfidf+pop+co": (OUT / "clicks", "The default student on clicks, two widths"),
 }
 
 
 def width_row(base_name: str, width: int) -> fidelity.Row:
     """The row ``base_name`` at head ``width``, in a run directory of its own."""
     base = next(r for r in fidelity.rows() if r.name == base_name)
-    stem, _, limit = base_name.rpartition("/")
-    return replace(base, name=f"{stem}-w{width}/{limit}",
-                   extra=[*base.extra, "--head-width", str(width)])
+    stem, _, last = base_name.rpartition("/")
+    name = f"{stem}-w{width}/{last}" if last.isdigit() else f"{base_name}-w{width}"
+    return replace(base, name=name, extra=[*base.extra, "--head-width", str(width)])
 
 
 def main() -> int:

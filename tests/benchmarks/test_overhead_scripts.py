@@ -77,14 +77,20 @@ def test_summary_tables_compare_with_the_goals_and_the_code_before(tmp_path, mon
     assert "| 20 |" not in goals  # no goal at N = 20
 
 
-@pytest.mark.parametrize("base, head, readout", [("lex/words-tfidf/512", "history", "words"),
-                                                 ("lex/paper/512", "attn", "last")])
-def test_width_rows_change_only_the_head_width_and_the_run_directory(base, head, readout,
+@pytest.mark.parametrize("base, head, readout, names", [
+    ("lex/words-tfidf/512", "history", "words",
+     ("lex/words-tfidf-w128/512", "lex/words-tfidf-w256/512")),
+    ("lex/paper/512", "attn", "last", ("lex/paper-w128/512", "lex/paper-w256/512")),
+    ("clicks/words-tfidf+pop+co", "history", "words",
+     ("clicks/words-tfidf+pop+co-w128", "clicks/words-tfidf+pop+co-w256")),
+])
+def test_width_rows_change_only_the_head_width_and_the_run_directory(base, head, readout, names,
                                                                      monkeypatch):
     widths = load_benchmark("head_width_fidelity", monkeypatch)
+    assert set(widths.BASES) == {"lex/words-tfidf/512", "lex/paper/512",
+                                 "clicks/words-tfidf+pop+co"}
     narrow, wide = widths.width_row(base, 128), widths.width_row(base, 256)
-    stem, _, limit = base.rpartition("/")
-    assert (narrow.name, wide.name) == (f"{stem}-w128/{limit}", f"{stem}-w256/{limit}")
+    assert (narrow.name, wide.name) == names
     a, b = narrow.train_command(), wide.train_command()
     assert a[a.index("--head") + 1] == head and a[a.index("--readout") + 1] == readout
     assert a[a.index("--head-width") + 1] == "128" and b[b.index("--head-width") + 1] == "256"
