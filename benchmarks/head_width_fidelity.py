@@ -8,9 +8,10 @@ head: attention over the candidates' last-token states of 12-token titles; both 
 2 layers frozen, 512 slates of the lexical teacher, 8 epochs; or
 ``clicks/words-tfidf+pop+co``, the default student with two features on the clicks of 2,048
 slates, 2 epochs) trained once per head width, each from the same state cache, then scored
-on the 1,118 eval slates through it, with paired differences against the first width. The head's cost grows with the square of its
-width (its feed-forward products are most of its arithmetic), so a narrower head that learns
-as well is the cheapest way to shrink the work around the prefill. Builds the data and the
+on the 1,118 eval slates through it, with paired differences against the first width. The
+head's cost grows with the square of its width (its feed-forward products are most of its
+arithmetic), so a narrower head that learns as well is the cheapest way to shrink the work
+around the prefill. Builds the data and the
 lexical teacher's labels where ``benchmarks/fidelity_beauty_cpu.py`` has not; writes
 ``benchmarks/results/head-width-fidelity/`` for the default student and its ``paper/`` and
 ``clicks/`` subfolders for the others (results.json, report.md).
