@@ -64,7 +64,7 @@ def test_pool_words_averages_each_words_token_states(tokenizer, splitter):
     hidden = torch.randn(1, ids.size(1), 8)
     first = torch.tensor([[len(prefix), 0]])
     last = torch.tensor([[len(prefix) + len(text_ids) - 1, 0]])
-    pooled, counts = pool_words(hidden, ids, first, last, 3, splitter)
+    [(pooled, counts)] = pool_words(hidden, ids, [(first, last)], 3, splitter)
     spans = splitter.spans(text_ids)
     assert len(spans) == 4 and counts.tolist() == [[3, 1]]  # cut to the width
     assert pooled.shape == (1, 2, 3, 8)
@@ -80,8 +80,28 @@ def test_pool_words_keeps_only_as_many_slots_as_the_longest_item_uses(tokenizer,
     ids = torch.tensor([a + b])
     hidden = torch.randn(1, ids.size(1), 8)
     first, last = torch.tensor([[0, len(a)]]), torch.tensor([[len(a) - 1, len(a) + len(b) - 1]])
-    pooled, counts = pool_words(hidden, ids, first, last, 32, splitter)
+    [(pooled, counts)] = pool_words(hidden, ids, [(first, last)], 32, splitter)
     assert counts.tolist() == [[3, 1]]
     assert pooled.shape == (1, 2, 3, 8)
     assert (pooled[0, 1, 1:] == 0).all()
     torch.testing.assert_close(pooled[0, 1, 0], hidden[0, len(a) :].mean(0))
+
+
+def test_pool_words_pools_several_sets_as_each_alone(tokenizer, splitter):
+    """Candidates and history items pooled in one pass equal each set pooled alone, across a
+    batch of two prompts, with an item without tokens (last < first) reading the first token."""
+    a, b = ids_of(tokenizer, "Great Lash Mascara"), ids_of(tokenizer, "Lipstick red")
+    ids = torch.tensor([a + b, b + a])
+    hidden = torch.randn(2, ids.size(1), 8)
+    cand = (torch.tensor([[0, len(a)], [0, len(b)]]),
+            torch.tensor([[len(a) - 1, len(a) + len(b) - 1], [len(b) - 1, len(b) - 1]]))
+    hist = (torch.tensor([[len(a)], [len(b)]]), torch.tensor([[len(a) + 1], [len(b) + 2]]))
+    together = pool_words(hidden, ids, [cand, hist], 2, splitter)
+    alone = [pool_words(hidden, ids, [s], 2, splitter)[0] for s in (cand, hist)]
+    for (p, n), (q, m) in zip(together, alone):
+        torch.testing.assert_close(p, q)
+        assert n.tolist() == m.tolist()
+    pooled, counts = together[0]
+    assert counts.tolist() == [[2, 2], [2, 1]]  # "Great Lash Mascara" cut to the width
+    torch.testing.assert_close(pooled[1, 1, 0], hidden[1, 0])  # no tokens: the first one
+    assert (pooled[1, 1, 1:] == 0).all()

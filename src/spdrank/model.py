@@ -417,8 +417,7 @@ class SPDRanker(nn.Module):
         if how in UNIT_READOUTS:
             width = self.config.prompt.max_item_tokens
             if self.words is not None:
-                ids = batch.input_ids
-                read = [pool_words(hidden, ids, a, z, width, self.words) for a, z in spans]
+                read = pool_words(hidden, batch.input_ids, spans, width, self.words)
             else:
                 read = [span_tokens(hidden, a, z, width) for a, z in spans]
             states = [x.float() for x, _ in read]
