@@ -98,3 +98,30 @@ def test_width_rows_change_only_the_head_width_and_the_run_directory(base, head,
     assert a[a.index("--cache-states") + 1] == b[b.index("--cache-states") + 1]
     differ = {x for x, y in zip(a, b) if x != y}
     assert differ == {"128", str(narrow.run_dir())}
+
+
+def test_compiled_head_times_the_inference_path_and_a_compiled_copy(
+    checkpoint, tiny_backbone, tmp_path, slates, monkeypatch, capsys
+):
+    """The compiled head computes the inference path's scores (to bfloat16's precision), and
+    every variant gets a time; a head other than the paper's is refused by name."""
+    from spdrank.slates import write_slates
+
+    write_slates(tmp_path / "s.jsonl", slates)
+    config = tiny_config(tiny_backbone, kind="attn", frozen=True, positions=12)
+    SPDRanker.build(config).save_pretrained(tmp_path / "attn")
+    compiled = load_benchmark("compiled_head", monkeypatch)
+    argv = ["compiled_head.py", "--slates", str(tmp_path / "s.jsonl"), "--sizes", "5",
+            "--reps", "3", "--slates-per-size", "2", "--variants", "eager,inductor"]
+    monkeypatch.setattr(sys, "argv", [*argv, "--model", str(tmp_path / "attn"),
+                                      "--out", str(tmp_path / "c.json")])
+    assert compiled.main() == 0
+    rows = {r["variant"]: r for r in json.loads((tmp_path / "c.json").read_text())["rows"]}
+    assert set(rows) == {"eager", "inductor"}
+    assert 0 < rows["inductor"]["min"] <= rows["inductor"]["median"]
+    assert rows["inductor"]["max_abs_diff"] < 0.1
+
+    monkeypatch.setattr(sys, "argv", [*argv, "--model", str(checkpoint)])
+    with pytest.raises(SystemExit):
+        compiled.main()
+    assert "HistoryAttentionHead" in capsys.readouterr().err
