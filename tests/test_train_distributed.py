@@ -36,6 +36,25 @@ def test_a_batch_that_does_not_split_over_the_processes_is_refused(tmp_path, tra
     assert not (tmp_path / "r").exists()
 
 
+def test_a_launched_process_leaves_without_finalizing_but_loses_nothing_it_printed():
+    """``exit_launched`` skips finalization (where gloo's threads can abort the process) yet
+    flushes what was printed to a pipe and logged, and exits with the command's code."""
+    script = (
+        "import atexit, logging\n"
+        "from spdrank.launch import exit_launched\n"
+        "logging.basicConfig()\n"
+        "atexit.register(print, 'finalized')\n"
+        "print('summary', end='')\n"
+        "logging.getLogger('spdrank').warning('logged')\n"
+        "exit_launched(3)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], env=subprocess_env(),
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 3
+    assert done.stdout == "summary"
+    assert "logged" in done.stderr
+
+
 def launch(cfg: TrainConfig, processes: int = 2) -> subprocess.CompletedProcess:
     """``spdrank train --num-processes N`` in a fresh interpreter, on this checkout's spdrank."""
     argv = ["train", f"--num-processes={processes}", *config_argv(cfg)]

@@ -1,3 +1,3 @@
-from spdrank.cli import main
+from spdrank.cli import run
 
-raise SystemExit(main())
+run()

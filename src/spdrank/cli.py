@@ -12,6 +12,7 @@ import argparse
 import importlib
 import logging
 import sys
+from typing import NoReturn
 
 from spdrank import __version__
 from spdrank.slates import SlateError
@@ -50,3 +51,18 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"spdrank {args.command}: interrupted", file=sys.stderr)
         return 130
+
+
+def run() -> NoReturn:
+    """The ``spdrank`` executable and ``python -m spdrank``: :func:`main`, then exit with its code.
+
+    A process started by a launcher (``--num-processes``, torchrun, accelerate) leaves through
+    :func:`spdrank.launch.exit_launched`, which says why it must skip the interpreter's
+    finalization.
+    """
+    from spdrank.launch import exit_launched, launched
+
+    code = main()
+    if launched():
+        exit_launched(code)
+    raise SystemExit(code)

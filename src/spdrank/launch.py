@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
+from typing import NoReturn
 
 #: Set in every launched process; a launched command must not launch again.
 LAUNCHED_ENV = "LOCAL_RANK"
@@ -43,3 +45,22 @@ def launch(argv: list[str], processes: int) -> int:
         # A negative exit code is a signal; report it the way a shell does.
         return first.exitcode if first.exitcode > 0 else 128 - first.exitcode
     return 0
+
+
+def exit_launched(code: int) -> NoReturn:
+    """End a launched process with ``code``, without finalizing the interpreter.
+
+    A gloo process group runs each collective on a worker thread, which drops its reference
+    to the collective's tensors a moment after the collective completes. Dropping a tensor
+    made in Python takes the GIL; a thread that asks for the GIL once the interpreter has
+    begun to finalize is ended with ``pthread_exit``, and unwinding gloo's C++ frames that
+    way aborts the whole process (SIGABRT, "terminate called without an active exception").
+    A process that leaves right after its last collective (a non-main process, which writes
+    nothing) can lose that race, and the launcher then reports the run as failed. By the time
+    ``main`` returns every file is written and closed, so the process flushes what it printed
+    and logged and leaves with ``os._exit``, which skips finalization and the race with it.
+    """
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    logging.shutdown()
+    os._exit(code)
