@@ -125,3 +125,14 @@ def test_compiled_head_times_the_inference_path_and_a_compiled_copy(
     with pytest.raises(SystemExit):
         compiled.main()
     assert "HistoryAttentionHead" in capsys.readouterr().err
+
+
+def test_head_after_prefill_times_the_work_after_each_condition(checkpoint, slates, monkeypatch):
+    after = load_benchmark("head_after_prefill", monkeypatch)
+    model = SPDRanker.from_pretrained(checkpoint, device="cpu")
+    from spdrank.bench.latency import resize_slates
+
+    times = after.measure(model, resize_slates(slates, 5, 0)[:3], sweep_mb=1)
+    assert list(times) == [*after.CONDITIONS, "prefill_itself"]
+    assert all(len(v) == 3 and min(v) > 0 for v in times.values())
+    assert after.quartiles([1.0, 2.0, 3.0, 4.0, 5.0])["median"] == 3.0
