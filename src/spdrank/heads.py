@@ -466,34 +466,19 @@ class HistoryAttentionHead(nn.Module):
     ) -> torch.Tensor:
         """:meth:`match_tfidf` as two matrix products: every candidate unit against every
         history unit at once, then the kernel weighted by the history side and by the
-        candidate side. Only the real units are projected (padded slots weigh 0 on both
-        sides, so their unit vectors are left at 0)."""
+        candidate side."""
         assert w.match is not None
         b, n, wi, _ = h.shape
         hh, wj = history.shape[1], history.shape[2]
-        q, item_logits = self._real_units(w.match, h, item_tokens)
-        k, history_logits = self._real_units(w.match, history, history_tokens)
+        q = F.normalize(w.match(h).float(), dim=-1)
+        k = F.normalize(w.match(history).float(), dim=-1)
         cosine = torch.bmm(q.view(b, n * wi, -1), k.view(b, hh * wj, -1).transpose(1, 2))
         kernel = cosine.sub_(1.0).mul_(self.log_sharpness.exp()).exp_()
-        item_w = _unit_weights(item_logits, item_tokens)
-        history_w = _unit_weights(history_logits, history_tokens)
+        item_w = _unit_weights(self.token_weight(h).squeeze(-1), item_tokens)
+        history_w = _unit_weights(self.token_weight(history).squeeze(-1), history_tokens)
         per_item = (kernel.view(b, n * wi, hh, wj) * history_w[:, None]).sum(-1)
         sim = torch.einsum("bni,bnih->bnh", item_w, per_item.view(b, n, wi, hh))
         return _summarise(sim.masked_fill(~history_mask[:, None], 0.0), history_mask)
-
-    def _real_units(
-        self, match: NormedProduct, states: torch.Tensor, lengths: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """The tfidf match's unit vectors [..., W, M] (float32) and weight logits [..., W] of
-        the real units of ``states`` [..., W, D]; padded slots get zeros."""
-        real = _slots(lengths, states.size(-2))
-        units = states[real]
-        vectors = states.new_zeros(*real.shape, match.product.weight.size(0), dtype=torch.float32)
-        vectors[real] = F.normalize(match(units).float(), dim=-1)
-        logits = states.new_zeros(real.shape)
-        logits[real] = self.token_weight(units).squeeze(-1)
-        return vectors, logits
-
 
 class _HistoryHeadWeights(NamedTuple):
     """What :meth:`HistoryAttentionHead.infer` reads: the candidates' stack, the history
