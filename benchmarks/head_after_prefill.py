@@ -36,11 +36,10 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from overhead_micro import read
+from overhead_micro import around
 
 from spdrank.backbone import last_hidden
 from spdrank.bench.latency import resize_slates
-from spdrank.decode import decode_batch
 from spdrank.model import SPDRanker
 from spdrank.slates import Slate, load_slates
 
@@ -54,7 +53,6 @@ def quartiles(values: list[float]) -> dict[str, float]:
 
 def measure(model: SPDRanker, slates: list[Slate], sweep_mb: int) -> dict[str, list[float]]:
     """Per condition, the ms of one ``around`` call per slate right after that condition."""
-    n = len(slates[0])
     buffer = np.ones(sweep_mb * 2**20 // 8)
     times: dict[str, list[float]] = {c: [] for c in CONDITIONS}
     with torch.inference_mode():
@@ -67,12 +65,9 @@ def measure(model: SPDRanker, slates: list[Slate], sweep_mb: int) -> dict[str, l
             hidden.append(last_hidden(model.backbone, b.input_ids, b.attention_mask))
             prefill_s.append(time.perf_counter() - t0)
 
-        def around(i: int) -> float:
+        def timed_around(i: int) -> float:
             t0 = time.perf_counter()
-            batch = model.collate([model.encode(slates[i])])
-            m = model.score(read(model, batch, hidden[i]), batch).cpu().numpy()
-            order = decode_batch(m, [n], model.config.decoder)[0]
-            model.ranking(slates[i], order, m[0], {})
+            around(model, slates[i], hidden[i])
             return (time.perf_counter() - t0) * 1e3
 
         def spin(seconds: float) -> None:
@@ -81,7 +76,7 @@ def measure(model: SPDRanker, slates: list[Slate], sweep_mb: int) -> dict[str, l
                 pass
 
         before: dict[str, Callable[[int], object]] = {
-            "warm": around,
+            "warm": timed_around,
             "prefill": lambda i: last_hidden(model.backbone, batches[i].input_ids,
                                              batches[i].attention_mask),
             "sweep": lambda i: float(buffer.sum()),
@@ -94,7 +89,7 @@ def measure(model: SPDRanker, slates: list[Slate], sweep_mb: int) -> dict[str, l
             for k in range(len(CONDITIONS)):
                 condition = CONDITIONS[(i + k) % len(CONDITIONS)]
                 before[condition](i)
-                times[condition].append(around(i))
+                times[condition].append(timed_around(i))
     times["prefill_itself"] = [s * 1e3 for s in prefill_s]
     return times
 

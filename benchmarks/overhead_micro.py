@@ -62,6 +62,15 @@ def read(model: SPDRanker, batch: Batch, hidden: torch.Tensor) -> HeadInputs:
         spdrank.model.last_hidden = forward
 
 
+def around(model: SPDRanker, slate: Slate, hidden: torch.Tensor) -> object:
+    """One slate's whole work around the prefill, given the prefill's output ``hidden``:
+    tokenize, readout, head, decoder, result."""
+    batch = model.collate([model.encode(slate)])
+    m = model.score(read(model, batch, hidden), batch).cpu().numpy()
+    order = decode_batch(m, [len(slate)], model.config.decoder)[0]
+    return model.ranking(slate, order, m[0], {})
+
+
 def stages(model: SPDRanker, slates: list[Slate], reps: int) -> dict[str, dict[str, float]]:
     """Each stage's times over ``slates`` (all of one size)."""
     n = len(slates[0])
@@ -87,14 +96,8 @@ def stages(model: SPDRanker, slates: list[Slate], reps: int) -> dict[str, dict[s
         def result(i: int) -> object:
             return model.ranking(slates[i], orders[i][0], scores[i][0], {})
 
-        def around(i: int) -> object:
-            batch = model.collate([model.encode(slates[i])])
-            m = model.score(read(model, batch, hidden[i]), batch).cpu().numpy()
-            order = decode_batch(m, [n], model.config.decoder)[0]
-            return model.ranking(slates[i], order, m[0], {})
-
         parts = {"tokenize": tokenize, "readout": readout, "head": head, "assign": assign,
-                 "result": result, "around": around}
+                 "result": result, "around": lambda i: around(model, slates[i], hidden[i])}
         return {name: timed(fn, len(slates), reps) for name, fn in parts.items()}
 
 
