@@ -7,7 +7,8 @@ For each dtype directory under ``--dir`` (float32/, bfloat16/): the bench's late
 stage's median, the overhead around the prefill in ms, SPD over the bare prefill) and the
 micro-benchmark's minima per stage; then each checkpoint's distance to the goals (<= 1.0 ms
 around the prefill at N = 50 and <= 3.0 ms at N = 150; SPD / bare prefill <= 1.02x and
-<= 1.03x). ``--before``: a directory of micro-benchmark JSON files measured on earlier code
+<= 1.03x; both the ratio of the medians and, where the bench recorded it, the median of each
+slate's own ratio). ``--before``: a directory of micro-benchmark JSON files measured on earlier code
 (``micro-NAME-DTYPE.json``), shown beside the new minima.
 """
 
@@ -32,16 +33,22 @@ def ms(v: float) -> str:
 def bench_table(rows: list[dict]) -> list[str]:
     cols = [*STAGES, "rest"]
     lines = ["| checkpoint | dtype | N | " + " | ".join(f"{c} ms" for c in cols)
-             + " | total p50 ms | bare prefill ms | SPD / bare | overhead ms |",
-             "| --- " * (len(cols) + 7) + "|"]
+             + " | total p50 ms | bare prefill ms | SPD / bare | per slate | overhead ms |",
+             "| --- " * (len(cols) + 8) + "|"]
     for r in rows:
         stages = [ms(r["stages_ms"].get(c, 0.0)) for c in cols]
         lines.append(
             f"| {r['model']} | {r['dtype']} | {r['n']} | " + " | ".join(stages)
             + f" | {ms(r['total_ms']['median'])} | {ms(r['bare_prefill_ms'])} | "
-            f"{r['overhead']:.3f}x | {ms(r['overhead_ms'])} |"
+            f"{r['overhead']:.3f}x | {paired(r)} | {ms(r['overhead_ms'])} |"
         )
     return lines
+
+
+def paired(row: dict) -> str:
+    """The median of each slate's SPD / bare ratio; "-" in results from before it was kept."""
+    ratio = row.get("paired_ratio")
+    return "-" if ratio is None else f"{ratio:.3f}x"
 
 
 def micro_table(micro: dict[tuple[str, str], dict], before: dict[tuple[str, str], dict]) -> list[str]:
@@ -72,8 +79,8 @@ def _micro(data: dict, n: int, stage: str) -> float | None:
 
 def goals_table(rows: list[dict], micro: dict[tuple[str, str], dict]) -> list[str]:
     head = ("| checkpoint | dtype | N | around, bench median ms | around, micro min ms | goal ms "
-            "| SPD / bare | goal |")
-    lines = [head, "| --- " * 8 + "|"]
+            "| SPD / bare | per slate | goal |")
+    lines = [head, "| --- " * 9 + "|"]
     for r in rows:
         n = r["n"]
         if n not in AROUND_GOAL_MS:
@@ -83,7 +90,7 @@ def goals_table(rows: list[dict], micro: dict[tuple[str, str], dict]) -> list[st
         lines.append(
             f"| {r['model']} | {r['dtype']} | {n} | {ms(r['overhead_ms'])} | "
             f"{'-' if low is None else ms(low)} | {AROUND_GOAL_MS[n]} | {r['overhead']:.3f}x | "
-            f"{RATIO_GOAL[n]}x |"
+            f"{paired(r)} | {RATIO_GOAL[n]}x |"
         )
     return lines
 

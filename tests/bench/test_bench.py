@@ -15,7 +15,7 @@ import torch
 
 import spdrank.cli
 from spdrank.bench.decoders import decoder_rows
-from spdrank.bench.latency import STAGES, decompose, resize_slates
+from spdrank.bench.latency import STAGES, _paired_ratio, decompose, resize_slates
 from spdrank.bench.report import speedups
 from spdrank.decode import DECODERS
 from spdrank.evaluate import evaluate
@@ -130,6 +130,7 @@ def test_bench_end_to_end(tmp_path, data, eval_slates, spd_dir, tiny_backbone, c
         cells = dict(zip(head, (c.strip() for c in line.strip("|").split("|"))))
         assert cells["N"] == str(row["n"])
         assert cells["overhead / bare prefill"] == f"{row['overhead_ratio']:.2%}"
+        assert cells["SPD / bare, per slate"] == f"{row['paired_ratio']:.3f}x"
 
     # paired differences: every other row minus the first SPD decoder row, slate by slate
     paired = d["paired"]
@@ -272,9 +273,24 @@ def test_latency_decomposition_stages_fit_in_the_total(spd_model, eval_slates):
         # the overhead is everything but the prefill: the other stages and the rest
         assert 0 < r.overhead_ms <= r.total_ms["p95"]
         assert r.overhead_ratio == pytest.approx(r.overhead_ms / r.bare_prefill_ms)
+        # each slate's SPD call includes a prefill as long as its bare one, give or take
+        # the machine's noise
+        assert r.paired_ratio is not None and r.paired_ratio > 0.5
         assert r.memory_kind == "process RSS, peak" and r.peak_memory_mb > 0
     with pytest.raises(ValueError, match="--positions 20"):
         decompose(model, eval_slates, sizes=(20,))
+
+
+def test_the_paired_ratio_is_each_slates_own_then_their_median():
+    # each slate's SPD call is 2% over its own bare prefill, but one call caught a hiccup:
+    # the median call is then another slate's than the median bare prefill (240 / 200 ms)
+    bare = [100.0, 150.0, 200.0, 250.0, 300.0]
+    totals = [b * 1.02 for b in bare]
+    totals[2] = 240.0
+    assert _paired_ratio(totals, bare) == pytest.approx(1.02)
+    assert _paired_ratio(totals, [0.0] * 5) is None
+    with pytest.raises(ValueError, match="5 SPD calls against 4 bare prefills"):
+        _paired_ratio(totals, bare[:4])
 
 
 def test_bench_reference_row(tmp_path, data, capsys):

@@ -8,7 +8,9 @@ For each slate size N, on the same slates:
   Per slate the stages and the rest add up to the end-to-end time exactly; medians need not;
 - a bare prefill of the same tokens: the backbone's forward alone, the one pass every LLM
   ranker pays, timed in the same loop as SPD (slate by slate, alternating). SPD end to end
-  over bare prefill is the ratio of the medians. Before either is timed on a slate, one
+  over bare prefill is reported two ways: the ratio of the medians, and the median over the
+  slates of each slate's own ratio (its SPD call over its bare prefill, timed back to back),
+  which a machine whose speed drifts between slates moves less. Before either is timed on a slate, one
   untimed forward of its prompt lets the backend build what it builds per shape (oneDNN's
   bfloat16 kernels on a CPU, for each new prompt length), which a server pays once per
   length, not per request, and which would otherwise land on whichever call came first;
@@ -90,6 +92,9 @@ class LatencyRow:
     #: ``config:`` backbone: its timings stand, its rankings mean nothing).
     backbone: str = ""
     random_weights: bool = False
+    #: Median over the slates (batch: the calls) of end-to-end ms over the bare prefill's ms
+    #: of the same slate, timed back to back; None where no bare prefill was timed.
+    paired_ratio: float | None = None
 
     @property
     def label(self) -> str:
@@ -269,6 +274,7 @@ def _single_row(
         total_ms={"median": _median(totals), "p95": float(percentile(totals, 95) or 0.0)},
         bare_prefill_ms=_median(bare_ms),
         overhead_ms=_median(around),
+        paired_ratio=_paired_ratio(totals, bare_ms),
         batch_size=batch_size,
         throughput=slates_per_s,
         peak_memory_mb=memory_mb,
@@ -310,6 +316,7 @@ def _batched_row(
         total_ms={"median": _median(totals), "p95": float(percentile(totals, 95) or 0.0)},
         bare_prefill_ms=_median(bare_ms),
         overhead_ms=_median(around),
+        paired_ratio=_paired_ratio(totals, bare_ms),
         batch_size=size,
         throughput=len(calls) * size / (sum(totals) / 1e3),
         peak_memory_mb=memory_mb,
@@ -363,6 +370,15 @@ def _reset_peak_memory(device: torch.device) -> None:
         import torch
 
         torch.cuda.reset_peak_memory_stats(device)
+
+
+def _paired_ratio(totals: Sequence[float], bare_ms: Sequence[float]) -> float | None:
+    """The median of ``totals[i] / bare_ms[i]``: each slate's SPD call over its own bare
+    prefill, so a drift of the machine's speed between slates cancels in each ratio."""
+    if len(totals) != len(bare_ms):
+        raise ValueError(f"{len(totals)} SPD calls against {len(bare_ms)} bare prefills")
+    ratios = [t / b for t, b in zip(totals, bare_ms) if b > 0]
+    return _median(ratios) if ratios else None
 
 
 def _median(values: Sequence[float]) -> float:

@@ -123,7 +123,8 @@ def latency_table(rows: Sequence[LatencyRow]) -> str:
     """The latency decomposition (Table 5) in markdown, one line per checkpoint and size."""
     head = [
         "checkpoint", "N", "slates", *(f"{s} ms" for s in (*STAGES, "rest")), "total p50 ms",
-        "total p95 ms", "bare prefill ms", "SPD / bare prefill", "overhead ms",
+        "total p95 ms", "bare prefill ms", "SPD / bare prefill", "SPD / bare, per slate",
+        "overhead ms",
         "overhead / bare prefill", "slates/s (batch)", "peak MiB (1 / batch)",
     ]
     lines = [_row(head), _row(["---"] * len(head))]
@@ -138,6 +139,7 @@ def latency_table(rows: Sequence[LatencyRow]) -> str:
                 _ms(r.total_ms["p95"]),
                 _ms(r.bare_prefill_ms),
                 "-" if r.overhead is None else f"{r.overhead:.2f}x",
+                "-" if r.paired_ratio is None else f"{r.paired_ratio:.3f}x",
                 _ms(r.overhead_ms),
                 "-" if r.overhead_ratio is None else f"{r.overhead_ratio:.2%}",
                 f"{r.throughput:,.1f} ({r.batch_size})",
@@ -274,7 +276,9 @@ def write_report(
             "Medians over the slates of each stage of `rank()` at batch size 1 (rest: the call's "
             "time outside the stages); per slate they add up to the total, medians need not. "
             "Bare prefill: the backbone's forward alone over the same tokens, timed slate by "
-            "slate in the same loop. Overhead: everything of `rank()` but its prefill (total "
+            "slate in the same loop; SPD / bare prefill is the ratio of the medians, and "
+            "per slate, the median of each slate's SPD call over its own bare prefill (timed "
+            "back to back, so the machine's drift between slates cancels). Overhead: everything of `rank()` but its prefill (total "
             "minus the prefill stage, per slate: tokenize, head, assign and rest), its median, "
             "and that median over the bare prefill's. Tokenize reads the token ids of texts "
             "the model has tokenized before (here, in the evaluation above) from its prompt "
