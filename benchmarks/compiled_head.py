@@ -15,7 +15,9 @@ by call over the same slates (so a shared machine's load falls on every variant 
   Inductor's C++ GEMM template for each product.
 
 Reports each variant's minimum and median ms per head call, its compile time and its largest
-difference from ``eager``'s scores. The paper's head (``--head attn``) only: the compiled
+difference from ``eager``'s scores. With ``--after-prefill`` each timed call follows the
+backbone's forward of its slate, as in ``rank()``: on this VM any pause makes each distinct
+operation's first call slower (``first_touch.py``), and a compiled head runs fewer of them. The paper's head (``--head attn``) only: the compiled
 variants run the head's module forward (its reference path), which for the history head
 would time a different algorithm than ``rank()`` runs.
 """
@@ -33,6 +35,7 @@ from pathlib import Path
 import torch
 import torch._inductor.config as inductor_config
 
+from spdrank.backbone import last_hidden
 from spdrank.bench.latency import resize_slates
 from spdrank.model import SPDRanker
 from spdrank.slates import load_slates
@@ -59,6 +62,8 @@ def main() -> int:
     p.add_argument("--reps", type=int, default=300)
     p.add_argument("--slates-per-size", type=int, default=10)
     p.add_argument("--variants", default=",".join(VARIANTS))
+    p.add_argument("--after-prefill", action="store_true",
+                   help="time each call right after the backbone's forward of its slate")
     p.add_argument("--out", help="also write the figures here as JSON, the table beside it")
     args = p.parse_args()
     torch.set_num_threads(1)
@@ -105,6 +110,9 @@ def main() -> int:
             wall: dict[str, list[float]] = {name: [] for name in calls}
             for r in range(args.reps):
                 for name, call in calls.items():
+                    if args.after_prefill:
+                        b = batches[r % len(batches)]
+                        last_hidden(model.backbone, b.input_ids, b.attention_mask)
                     t0 = time.perf_counter()
                     call(r % len(batches))
                     wall[name].append((time.perf_counter() - t0) * 1e3)
@@ -118,6 +126,7 @@ def main() -> int:
             print(lines[-1], flush=True)
     if args.out:
         meta = {"model": args.model, "reps": args.reps, "threads": 1,
+                "after_prefill": args.after_prefill,
                 "torch": torch.__version__, "python": sys.version.split()[0]}
         Path(args.out).write_text(json.dumps({"meta": meta, "rows": rows}, indent=2) + "\n")
         Path(args.out).with_suffix(".txt").write_text("\n".join(lines) + "\n")

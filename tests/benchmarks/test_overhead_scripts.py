@@ -118,9 +118,11 @@ def test_compiled_head_times_the_inference_path_and_a_compiled_copy(
     argv = ["compiled_head.py", "--slates", str(tmp_path / "s.jsonl"), "--sizes", "5",
             "--reps", "3", "--slates-per-size", "2", "--variants", "eager,inductor"]
     monkeypatch.setattr(sys, "argv", [*argv, "--model", str(tmp_path / "attn"),
-                                      "--out", str(tmp_path / "c.json")])
+                                      "--after-prefill", "--out", str(tmp_path / "c.json")])
     assert compiled.main() == 0
-    rows = {r["variant"]: r for r in json.loads((tmp_path / "c.json").read_text())["rows"]}
+    written = json.loads((tmp_path / "c.json").read_text())
+    assert written["meta"]["after_prefill"] is True
+    rows = {r["variant"]: r for r in written["rows"]}
     assert set(rows) == {"eager", "inductor"}
     assert 0 < rows["inductor"]["min"] <= rows["inductor"]["median"]
     assert rows["inductor"]["max_abs_diff"] < 0.1
@@ -140,3 +142,42 @@ def test_head_after_prefill_times_the_work_after_each_condition(checkpoint, slat
     assert list(times) == [*after.CONDITIONS, "prefill_itself"]
     assert all(len(v) == 3 and min(v) > 0 for v in times.values())
     assert after.quartiles([1.0, 2.0, 3.0, 4.0, 5.0])["median"] == 3.0
+
+
+def test_first_touch_times_each_operation_after_each_pause(tmp_path, monkeypatch):
+    import torch
+
+    touch = load_benchmark("first_touch", monkeypatch)
+    monkeypatch.setattr(sys, "argv", ["first_touch.py", "--rounds", "2", "--pause-s", "0.001",
+                                      "--out", str(tmp_path / "t.json")])
+    threads = torch.get_num_threads()
+    try:
+        assert touch.main() == 0
+    finally:
+        torch.set_num_threads(threads)
+    written = json.loads((tmp_path / "t.json").read_text())
+    names = [name for name, _ in touch.operations()]
+    assert [r["pause"] for r in written["rows"]] == ["none", "compute", "sleep"]
+    for row in written["rows"]:
+        assert all(row[name] > 0 for name in names)
+    assert "linear again" in (tmp_path / "t.txt").read_text()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/maps")
+def test_huge_text_moves_a_librarys_code_and_it_still_runs(tmp_path):
+    """The code moved onto anonymous memory runs as before, in a process of its own (the
+    move rewrites the library's mappings, which no test process should share)."""
+    import subprocess
+
+    from tests.helpers import ROOT, subprocess_env
+
+    out = tmp_path / "t.json"
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "first_touch.py"), "--rounds", "1",
+         "--pause-s", "0.001", "--huge-text", "libtorch_cpu", "--out", str(out)],
+        check=False, env=subprocess_env(), capture_output=True, text=True, timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    written = json.loads(out.read_text())
+    assert written["meta"]["moved_bytes"] >= 2 << 20
+    assert all(row["linear"] > 0 for row in written["rows"])
