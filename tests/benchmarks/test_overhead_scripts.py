@@ -181,3 +181,33 @@ def test_huge_text_moves_a_librarys_code_and_it_still_runs(tmp_path):
     written = json.loads(out.read_text())
     assert written["meta"]["moved_bytes"] >= 2 << 20
     assert all(row["linear"] > 0 for row in written["rows"])
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/stat")
+def test_decoder_trace_writes_a_line_per_batch_one_call(
+    checkpoint, tmp_path, slates, monkeypatch, capsys
+):
+    """The bench runs as usual; each batch-1 decoder call at the traced size leaves one line
+    with its times, the host's steal and three repeats, and the summary reads them."""
+    import spdrank.decode
+    from spdrank.slates import write_slates
+
+    write_slates(tmp_path / "s.jsonl", slates)
+    # Restored at teardown: the script replaces the module's function for the process.
+    monkeypatch.setattr(spdrank.decode, "decode_batch", spdrank.decode.decode_batch)
+    trace_script = load_benchmark("decoder_trace", monkeypatch)
+    monkeypatch.setenv("TRACE", str(tmp_path / "t.jsonl"))
+    argv = ["--size", "6", "bench", "--slates", str(tmp_path / "s.jsonl"), "--model",
+            f"m={checkpoint}", "--device", "cpu", "--out", str(tmp_path / "report"),
+            "--no-progress", "--latency", "--latency-sizes", "6", "--latency-slates", "3",
+            "--bootstrap", "100"]
+    assert trace_script.run(argv) == 0
+    rows = [json.loads(line) for line in (tmp_path / "t.jsonl").read_text().splitlines()]
+    assert len(rows) >= 3  # the timed slates, and the warm-up calls before them
+    for row in rows:
+        assert row["wall_ms"] > 0 and row["steal_ticks"] >= 0 and len(row["again_ms"]) == 3
+    capsys.readouterr()
+    assert trace_script.run(["--summary", str(tmp_path / "t.jsonl")]) == 0
+    assert f"{len(rows)} calls" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        trace_script.run(["bench"])
