@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import json
 import statistics
 import sys
 import time
@@ -34,6 +33,10 @@ from pathlib import Path
 
 import torch
 import torch._inductor.config as inductor_config
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from overhead_micro import write_figures
 
 from spdrank.backbone import last_hidden
 from spdrank.bench.latency import resize_slates
@@ -125,11 +128,8 @@ def main() -> int:
                          f"{row['compile_s']:>10.1f} {row['max_abs_diff']:>11.4f}")
             print(lines[-1], flush=True)
     if args.out:
-        meta = {"model": args.model, "reps": args.reps, "threads": 1,
-                "after_prefill": args.after_prefill,
-                "torch": torch.__version__, "python": sys.version.split()[0]}
-        Path(args.out).write_text(json.dumps({"meta": meta, "rows": rows}, indent=2) + "\n")
-        Path(args.out).with_suffix(".txt").write_text("\n".join(lines) + "\n")
+        write_figures(args.out, {"model": args.model, "reps": args.reps,
+                                 "after_prefill": args.after_prefill}, rows, lines)
     return 0
 
 

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import ctypes
-import json
 import statistics
 import sys
 import time
@@ -36,6 +35,10 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from overhead_micro import write_figures
 
 HUGE = 2 << 20
 PROT_READ, PROT_WRITE, PROT_EXEC = 1, 2, 4
@@ -156,11 +159,8 @@ def main() -> int:
                      + f" {sum(medians):>8.0f}")
         print(lines[-1], flush=True)
     if args.out:
-        meta = {"huge_text": args.huge_text, "moved_bytes": moved, "rounds": args.rounds,
-                "pause_s": args.pause_s, "threads": 1, "torch": torch.__version__,
-                "python": sys.version.split()[0]}
-        Path(args.out).write_text(json.dumps({"meta": meta, "rows": rows}, indent=2) + "\n")
-        Path(args.out).with_suffix(".txt").write_text("\n".join(lines) + "\n")
+        write_figures(args.out, {"huge_text": args.huge_text, "moved_bytes": moved,
+                                 "rounds": args.rounds, "pause_s": args.pause_s}, rows, lines)
     return 0
 
 

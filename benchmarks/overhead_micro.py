@@ -26,6 +26,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -101,6 +102,16 @@ def stages(model: SPDRanker, slates: list[Slate], reps: int) -> dict[str, dict[s
         return {name: timed(fn, len(slates), reps) for name, fn in parts.items()}
 
 
+def write_figures(out: str, meta: dict[str, Any], rows: list[dict[str, Any]],
+                  lines: list[str]) -> None:
+    """``rows`` and ``meta`` (with the torch threads and versions added) as JSON in ``out``,
+    and the table printed, ``lines``, beside it (the same name, .txt)."""
+    meta = {**meta, "threads": torch.get_num_threads(), "torch": torch.__version__,
+            "python": sys.version.split()[0]}
+    Path(out).write_text(json.dumps({"meta": meta, "rows": rows}, indent=2) + "\n")
+    Path(out).with_suffix(".txt").write_text("\n".join(lines) + "\n")
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", required=True)
@@ -127,12 +138,10 @@ def main() -> int:
             print(lines[-1], flush=True)
             rows.append({"n": n, "stage": name, **t})
     if args.out:
-        meta = {"model": args.model, "dtype": args.dtype or model.config.backbone.dtype,
-                "head_compute_dtype": str(getattr(model.head, "compute_dtype", None)),
-                "reps": args.reps, "threads": 1, "torch": torch.__version__,
-                "python": sys.version.split()[0]}
-        Path(args.out).write_text(json.dumps({"meta": meta, "rows": rows}, indent=2) + "\n")
-        Path(args.out).with_suffix(".txt").write_text("\n".join(lines) + "\n")
+        write_figures(args.out, {
+            "model": args.model, "dtype": args.dtype or model.config.backbone.dtype,
+            "head_compute_dtype": str(getattr(model.head, "compute_dtype", None)),
+            "reps": args.reps}, rows, lines)
     return 0
 
 
