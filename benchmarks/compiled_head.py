@@ -16,10 +16,11 @@ by call over the same slates (so a shared machine's load falls on every variant 
 
 Reports each variant's minimum and median ms per head call, its compile time and its largest
 difference from ``eager``'s scores. With ``--after-prefill`` each timed call follows the
-backbone's forward of its slate, as in ``rank()``: on this VM any pause makes each distinct
-operation's first call slower (``first_touch.py``), and a compiled head runs fewer of them. The paper's head (``--head attn``) only: the compiled
-variants run the head's module forward (its reference path), which for the history head
-would time a different algorithm than ``rank()`` runs.
+backbone's forward of its slate, as in ``rank()``: after other work each distinct operation's
+first call is slower (``first_touch.py``), and a compiled head runs fewer of them. The
+paper's head (``--head attn``) only: the compiled variants run the head's module forward
+(its reference path), which for the history head would time a different algorithm than
+``rank()`` runs.
 """
 
 from __future__ import annotations

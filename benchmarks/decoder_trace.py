@@ -3,9 +3,8 @@
     TRACE=FILE OMP_NUM_THREADS=1 .venv/bin/python benchmarks/decoder_trace.py --size 150 \\
         bench --latency --latency-sizes 150 ... (any `spdrank bench` arguments)
 
-Inside the whole benchmark's process the decoder (the same matrices' size, the same code)
-sometimes takes 10-30x its usual time at N = 150, which a decomposition of the one checkpoint
-in a fresh process did not reproduce. This runs the benchmark unchanged but for a wrapper
+For a decoder call that is slow inside the whole benchmark's process but not when the same
+checkpoint is decomposed alone: this runs the benchmark unchanged but for a wrapper
 around ``spdrank.decode.decode_batch``: for each call on one slate of ``--size`` items it
 writes one JSON line to FILE with the call's wall and thread-CPU ms, the steal time the host
 reported meanwhile (``/proc/stat``, in USER_HZ ticks summed over the CPUs), the calls' page

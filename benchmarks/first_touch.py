@@ -3,7 +3,7 @@
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/first_touch.py [--rounds 30] \\
         [--huge-text libtorch_cpu] [--out FILE]
 
-The work around the prefill runs 2-3x slower right after a prefill than when repeated at once
+The work around the prefill is slower right after a prefill than when repeated at once
 (``head_after_prefill.py``). This script asks what that penalty is made of. After each pause
 it runs a fixed sequence of small operations once each, the kind the head and the decoder are
 made of (a product, a layer norm, ReLU, an add, attention, softmax, a numpy reduction, then the
