@@ -12,13 +12,18 @@
 #   item's last token through 12-token titles;
 # - default-k160: what `spdrank train` builds by default: the history head (candidates attend
 #   to each other and to the history items) reading each item's words, matched word by word
-#   with the history's (tfidf), through 32-token titles.
+#   with the history's (tfidf), through 32-token titles;
+# - linear-k160: the fewest operations a ranking can take: a linear map of each item's last
+#   token (12-token titles) to its K scores, ordered by a sort of each item's best position
+#   (argsort). Its time around the prefill is the floor under any head on this machine.
 # Run it alone on the machine: it measures latency. Each dtype in DTYPES gets $OUT/DTYPE/: the
 # bench report, and micro-NAME.txt / .json, the stages around the prefill timed alone and
 # repeated on one thread (benchmarks/overhead_micro.py: min and median, robust to other load).
 # Settings from the environment: BIN, DATA, WORK, OUT, LAYERS, SIZES, SLATES, DTYPES, THREADS
 # (torch's threads for the bench; the micro-benchmark always runs on one), REPS, WIDTH (the
-# heads' width, 256: `spdrank train`'s default), BENCH (0: the micro-benchmark only).
+# heads' width, 256: `spdrank train`'s default), BENCH (0: the micro-benchmark only), MODELS
+# (the checkpoints trained and timed, "spd-k160 default-k160" unless set), DECODERS (the
+# bench's quality rows; the latency is each checkpoint's own decoder's).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . benchmarks/lib.sh
@@ -28,8 +33,18 @@ WORK=${WORK:-runs/overhead-cpu}
 OUT=${OUT:-benchmarks/results/overhead-cpu}
 LAYERS=${LAYERS:-2}; SIZES=${SIZES:-20,50,150}; SLATES=${SLATES:-100}
 DTYPES=${DTYPES:-float32 bfloat16}; THREADS=${THREADS:-1}; REPS=${REPS:-300}
-WIDTH=${WIDTH:-256}; BENCH=${BENCH:-1}
+WIDTH=${WIDTH:-256}; BENCH=${BENCH:-1}; MODELS=${MODELS:-spd-k160 default-k160}
+DECODERS=${DECODERS:-expected_rank}
 parse_dry_run benchmarks/overhead_cpu.sh "the script's header" "$@"
+# Each checkpoint's flags beyond the shared ones (COMMON, below).
+declare -A HEAD=(
+  [spd-k160]="--head attn --readout last --max-item-tokens 12"
+  [default-k160]=""
+  [linear-k160]="--head linear --readout last --max-item-tokens 12 --decoder argsort"
+)
+for NAME in $MODELS; do
+  [ -n "${HEAD[$NAME]+set}" ] || { echo "MODELS: unknown checkpoint $NAME (known: ${!HEAD[*]})" >&2; exit 2; }
+done
 [ "$DRY" = 1 ] || mkdir -p "$OUT"
 
 step data "$DATA/manifest.json" \
@@ -37,22 +52,23 @@ step data "$DATA/manifest.json" \
 COMMON=(--slates "$DATA/train.jsonl" --limit 8 --target clicks --positions 160 --frozen
   --layers "$LAYERS" --features popularity,cooccurrence --decoder expected_rank --batch-size 4
   --max-steps 1 --eval-every 0 --seed 0 --device cpu --no-progress --head-width "$WIDTH")
-step checkpoint-spd "$WORK/spd-k160/train.json" \
-  "$BIN/spdrank" train "${COMMON[@]}" --out "$WORK/spd-k160" --head attn --readout last \
-  --max-item-tokens 12
-step checkpoint-default "$WORK/default-k160/train.json" \
-  "$BIN/spdrank" train "${COMMON[@]}" --out "$WORK/default-k160"
+BENCH_MODELS=()
+for NAME in $MODELS; do
+  # shellcheck disable=SC2086  # the head's flags split into words
+  step "checkpoint-$NAME" "$WORK/$NAME/train.json" \
+    "$BIN/spdrank" train "${COMMON[@]}" --out "$WORK/$NAME" ${HEAD[$NAME]}
+  BENCH_MODELS+=(--model "$NAME=$WORK/$NAME")
+done
 for DTYPE in $DTYPES; do
   [ "$DRY" = 1 ] || mkdir -p "$OUT/$DTYPE"
   [ "$BENCH" = 1 ] && TIMINGS="$OUT/timings.tsv" OMP_NUM_THREADS=$THREADS step "bench-$DTYPE" "$OUT/$DTYPE/report.md" \
     "$BIN/spdrank" bench --slates "$DATA/eval.jsonl" --limit "$SLATES" \
-    --model "spd-k160=$WORK/spd-k160" --model "default-k160=$WORK/default-k160" \
-    --decoders expected_rank --dtype "$DTYPE" \
+    "${BENCH_MODELS[@]}" --decoders "$DECODERS" --dtype "$DTYPE" \
     --device cpu --latency --latency-sizes "$SIZES" --latency-slates "$SLATES" --seed 0 \
     --out "$OUT/$DTYPE" \
     --title "The work around the prefill: SmolLM2 x $LAYERS layers, $DTYPE, CPU, batch 1, $THREADS thread(s)" \
     --no-progress
-  for NAME in spd-k160 default-k160; do
+  for NAME in $MODELS; do
     TIMINGS="$OUT/timings.tsv" OMP_NUM_THREADS=1 step "micro-$DTYPE-$NAME" "$OUT/$DTYPE/micro-$NAME.json" \
       "$BIN/python" benchmarks/overhead_micro.py --model "$WORK/$NAME" \
       --slates "$DATA/eval.jsonl" --limit "$SLATES" --sizes "$SIZES" --dtype "$DTYPE" \

@@ -8,7 +8,9 @@ stage's median, the overhead around the prefill in ms, SPD over the bare prefill
 micro-benchmark's minima per stage; then each checkpoint's distance to the goals (<= 1.0 ms
 around the prefill at N = 50 and <= 3.0 ms at N = 150; SPD / bare prefill <= 1.02x and
 <= 1.03x; both the ratio of the medians and, where the bench recorded it, the median of each
-slate's own ratio). ``--before``: a directory of micro-benchmark JSON files measured on earlier code
+slate's own ratio); and each stage's median right after a prefill (the bench) over its
+minimum with warm caches (the micro-benchmark), with what the work around the prefill takes
+in situ without the head. ``--before``: a directory of micro-benchmark JSON files measured on earlier code
 (``micro-NAME-DTYPE.json``), shown beside the new minima.
 """
 
@@ -95,6 +97,26 @@ def goals_table(rows: list[dict], micro: dict[tuple[str, str], dict]) -> list[st
     return lines
 
 
+def situ_table(rows: list[dict], micro: dict[tuple[str, str], dict]) -> list[str]:
+    """Each stage in situ / warm: the bench's median right after a prefill over the
+    micro-benchmark's minimum; and the bench's time around the prefill less its head's."""
+    stages = ["tokenize", "readout", "head", "assign"]
+    lines = ["| checkpoint | dtype | N | " + " | ".join(f"{s}: in situ / warm ms" for s in stages)
+             + " | around less the head, in situ ms |", "| --- " * (len(stages) + 4) + "|"]
+    for r in rows:
+        data = micro.get((r["model"], r["dtype"]))
+        if data is None:
+            continue
+        cells = []
+        for stage in stages:
+            situ, warm = r["stages_ms"].get(stage, 0.0), _micro(data, r["n"], stage)
+            cells.append("-" if not warm else f"{ms(situ)} / {ms(warm)} ({situ / warm:.1f}x)")
+        less_head = r["overhead_ms"] - r["stages_ms"].get("head", 0.0)
+        lines.append(f"| {r['model']} | {r['dtype']} | {r['n']} | " + " | ".join(cells)
+                     + f" | {ms(less_head)} |")
+    return lines
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--dir", default="benchmarks/results/overhead-cpu")
@@ -117,7 +139,9 @@ def main() -> int:
                      *bench_table(rows), "",
                      "### The micro-benchmark: each stage alone, minimum ms over the repeats", "",
                      *micro_table(micro, before), "", "### Against the goals", "",
-                     *goals_table(rows, micro)]))
+                     *goals_table(rows, micro), "",
+                     "### Each stage right after a prefill, over its warm minimum", "",
+                     *situ_table(rows, micro)]))
     return 0
 
 

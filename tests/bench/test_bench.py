@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import random
 import shlex
+import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -390,6 +391,29 @@ def test_overhead_script_commands_parse():
     micro = [argv for argv in dry_run_commands("overhead_cpu.sh", "") if argv[0].endswith("python")]
     assert [argv[argv.index("--dtype") + 1] for argv in micro] == ["float32"] * 2 + ["bfloat16"] * 2
     assert all((ROOT / argv[1]).is_file() for argv in micro)
+
+
+def test_overhead_script_times_the_floor_checkpoint_it_is_asked_for(monkeypatch):
+    """MODELS=linear-k160: one checkpoint, a linear probe ordered by argsort (the fewest
+    operations a ranking takes), trained, benched and micro-benchmarked; an unknown name is
+    refused before anything runs."""
+    monkeypatch.setenv("MODELS", "linear-k160")
+    commands = dry_run_commands("overhead_cpu.sh", "")
+    spdrank_commands = [argv for argv in commands if argv[0].endswith("spdrank")]
+    assert [argv[1] for argv in spdrank_commands] == ["data", "train", "bench", "bench"]
+    parser = spdrank.cli.build_parser()
+    train = vars(parser.parse_args(spdrank_commands[1][1:]))
+    assert (train["head"], train["decoder"], train["readout"]) == ("linear", "argsort", "last")
+    for bench in spdrank_commands[2:]:
+        assert [bench[i + 1] for i, a in enumerate(bench) if a == "--model"] == [
+            f"linear-k160={train['out']}"
+        ]
+    micro = [argv for argv in commands if argv[0].endswith("python")]
+    assert [argv[argv.index("--model") + 1] for argv in micro] == [train["out"]] * 2
+    monkeypatch.setenv("MODELS", "spd-k160 nonesuch")
+    refused = subprocess.run(["bash", str(ROOT / "benchmarks" / "overhead_cpu.sh"), "--dry-run"],
+                             check=False, capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 2 and "unknown checkpoint nonesuch" in refused.stderr
 
 
 def test_cpu_bf16_script_benches_one_checkpoint_in_both_dtypes():
