@@ -6,8 +6,8 @@
 #   bash benchmarks/overhead_cpu.sh     # writes benchmarks/results/overhead-cpu/
 #
 # The checkpoints read the bundled SmolLM2's first 2 layers, frozen, with two upstream
-# features and K = 160 positions (so one checkpoint serves every N), expected-rank decoding,
-# trained for one step (latency does not depend on what the head learned):
+# features and K = 160 positions (so one checkpoint serves every N), expected-rank decoding
+# unless said, trained for one step (latency does not depend on what the head learned):
 # - spd-k160: the paper's head (attention over the items, width 256, 2 layers), reading each
 #   item's last token through 12-token titles;
 # - default-k160: what `spdrank train` builds by default: the history head (candidates attend
@@ -38,8 +38,8 @@ DECODERS=${DECODERS:-expected_rank}
 parse_dry_run benchmarks/overhead_cpu.sh "the script's header" "$@"
 # Each checkpoint's flags beyond the shared ones (COMMON, below).
 declare -A HEAD=(
-  [spd-k160]="--head attn --readout last --max-item-tokens 12"
-  [default-k160]=""
+  [spd-k160]="--head attn --readout last --max-item-tokens 12 --decoder expected_rank"
+  [default-k160]="--decoder expected_rank"
   [linear-k160]="--head linear --readout last --max-item-tokens 12 --decoder argsort"
 )
 for NAME in $MODELS; do
@@ -50,7 +50,7 @@ done
 step data "$DATA/manifest.json" \
   "$BIN/spdrank" data beauty --out "$DATA" --features --no-progress
 COMMON=(--slates "$DATA/train.jsonl" --limit 8 --target clicks --positions 160 --frozen
-  --layers "$LAYERS" --features popularity,cooccurrence --decoder expected_rank --batch-size 4
+  --layers "$LAYERS" --features popularity,cooccurrence --batch-size 4
   --max-steps 1 --eval-every 0 --seed 0 --device cpu --no-progress --head-width "$WIDTH")
 BENCH_MODELS=()
 for NAME in $MODELS; do

@@ -386,6 +386,7 @@ def test_overhead_script_commands_parse():
     assert {k for k in parsed[3] if parsed[3][k] != parsed[4][k]} == {"dtype", "out", "title"}
     # the paper's head, and the head `spdrank train` builds by default
     assert [p["head"] for p in parsed[1:3]] == ["attn", None]
+    assert [p["decoder"] for p in parsed[1:3]] == ["expected_rank"] * 2
     for train in commands[1:3]:
         assert int(train[train.index("--positions") + 1]) >= 150
     micro = [argv for argv in dry_run_commands("overhead_cpu.sh", "") if argv[0].endswith("python")]
