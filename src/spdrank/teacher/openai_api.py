@@ -4,13 +4,20 @@ Teacher labelling at scale runs against vLLM (or llama.cpp's server on a laptop)
 requests in flight: a thread pool keeps ``concurrency`` requests going on each server, and
 outcomes are yielded as they finish so the label file grows one record at a time. Which
 server takes a request is :mod:`~spdrank.teacher.servers`' choice (the least-loaded one in
-rotation). Each request has its own timeout and is retried on its server with exponential
-back-off (with jitter, so a restarted server is not hit by every thread at once) on
-connection errors, timeouts, 408/409/429, 5xx and 200 answers that are not a completion
-(invalid JSON, no ``choices``); other 4xx answers (bad request, auth) fail at once. A request whose retries all failed takes its server out of rotation and is asked
-again on another server, once per server, so a dead server among several loses no slates.
-The client's own retries are off so the count of attempts is ours. Greedy (temperature 0);
-decode passes are ``usage.completion_tokens``.
+rotation). Each attempt has a total deadline, ``timeout_s`` from connect to the last byte
+of the answer (httpx's timeouts bound each socket operation only, so a server trickling a
+byte at a time would hold an attempt for ever): every socket operation of the attempt is
+given what is left of it (:func:`deadline`). A failed attempt is retried on its server with
+exponential back-off (with jitter, so a restarted server is not hit by every thread at once),
+or after the answer's ``Retry-After`` when that is longer (at most :data:`MAX_RETRY_AFTER_S`),
+on connection errors, timeouts, 408/409/429, 5xx and 200 answers that are not a completion
+(invalid JSON, no ``choices``); other 4xx answers (bad request) fail the slate at once. A
+401/403 (the key refused) or a 404 for the model ends the run at once with one line
+(:class:`ServerRefused`): every slate would fail alike. A request whose retries all failed
+takes its server out of rotation and is asked again on another server, once per server, so a
+dead server among several loses no slates. The openai client's own retries are off, so this
+module is the one layer that retries and the count of attempts is ours. Greedy (temperature
+0); decode passes are ``usage.completion_tokens``.
 
 ``guided`` asks the server to constrain each answer to the ranking format for the slate's
 size (:mod:`~spdrank.teacher.grammar`: a GBNF ``grammar`` for llama.cpp, a regex for vLLM),
@@ -20,10 +27,14 @@ merged into each request's body over ``extra_body``; the backend's name then end
 
 from __future__ import annotations
 
+import email.utils
 import logging
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from contextlib import contextmanager
+from contextvars import ContextVar
+from datetime import datetime, timezone
 from typing import Any
 
 from spdrank.teacher.backends import Generation, Job, Outcome, default_max_new_tokens
@@ -33,6 +44,176 @@ from spdrank.teacher.servers import Server, ServerPool, backoff_delay
 log = logging.getLogger(__name__)
 
 _RETRY_STATUS = {408, 409, 429}
+
+#: The longest wait a server's ``Retry-After`` gets before the retry: a server asking for
+#: longer is asked again after this long (and its slate moves on if it still refuses).
+MAX_RETRY_AFTER_S = 120.0
+
+
+class ServerRefused(ValueError):
+    """A server refused the run itself (the API key, the model name): every slate would fail
+    the same way, so the run stops at once with this one-line message."""
+
+
+def refusal(exc: Exception, url: str, model: str | None) -> str | None:
+    """The one-line reason to stop the run when ``exc`` is a refusal of the run, else None."""
+    import openai
+
+    if isinstance(exc, (openai.AuthenticationError, openai.PermissionDeniedError)):
+        reason = "401 Unauthorized" if exc.status_code == 401 else "403 Forbidden"
+        return f"{url} refused the API key ({reason}): check --api-key (default $OPENAI_API_KEY)"
+    if isinstance(exc, openai.NotFoundError) and model:
+        return (
+            f"{url} has no model {model!r} (404 Not Found): check --model-name, and that "
+            "--base-url is the API root (like http://host:8000/v1)"
+        )
+    return None
+
+
+# -- the total deadline of an attempt ---------------------------------------------------------
+
+#: ``time.monotonic()`` by which this thread's current attempt must be over; None: no deadline.
+_DEADLINE: ContextVar[float | None] = ContextVar("spdrank_teacher_deadline", default=None)
+
+
+@contextmanager
+def deadline(seconds: float) -> Iterator[None]:
+    """Every request this thread sends inside the block ends within ``seconds`` of its start.
+
+    The clients of :func:`deadline_client` read it before each connect, read and write, so
+    the request fails with a timeout once it is spent, however slowly the bytes come.
+    """
+    token = _DEADLINE.set(time.monotonic() + seconds)
+    try:
+        yield
+    finally:
+        _DEADLINE.reset(token)
+
+
+def _left(timeout: float | None, error: type[Exception]) -> float | None:
+    """``timeout`` cut to what is left of the deadline; ``error`` once nothing is left."""
+    end = _DEADLINE.get()
+    if end is None:
+        return timeout
+    left = end - time.monotonic()
+    if left <= 0:
+        raise error("the attempt's total deadline (--timeout) passed")
+    return left if timeout is None else min(timeout, left)
+
+
+class _DeadlineStream:
+    """An httpcore2 network stream whose every operation ends by the thread's deadline."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+
+    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        import httpcore2
+
+        return self._inner.read(max_bytes, _left(timeout, httpcore2.ReadTimeout))
+
+    def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        import httpcore2
+
+        self._inner.write(buffer, _left(timeout, httpcore2.WriteTimeout))
+
+    def close(self) -> None:
+        self._inner.close()
+
+    def start_tls(self, ssl_context: Any, server_hostname: str | None = None,
+                  timeout: float | None = None) -> _DeadlineStream:
+        import httpcore2
+
+        inner = self._inner.start_tls(ssl_context, server_hostname,
+                                      _left(timeout, httpcore2.ConnectTimeout))
+        return _DeadlineStream(inner)
+
+    def get_extra_info(self, info: str) -> Any:
+        return self._inner.get_extra_info(info)
+
+
+class _DeadlineBackend:
+    """An httpcore2 network backend whose connections obey the thread's deadline."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+
+    def connect_tcp(self, host: str, port: int, timeout: float | None = None,
+                    local_address: str | None = None, socket_options: Any = None) -> _DeadlineStream:
+        import httpcore2
+
+        return _DeadlineStream(self._inner.connect_tcp(
+            host, port, _left(timeout, httpcore2.ConnectTimeout), local_address, socket_options))
+
+    def connect_unix_socket(self, path: str, timeout: float | None = None,
+                            socket_options: Any = None) -> _DeadlineStream:
+        import httpcore2
+
+        return _DeadlineStream(self._inner.connect_unix_socket(
+            path, _left(timeout, httpcore2.ConnectTimeout), socket_options))
+
+    def sleep(self, seconds: float) -> None:
+        self._inner.sleep(seconds)
+
+
+def deadline_client(timeout_s: float) -> Any:
+    """The openai client's own HTTP client (its defaults, proxies from the environment), with
+    every connection pool's network backend wrapped so that :func:`deadline` holds.
+
+    httpx2 takes a network backend only through the pools it builds itself, so the wrapper is
+    put on each of them (the direct one and any proxy's) before a connection exists.
+    """
+    from openai import DefaultHttpxClient
+
+    client = DefaultHttpxClient(timeout=timeout_s)
+    transports = [client._transport, *(t for t in client._mounts.values() if t is not None)]
+    for transport in transports:
+        pool = getattr(transport, "_pool", None)
+        backend = getattr(pool, "_network_backend", None)
+        if backend is None:
+            client.close()
+            raise RuntimeError(
+                f"cannot bound the teacher's requests: {type(transport).__name__} has no "
+                "connection pool with a network backend (an httpx2 this spdrank does not know)"
+            )
+        pool._network_backend = _DeadlineBackend(backend)
+    return client
+
+
+def retry_after_s(headers: Mapping[str, str] | None) -> float | None:
+    """The wait an answer's headers ask for before a retry, in seconds; None when they ask none.
+
+    ``Retry-After`` is delay-seconds or an HTTP-date; ``retry-after-ms`` (OpenAI's API sends
+    it) is read first. A date in the past asks for no wait; an unreadable value asks none.
+    """
+    if headers is None:
+        return None
+    headers = {name.lower(): value for name, value in headers.items()}
+    millis = _seconds(headers.get("retry-after-ms"))
+    if millis is not None:
+        return millis / 1000.0
+    value = headers.get("retry-after")
+    seconds = _seconds(value)
+    if seconds is not None or value is None:
+        return seconds
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when.tzinfo is None:  # "-0000": UTC, said without a zone
+        when = when.replace(tzinfo=timezone.utc)
+    return max(0.0, (when - datetime.now(timezone.utc)).total_seconds())
+
+
+def _seconds(text: str | None) -> float | None:
+    """``text`` as a number of seconds >= 0 (inf included: the cap bounds it), else None."""
+    if text is None:
+        return None
+    try:
+        value = float(text.strip())
+    except ValueError:
+        return None
+    return value if value >= 0 else None  # NaN fails the comparison too
 
 
 class MalformedAnswer(Exception):
@@ -83,7 +264,8 @@ class OpenAIBackend:
         urls = [base_urls] if isinstance(base_urls, str) else list(base_urls)
         self.servers = ServerPool(
             [
-                Server(url, OpenAI(base_url=url, api_key=api_key, max_retries=0, timeout=timeout_s))
+                Server(url, OpenAI(base_url=url, api_key=api_key, max_retries=0, timeout=timeout_s,
+                                   http_client=deadline_client(timeout_s)))
                 for url in urls
             ],
             limit=concurrency,
@@ -102,19 +284,28 @@ class OpenAIBackend:
             for server in self.servers:
                 server.model_name = model_name
         else:
-            self._find_models()
+            try:
+                self._find_models()
+            except ValueError:  # no run: its connections go now
+                self.close()
+                raise
         models = dict.fromkeys(s.model_name for s in self.servers if s.model_name)
         self.name = "openai:" + ",".join(models) + self._suffix
 
     def _find_models(self) -> None:
-        """Ask each server for its model; one that cannot answer starts out of rotation."""
+        """Ask each server for its model; one that cannot answer starts out of rotation, one
+        that refuses the key ends the run."""
         import openai
 
         unreachable = []
         for server in self.servers:
             try:
-                server.model_name = self._served_model(server)
+                with deadline(self.timeout_s):
+                    server.model_name = self._served_model(server)
             except openai.APIError as exc:
+                stop = refusal(exc, server.url, None)
+                if stop is not None:
+                    raise ServerRefused(stop) from exc
                 unreachable.append(f"{server.url} ({exc})")
                 self.servers.take_out(server, f"cannot list its models: {exc}")
         if len(unreachable) == len(self.servers):
@@ -147,6 +338,14 @@ class OpenAIBackend:
             return exc.status_code in _RETRY_STATUS or exc.status_code >= 500
         return False
 
+    def retry_delay(self, exc: Exception, attempt: int) -> float:
+        """The wait before retry ``attempt + 1``: the back-off, or the answer's ``Retry-After``
+        when that is longer, up to :data:`MAX_RETRY_AFTER_S`."""
+        delay = backoff_delay(self.backoff_s, attempt)
+        response = getattr(exc, "response", None)  # an answer's status error carries it
+        asked = retry_after_s(getattr(response, "headers", None))
+        return delay if asked is None else max(delay, min(asked, MAX_RETRY_AFTER_S))
+
     def request_body(self, n: int) -> dict[str, Any] | None:
         """Extra request fields for a slate of ``n``: ``extra_body``, then the constraint."""
         if self.guided is None:
@@ -160,21 +359,22 @@ class OpenAIBackend:
         for attempt in range(self.retries + 1):
             t0 = time.perf_counter()
             try:
-                if server.model_name is None:  # it was down when the run started
-                    server.model_name = self._served_model(server)
-                response = server.client.chat.completions.create(
-                    model=server.model_name,
-                    messages=job.messages or [],
-                    temperature=0.0,
-                    max_tokens=cap,
-                    timeout=self.timeout_s,
-                    extra_body=body,
-                )
+                with deadline(self.timeout_s):
+                    if server.model_name is None:  # it was down when the run started
+                        server.model_name = self._served_model(server)
+                    response = server.client.chat.completions.create(
+                        model=server.model_name,
+                        messages=job.messages or [],
+                        temperature=0.0,
+                        max_tokens=cap,
+                        timeout=self.timeout_s,
+                        extra_body=body,
+                    )
                 choice = first_choice(response)
             except Exception as exc:
                 if attempt == self.retries or not self._retryable(exc):
                     raise
-                delay = backoff_delay(self.backoff_s, attempt)
+                delay = self.retry_delay(exc, attempt)
                 log.debug("qid %s: %s; retry %d in %.2f s", job.slate.query.qid, exc, attempt + 1, delay)
                 if self.servers.closed.wait(delay):
                     raise  # the run is over
@@ -198,11 +398,15 @@ class OpenAIBackend:
         while (server := self.servers.acquire(exclude=failed.keys())) is not None:
             try:
                 generation = self.request(job, server)
-            # Any failure is reported per slate (and retried on rerun); the run decides when to stop.
-            except Exception as exc:  # noqa: BLE001
+            # A failure is reported per slate (and retried on rerun) and the run decides when to
+            # stop, unless the server refused the run itself.
+            except Exception as exc:
                 why = f"{type(exc).__name__}: {exc}"
                 if not self._retryable(exc):  # the request's fault: every server would refuse it
                     self.servers.release(server)
+                    stop = refusal(exc, server.url, server.model_name)
+                    if stop is not None:  # the run's fault: every slate would fail alike
+                        raise ServerRefused(stop) from exc
                     return Outcome(job, error=f"{server.url}: {why}")
                 self.servers.release(server, failure=why)
                 failed[server] = why
