@@ -113,10 +113,12 @@ def register(subparsers: Any) -> None:
     oa.add_argument("--concurrency", type=positive_int, default=8, metavar="N",
                     help="requests in flight per server (default 8)")
     oa.add_argument("--timeout", type=float, default=120.0, metavar="S",
-                    help="seconds per request attempt (default 120)")
+                    help="seconds per request attempt, all of it: connect to the answer's "
+                    "last byte (default 120)")
     oa.add_argument("--retries", type=int, default=4, metavar="N", help="retries per request (default 4)")
     oa.add_argument("--retry-backoff", type=float, default=1.0, metavar="S",
-                    help="first retry delay in seconds, doubled each retry (default 1)")
+                    help="first retry delay in seconds, doubled each retry, or the answer's "
+                    "Retry-After when longer, up to 120 (default 1)")
     oa.add_argument("--server-backoff", type=float, default=30.0, metavar="S",
                     help="seconds a server whose request failed all retries stays out of "
                     "rotation, doubled while it keeps failing (default 30)")
