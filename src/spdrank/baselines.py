@@ -32,7 +32,7 @@ from functools import partial
 from spdrank.datasets.title_similarity import TITLE_SIMILARITY
 from spdrank.features import raw_features
 from spdrank.ranking import Ranker, Ranking
-from spdrank.slates import Slate, clicked_not_retrieved
+from spdrank.slates import SCORE_FEATURE, Slate, clicked_not_retrieved
 
 #: ``feature:NAME`` names the :class:`FeatureRanker` of feature ``NAME``.
 FEATURE_PREFIX = "feature:"
@@ -84,6 +84,8 @@ class PopularityRanker:
     """
 
     needs_train = True
+    #: It learns from users' interaction histories: a search slate (no history) has none.
+    needs_history = True
     ranks_by_scores = True
 
     def __init__(self, name: str = "popularity") -> None:
@@ -136,6 +138,8 @@ class CooccurrenceRanker:
     """
 
     needs_train = True
+    #: It learns from users' interaction histories: a search slate (no history) has none.
+    needs_history = True
     #: Its score ties are ordered by popularity, so equal scores are not ties of its ranking.
     ranks_by_scores = False
 
@@ -265,7 +269,26 @@ BASELINES: dict[str, Callable[..., Ranker]] = {
 #: Named feature baselines: alias -> the feature it ranks by (as ``feature:NAME`` would).
 FEATURE_BASELINES: dict[str, str] = {
     "title_similarity": TITLE_SIMILARITY,
+    # The first stage's own order: its score, equal scores in the order it listed them.
+    "retriever": SCORE_FEATURE,
 }
+
+
+def _bm25(**kwargs: object) -> Ranker:
+    """:class:`spdrank.bm25.BM25Ranker`, imported on demand (it needs bm25s)."""
+    from spdrank.bm25 import BM25Ranker
+
+    return BM25Ranker(**kwargs)  # type: ignore[arg-type]
+
+
+#: Baselines that read the query's and the candidates' texts (search's lexical floor).
+TEXT_BASELINES: dict[str, Callable[..., Ranker]] = {
+    "bm25": _bm25,
+}
+
+#: What eval runs without ``--ranker`` on slates whose queries carry no history (search):
+#: every ranker here needs only the slate itself.
+SEARCH_DEFAULTS: tuple[str, ...] = ("random", "retriever", "bm25")
 
 
 def _sasrec(**kwargs: object) -> Ranker:
@@ -283,7 +306,7 @@ MODEL_BASELINES: dict[str, Callable[..., Ranker]] = {
 
 def baseline_names() -> list[str]:
     """Every registered name, for help texts and messages (``feature:NAME`` besides)."""
-    return sorted([*BASELINES, *MODEL_BASELINES, *FEATURE_BASELINES])
+    return sorted([*BASELINES, *MODEL_BASELINES, *FEATURE_BASELINES, *TEXT_BASELINES])
 
 
 def baseline_factory(name: str) -> Callable[..., Ranker]:
@@ -301,6 +324,8 @@ def baseline_factory(name: str) -> Callable[..., Ranker]:
         return partial(FeatureRanker, FEATURE_BASELINES[name], name=name)
     if name in MODEL_BASELINES:
         return MODEL_BASELINES[name]
+    if name in TEXT_BASELINES:
+        return TEXT_BASELINES[name]
     try:
         return BASELINES[name]
     except KeyError:

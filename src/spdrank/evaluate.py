@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from spdrank.files import atomic_writer
+from spdrank.judged import DEFAULT_REL_LEVEL, has_relevant
 from spdrank.metrics import (
     TEACHER_METRICS,
     MetricSummary,
@@ -115,6 +116,13 @@ class Results:
     meta: dict[str, Any] = field(default_factory=dict)
     #: The k of the MRR@k columns (none by default: MRR alone).
     mrr_ks: tuple[int, ...] = ()
+    #: Slates with clicks; slates with graded judgements (``relevance``), and of those, the
+    #: ones with no relevant document at ``rel_level`` (they score 0 whatever the ranking,
+    #: as in trec_eval, and the table says how many there were).
+    n_with_clicks: int = 0
+    n_judged: int = 0
+    n_no_relevant: int = 0
+    rel_level: int = DEFAULT_REL_LEVEL
 
     def __getitem__(self, name: str) -> RankerResult:
         for r in self.rankers:
@@ -129,6 +137,11 @@ class Results:
             "n_with_teacher": self.n_with_teacher,
             "ks": list(self.ks),
             **({"mrr_ks": list(self.mrr_ks)} if self.mrr_ks else {}),
+            **(
+                {"n_judged": self.n_judged, "n_no_relevant": self.n_no_relevant,
+                 "rel_level": self.rel_level}
+                if self.n_judged else {}
+            ),
             "meta": self.meta,
             "rankers": {r.name: r.to_dict(per_slate) for r in self.rankers},
         }
@@ -172,6 +185,8 @@ def evaluate(
     total: int | None = None,
     mrr_ks: Sequence[int] = (),
     prepare: Callable[[Slate], object] | None = None,
+    rel: int = DEFAULT_REL_LEVEL,
+    observe: Callable[[Ranker, Slate, Ranking], object] | None = None,
 ) -> Results:
     """Rank every slate with every ranker and measure it.
 
@@ -184,7 +199,10 @@ def evaluate(
     (:func:`spdrank.slates.clicked_not_retrieved`) count as misses. Ranker names must be
     unique: they key the results. ``prepare``, when given, is called untimed on each slate
     before the rankers rank it (e.g. a forward that has the backend build its kernels for the
-    slate's prompt length, so no ranker pays that for the others).
+    slate's prompt length, so no ranker pays that for the others). A slate's graded
+    judgements (``relevance``) add the judged metrics (:mod:`spdrank.judged`), binary ones at
+    relevance level ``rel``. ``observe``, when given, sees every timed ranking (e.g. to
+    write it to a TREC run).
     """
     names = [r.name for r in rankers]
     if len(set(names)) != len(names):
@@ -195,11 +213,13 @@ def evaluate(
     mrr_ks = tuple(mrr_ks)
     results = [RankerResult(name) for name in names]
     it = track(slates, "eval", unit="slate", total=total, mode=progress)
-    n_slates = 0
-    n_teacher = 0
+    n_slates = n_teacher = n_clicks = n_judged = n_no_relevant = 0
     for index, slate in enumerate(it):
         n_slates += 1
         n_teacher += slate.teacher is not None
+        n_clicks += slate.clicked is not None
+        n_judged += slate.relevance is not None
+        n_no_relevant += slate.relevance is not None and not has_relevant(slate.relevance, rel)
         docids = slate.docids
         missed = clicked_not_retrieved(slate)
         if prepare is not None:
@@ -209,9 +229,11 @@ def evaluate(
                 for _ in range(warmup):
                     ranker.rank(slate)
             out, latency_ms = _timed_rank(ranker, slate)
+            if observe is not None:
+                observe(ranker, slate, out)
             sm = slate_metrics(
                 list(out.docids), docids, slate.clicked, slate.teacher, ks, slate.teacher_scores,
-                mrr_ks=mrr_ks, missed=missed,
+                mrr_ks=mrr_ks, missed=missed, judgements=slate.relevance, rel=rel,
             )
             res.records.append(
                 SlateRecord(
@@ -224,7 +246,8 @@ def evaluate(
                 )
             )
     return Results(
-        rankers=results, n_slates=n_slates, ks=ks, n_with_teacher=n_teacher, mrr_ks=mrr_ks
+        rankers=results, n_slates=n_slates, ks=ks, n_with_teacher=n_teacher, mrr_ks=mrr_ks,
+        n_with_clicks=n_clicks, n_judged=n_judged, n_no_relevant=n_no_relevant, rel_level=rel,
     )
 
 
@@ -259,7 +282,10 @@ def format_table(results: Results) -> str:
     were averaged when that differs from the number of slates; tau has its own count, since
     a slate whose teacher scored every candidate alike orders no pair.
     """
-    names = metric_names(results.ks, results.mrr_ks)
+    names = metric_names(
+        results.ks, results.mrr_ks, rel=results.rel_level if results.n_judged else None,
+        clicks=bool(results.n_with_clicks) or not results.n_judged,
+    )
     if not results.n_with_teacher:
         names = [m for m in names if m not in TEACHER_METRICS]
     width = max([6, *(len(r.name) for r in results.rankers)])
@@ -284,6 +310,14 @@ def format_table(results: Results) -> str:
             f" {_num(lat['p95'], 9, 3)}"
         )
         notes.extend(_count_notes(r.name, r.n, d["metrics"], names))
+    if results.n_judged and results.n_judged < results.n_slates:
+        notes.append(f"judged metrics over the {results.n_judged} of {results.n_slates} slates "
+                     "with relevance judgements")
+    if results.n_no_relevant:
+        notes.append(
+            f"{results.n_no_relevant} judged slates have no document of grade >= "
+            f"{results.rel_level}: they score 0 on every judged metric, as in trec_eval"
+        )
     lines.extend(notes)
     return "\n".join(lines)
 
@@ -293,7 +327,7 @@ def _count_notes(
 ) -> list[str]:
     """Footer lines for the metric groups averaged over fewer than all ``n`` slates."""
     tau, top1 = TEACHER_METRICS[:2]
-    groups = [("click metrics", shown[0]), ("teacher metrics", top1)]
+    groups = [("click metrics", "AUC"), ("teacher metrics", top1)]
     if metrics.get(tau, {}).get("n") != metrics.get(top1, {}).get("n"):
         groups.append(("tau", tau))  # a teacher that ties every candidate orders no pair
     notes = []

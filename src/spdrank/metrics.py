@@ -35,6 +35,8 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import pairwise
 
+from spdrank.judged import DEFAULT_REL_LEVEL, judged_metric_names, judged_metrics
+
 #: The k of the teacher overlap metric ``top{k}`` (:func:`topk_overlap`).
 OVERLAP_K = 10
 
@@ -42,12 +44,21 @@ OVERLAP_K = 10
 TEACHER_METRICS: tuple[str, ...] = ("tau", "top1", f"top{OVERLAP_K}")
 
 
-def metric_names(ks: Sequence[int] = (1, 10), mrr_ks: Sequence[int] = ()) -> list[str]:
-    """The names :func:`slate_metrics` fills, in table order: click metrics, then teacher."""
-    return [
+def metric_names(
+    ks: Sequence[int] = (1, 10),
+    mrr_ks: Sequence[int] = (),
+    rel: int | None = None,
+    clicks: bool = True,
+) -> list[str]:
+    """The names :func:`slate_metrics` fills, in table order: click metrics (unless
+    ``clicks`` is False), the judged metrics when ``rel`` (their relevance level) is given,
+    then the teacher's."""
+    click = [
         "AUC", *(f"R@{k}" for k in ks), *(f"NDCG@{k}" for k in ks),
-        *(f"MRR@{k}" for k in mrr_ks), "MRR", *TEACHER_METRICS,
-    ]
+        *(f"MRR@{k}" for k in mrr_ks), "MRR",
+    ] if clicks else []
+    judged = judged_metric_names(ks, rel) if rel is not None else []
+    return [*click, *judged, *TEACHER_METRICS]
 
 
 # -- validity -------------------------------------------------------------------------------
@@ -325,6 +336,8 @@ def slate_metrics(
     teacher_scores: Sequence[float] | None = None,
     mrr_ks: Sequence[int] = (),
     missed: Collection[str] = (),
+    judgements: Mapping[str, int] | None = None,
+    rel: int = DEFAULT_REL_LEVEL,
 ) -> SlateMetrics:
     """All metrics of one ranker output on one slate.
 
@@ -334,6 +347,8 @@ def slate_metrics(
     count the teacher's ties as ties (see :func:`kendall_tau`). ``mrr_ks`` adds ``MRR@k``.
     ``missed``: clicked items that are not candidates (the retriever did not return them),
     positives no ranking of the candidates can reach, so each counts as ranked last.
+    ``judgements`` (graded, ``{docid: grade}``, the slate's ``relevance``) add the judged
+    metrics of :mod:`spdrank.judged` at relevance level ``rel``.
     """
     valid = is_valid_permutation(ranking, docids)
     ranked = list(ranking) if valid else repair_ranking(ranking, docids)
@@ -349,6 +364,8 @@ def slate_metrics(
     for k in mrr_ks:
         values[f"MRR@{k}"] = mrr_at_k(ranked, pos, k) if informative else None
     values["MRR"] = mrr(ranked, pos) if informative else None
+    if judgements is not None:
+        values.update(judged_metrics(ranked, judgements, ks, rel))
     values.update(_teacher_metrics(ranked, teacher, teacher_scores))
     return SlateMetrics(valid=valid, values=values)
 

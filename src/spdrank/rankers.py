@@ -15,7 +15,7 @@ from itertools import chain
 from pathlib import Path
 from typing import Any
 
-from spdrank.baselines import BASELINES, make_baseline
+from spdrank.baselines import BASELINES, SEARCH_DEFAULTS, make_baseline
 from spdrank.ranking import Ranker
 
 log = logging.getLogger(__name__)
@@ -43,18 +43,27 @@ def build_rankers(
     seed: int = 0,
     labels: Sequence[str] = (),
     models: Sequence[str] = (),
+    runs: Sequence[str] = (),
     device: str = "auto",
     dtype: str | None = None,
     decoder: str | None = None,
+    trust_remote_code: bool = False,
+    search: bool = False,
 ) -> list[Ranker]:
     """The rankers named, unfitted, in the order given: baselines (``names``; without any,
     and without labels or models, every baseline), then label files replayed (``labels``),
-    then trained checkpoints (``models``); labels and models are ``[NAME=]PATH``.
+    then TREC runs replayed (``runs``), then trained checkpoints (``models``); labels, runs and
+    models are ``[NAME=]PATH``.
 
     ``seed`` seeds the random baseline; ``device`` and ``dtype`` load the checkpoints, and
-    ``decoder``, when given, replaces each checkpoint's own.
+    ``decoder``, when given, replaces each checkpoint's own; ``trust_remote_code`` lets a
+    checkpoint's backbone run its folder's Python (the user's choice, never a checkpoint's).
+    ``search``: the slates' queries carry no history, so the default baselines are search's
+    (:data:`~spdrank.baselines.SEARCH_DEFAULTS`) and every ranker that learns from histories
+    is left out with a note (:func:`without_history`).
     """
-    names = names or ([] if models or labels else list(BASELINES))
+    defaults = SEARCH_DEFAULTS if search else tuple(BASELINES)
+    names = names or ([] if models or labels or runs else list(defaults))
     rankers: list[Ranker] = []
     for name in dict.fromkeys(names):  # a name repeated counts once
         kwargs: dict[str, Any] = {"seed": seed} if name == "random" else {}
@@ -64,6 +73,11 @@ def build_rankers(
 
         name, path = split_named(spec)
         rankers.append(LabelReplayRanker(path, name=name))
+    for spec in runs:
+        from spdrank.run_ranker import RunRanker
+
+        name, path = split_named(spec)
+        rankers.append(RunRanker(path, name=name))
     if models:
         from spdrank.backbone import resolve_device
         from spdrank.decode import get_decoder
@@ -71,7 +85,10 @@ def build_rankers(
 
         for spec in models:
             name, path = split_named(spec)
-            model = SPDRanker.from_pretrained(path, device=resolve_device(device), dtype=dtype)
+            model = SPDRanker.from_pretrained(
+                path, device=resolve_device(device), dtype=dtype,
+                trust_remote_code=trust_remote_code,
+            )
             if decoder:
                 get_decoder(decoder)  # an unknown name fails before any ranking
                 model.config.decoder = decoder
@@ -80,7 +97,30 @@ def build_rankers(
             elif len(models) > 1:
                 model.name = f"spd:{Path(path).name}"
             rankers.append(model)
-    return rankers
+    return without_history(rankers) if search else rankers
+
+
+def without_history(rankers: Sequence[Ranker]) -> list[Ranker]:
+    """The rankers that can rank slates without a user history; the others (popularity,
+    co-occurrence, SASRec learn from interaction logs) are logged as skipped, by name."""
+    kept = [r for r in rankers if not getattr(r, "needs_history", False)]
+    skipped = [r.name for r in rankers if getattr(r, "needs_history", False)]
+    if skipped:
+        log.warning(
+            "skipped %s: they learn from users' histories, and these slates' queries carry none "
+            "(search slates)", ", ".join(skipped),
+        )
+    return kept
+
+
+def is_search(path: str | Path) -> bool:
+    """Whether a slate file holds search slates: its first slate has neither a history (a
+    recommendation builder always writes one, empty or not) nor clicks, the interactions that
+    popularity and co-occurrence count."""
+    from spdrank.slates import read_slates
+
+    first = next(iter(read_slates(path)), None)
+    return first is not None and first.query.history is None and first.clicked is None
 
 
 def fit_rankers(

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import re
+import unicodedata
+from itertools import pairwise
 from typing import IO, Any
 
-from spdrank.ranking import Ranking
+from spdrank.ranking import Ranking, rank_scores
 from spdrank.slates import Slate, SlateError
 
 _BLANK = re.compile(r"\s")
@@ -27,35 +29,64 @@ def result_record(slate: Slate, ranking: Ranking) -> dict[str, Any]:
     return record
 
 
+def _unfit_for_trec(text: str) -> str | None:
+    """What makes ``text`` unfit for a TREC run line's id field, or None: whitespace (the line
+    is split on it), or a control or format character (NUL, a right-to-left override, a
+    zero-width space), which either breaks the tools that read runs or makes two different
+    ids look alike."""
+    for char in text:
+        if _BLANK.match(char):
+            return f"holds whitespace ({_codepoint(char)})"
+        if unicodedata.category(char) in ("Cc", "Cf"):
+            return f"holds a control or format character ({_codepoint(char)})"
+    return None
+
+
+def _codepoint(char: str) -> str:
+    name = unicodedata.name(char, "")
+    return f"U+{ord(char):04X}" + (f" {name}" if name else "")
+
+
 def check_trec_ids(slate: Slate, where: str | None = None) -> None:
     """Refuse ids a TREC run line cannot carry: it is split on whitespace into 6 fields, so a
-    qid or docid holding whitespace (or an empty qid) would shift every field after it.
+    qid or docid holding whitespace (or an empty qid) would shift every field after it; a
+    control or format character (NUL, U+202E, U+200B) is refused too.
 
     Refused rather than escaped: any escape would change the ids, and the qrels they are
     scored against would no longer match.
     """
     qid = slate.query.qid
-    if not qid or _BLANK.search(qid):
+    problem = "is empty" if not qid else _unfit_for_trec(qid)
+    if problem:
         raise SlateError(
-            f"query.qid {qid!r} cannot go into a TREC run line (ids there must be non-empty and "
-            "hold no whitespace): fix the qid or leave out --trec",
+            f"query.qid {qid!r} cannot go into a TREC run line: it {problem} (ids there must be "
+            "non-empty, with no whitespace, control or format characters): fix the qid or leave "
+            "out --trec",
             where,
             field="query.qid",
         )
     for i, docid in enumerate(slate.docids):
-        if _BLANK.search(docid):
+        problem = _unfit_for_trec(docid)
+        if problem:
             raise SlateError(
-                f"candidates[{i}].docid {docid!r} holds whitespace, which a TREC run line "
-                "cannot carry: fix the docid or leave out --trec",
+                f"candidates[{i}].docid {docid!r} {problem}, which a TREC run line cannot "
+                "carry: fix the docid or leave out --trec",
                 where,
                 field=f"candidates[{i}].docid",
             )
 
 
 def write_trec_lines(fh: IO[str], slate: Slate, ranking: Ranking, tag: str) -> None:
-    """``qid Q0 docid rank score tag`` lines, rank from 1 (ids checked by :func:`check_trec_ids`)."""
+    """``qid Q0 docid rank score tag`` lines, rank from 1 (ids checked by :func:`check_trec_ids`).
+
+    trec_eval orders a run by its scores, not its ranks, so the scores written must decrease
+    strictly along the ranking, or a tie would be re-ordered by docid: they are the ranker's
+    own when they do (as printed), else the rank-derived ``1 - r/n`` for the whole query.
+    """
     check_trec_ids(slate)
-    scores = ranking.reported_scores()
-    for rank, (docid, score) in enumerate(zip(ranking.docids, scores), start=1):
-        fh.write(f"{slate.query.qid} Q0 {docid} {rank} {score:.6f} {tag}\n")
+    printed = [f"{s:.6f}" for s in ranking.reported_scores()]
+    if any(float(b) >= float(a) for a, b in pairwise(printed)):
+        printed = [f"{s:.6f}" for s in rank_scores(len(ranking.docids))]
+    for rank, (docid, score) in enumerate(zip(ranking.docids, printed), start=1):
+        fh.write(f"{slate.query.qid} Q0 {docid} {rank} {score} {tag}\n")
 

@@ -474,6 +474,8 @@ class SASRecRanker:
     """
 
     needs_train = True
+    #: It learns from users' interaction histories: a search slate (no history) has none.
+    needs_history = True
     ranks_by_scores = True
 
     def __init__(

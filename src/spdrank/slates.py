@@ -2,7 +2,9 @@
 
 The format follows castorini/rank_llm's request (``query`` + ``candidates`` with ``docid``,
 ``doc`` and ``score``) so its retrieve results feed in directly, plus optional labels:
-``clicked`` (ground-truth positives) and ``teacher`` (a full ranking, best first), with
+``clicked`` (binary positives, e.g. a recommendation log's clicks), ``relevance`` (graded
+judgements ``{docid: grade}`` as in TREC qrels, judged documents outside the candidates
+included, for search) and ``teacher`` (a full ranking, best first), with
 ``teacher_scores`` when the teacher ranked by a score (aligned with ``teacher``, so equal
 scores say which candidates the teacher left tied).
 A candidate may also carry ``features``: numbers from the upstream system (a retriever score,
@@ -42,7 +44,11 @@ TEXT_FIELDS: tuple[str, ...] = ("title", "text", "contents")
 SCORE_FEATURE = "score"
 
 #: A slate's own fields; any other top-level key is kept in ``Slate.extra``.
-_SLATE_FIELDS = ("query", "candidates", "clicked", "teacher", "teacher_scores")
+_SLATE_FIELDS = ("query", "candidates", "clicked", "relevance", "teacher", "teacher_scores")
+
+#: The highest relevance grade a slate may carry (TREC's scales stop at 4; this bounds a
+#: gain's size without judging any collection's scale).
+MAX_GRADE = 1_000
 
 #: The slate field (kept in ``Slate.extra``) naming clicked items that are not candidates,
 #: because the retriever did not return them: the click metrics count each as a miss.
@@ -79,11 +85,28 @@ class Candidate:
         return None if self.features is None else self.features.get(name)
 
     def text(self, fields: tuple[str, ...] = TEXT_FIELDS) -> str:
-        """The candidate's text: the first of ``fields`` present in ``doc``."""
+        """The candidate's text: the first of ``fields`` present in ``doc``; a document with
+        a ``title`` and a body (BEIR's ``{title, text}``) reads as both, title first."""
         for name in fields:
             if name in self.doc:
-                return self.doc[name]
+                return with_body(self.doc, name, fields)
         raise SlateError(f"candidate {self.docid!r} has none of the text fields {list(fields)}")
+
+
+def with_body(doc: dict[str, Any], name: str, fields: tuple[str, ...]) -> str:
+    """``doc[name]``, followed by the document's body when ``name`` is its title: the first
+    later field of ``fields`` the document holds as non-blank text."""
+    text = doc[name]
+    if name != "title":
+        return text
+    body = next(
+        (doc[f] for f in fields[fields.index(name) + 1 :]
+         if isinstance(doc.get(f), str) and doc[f].strip()),
+        None,
+    )
+    if body is None or not text.strip():
+        return text if body is None else body
+    return f"{text.rstrip()}{'' if text.rstrip()[-1] in '.!?:;' else '.'} {body}"
 
 
 @dataclass
@@ -96,6 +119,9 @@ class Slate:
     #: The teacher's score of each item of ``teacher`` (non-increasing), when it ranked by one:
     #: candidates with equal scores are ties, which fidelity metrics do not count as an order.
     teacher_scores: list[float] | None = None
+    #: Graded judgements of the query, ``{docid: grade >= 0}``, as TREC qrels hold them: every
+    #: judged document, candidates or not (the judged metrics' ideal ranking reads them all).
+    relevance: dict[str, int] | None = None
 
     @property
     def docids(self) -> list[str]:
@@ -133,6 +159,7 @@ class Slate:
                     where,
                 )
         teacher_scores = _parse_teacher_scores(data.get("teacher_scores"), teacher, where)
+        relevance = parse_relevance(data.get("relevance"), where)
         extra = {k: v for k, v in data.items() if k not in _SLATE_FIELDS}
         slate = cls(
             query=query,
@@ -141,6 +168,7 @@ class Slate:
             teacher=teacher,
             extra=extra,
             teacher_scores=teacher_scores,
+            relevance=relevance,
         )
         if NOT_RETRIEVED in extra:
             _check_not_retrieved(extra[NOT_RETRIEVED], slate, where)
@@ -157,6 +185,8 @@ class Slate:
         }
         if self.clicked is not None:
             out["clicked"] = list(self.clicked)
+        if self.relevance is not None:
+            out["relevance"] = dict(self.relevance)
         if self.teacher is not None:
             out["teacher"] = list(self.teacher)
         if self.teacher_scores is not None:
@@ -221,6 +251,30 @@ def parse_features(
             )
         field = f"{path}.features.{name}" if path else None
         out[name] = as_float(value, f"{label}: features.{name}", where, field)
+    return out
+
+
+def parse_relevance(raw: Any, where: str | None = None) -> dict[str, int] | None:
+    """Validate ``relevance``: ``{docid: grade}``, each grade an integer from 0 to
+    :data:`MAX_GRADE`; raises :class:`SlateError` naming the entry. Docids need not be
+    candidates: a judged document the retriever missed still counts against the ranking."""
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise SlateError(
+            f"'relevance' must be an object {{docid: grade}}, got {type(raw).__name__}",
+            where, field="relevance",
+        )
+    out: dict[str, int] = {}
+    for docid, grade in raw.items():
+        check_text(docid, f"relevance key {docid!r}", where, "relevance")
+        if isinstance(grade, bool) or not isinstance(grade, int) or not 0 <= grade <= MAX_GRADE:
+            raise SlateError(
+                f"relevance[{docid!r}] must be an integer grade from 0 to {MAX_GRADE}, got "
+                f"{grade!r}",
+                where, field=f"relevance.{docid}",
+            )
+        out[docid] = grade
     return out
 
 

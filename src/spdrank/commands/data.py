@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
+from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 from spdrank.commands.argtypes import int_at_least
@@ -39,7 +42,11 @@ def _feature_list(text: str) -> tuple[str, ...]:
 
 def _add_common(p: argparse.ArgumentParser, negatives_default: str | None) -> None:
     p.add_argument("--out", required=True, metavar="DIR",
-                   help="output directory: train.jsonl, eval.jsonl (valid.jsonl), manifest.json")
+                   help="output directory: train.jsonl, eval.jsonl (valid.jsonl), manifest.json; "
+                        "built beside it and swapped in whole once complete")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace a non-empty --out whole (without it, one is refused), so no "
+                        "file of an earlier build stays beside the new one")
     p.add_argument("--history", type=int_at_least(0), default=10, metavar="N",
                    help="most recent items before the target kept as history (default 10)")
     p.add_argument("--candidates", type=int_at_least(1), default=50, metavar="N",
@@ -79,7 +86,7 @@ def _add_common(p: argparse.ArgumentParser, negatives_default: str | None) -> No
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "data",
-        help="build slates from an interaction log",
+        help="build slates from an interaction log, or search slates from a run and qrels",
         description="Build leave-one-out next-item slates (JSONL): history -> query.text, "
         "target + negatives -> candidates, clicked = [target].",
     )
@@ -120,6 +127,10 @@ def register(subparsers: Any) -> None:
     _add_common(beauty, negatives_default=None)
     beauty.set_defaults(func=run_beauty)
 
+    from spdrank.commands import data_search
+
+    data_search.register(sub)
+
 
 def _options(args: argparse.Namespace) -> BuildOptions:
     return BuildOptions(
@@ -153,14 +164,16 @@ def run_sequences(args: argparse.Namespace) -> int:
     if not args.insert_target and not args.candidate_file:
         raise ValueError("--no-insert-target applies to --candidate-file: drawn negatives "
                          "always sit beside the target")
-    result = build_from_files(
+    inputs = {"--sequences": args.sequences, "--titles": args.titles,
+              "--candidate-file": args.candidate_file}
+    result = build_fresh(args, inputs, lambda out: build_from_files(
         args.sequences,
         args.titles,
-        args.out,
+        out,
         _options(args),
         candidate_file=args.candidate_file,
         progress=False if args.no_progress else None,
-    )
+    ))
     print_summary(result)
     return 0
 
@@ -169,9 +182,45 @@ def run_beauty(args: argparse.Namespace) -> int:
     from spdrank.datasets.beauty import build_beauty
 
     _check_retriever(args)
-    result = build_beauty(args.out, _options(args), progress=False if args.no_progress else None)
+    result = build_fresh(args, {}, lambda out: build_beauty(
+        out, _options(args), progress=False if args.no_progress else None
+    ))
     print_summary(result)
     return 0
+
+
+def build_fresh(
+    args: argparse.Namespace, inputs: Mapping[str, Any], build: Callable[[Path], BuildResult]
+) -> BuildResult:
+    """Run ``build`` into a new directory that replaces ``--out`` whole once it is complete, so
+    no file of an earlier build (a ``valid.jsonl`` whose users are now in ``train.jsonl``) is
+    left beside the new ones, and a failed build leaves ``--out`` as it was.
+
+    A non-empty ``--out`` is refused without ``--overwrite``, and so is one that holds an input
+    or the working directory (replacing it would delete them).
+    """
+    from spdrank.atomic_dir import atomic_directory
+    from spdrank.files import check_outputs
+
+    out = Path(args.out)
+    check_outputs(inputs, {}, folders={"--out": out})
+    if out.is_dir() and any(out.iterdir()) and not args.overwrite:
+        raise ValueError(
+            f"--out {out} is not empty: pass --overwrite to replace it whole, or choose "
+            "another --out"
+        )
+    with atomic_directory(out) as tmp:
+        result = build(tmp)
+
+    def moved(path: Path | None) -> Path | None:
+        return None if path is None else out / path.relative_to(tmp)
+
+    return dataclasses.replace(
+        result, out_dir=out, train_path=out / result.train_path.relative_to(tmp),
+        eval_path=out / result.eval_path.relative_to(tmp),
+        manifest_path=out / result.manifest_path.relative_to(tmp),
+        valid_path=moved(result.valid_path), extra_path=moved(result.extra_path),
+    )
 
 
 def print_summary(result: BuildResult) -> None:

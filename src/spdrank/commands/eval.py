@@ -15,16 +15,26 @@ training file. No torch is imported here: model-backed rankers are built inside
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
+import re
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from itertools import islice
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from spdrank.commands.ranker_args import add_ranker_arguments, checked_inputs, rankers_from_args
-from spdrank.ranking import Ranker
+from spdrank.commands.argtypes import int_at_least
+from spdrank.commands.rank import add_prompt_argument
+from spdrank.commands.ranker_args import (
+    add_ranker_arguments,
+    checked_inputs,
+    label_files,
+    rankers_from_args,
+)
+from spdrank.judged import DEFAULT_REL_LEVEL
+from spdrank.ranking import Ranker, Ranking
 
 if TYPE_CHECKING:
     from spdrank.slates import Slate
@@ -55,6 +65,28 @@ def register(subparsers: Any) -> None:
         f"(default: {','.join(map(str, DEFAULT_KS))}); MRR uncut is always reported",
     )
     p.add_argument(
+        "--qrels",
+        metavar="FILE",
+        help="graded judgements (TREC qrels 'qid iter docid grade', or JSON {qid: {docid: "
+        "grade}}) to score against, by qid, in place of the slates' own relevance; a slate "
+        "whose qid they lack is not judged",
+    )
+    p.add_argument(
+        "--trec-dir",
+        metavar="DIR",
+        help="also write each ranker's ranking as a TREC run, DIR/<ranker>.trec (scores "
+        "strictly decreasing along the ranking, so trec_eval reads its order)",
+    )
+    p.add_argument(
+        "--rel-level",
+        type=int_at_least(1),
+        default=DEFAULT_REL_LEVEL,
+        metavar="L",
+        help="for slates with graded judgements (relevance): the grade from which a document "
+        "counts as relevant in AP, R@k, RR and P@k, as trec_eval's -l (default "
+        f"{DEFAULT_REL_LEVEL}; TREC DL's passage task uses 2); nDCG@k reads the grades",
+    )
+    p.add_argument(
         "--extra-sequences",
         metavar="FILE",
         help="more interaction sequences ('user item item ...') for the rankers that count "
@@ -62,6 +94,7 @@ def register(subparsers: Any) -> None:
         "(default: extra_sequences.txt beside --train, which `spdrank data --candidate-file` "
         "writes for users without a list)",
     )
+    add_prompt_argument(p)
     p.set_defaults(func=run)
 
 
@@ -103,14 +136,57 @@ def checked_slates(path: Path, rankers: list[Ranker]) -> Iterator[Slate]:
         yield slate
 
 
-def run(args: argparse.Namespace) -> int:
-    from spdrank.evaluate import evaluate, format_table, write_per_slate
+def run_files(args: argparse.Namespace) -> list[str]:
+    """The files ``--run [NAME=]FILE`` name: inputs, which no output may overwrite."""
+    from spdrank.rankers import split_named
+
+    return [split_named(spec)[1] for spec in getattr(args, "run", None) or ()]
+
+
+def with_judgements(stream: Iterable[Slate], qrels: dict[str, dict[str, int]]) -> Iterator[Slate]:
+    """The slates, each judged by the qrels of its qid (none when they lack it)."""
+    for slate in stream:
+        slate.relevance = qrels.get(slate.query.qid)
+        yield slate
+
+
+def trec_writers(
+    stack: contextlib.ExitStack, folder: str, rankers: list[Ranker]
+) -> Callable[[Ranker, Slate, Ranking], None]:
+    """One TREC run file a ranker under ``folder`` (written atomically, so a failed
+    evaluation replaces none), and the callback that writes each ranking to its file."""
     from spdrank.files import atomic_writer
-    from spdrank.rankers import fit_rankers
+    from spdrank.results import write_trec_lines
+
+    files = {}
+    for r in rankers:
+        tag = re.sub(r"[^A-Za-z0-9._-]", "_", r.name)
+        files[r.name] = (stack.enter_context(atomic_writer(Path(folder) / f"{tag}.trec")), tag)
+
+    def write(ranker: Ranker, slate: Slate, ranking: Ranking) -> None:
+        fh, tag = files[ranker.name]
+        write_trec_lines(fh, slate, ranking, tag)
+
+    return write
+
+
+def run(args: argparse.Namespace) -> int:
+    from spdrank.commands.rank import check_prompt
+    from spdrank.datasets.search import read_qrels
+    from spdrank.evaluate import evaluate, format_table, write_per_slate
+    from spdrank.files import atomic_writer, check_outputs
+    from spdrank.rankers import fit_rankers, split_named
     from spdrank.slates import SlateError
 
     slates_path, train, progress = checked_inputs(args)
+    check_outputs(
+        {"--slates": slates_path, "--train": train, "--extra-sequences": args.extra_sequences,
+         "--labels": label_files(args), "--run": run_files(args), "--qrels": args.qrels},
+        {"--json": args.json, "--per-slate": args.per_slate},
+    )
 
+    for spec in args.model or ():  # before any model loads
+        check_prompt(split_named(spec)[1], args.prompt)
     rankers = rankers_from_args(args)
     if not rankers:
         raise ValueError("no rankers: pass --ranker NAME (repeatable)")
@@ -118,13 +194,17 @@ def run(args: argparse.Namespace) -> int:
     fit_s = fit_rankers(rankers, train, progress, extra)
 
     stream = checked_slates(slates_path, rankers)
+    if args.qrels:
+        stream = with_judgements(stream, read_qrels(args.qrels))
     if args.limit is not None:
         stream = islice(stream, args.limit)
     t0 = time.perf_counter()
-    results = evaluate(
-        rankers, stream, ks=args.k, mrr_ks=args.k, warmup=args.warmup, progress=progress,
-        total=args.limit,
-    )
+    with contextlib.ExitStack() as stack:
+        runs = trec_writers(stack, args.trec_dir, rankers) if args.trec_dir else None
+        results = evaluate(
+            rankers, stream, ks=args.k, mrr_ks=args.k, warmup=args.warmup, progress=progress,
+            total=args.limit, rel=args.rel_level, observe=runs,
+        )
     results.meta.update(
         {
             "slates": str(slates_path),

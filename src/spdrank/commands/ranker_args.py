@@ -7,7 +7,8 @@ import argparse
 from pathlib import Path
 
 from spdrank.baselines import BASELINES, FEATURE_PREFIX, baseline_factory, baseline_names
-from spdrank.rankers import build_rankers, default_train_path
+from spdrank.commands.argtypes import add_trust_remote_code
+from spdrank.rankers import build_rankers, default_train_path, is_search
 from spdrank.ranking import Ranker
 
 
@@ -53,12 +54,21 @@ def add_ranker_arguments(p: argparse.ArgumentParser) -> None:
         help="a teacher's label file (from `spdrank teacher`) replayed as a ranker: its own "
         "answers, decode passes and recorded latency; repeatable",
     )
+    p.add_argument(
+        "--run",
+        action="append",
+        metavar="[NAME=]FILE",
+        help="a TREC run (qid Q0 docid rank score tag) replayed as a ranker, in trec_eval's "
+        "order (score descending, ties by docid descending); candidates it does not rank "
+        "follow in slate order; repeatable",
+    )
     p.add_argument("--device", default="auto", help="device for --model rankers: cpu, cuda, auto")
     p.add_argument(
         "--dtype",
         help="backbone dtype for --model rankers: float32, bfloat16, float16 or auto "
         "(default: the checkpoint's own)",
     )
+    add_trust_remote_code(p)
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
@@ -78,11 +88,21 @@ def rankers_from_args(args: argparse.Namespace) -> list[Ranker]:
         args.ranker,
         seed=args.seed,
         labels=getattr(args, "labels", None) or (),
+        runs=getattr(args, "run", None) or (),
         models=getattr(args, "model", None) or (),
         device=args.device,
         dtype=getattr(args, "dtype", None),
         decoder=getattr(args, "decoder", None),
+        trust_remote_code=getattr(args, "trust_remote_code", False),
+        search=is_search(args.slates),
     )
+
+
+def label_files(args: argparse.Namespace) -> list[str]:
+    """The files ``--labels [NAME=]FILE`` name: inputs, which no output may overwrite."""
+    from spdrank.rankers import split_named
+
+    return [split_named(spec)[1] for spec in getattr(args, "labels", None) or ()]
 
 
 def checked_inputs(args: argparse.Namespace) -> tuple[Path, Path, bool | None]:

@@ -1,0 +1,83 @@
+"""``spdrank data search``: search slates from a first-stage run and its judgements.
+
+    spdrank data search --retrieved retrieve_results.json --qrels qrels.txt --out dl19.jsonl
+    spdrank data search --run bm25.trec --topics queries.tsv --corpus corpus.jsonl \\
+        --qrels qrels.txt --out dl19.jsonl
+
+One slate a query, in the run's order, with its graded judgements as ``relevance``
+(:mod:`spdrank.datasets.search`).
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from spdrank.commands.argtypes import int_at_least, positive_int
+from spdrank.judged import DEFAULT_REL_LEVEL
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser(
+        "search",
+        help="search slates from a retrieve-results JSON or a TREC run, with qrels",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--retrieved", metavar="FILE",
+                   help="retrieve results with passage texts: the JSON list pyserini, RankGPT "
+                        "and rank_llm write ({query, hits: [{qid, docid, content, rank, "
+                        "score}]}), or JSONL of such objects")
+    p.add_argument("--run", metavar="FILE",
+                   help="a TREC run (qid Q0 docid rank score tag); needs --topics and --corpus")
+    p.add_argument("--topics", metavar="FILE",
+                   help="query texts: TSV (qid<TAB>text) or JSONL (BEIR's _id/text, or "
+                        "qid/query)")
+    p.add_argument("--corpus", metavar="FILE",
+                   help="passages: JSONL (BEIR's _id/title/text, pyserini's id/contents, MS "
+                        "MARCO v2's docid/title/segment) or TSV (docid<TAB>[title<TAB>]text)")
+    p.add_argument("--qrels", metavar="FILE",
+                   help="graded judgements: TREC qrels (qid iter docid grade) or JSON "
+                        "{qid: {docid: grade}}; every judgement of a query goes into its "
+                        "slate, judged passages outside the run included")
+    p.add_argument("--depth", type=positive_int, metavar="N",
+                   help="keep each query's first N hits (default: all)")
+    p.add_argument("--rel-level", type=int_at_least(1), default=DEFAULT_REL_LEVEL, metavar="L",
+                   help="the grade from which a passage counts as relevant, for the summary "
+                        f"of queries without one (default {DEFAULT_REL_LEVEL}, as trec_eval)")
+    p.add_argument("--out", required=True, metavar="FILE", help="the slates (JSONL, .gz too)")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from spdrank.datasets.search import (
+        read_qrels,
+        slates_from_retrieve_results,
+        slates_from_run,
+        summarize,
+    )
+    from spdrank.slates import write_slates
+
+    if bool(args.retrieved) == bool(args.run):
+        raise ValueError("give one of --retrieved FILE or --run FILE (with --topics, --corpus)")
+    if args.run and not (args.topics and args.corpus):
+        raise ValueError("--run names passages by id only: pass --topics and --corpus too")
+    qrels = read_qrels(args.qrels) if args.qrels else None
+    if args.retrieved:
+        slates = list(slates_from_retrieve_results(args.retrieved, qrels, args.depth))
+    else:
+        slates = list(slates_from_run(args.run, args.topics, args.corpus, qrels, args.depth))
+    if not slates:
+        raise ValueError(f"{args.retrieved or args.run} holds no query: nothing to write")
+    write_slates(args.out, slates)
+    build = summarize(slates, args.rel_level)
+    print(f"wrote {build.queries} slates ({build.candidates} candidates) -> {args.out}")
+    if qrels is not None:
+        print(f"judged: {build.judged_queries} of {build.queries} queries")
+        if build.unjudged:
+            print(f"  not in the qrels (no relevance, skipped by judged metrics): "
+                  f"{len(build.unjudged)}, e.g. {build.unjudged[:3]}")
+        if build.no_relevant:
+            print(f"  judged with no passage of grade >= {args.rel_level} (they score 0, as "
+                  f"in trec_eval): {len(build.no_relevant)}, e.g. {build.no_relevant[:3]}")
+    return 0

@@ -1,0 +1,218 @@
+"""Search slates from the field's files, and search slates through eval: retrieve results,
+TREC runs with topics and corpora, qrels, the lexical baseline, runs in and out."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import ir_measures
+import pytest
+
+from spdrank.bm25 import BM25Ranker
+from spdrank.datasets.search import (
+    read_corpus,
+    read_qrels,
+    read_run,
+    slates_from_retrieve_results,
+    slates_from_run,
+)
+from spdrank.rankers import build_rankers
+from spdrank.slates import Slate, SlateError, read_slates
+
+SHARED = Path(__file__).resolve().parents[3] / "shared" / "data" / "trec-dl19"
+
+
+def _spdrank(*args: str | Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "spdrank", *map(str, args)], capture_output=True, text=True,
+        timeout=300, check=False,
+    )
+
+
+def _retrieved(path: Path) -> Path:
+    records = [
+        {"query": "how do fleas live", "hits": [
+            {"qid": 7, "docid": "p1", "content": "The flea life cycle has four stages.",
+             "rank": 2, "score": 9.0},
+            {"qid": 7, "docid": "p2", "content": "Cats and dogs carry fleas.", "rank": 1,
+             "score": 11.0},
+            {"qid": 7, "docid": "p3", "content": "Stock markets fell today.", "rank": 3,
+             "score": 2.0},
+        ]},
+        {"query": "tides", "hits": [
+            {"qid": 8, "docid": "t1", "content": "The moon drives the tides.", "rank": 1,
+             "score": 5.0},
+        ]},
+    ]
+    path.write_text(json.dumps(records))
+    return path
+
+
+def _qrels(path: Path) -> Path:
+    path.write_text("7 0 p1 3\n7 0 p3 0\n7 0 elsewhere 2\n8 0 t1 0\n")
+    return path
+
+
+def test_retrieve_results_become_graded_slates(tmp_path: Path) -> None:
+    slates = list(slates_from_retrieve_results(_retrieved(tmp_path / "r.json"),
+                                               read_qrels(_qrels(tmp_path / "q.txt"))))
+    assert [s.query.qid for s in slates] == ["7", "8"]
+    first = slates[0]
+    assert first.docids == ["p2", "p1", "p3"]  # by the hits' rank
+    assert [c.score for c in first.candidates] == [11.0, 9.0, 2.0]
+    # Every judgement of the query, the one the retriever missed included.
+    assert first.relevance == {"p1": 3, "p3": 0, "elsewhere": 2}
+    assert first.query.history is None and first.clicked is None
+
+
+def test_qrels_json_and_negative_grades(tmp_path: Path) -> None:
+    path = tmp_path / "q.json"
+    path.write_text(json.dumps({"1": {"a": "2", "b": -1, "c": 0}}))
+    assert read_qrels(path) == {"1": {"a": 2, "b": 0, "c": 0}}
+    bad = tmp_path / "bad.txt"
+    bad.write_text("1 0 a 2\n1 0 b\n")
+    with pytest.raises(SlateError, match=r"bad.txt:2: a qrels line has 4 fields"):
+        read_qrels(bad)
+
+
+def test_trec_run_reads_in_trec_evals_order(tmp_path: Path) -> None:
+    path = tmp_path / "run.trec"
+    # Ranks contradict the scores, and b and c tie: trec_eval reads score descending, ties
+    # by docid descending.
+    path.write_text("1 Q0 a 1 1.0 x\n1 Q0 b 2 3.0 x\n1 Q0 c 3 3.0 x\n")
+    assert read_run(path) == {"1": [("c", 3.0), ("b", 3.0), ("a", 1.0)]}
+    path.write_text("1 Q0 a 1 nan x\n")
+    with pytest.raises(SlateError, match="run.trec:1: .* not finite"):
+        read_run(path)
+
+
+@pytest.mark.parametrize(
+    ("name", "lines", "doc"),
+    [
+        ("corpus.jsonl", ['{"_id": "a", "title": "Fleas", "text": "They jump."}'],
+         {"title": "Fleas", "text": "They jump."}),
+        ("corpus.jsonl", ['{"docid": "a", "title": "", "segment": "A v2 segment."}'],
+         {"text": "A v2 segment."}),
+        ("corpus.jsonl", ['{"id": "a", "contents": "Pyserini contents."}'],
+         {"text": "Pyserini contents."}),
+        ("corpus.tsv", ["a\tA passage."], {"text": "A passage."}),
+        ("corpus.tsv", ["a\tA title\tA body."], {"title": "A title", "text": "A body."}),
+    ],
+)
+def test_corpus_formats(tmp_path: Path, name: str, lines: list[str], doc: dict) -> None:
+    path = tmp_path / name
+    path.write_text("\n".join([*lines, lines[0].replace('"a"', '"z"').replace("a\t", "z\t")])
+                    + "\n")
+    assert read_corpus(path, {"a"}) == {"a": doc}
+
+
+def test_title_and_text_are_both_read() -> None:
+    slate = Slate.from_dict({
+        "query": "fleas",
+        "candidates": [{"docid": "a", "doc": {"title": "Fleas", "text": "They jump."}},
+                       {"docid": "b", "doc": {"title": "Ticks?", "text": "They bite."}},
+                       {"docid": "c", "doc": {"title": "Mites"}}],
+    })
+    assert slate.candidate_texts() == ["Fleas. They jump.", "Ticks? They bite.", "Mites"]
+
+
+def test_slates_from_a_run_topics_and_corpus(tmp_path: Path) -> None:
+    (tmp_path / "run.trec").write_text("7 Q0 a 1 2.0 bm25\n7 Q0 b 2 1.0 bm25\n")
+    (tmp_path / "topics.tsv").write_text("7\tflea bites\n")
+    (tmp_path / "corpus.jsonl").write_text(
+        '{"_id": "a", "title": "Fleas", "text": "Flea bites itch."}\n'
+        '{"_id": "b", "text": "Tides."}\n{"_id": "c", "text": "unused"}\n'
+    )
+    (tmp_path / "qrels.txt").write_text("7 0 a 2\n")
+    slates = list(slates_from_run(tmp_path / "run.trec", tmp_path / "topics.tsv",
+                                  tmp_path / "corpus.jsonl", read_qrels(tmp_path / "qrels.txt")))
+    assert len(slates) == 1
+    assert slates[0].query.text == "flea bites"
+    assert slates[0].candidate_texts() == ["Fleas. Flea bites itch.", "Tides."]
+    assert slates[0].relevance == {"a": 2}
+    (tmp_path / "topics.tsv").write_text("8\tother\n")
+    with pytest.raises(SlateError, match="holds no query '7'"):
+        list(slates_from_run(tmp_path / "run.trec", tmp_path / "topics.tsv",
+                             tmp_path / "corpus.jsonl"))
+
+
+def test_bm25_ranks_the_matching_passage_first() -> None:
+    slate = Slate.from_dict({
+        "query": "flea life cycle",
+        "candidates": [{"docid": "x", "doc": {"text": "Stock markets fell."}},
+                       {"docid": "y", "doc": {"text": "The flea life cycle: egg, larva, adult."}},
+                       {"docid": "z", "doc": {"text": "Flea collars for dogs."}}],
+    })
+    ranking = BM25Ranker().rank(slate)
+    assert ranking.docids == ["y", "z", "x"]
+    assert ranking.scores[0] > ranking.scores[1] > ranking.scores[2] == 0.0
+    no_match = Slate.from_dict({"query": "zzz", "candidates": slate.to_dict()["candidates"]})
+    assert BM25Ranker().rank(no_match).docids == ["x", "y", "z"]  # all 0: slate order
+
+
+def test_search_defaults_leave_out_history_rankers(caplog: pytest.LogCaptureFixture) -> None:
+    assert [r.name for r in build_rankers(None, search=True)] == ["random", "retriever", "bm25"]
+    kept = build_rankers(["popularity", "bm25"], search=True)
+    assert [r.name for r in kept] == ["bm25"]
+    assert "skipped popularity" in caplog.text
+
+
+def test_data_search_then_eval_writes_runs_that_ir_measures_scores_alike(tmp_path: Path) -> None:
+    slates = tmp_path / "s.jsonl"
+    done = _spdrank("data", "search", "--retrieved", _retrieved(tmp_path / "r.json"),
+                    "--qrels", _qrels(tmp_path / "q.txt"), "--rel-level", "2", "--out", slates)
+    assert done.returncode == 0, done.stderr
+    assert "judged with no passage of grade >= 2" in done.stdout  # query 8, not dropped
+    out = tmp_path / "runs"
+    done = _spdrank("eval", "--slates", slates, "--k", "1,10", "--rel-level", "2",
+                    "--trec-dir", out, "--json", tmp_path / "e.json", "--no-progress")
+    assert done.returncode == 0, done.stderr
+    assert "AUC" not in done.stdout and "nDCG@10" in done.stdout
+    ours = json.loads((tmp_path / "e.json").read_text())["rankers"]
+    assert set(ours) == {"random", "retriever", "bm25"}
+    qrels = read_qrels(tmp_path / "q.txt")
+    for name, row in ours.items():
+        run = list(ir_measures.read_trec_run(str(out / f"{name}.trec")))
+        theirs = ir_measures.calc_aggregate(
+            [ir_measures.parse_measure(m) for m in ("nDCG@10", "AP(rel=2)", "RR(rel=2)")],
+            qrels, run,
+        )
+        for measure, value in theirs.items():
+            assert row["metrics"][str(measure)]["mean"] == pytest.approx(value, abs=1e-6)
+    # The written run replays as a ranker with the same numbers.
+    done = _spdrank("eval", "--slates", slates, "--run", f"again={out / 'bm25.trec'}",
+                    "--k", "10", "--rel-level", "2", "--json", tmp_path / "r.json2",
+                    "--no-progress")
+    assert done.returncode == 0, done.stderr
+    again = json.loads((tmp_path / "r.json2").read_text())["rankers"]["again"]["metrics"]
+    assert again["nDCG@10"] == ours["bm25"]["metrics"]["nDCG@10"]
+
+
+def test_eval_qrels_override_the_slates_judgements(tmp_path: Path) -> None:
+    slates = tmp_path / "s.jsonl"
+    assert _spdrank("data", "search", "--retrieved", _retrieved(tmp_path / "r.json"),
+                    "--out", slates).returncode == 0
+    assert all(s.relevance is None for s in read_slates(slates))
+    done = _spdrank("eval", "--slates", slates, "--ranker", "retriever", "--qrels",
+                    _qrels(tmp_path / "q.txt"), "--k", "10", "--json", tmp_path / "e.json",
+                    "--no-progress")
+    assert done.returncode == 0, done.stderr
+    metrics = json.loads((tmp_path / "e.json").read_text())["rankers"]["retriever"]["metrics"]
+    assert metrics["nDCG@10"]["n"] == 2
+
+
+@pytest.mark.skipif(not SHARED.is_dir(), reason="the shared TREC DL19 files are not here")
+def test_dl19_bm25_reads_the_fields_506(tmp_path: Path) -> None:
+    slates = tmp_path / "dl19.jsonl"
+    done = _spdrank("data", "search", "--retrieved", SHARED / "retrieve_results_dl19.json",
+                    "--qrels", SHARED / "qrels_dl19.json", "--out", slates)
+    assert done.returncode == 0, done.stderr
+    done = _spdrank("eval", "--slates", slates, "--ranker", "retriever", "--k", "10",
+                    "--rel-level", "2", "--json", tmp_path / "e.json", "--no-progress")
+    assert done.returncode == 0, done.stderr
+    ndcg = json.loads((tmp_path / "e.json").read_text())["rankers"]["retriever"]["metrics"]
+    assert round(ndcg["nDCG@10"]["mean"], 3) == 0.506
+    assert ndcg["nDCG@10"]["n"] == 43
