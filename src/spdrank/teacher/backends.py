@@ -10,8 +10,10 @@ set and is NOT recorded, so a rerun retries it.
 an LLM, and a way to test the whole pipeline); a ranker that orders by its scores alone
 (``ranks_by_scores``: popularity, ``title_similarity``, ``feature:NAME``) also hands over its
 scores, so the candidates it scored equally are recorded as ties rather than as an order.
-``file:PATH`` takes permutations computed elsewhere, as ``{qid, ranking: [docids]}`` lines (a
-label file works) or slates with ``teacher`` filled.
+``file:PATH`` takes permutations computed elsewhere: ``{qid, ranking: [docids]}`` lines (a
+label file works), slates with ``teacher`` filled, ranked results whose ``candidates`` (or
+``hits``) are in ranked order (``spdrank rank``'s output, rank_llm's and RankGPT's, as JSONL
+or one JSON list), or a TREC run.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from spdrank.files import iter_json_lines
+from spdrank.files import iter_json_lines, iter_lines
 from spdrank.ranking import Ranker
 from spdrank.slates import Slate, SlateError
 from spdrank.teacher.parse import render_ids
@@ -171,10 +173,14 @@ def _from_docids(slate: Slate, docids: list[str], latency_ms: float, text: str |
 
 
 def read_rankings(path: Path) -> dict[str, list[str]]:
-    """qid -> docids, best first, from ``{qid, ranking}`` lines or slates with ``teacher``."""
+    """qid -> docids, best first, from any of the files :class:`FileBackend` reads."""
+    if is_trec_run(path):
+        from spdrank.datasets.search import read_run
+
+        return {qid: [d for d, _ in ranked] for qid, ranked in read_run(path).items()}
     out: dict[str, list[str]] = {}
     first: dict[str, str] = {}
-    for where, data in iter_json_lines(path, "rankings file"):
+    for where, data in _records(path):
         qid, ranking = _qid_and_ranking(data, where)
         if qid in out:
             raise SlateError(
@@ -186,17 +192,53 @@ def read_rankings(path: Path) -> dict[str, list[str]]:
     return out
 
 
+def is_trec_run(path: Path) -> bool:
+    """Whether ``path`` is a TREC run: its first non-blank line is six fields, not JSON."""
+    for _, _, line in iter_lines(path, "rankings file"):
+        text = line.decode("utf-8", errors="replace").strip()
+        return not text.startswith(("{", "[")) and len(text.split()) == 6
+    return False
+
+
+def _records(path: Path) -> Iterator[tuple[str, Any]]:
+    """The file's records with where each is: JSONL lines, or the items of one JSON list
+    (rank_llm and RankGPT write their results as a list)."""
+    lines = iter_json_lines(path, "rankings file")
+    for where, data in lines:
+        if isinstance(data, list):
+            yield from ((f"{where} item {i}", item) for i, item in enumerate(data))
+        else:
+            yield where, data
+
+
 def _qid_and_ranking(data: Any, where: str) -> tuple[str, list[str]]:
     if not isinstance(data, dict):
         raise SlateError("expected a JSON object", where)
+    query = data.get("query")
     if "ranking" in data:
         qid, ranking = data.get("qid"), data["ranking"]
-    elif isinstance(data.get("query"), dict) and data.get("teacher") is not None:
-        qid, ranking = data["query"].get("qid", ""), data["teacher"]
+    elif isinstance(query, dict) and data.get("teacher") is not None:
+        qid, ranking = query.get("qid", ""), data["teacher"]
+    elif isinstance(query, dict) and isinstance(data.get("candidates"), list):
+        qid, ranking = query.get("qid", ""), _ids(data["candidates"], "candidates", where)
+    elif "query" in data and isinstance(data.get("hits"), list):
+        hits = data["hits"]
+        qid = hits[0].get("qid", "") if hits and isinstance(hits[0], dict) else ""
+        ranking = _ids(hits, "hits", where)
     else:
-        raise SlateError("expected {qid, ranking: [docids]} or a slate with 'teacher'", where)
+        raise SlateError(
+            "expected {qid, ranking: [docids]}, a slate with 'teacher', a ranked result "
+            "(query + candidates or hits, best first) or a TREC run", where,
+        )
     if not isinstance(qid, (str, int)) or isinstance(qid, bool):
         raise SlateError("'qid' must be a string", where)
     if not isinstance(ranking, list) or not all(isinstance(d, (str, int)) for d in ranking):
         raise SlateError("the ranking must be a list of docids", where)
     return str(qid), [str(d) for d in ranking]
+
+
+def _ids(items: list[Any], name: str, where: str) -> list[Any]:
+    """The docids of a ranked result's candidates (or hits), in their order."""
+    if not all(isinstance(c, dict) and "docid" in c for c in items):
+        raise SlateError(f"every item of {name!r} must be an object with a 'docid'", where)
+    return [c["docid"] for c in items]
