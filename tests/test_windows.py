@@ -1,0 +1,68 @@
+"""Sliding windows: RankGPT's bottom-up scheme, a permutation of the whole slate, passes counted."""
+
+from __future__ import annotations
+
+import pytest
+
+from spdrank.ranking import Ranking
+from spdrank.slates import Slate
+from spdrank.windows import WindowedRanker, Windows, rank_windowed
+
+
+def _slate(n: int) -> Slate:
+    return Slate.from_dict({
+        "query": "q",
+        "candidates": [{"docid": f"d{i}", "doc": {"text": f"t{i}"}} for i in range(n)],
+        "relevance": {"d0": 1},
+    })
+
+
+class _ByNumber:
+    """Ranks by the number in the docid, highest first: a perfect oracle for 'high is best'."""
+
+    name = "oracle"
+
+    def __init__(self) -> None:
+        self.sizes: list[int] = []
+
+    def rank(self, slate: Slate) -> Ranking:
+        self.sizes.append(len(slate))
+        assert slate.relevance is None  # a window carries no labels of the whole slate
+        ids = sorted(slate.docids, key=lambda d: -int(d[1:]))
+        return Ranking(docids=ids, decode_passes=1, timings={"prefill": 2.0})
+
+
+def test_spans_go_bottom_up_and_cover_the_slate() -> None:
+    assert Windows(20, 10).spans(100)[:2] == [(80, 100), (70, 90)]
+    assert Windows(20, 10).spans(100)[-1] == (0, 20)
+    assert Windows(20, 10).passes(100) == 9
+    assert Windows(20, 10).spans(15) == [(0, 15)]
+    assert Windows(4, 4).spans(10) == [(6, 10), (2, 6), (0, 2)]
+
+
+def test_the_best_candidates_bubble_to_the_top() -> None:
+    oracle = _ByNumber()
+    ranking = rank_windowed(_slate(100), Windows(20, 10), oracle.rank)
+    # One bottom-up sweep brings the best window - stride items to the top in order.
+    assert ranking.docids[:10] == [f"d{i}" for i in range(99, 89, -1)]
+    assert sorted(ranking.docids) == sorted(_slate(100).docids)
+    assert ranking.decode_passes == 9 and oracle.sizes == [20] * 9
+    assert ranking.timings == {"prefill": 18.0}
+
+
+def test_a_slate_within_a_window_is_ranked_once() -> None:
+    oracle = _ByNumber()
+    slate = _slate(5)
+    slate.relevance = None
+    assert WindowedRanker(oracle, Windows(20, 10)).rank(slate).decode_passes == 1
+
+
+def test_indices_point_into_the_slate() -> None:
+    ranking = WindowedRanker(_ByNumber(), Windows(3, 2)).rank(_slate(7))
+    assert [f"d{i}" for i in ranking.indices] == ranking.docids
+
+
+@pytest.mark.parametrize(("window", "stride"), [(1, 1), (10, 0), (10, 11)])
+def test_bad_schemes_are_refused(window: int, stride: int) -> None:
+    with pytest.raises(ValueError, match="window|stride"):
+        Windows(window, stride)
