@@ -1,7 +1,8 @@
 """One prompt per slate, as token ids, plus the readout index of every candidate.
 
 The prompt holds an instruction, the user context and the numbered candidates, wrapped in the
-model's chat template when it has one. SPD reads each candidate's hidden states over the tokens of
+model's chat template when it has one; their wording (instruction and headers) is the
+settings' prompt template (:mod:`spdrank.prompt_templates`: recommendation or search). SPD reads each candidate's hidden states over the tokens of
 its text (the LAST token, or the mean of all of them), so those positions must be exact
 whatever the text holds. With ``history_items`` the user context is read the same way: each
 line of it is one history item, and the head may read each item's states too.
@@ -26,16 +27,21 @@ from __future__ import annotations
 import re
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Any
+
+from spdrank.prompt_templates import (
+    DEFAULT_TEMPLATE,
+    PromptTemplate,
+    record_of,
+    template_from_record,
+)
 
 if TYPE_CHECKING:
     import numpy as np
 
-DEFAULT_INSTRUCTION = (
-    "Rank the candidate items by how likely the user is to choose each one next, "
-    "given the user's history."
-)
+#: The recommendation template's instruction (what a prompt without a template says).
+DEFAULT_INSTRUCTION = DEFAULT_TEMPLATE.instruction
 _SENTINEL = "\u2063SPDRANK_BODY\u2063"
 LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 #: How an item's token states reach the head: its last token's, the mean of all of them,
@@ -62,7 +68,6 @@ MAX_CACHED_CHARS = 2_048
 class PromptSettings:
     """How a slate becomes a prompt; saved in a checkpoint so inference matches training."""
 
-    instruction: str = DEFAULT_INSTRUCTION
     #: Tokens kept from each candidate's text (the head of the text).
     max_item_tokens: int = 32
     #: Tokens kept from the user context (its end: the most recent history).
@@ -82,17 +87,44 @@ class PromptSettings:
     #: ``"3. "`` list number excluded), cut to ``max_item_tokens`` and spanned like a
     #: candidate, so a head can compare candidates with what the user chose before.
     history_items: bool = False
+    #: The prompt's wording (instruction, headers; the teachers' texts too), recorded in the
+    #: checkpoint so that a model ranks with the template it was trained on.
+    template: PromptTemplate = DEFAULT_TEMPLATE
+
+    @property
+    def instruction(self) -> str:
+        """The prompt's first line, the template's (``{n}`` unfilled)."""
+        return self.template.instruction
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The settings as a checkpoint stores them: the instruction first, as ever, and the
+        template unless it is the default, so a recommendation checkpoint's config is what it
+        was before templates were recorded."""
+        data = {"instruction": self.template.instruction, **asdict(self)}
+        template = record_of(self.template)
+        if template is None:
+            del data["template"]
+        else:
+            data["template"] = template
+        return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> PromptSettings:
-        return cls(**data)
+        """Settings from :meth:`to_dict`'s record; without a template, the default one (what
+        every checkpoint saved before templates were recorded was trained with), its
+        instruction the record's."""
+        data = dict(data)
+        template = template_from_record(data.pop("template", None), "prompt settings")
+        instruction = data.pop("instruction", template.instruction)
+        if instruction != template.instruction:  # set through the API before templates
+            template = replace(template, instruction=instruction)
+        return cls(**data, template=template)
 
     def __post_init__(self) -> None:
         if self.readout not in READOUTS:
             raise ValueError(f"unknown readout {self.readout!r}: use one of {list(READOUTS)}")
+        if not isinstance(self.template, PromptTemplate):
+            raise TypeError("prompt settings: 'template' must be a PromptTemplate")
 
     def label(self, index: int) -> str:
         """The identifier of the candidate at 0-based ``index``."""
@@ -121,8 +153,9 @@ class EncodedPrompt:
     #: ``(first, last)`` token indices of each history item, oldest first (``history_items``).
     history: list[tuple[int, int]] | None = None
     #: Where the user context ends: ``input_ids[:context_end]`` (template head, instruction,
-    #: history) is the same for every candidate set of the same user, so its keys and values
-    #: can be computed once and reused.
+    #: history) is the same for every candidate set of the same user (of the same size, when
+    #: the template's instruction names ``{n}``), so its keys and values can be computed once
+    #: and reused.
     context_end: int = 0
 
 
@@ -197,7 +230,8 @@ class PromptBuilder:
         self._queries = TokenCache(min(cache_size, QUERY_CACHE_SIZE), MAX_CACHED_QUERY_CHARS)
         #: ``"\n[label] "`` of each candidate index, grown as larger slates arrive.
         self._labels: list[list[int]] = []
-        self._head = self._prefix + self._literal(self.settings.instruction + "\n\nUser history:\n")
+        #: The prompt's start for each slate size (one entry when the instruction names no {n}).
+        self._heads: dict[int, list[int]] = {}
         self._tail = self._literal("\n") + self._suffix + self._literal(self.settings.answer_prefix)
 
     def _template_ends(self) -> tuple[list[int], list[int]]:
@@ -252,6 +286,17 @@ class PromptBuilder:
                 self._literal_cache[text] = ids
         return ids
 
+    def _head(self, n: int) -> list[int]:
+        """The template head, the instruction and the context header, for a slate of ``n``."""
+        head = self._heads.get(n)
+        if head is None:
+            t = self.settings.template
+            text = f"{t.render('instruction', n=n)}\n\n{t.context_header}\n"
+            head = self._prefix + self._literal(text)
+            if len(self._heads) < MAX_LITERALS:
+                self._heads[n] = head
+        return head
+
     def _label_ids(self, n: int) -> list[list[int]]:
         """The markers ``"\n[label] "`` before the first ``n`` candidates."""
         labels = self._labels
@@ -283,7 +328,7 @@ class PromptBuilder:
 
     def encode(self, query_text: str, candidate_texts: Sequence[str]) -> EncodedPrompt:
         s = self.settings
-        ids: list[int] = list(self._head)
+        ids: list[int] = list(self._head(len(candidate_texts)))
         if s.history_items:
             lines = _history_lines(query_text)
             found, _ = self._item_tokens([*(text for _, text in lines), *candidate_texts])
@@ -294,7 +339,8 @@ class PromptBuilder:
             items, (query, query_truncated) = self._item_tokens(candidate_texts, query_text)
             ids += query
         context_end = len(ids)
-        ids += self._literal(f"\n\nCandidates ({len(candidate_texts)}):")
+        header = s.template.render("candidates_header", n=len(candidate_texts))
+        ids += self._literal(f"\n\n{header}")
         n = len(items)
         first: list[int] = [0] * n
         readout: list[int] = [0] * n
@@ -416,17 +462,23 @@ def template_around(
 
 
 def render_text(
-    query_text: str, candidate_texts: Sequence[str], instruction: str = DEFAULT_INSTRUCTION
+    query_text: str,
+    candidate_texts: Sequence[str],
+    instruction: str | None = None,
+    template: PromptTemplate = DEFAULT_TEMPLATE,
 ) -> str:
-    """The prompt body :meth:`PromptBuilder.encode` tokenizes, as one string.
+    """The prompt body :meth:`PromptBuilder.encode` tokenizes, as one string, in
+    ``template``'s wording (``instruction``: the template's unless given).
 
     The autoregressive teacher (``spdrank.teacher.prompt``) shows its model this same text, so
     teacher and student see the user context and the numbered ``[i] title`` lines identically.
     Budgets are the caller's: pass texts already cut. Must stay in step with ``encode``'s
     literals (``tests/teacher/test_teacher_prompt.py`` checks that the two agree token for token).
     """
+    n = len(candidate_texts)
     lines = "".join(f"\n[{i}] {text}" for i, text in enumerate(candidate_texts, start=1))
+    instruction = template.render("instruction", n=n) if instruction is None else instruction
     return (
-        f"{instruction}\n\nUser history:\n{query_text}"
-        f"\n\nCandidates ({len(candidate_texts)}):{lines}\n"
+        f"{instruction}\n\n{template.context_header}\n{query_text}"
+        f"\n\n{template.render('candidates_header', n=n)}{lines}\n"
     )

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from spdrank.backbone import LoraSettings
     from spdrank.features import FeatureNormalizer
     from spdrank.model import SPDConfig
+    from spdrank.prompt_templates import PromptTemplate
 
 
 #: How --cache-states may store states.
@@ -37,9 +38,10 @@ class TrainConfig:
     the model it trains (backbone, head, prompt, features) are built from these by
     :meth:`model_config`.
 
-    It holds settings and reads nothing: the feature normalisation fitted on the training
-    slates is given to :meth:`model_config` by the trainer, and :meth:`check` refuses settings
-    that cannot train, once, when a run starts.
+    It holds settings and reads nothing but the ``--prompt`` template's file, when it names
+    one: the feature normalisation fitted on the training slates is given to
+    :meth:`model_config` by the trainer, and :meth:`check` refuses settings that cannot train,
+    once, when a run starts.
     """
 
     # -- data ------------------------------------------------------------------------------
@@ -72,6 +74,9 @@ class TrainConfig:
     head_dropout: float = 0.1
 
     # -- prompt & readout ------------------------------------------------------------------
+    #: The prompt template: a built-in's name (recommendation, search) or a JSON template
+    #: file (:func:`spdrank.prompt_templates.load_template`); the checkpoint holds its texts.
+    prompt: str = "recommendation"
     max_item_tokens: int = 32
     max_query_tokens: int = 512
     #: How an item's token states reach the head: "words" (one mean per word of its text),
@@ -169,8 +174,15 @@ class TrainConfig:
         if self.target not in TARGETS:
             raise ValueError(f"unknown --target {self.target!r}: choose one of {list(TARGETS)}")
         self._check_cache_settings()
+        self.template()  # an unknown name or a bad template file, before anything loads
         if self.trains_lora:
             self.lora_settings()  # raises when --lora-modules names no module
+
+    def template(self) -> PromptTemplate:
+        """The ``--prompt`` template (its file read now)."""
+        from spdrank.prompt_templates import load_template
+
+        return load_template(self.prompt)
 
     @property
     def trains_lora(self) -> bool:
@@ -189,6 +201,7 @@ class TrainConfig:
 
         method = method_for(self.head)
         prompt = method.prompt(PromptSettings(
+            template=self.template(),
             max_item_tokens=self.max_item_tokens,
             max_query_tokens=self.max_query_tokens,
             readout=self.readout,

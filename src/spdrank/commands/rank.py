@@ -31,7 +31,27 @@ def register(sub: argparse._SubParsersAction) -> None:
         "checkpoint's own); in bfloat16 on a CPU the head's products run in it too",
     )
     p.add_argument("--device", default="auto", help="cpu, cuda or auto")
+    add_prompt_argument(p)
     p.set_defaults(func=run)
+
+
+def add_prompt_argument(p: argparse.ArgumentParser) -> None:
+    """``--prompt`` where a checkpoint ranks (rank, eval, serve): a check, never a choice."""
+    from spdrank.prompt_templates import MODEL_PROMPT_HELP
+
+    p.add_argument("--prompt", metavar="NAME|FILE", help=MODEL_PROMPT_HELP)
+
+
+def check_prompt(model: str, asked: str | None) -> None:
+    """Refuse ``--prompt`` naming another template than the checkpoint ``model``'s, before
+    the model loads: a model always ranks with the template it was trained on."""
+    if asked is None:
+        return
+    from spdrank.model import CONFIG_NAME, checkpoint_dir, read_config
+    from spdrank.prompt_templates import check_model_template
+
+    config = read_config(checkpoint_dir(model) / CONFIG_NAME)
+    check_model_template(config.prompt.template, asked, model)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -44,6 +64,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.batch_size < 1:
         raise ValueError("--batch-size must be at least 1")
+    check_prompt(args.model, args.prompt)
     model = SPDRanker.from_pretrained(
         args.model, device=resolve_device(args.device), dtype=args.dtype
     )

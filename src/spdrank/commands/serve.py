@@ -21,7 +21,7 @@ from typing import Any
 # Plain Python, imported when the command line is parsed (spdrank.serving loads its app,
 # FastAPI and torch only when asked for them): the settings are the one source of the
 # server's flags, their defaults, choices and help.
-from spdrank.commands.rank import DTYPES
+from spdrank.commands.rank import DTYPES, add_prompt_argument, check_prompt
 from spdrank.serving.settings import ServeSettings
 
 _TYPES = {"int": int, "float": float, "str": str}
@@ -56,6 +56,7 @@ def register(sub: Any) -> None:
         help="the backbone's dtype: float32, bfloat16, float16 or auto (default: the "
         "checkpoint's own); in bfloat16 on a CPU the head's products run in it too",
     )
+    add_prompt_argument(p)
     p.add_argument(
         "--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"]
     )
@@ -96,6 +97,7 @@ def run(args: argparse.Namespace) -> int:
     from spdrank.serving.routes import DOCS_PATH
     from spdrank.slates import SCORE_FEATURE, Candidate, Query, Slate
 
+    check_prompt(args.model, args.prompt)
     model = SPDRanker.from_pretrained(
         args.model, device=resolve_device(args.device), dtype=args.dtype
     )

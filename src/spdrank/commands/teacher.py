@@ -3,6 +3,7 @@
     spdrank teacher --slates train.jsonl --out labels.jsonl --backend hf [--model bundled] \
         [--constrained]
     spdrank teacher --slates train.jsonl --out labels.jsonl --backend likelihood [--layers L]
+    spdrank teacher --slates dl19.jsonl --out labels.jsonl --backend likelihood --prompt search
     spdrank teacher --slates train.jsonl --out labels.jsonl --backend openai \\
         --base-url http://localhost:8000/v1 [--model-name M] [--concurrency 32] \
         [--constrained [--guided llama|vllm]]
@@ -44,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from spdrank.commands.argtypes import positive_int
+from spdrank.prompt_templates import PROMPT_HELP
 from spdrank.teacher.grammar import GUIDED
 
 log = logging.getLogger(__name__)
@@ -73,6 +75,7 @@ def register(subparsers: Any) -> None:
                    help="the slates with teacher filled (default: <stem>.slates.jsonl beside --out)")
     p.add_argument("--mode", choices=("direct", "reasoning"), default="direct",
                    help="direct: answer the ranking only; reasoning: think, ranking on the last line")
+    p.add_argument("--prompt", default="recommendation", metavar="NAME|FILE", help=PROMPT_HELP)
     p.add_argument("--limit", type=positive_int, metavar="N",
                    help="only the first N selected slates (after --shard)")
     p.add_argument("--shard", metavar="i/n",
@@ -166,11 +169,13 @@ def build_backend(args: argparse.Namespace, slates: Path) -> Any:
                          max_new_tokens=args.max_new_tokens, device=args.device, dtype=args.dtype,
                          constrained=args.constrained, layers=args.layers)
     if spec == "likelihood":
+        from spdrank.prompt_templates import load_template
         from spdrank.teacher.likelihood import LikelihoodBackend
 
         return LikelihoodBackend(args.model, layers=args.layers, device=args.device,
                                  dtype=args.dtype, max_item_tokens=args.max_item_tokens,
-                                 max_query_tokens=args.max_query_tokens)
+                                 max_query_tokens=args.max_query_tokens,
+                                 template=load_template(args.prompt))
     if spec == "openai":
         from spdrank.teacher.openai_api import OpenAIBackend
 
@@ -224,6 +229,7 @@ def _write_json(path: str, data: dict[str, Any]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from spdrank.prompt_templates import load_template
     from spdrank.teacher.prompt import TeacherPromptSettings
     from spdrank.teacher.run import RunOptions, Shard, format_summary, run_teacher
 
@@ -251,6 +257,7 @@ def run(args: argparse.Namespace) -> int:
             mode=args.mode,
             max_item_tokens=args.max_item_tokens,
             max_query_tokens=args.max_query_tokens,
+            template=load_template(args.prompt),  # before any work: a bad file fails first
         ),
         limit=args.limit,
         shard=Shard.parse(args.shard) if args.shard else None,

@@ -8,6 +8,7 @@ import json
 from typing import TYPE_CHECKING
 
 from spdrank.defaults import FEATURES_ONLY_HEAD, HISTORY_READOUT, OTHER_READOUT, TRAIN_HEAD
+from spdrank.prompt_templates import PROMPT_HELP
 from spdrank.targets import POSITION_WEIGHTS, TARGETS
 from spdrank.train_config import CACHE_DTYPES
 
@@ -29,6 +30,8 @@ _HELP = {
     "lora_modules": "the modules LoRA adapts: all-linear (the paper), or comma-separated "
     "module names such as q_proj,v_proj",
     "positions": "K, the number of rank positions (>= the largest slate)",
+    "prompt": f"{PROMPT_HELP}. Slates a teacher labelled under another template are refused "
+    "(its template is in their teacher_prompt)",
     "max_item_tokens": "token budget per candidate text",
     "max_query_tokens": "token budget for the user context (its end is kept)",
     "readout": "how an item's token states reach the head: last (its last token's, the "
@@ -159,8 +162,29 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
     return TrainConfig(**values, progress=not args.no_progress)
 
 
+def check_labels_template(cfg: TrainConfig) -> None:
+    """Refuse training with ``--prompt`` on slates a teacher labelled under another template.
+
+    The first slate speaks for the file (``spdrank teacher`` labels a file under one
+    template, and warns when a label file mixes them). Clicks alone read no teacher label.
+    """
+    from spdrank.prompt_templates import check_labels_template as check
+    from spdrank.slates import iter_slates
+
+    if "teacher" not in cfg.target.split("+"):
+        return
+    slates = iter_slates(cfg.slates)
+    try:
+        where, first = next(slates, ("", None))
+    finally:
+        slates.close()
+    if first is not None and first.teacher is not None:
+        check(first.extra, cfg.template(), where)
+
+
 def run(args: argparse.Namespace) -> int:
     cfg = config_from_args(args)
+    check_labels_template(cfg)
     if args.num_processes < 1:
         raise ValueError(f"--num-processes must be at least 1, got {args.num_processes}")
     if args.num_processes > 1:

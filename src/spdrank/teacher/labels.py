@@ -15,7 +15,10 @@ A record: ``qid``, ``status``, ``issues``, ``n``, ``raw`` (the answer text), ``p
 (the URL that answered) when the backend spreads slates over servers; ``scores`` (aligned with
 ``ranking``, non-increasing) when the teacher ranks by a score alone, so that its equal scores
 reach the labelled slates as ties (``teacher_scores``). Records without ``scores`` (LLM
-teachers, older files) are read as before.
+teachers, older files) are read as before. ``prompt``: the prompt template the labels were
+made under (:mod:`spdrank.prompt_templates`, its name and texts), absent for the default
+``recommendation`` one (so its files are what they always were, and older files read as
+made under it); the labelled slates carry it as ``teacher_prompt``, which training checks.
 """
 
 from __future__ import annotations
@@ -27,6 +30,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from spdrank.prompt_templates import (
+    DEFAULT_TEMPLATE,
+    TEACHER_PROMPT_FIELD,
+    PromptTemplate,
+    record_of,
+    template_from_record,
+)
 from spdrank.slates import Slate, SlateError, check_teacher_scores
 from spdrank.teacher.backends import Generation
 from spdrank.teacher.parse import judge_ids, parse_response
@@ -58,12 +68,24 @@ class Label:
         """The teacher's scores aligned with :attr:`ranking`, when it ranked by a score."""
         return self.record.get("scores")
 
+    @property
+    def template(self) -> PromptTemplate:
+        """The prompt template the label was made under (absent: the default one)."""
+        return template_from_record(self.record.get("prompt"), self.where)
 
-def make_record(slate: Slate, generation: Generation, backend: str, mode: str) -> dict[str, Any]:
+
+def make_record(
+    slate: Slate,
+    generation: Generation,
+    backend: str,
+    mode: str,
+    template: PromptTemplate = DEFAULT_TEMPLATE,
+) -> dict[str, Any]:
     """Judge and repair ``generation`` for ``slate``: the record the label file stores.
 
     ``backend`` names the run's backend; the generation's own ``backend``, when set (the
-    model of the server that answered), is more precise and wins.
+    model of the server that answered), is more precise and wins. ``template``: the prompt
+    template of the run, recorded unless it is the default.
     """
     n = len(slate)
     if generation.ids is not None:
@@ -73,6 +95,7 @@ def make_record(slate: Slate, generation: Generation, backend: str, mode: str) -
     docids = slate.docids
     ranking = [docids[i] for i in parsed.permutation]
     scores = _ranking_scores(slate, generation, ranking)
+    prompt = record_of(template)
     return {
         "qid": slate.query.qid,
         "status": parsed.status,
@@ -87,6 +110,7 @@ def make_record(slate: Slate, generation: Generation, backend: str, mode: str) -
         "hit_max_tokens": generation.hit_max_tokens,
         "backend": generation.backend or backend,
         "mode": mode,
+        **({"prompt": prompt} if prompt is not None else {}),
         **({"server": generation.server} if generation.server is not None else {}),
         **generation.extra,
     }
@@ -171,6 +195,11 @@ def _check_record(data: Any, where: str) -> None:
             check_teacher_scores(data["scores"], ranking, names=("scores", "ranking"))
         except SlateError as exc:
             raise LabelError(str(exc), where) from None
+    if data.get("prompt") is not None:
+        try:
+            template_from_record(data["prompt"], "'prompt'")
+        except ValueError as exc:
+            raise LabelError(str(exc), where) from None
 
 
 def check_ranking(label: Label, slate: Slate) -> list[str]:
@@ -186,11 +215,17 @@ def check_ranking(label: Label, slate: Slate) -> list[str]:
 
 
 def apply_label(label: Label, slate: Slate) -> Slate:
-    """Fill ``slate``'s ``teacher`` from the label (checked against its candidates), and its
-    ``teacher_scores`` from the label's scores, or None when the teacher gave none."""
+    """Fill ``slate``'s ``teacher`` from the label (checked against its candidates), its
+    ``teacher_scores`` from the label's scores, or None when the teacher gave none, and its
+    ``teacher_prompt`` from the label's template (none for the default one)."""
     slate.teacher = check_ranking(label, slate)
     scores = label.scores
     slate.teacher_scores = None if scores is None else [float(x) for x in scores]
+    prompt = label.record.get("prompt")
+    if prompt is None:
+        slate.extra.pop(TEACHER_PROMPT_FIELD, None)
+    else:
+        slate.extra[TEACHER_PROMPT_FIELD] = prompt
     return slate
 
 

@@ -1,4 +1,5 @@
-"""The ``likelihood`` teacher: rank candidates by how much the user's history raises their title.
+"""The ``likelihood`` teacher: rank candidates by how much the user's history raises their title,
+or (the ``search`` template) by how likely each passage makes the query.
 
 A listwise teacher decodes its ranking token by token, and a small model loses track of the
 ids. This teacher decodes nothing: each candidate's score is the pointwise mutual information
@@ -24,6 +25,15 @@ remembered (by token ids, up to ``neutral_memo`` titles) and computed again only
 not seen yet. Titles are cut to ``max_item_tokens`` tokens and tokenized alone, with
 special-token strings split, as the student's prompt does; the history keeps its last
 ``max_query_tokens`` tokens. Latency is each slate's own wall time.
+
+The prompt template (:mod:`spdrank.prompt_templates`) holds the texts, and its
+``likelihood`` kind says what is scored. ``item`` is the above. ``query`` is query likelihood,
+as UPR scores it (Sachan et al. 2022): a passage is as relevant as the query is likely after
+it, ``score(p) = log p(query | prompt(p))``, where the template's scoring text holds the
+passage (``Passage: {passage}`` ... ``Question:``) and the query is the answer. No neutral
+term is needed, since the query is the same for every passage. The slate's ``n`` prompts,
+each followed by the query's tokens, are right-padded into one batch and run in one
+forward pass; each row's query tokens' log-probabilities are summed.
 """
 
 from __future__ import annotations
@@ -35,17 +45,19 @@ from dataclasses import dataclass
 import torch
 
 from spdrank.prompt import template_around
+from spdrank.prompt_templates import DEFAULT_TEMPLATE, PromptTemplate
 from spdrank.slates import Slate
 from spdrank.teacher.backends import Generation, Job, Outcome
 from spdrank.teacher.lm import load_causal_lm
 from spdrank.teacher.parse import render_ids
 
-SYSTEM = (
-    "You are an expert recommender system. Given a user's history, you name the item the "
-    "user is most likely to choose next."
-)
-ASK = "Name the item the user will choose next."
-PLAIN_ASK = "The user will choose next:"
+#: The recommendation template's texts (the ``item`` kind).
+SYSTEM = DEFAULT_TEMPLATE.likelihood_system
+ASK = DEFAULT_TEMPLATE.likelihood_ask
+PLAIN_ASK = DEFAULT_TEMPLATE.likelihood_plain
+#: Rows of the LM head's output computed at once when scoring a query ([rows, vocabulary]).
+LOGIT_ROWS = 512
+_PASSAGE = "\u2063SPDRANK_PASSAGE\u2063"
 
 
 @dataclass
@@ -59,7 +71,8 @@ class Prefix:
 
 
 class LikelihoodBackend:
-    """Scores every candidate of a slate by PMI with the user's history; best first."""
+    """Scores every candidate of a slate by PMI with the user's history (``item`` kind) or
+    by the query's likelihood after it (``query`` kind); best first."""
 
     needs_prompt = False
 
@@ -72,6 +85,7 @@ class LikelihoodBackend:
         max_item_tokens: int = 32,
         max_query_tokens: int = 512,
         neutral_memo: int = 100_000,
+        template: PromptTemplate = DEFAULT_TEMPLATE,
     ) -> None:
         if max_item_tokens < 1 or max_query_tokens < 1:
             raise ValueError("--max-item-tokens and --max-query-tokens must be at least 1")
@@ -79,7 +93,9 @@ class LikelihoodBackend:
         self.max_item_tokens = max_item_tokens
         self.max_query_tokens = max_query_tokens
         self.model, self.tokenizer, self.device = load_causal_lm(model, layers, device, dtype)
-        self._ends = template_around(self.tokenizer, [{"role": "system", "content": SYSTEM}])
+        self.template = template
+        system = [{"role": "system", "content": template.likelihood_system}]
+        self._ends = template_around(self.tokenizer, system if template.likelihood_system else [])
         self._neutral_memo_size = neutral_memo
         self._neutral_memo: dict[tuple[int, ...], float] = {}
         self._neutral: Prefix | None = None
@@ -98,15 +114,21 @@ class LikelihoodBackend:
         Only the template's own text is parsed for special tokens, so a history holding
         ``<|im_end|>`` stays plain text.
         """
+        t = self.template
         body: list[int] = []
         if history is not None:
             query = self._ids(history)[-self.max_query_tokens :]
-            body = self._ids("User history:\n") + query + self._ids("\n\n")
+            body = self._ids(t.context_header + "\n") + query + self._ids("\n\n")
         if self._ends is not None:
             before, after = self._ends
-            return self._ids(before, True) + body + self._ids(ASK) + self._ids(after, True)
-        bos = [self.tokenizer.bos_token_id] if self.tokenizer.bos_token_id is not None else []
-        return bos + body + self._ids(PLAIN_ASK)
+            return (
+                self._ids(before, True) + body + self._ids(t.likelihood_ask)
+                + self._ids(after, True)
+            )
+        return self._bos() + body + self._ids(t.likelihood_plain)
+
+    def _bos(self) -> list[int]:
+        return [self.tokenizer.bos_token_id] if self.tokenizer.bos_token_id is not None else []
 
     def title_ids(self, slate: Slate) -> list[list[int]]:
         """Each candidate's title tokens, cut to ``max_item_tokens``."""
@@ -114,7 +136,75 @@ class LikelihoodBackend:
         texts = slate.candidate_texts()
         return [self._ids(lead + text if text else "")[: self.max_item_tokens] for text in texts]
 
+    def passage_prompt_ids(self, slate: Slate) -> list[list[int]]:
+        """The ``query`` kind's prompt for each candidate: the scoring text around its text
+        (cut to ``max_item_tokens``), in the chat template when there is one; the query's
+        tokens (:meth:`query_ids`) follow it.
+
+        The passage is tokenized alone, special-token strings split; a space before
+        ``{passage}`` is tokenized with it (`` word``), as running text would be.
+        """
+        t = self.template
+        chat = self._ends is not None
+        ask = t.render("likelihood_ask" if chat else "likelihood_plain", passage=_PASSAGE)
+        before, _, after = ask.partition(_PASSAGE)
+        lead = " " if before.endswith(" ") else ""
+        head, tail = self._ids(before[: len(before) - len(lead)]), self._ids(after)
+        if chat:
+            head = self._ids(self._ends[0], True) + head
+            tail = tail + self._ids(self._ends[1], True)
+        else:
+            head = self._bos() + head
+        return [
+            head + self._ids(lead + text)[: self.max_item_tokens] + tail
+            for text in slate.candidate_texts()
+        ]
+
+    def query_ids(self, query: str) -> list[int]:
+        """The query's tokens as the ``query`` kind scores them: its head, up to
+        ``max_query_tokens``; after a space without a chat template, as a title is."""
+        lead = "" if self._ends is not None else " "
+        return self._ids(lead + query if query else "")[: self.max_query_tokens]
+
     # -- forward passes ----------------------------------------------------------------------
+
+    @torch.inference_mode()
+    def sequence_logprobs(self, prompts: Sequence[list[int]], target: Sequence[int]) -> list[float]:
+        """log p(target | prompt) for each prompt, in one batched forward pass.
+
+        Each row is a prompt followed by ``target`` (its last token left out: it predicts
+        nothing scored), right-padded: causal attention keeps a row's real tokens blind to
+        its padding. Target token ``k`` of row ``i`` is scored by the state at position
+        ``len(prompt_i) - 1 + k``; only those states reach the LM head, a few rows at a
+        time. An empty target scores 0.
+        """
+        n, q = len(prompts), len(target)
+        if q == 0 or n == 0:
+            return [0.0] * n
+        if any(not p for p in prompts):
+            raise ValueError("a scored prompt needs at least one token")
+        rows = [list(p) + list(target[:-1]) for p in prompts]
+        width = max(map(len, rows))
+        pad = self.tokenizer.pad_token_id
+        pad = 0 if pad is None else pad
+        ids = torch.tensor([r + [pad] * (width - len(r)) for r in rows], device=self.device)
+        mask = torch.tensor(
+            [[1] * len(r) + [0] * (width - len(r)) for r in rows], device=self.device
+        )
+        hidden = self.model.get_decoder()(input_ids=ids, attention_mask=mask).last_hidden_state
+        starts = torch.tensor([len(p) - 1 for p in prompts], device=self.device)
+        positions = starts[:, None] + torch.arange(q, device=self.device)[None, :]
+        rows_at = torch.arange(n, device=self.device)[:, None]
+        picked = hidden[rows_at, positions].reshape(n * q, -1)
+        targets = torch.tensor(list(target), device=self.device).repeat(n)
+        head = self.model.get_output_embeddings()
+        token_logprobs = torch.empty(n * q, dtype=torch.float64, device=self.device)
+        for start in range(0, n * q, LOGIT_ROWS):
+            stop = start + LOGIT_ROWS
+            logits = head(picked[start:stop]).float()
+            chosen = logits.gather(1, targets[start:stop, None])[:, 0]
+            token_logprobs[start:stop] = chosen - logits.logsumexp(dim=-1)
+        return token_logprobs.view(n, q).sum(dim=1).tolist()
 
     @torch.inference_mode()
     def run_prefix(self, ids: Sequence[int]) -> Prefix:
@@ -192,7 +282,12 @@ class LikelihoodBackend:
         return out
 
     def scores(self, slate: Slate) -> list[float]:
-        """Each candidate's PMI score, in slate order."""
+        """Each candidate's score, in slate order: its PMI with the history (``item``), or
+        the query's log-likelihood after it (``query``)."""
+        if self.template.likelihood == "query":
+            return self.sequence_logprobs(
+                self.passage_prompt_ids(slate), self.query_ids(slate.query.text)
+            )
         titles = self.title_ids(slate)
         prefix = self.run_prefix(self.prompt_ids(slate.query.text))
         context = self.continuation_logprobs(prefix, titles)

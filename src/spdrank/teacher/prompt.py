@@ -7,6 +7,9 @@ are cut to the student's per-candidate token budget with the teacher's tokenizer
 known (``hf`` backend, or ``--tokenizer``), else to a character budget (about 4 characters a
 token), so a 10,000-character title cannot blow the teacher's context either.
 
+The texts (the body's instruction and headers, the system message, the answer instruction)
+are the settings' prompt template (:mod:`spdrank.prompt_templates`), the student's own.
+
 Two modes: ``direct`` asks for the ranking only (few decode passes); ``reasoning`` asks the
 model to think first and put the ranking on its last line (many passes; the paper's slower,
 slightly better teacher).
@@ -17,15 +20,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from spdrank.prompt import DEFAULT_INSTRUCTION, render_text
+from spdrank.prompt import render_text
+from spdrank.prompt_templates import DEFAULT_TEMPLATE, PromptTemplate
 from spdrank.slates import Slate
 
 MODES: tuple[str, ...] = ("direct", "reasoning")
 
-DEFAULT_SYSTEM = (
-    "You are an expert recommender system. Given a user's history, you rank candidate items "
-    "by how likely the user is to choose each one next."
-)
+#: The recommendation template's system message.
+DEFAULT_SYSTEM = DEFAULT_TEMPLATE.system
 
 #: Characters per token assumed when no tokenizer is known (English text, BPE vocabularies).
 CHARS_PER_TOKEN = 4
@@ -36,12 +38,15 @@ class TeacherPromptSettings:
     """How a slate becomes the teacher's messages; budgets default to the student's."""
 
     mode: str = "direct"
-    instruction: str = DEFAULT_INSTRUCTION
-    system: str = DEFAULT_SYSTEM
+    #: The body's instruction and the system message; None: the template's.
+    instruction: str | None = None
+    system: str | None = None
     #: Tokens kept from each candidate's text (its head), as ``PromptSettings.max_item_tokens``.
     max_item_tokens: int = 32
     #: Tokens kept from the user context (its end: the most recent history).
     max_query_tokens: int = 512
+    #: The prompt's wording: the student's template, so teacher and student read one text.
+    template: PromptTemplate = DEFAULT_TEMPLATE
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -50,21 +55,13 @@ class TeacherPromptSettings:
             raise ValueError("max_item_tokens and max_query_tokens must be at least 1")
 
 
-def answer_instruction(n: int, mode: str) -> str:
-    """What the teacher is asked to answer, per mode (the parser reads the same format)."""
-    fmt = (
-        f"in the format [i] > [j] > ... using the candidate numbers, "
-        f"every number from 1 to {n} exactly once"
-    )
-    if mode == "reasoning":
-        return (
-            f"First think step by step about the user's preferences and each candidate. Then, "
-            f"on the last line, write the ranking of all {n} candidates, most likely first, {fmt}."
-        )
-    return (
-        f"Rank all {n} candidates, most likely first. Answer only with the ranking, {fmt}, "
-        f"and nothing else: no explanation."
-    )
+def answer_instruction(
+    n: int, mode: str, template: PromptTemplate = DEFAULT_TEMPLATE, query: str = ""
+) -> str:
+    """What the teacher is asked to answer, per mode, in ``template``'s words (the parser
+    reads the ``[i] > [j]`` format they ask for); ``query`` fills a ``{query}`` they hold."""
+    field = "reasoning_answer" if mode == "reasoning" else "answer"
+    return template.render(field, n=n, query=query)
 
 
 def cut_head(text: str, budget: int, tokenizer: Any | None = None) -> str:
@@ -101,8 +98,9 @@ def user_message(
     """The user turn: the student's prompt body plus the answer instruction."""
     titles = [cut_head(t, settings.max_item_tokens, tokenizer) for t in slate.candidate_texts()]
     query = cut_tail(slate.query.text, settings.max_query_tokens, tokenizer)
-    body = render_text(query, titles, settings.instruction)
-    return body + "\n" + answer_instruction(len(slate), settings.mode)
+    template = settings.template
+    body = render_text(query, titles, settings.instruction, template)
+    return body + "\n" + answer_instruction(len(slate), settings.mode, template, query)
 
 
 def build_messages(
@@ -111,7 +109,8 @@ def build_messages(
     """The chat messages (``[{role, content}]``) that ask the teacher to rank ``slate``."""
     settings = settings or TeacherPromptSettings()
     messages = []
-    if settings.system:
-        messages.append({"role": "system", "content": settings.system})
+    system = settings.template.system if settings.system is None else settings.system
+    if system:
+        messages.append({"role": "system", "content": system})
     messages.append({"role": "user", "content": user_message(slate, settings, tokenizer)})
     return messages

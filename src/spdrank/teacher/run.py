@@ -12,7 +12,8 @@ coordination (``spdrank teacher merge`` joins them); ``--limit N`` then keeps th
 those. Both are fixed by the file, so they select the same slates on every rerun.
 
 When every selected slate has a label, the selected slates are also written with ``teacher``
-filled (atomically), ready for training, and ``teacher_scores`` where the label has scores.
+filled (atomically), ready for training, ``teacher_scores`` where the label has scores and
+``teacher_prompt`` where it was made under another prompt template than the default.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from spdrank.prompt_templates import DEFAULT_TEMPLATE, PromptTemplate
 from spdrank.slates import Slate, read_unique_slates, write_slates
 from spdrank.teacher.backends import Backend, Job
 from spdrank.teacher.labels import LabelStore, apply_label, make_record
@@ -104,6 +106,8 @@ class RunSummary:
     wall_s: float = 0.0
     backend: str | None = None
     mode: str = "direct"
+    #: The prompt template's name (:mod:`spdrank.prompt_templates`).
+    prompt: str = "recommendation"
     shard: str | None = None
     limit: int | None = None
     labels: str = ""
@@ -121,8 +125,10 @@ def run_teacher(options: RunOptions, make_backend: Callable[[], Backend]) -> Run
     """Label the selected slates not yet in ``options.out``; ``make_backend`` only if needed."""
     t0 = time.perf_counter()
     mode = options.prompt.mode
+    template = options.prompt.template
     summary = RunSummary(
         mode=mode,
+        prompt=template.name,
         shard=str(options.shard) if options.shard else None,
         limit=options.limit,
         labels=str(options.out),
@@ -137,7 +143,7 @@ def run_teacher(options: RunOptions, make_backend: Callable[[], Backend]) -> Run
         if todo:
             backend = make_backend()
             summary.backend = backend.name
-            _warn_mixed(store, backend.name, mode)
+            _warn_mixed(store, backend.name, mode, template)
             _label(options, backend, store, len(todo), summary)
         _summarise(store, selected, summary)
         if summary.unlabelled == 0 and summary.selected:
@@ -181,7 +187,10 @@ def _label(
                     log.error("%d slates failed: stopping (see --max-failures)", summary.failed)
                     break
             else:
-                record = make_record(outcome.job.slate, outcome.generation, backend.name, summary.mode)
+                record = make_record(
+                    outcome.job.slate, outcome.generation, backend.name, summary.mode,
+                    options.prompt.template,
+                )
                 store.append(record)
                 summary.labelled_now += 1
                 if outcome.generation.server is not None:
@@ -197,16 +206,20 @@ def _label(
         bar.close()
 
 
-def _warn_mixed(store: LabelStore, backend: str, mode: str) -> None:
+def _warn_mixed(store: LabelStore, backend: str, mode: str, template: PromptTemplate) -> None:
+    """Warn when the file holds labels of another backend, mode or prompt template."""
+    run = (backend, mode, template)
     others = Counter(
-        (label.record.get("backend"), label.record.get("mode"))
+        key
         for label in store.labels.values()
-        if (label.record.get("backend"), label.record.get("mode")) != (backend, mode)
+        if (key := (label.record.get("backend"), label.record.get("mode"), label.template)) != run
     )
-    for (other, other_mode), count in others.items():
+    for (other, other_mode, other_template), count in others.items():
         log.warning(
-            "%s already holds %d labels from %s (%s mode); new ones come from %s (%s mode)",
-            store.path, count, other, other_mode, backend, mode,
+            "%s already holds %d labels from %s (%s mode, %s prompt); new ones come from %s "
+            "(%s mode, %s prompt)",
+            store.path, count, other, other_mode, other_template.name, backend, mode,
+            template.name,
         )
 
 
@@ -238,6 +251,8 @@ def _labelled(options: RunOptions, store: LabelStore) -> Iterator[Slate]:
 def format_summary(summary: RunSummary) -> str:
     """The run summary as a table a person can read."""
     head = f"teacher {summary.backend or '(no new labels needed)'}, {summary.mode} mode"
+    if summary.prompt != DEFAULT_TEMPLATE.name:
+        head += f", {summary.prompt} prompt"
     if summary.shard:
         head += f", shard {summary.shard}"
     if summary.limit is not None:
