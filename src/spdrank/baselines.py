@@ -281,9 +281,18 @@ def _bm25(**kwargs: object) -> Ranker:
     return BM25Ranker(**kwargs)  # type: ignore[arg-type]
 
 
-#: Baselines that read the query's and the candidates' texts (search's lexical floor).
+def _dense(**kwargs: object) -> Ranker:
+    """:class:`spdrank.dense.DenseRanker`, imported on demand (it needs torch)."""
+    from spdrank.dense import DenseRanker
+
+    return DenseRanker(**kwargs)  # type: ignore[arg-type]
+
+
+#: Baselines that read the query's and the candidates' texts: search's lexical floor (bm25)
+#: and the bi-encoder a team would otherwise deploy (dense: all-MiniLM-L6-v2).
 TEXT_BASELINES: dict[str, Callable[..., Ranker]] = {
     "bm25": _bm25,
+    "dense": _dense,
 }
 
 #: What eval runs without ``--ranker`` on slates whose queries carry no history (search):
