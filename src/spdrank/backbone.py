@@ -11,6 +11,12 @@ the folder holding it) with random weights drawn from a fixed seed: nothing is d
 It is for timing a model's shape (latency does not depend on the weights), never for
 quality; loading one logs a warning, and a checkpoint records the config's digest so a
 changed config is refused instead of silently giving other weights.
+
+Nothing a model folder or checkpoint holds runs code: every transformers load is told
+``trust_remote_code`` (False unless the user passes ``--trust-remote-code`` for that run; a
+checkpoint never records it), a folder whose config needs its own Python is refused in one
+line before transformers could ask, and LoRA adapters are rebuilt from spdrank's own settings
+with only their weights read from the folder.
 """
 
 from __future__ import annotations
@@ -19,6 +25,8 @@ import importlib.util
 import logging
 import os
 import shutil
+import socket
+import stat
 import tempfile
 import warnings
 from collections.abc import Iterator
@@ -44,6 +52,20 @@ RANDOM_PREFIX = "config:"
 #: The seed of a ``config:`` backbone's weights: the same config always gives the same weights.
 RANDOM_SEED = 0
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")
+#: The most bytes of a JSON settings file (a config.json, an adapter_config.json) spdrank
+#: reads: such files are kilobytes, and a link to an endless file must fail, not fill memory.
+MAX_JSON_BYTES = 1 << 20
+#: The most layers a backbone may be cut to and the largest LoRA rank a config may ask for:
+#: far past any real model, small enough that no setting read from a file allocates without
+#: bound.
+MAX_LAYERS = 1024
+MAX_LORA_RANK = 4096
+TRUST_HINT = "pass --trust-remote-code (trust_remote_code=True) only if you trust that code"
+
+
+class ConfigError(ValueError):
+    """A value in a settings file (a checkpoint's or a model's config) that cannot be used:
+    of the wrong type or past its bound. A ValueError, so commands report it in one line."""
 
 
 @dataclass
@@ -82,14 +104,84 @@ class BackboneConfig:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> BackboneConfig:
+        """The settings a checkpoint saved, each checked for its type and bound: a file's
+        sizes are refused before anything is allocated from them."""
         lora = data.get("lora")
+        name = data.get("name_or_path", BUNDLED)
+        if not isinstance(name, str) or not name or "\0" in name:
+            raise ConfigError(f"backbone.name_or_path must be a model name or path, got {name!r}")
+        layers = data.get("layers")
+        if layers is not None:
+            bounded_int(layers, "backbone.layers", 1, MAX_LAYERS)
+        if lora is not None:
+            if not isinstance(lora, dict):
+                raise ConfigError(f"backbone.lora must be an object or null, got {lora!r}")
+            settings = LoraSettings(**lora)
+            bounded_int(settings.r, "backbone.lora.r", 1, MAX_LORA_RANK)
+            bounded_int(settings.alpha, "backbone.lora.alpha", 1, 1 << 20)
+            targets = settings.target_modules
+            if not isinstance(targets, str) and not (
+                isinstance(targets, list) and all(isinstance(t, str) for t in targets)
+            ):
+                raise ConfigError("backbone.lora.target_modules must be a name or a list of names")
+        dtype, digest = data.get("dtype", "auto"), data.get("config_sha256")
+        if not isinstance(dtype, str):
+            raise ConfigError(f"backbone.dtype must be a name, got {dtype!r}")
+        if digest is not None and not isinstance(digest, str):
+            raise ConfigError(f"backbone.config_sha256 must be a hex digest, got {digest!r}")
         return cls(
-            name_or_path=data.get("name_or_path", BUNDLED),
-            layers=data.get("layers"),
-            dtype=data.get("dtype", "auto"),
-            lora=LoraSettings(**lora) if lora is not None else None,
-            config_sha256=data.get("config_sha256"),
+            name_or_path=name,
+            layers=layers,
+            dtype=dtype,
+            lora=settings if lora is not None else None,
+            config_sha256=digest,
         )
+
+
+def bounded_int(value: Any, field: str, low: int, high: int) -> int:
+    """``value`` when it is an integer in ``low..high``; else a ValueError naming ``field``.
+
+    A size read from a file is checked before anything is built from it: a float, a boolean
+    or a number past ``high`` would otherwise reach an allocation (or a traceback deep in it).
+    """
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(f"{field} must be an integer, got {value!r}")
+    if not low <= value <= high:
+        raise ValueError(f"{field} must be between {low} and {high}, got {value}")
+    return value
+
+
+def read_json(path: str | os.PathLike[str], limit: int = MAX_JSON_BYTES) -> Any:
+    """The JSON document in ``path``, read only from a regular file of at most ``limit`` bytes.
+
+    A settings file is opened without blocking and checked before it is read: a link to
+    /dev/zero, a FIFO or a device fails at once, and a file larger than ``limit`` (or one that
+    grows past it while read) is refused instead of filling memory. The JSON is spdrank's
+    strict one (:func:`spdrank.validation.loads`: no NaN, bounded nesting). Errors are
+    ValueErrors naming ``path``.
+    """
+    from spdrank.validation import SlateError, loads
+
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{path}: no such file") from None
+    except OSError as exc:
+        raise ValueError(f"{path}: cannot be read ({exc.strerror})") from None
+    with os.fdopen(fd, "rb") as fh:
+        info = os.fstat(fh.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            raise ValueError(f"{path}: not a regular file")
+        if info.st_size > limit:
+            raise ValueError(f"{path}: {info.st_size} bytes, more than the {limit} a settings "
+                             "file may hold")
+        data = fh.read(limit + 1)
+    if len(data) > limit:
+        raise ValueError(f"{path}: more than the {limit} bytes a settings file may hold")
+    try:
+        return loads(data)
+    except SlateError as exc:
+        raise ValueError(f"{path}: not a JSON settings file ({exc})") from None
 
 
 def cache_dir() -> Path:
@@ -122,9 +214,11 @@ def bundled_backbone_path() -> Path:
 
     gguf = bundled_gguf()
     log.info("converting the bundled SmolLM2 GGUF to safetensors once (about a minute) -> %s", target)
-    tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    tokenizer = AutoTokenizer.from_pretrained(
+        str(gguf.parent), gguf_file=gguf.name, trust_remote_code=False
+    )
     model = AutoModelForCausalLM.from_pretrained(
-        str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32
+        str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32, trust_remote_code=False
     )
     # The weights are already dequantized to float32; the GGUF quantizer left on the model would
     # refuse to save, and its config would make from_pretrained look for the GGUF file again.
@@ -204,10 +298,15 @@ def resolve_dtype(name: str, device: torch.device | str) -> torch.dtype:
         raise ValueError(f"unknown dtype {name!r}: use float32, bfloat16, float16 or auto") from None
 
 
-def load_tokenizer(name_or_path: str):
+def load_tokenizer(name_or_path: str, trust_remote_code: bool = False):
+    """The tokenizer of a backbone (see :func:`tokenizer_path`); its folder's own Python runs
+    only with ``trust_remote_code``."""
     from transformers import AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(tokenizer_path(name_or_path))
+    path = tokenizer_path(name_or_path)
+    check_loadable(path, trust_remote_code)
+    with load_errors(path):
+        tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     return tokenizer
@@ -238,6 +337,92 @@ def require_safetensors(path: str | os.PathLike[str], what: str) -> None:
             f"{folder}: the {what} weights are pickles ({', '.join(pickles[:3])}), which spdrank "
             "does not load (they can run code); convert them to safetensors"
         )
+
+
+def check_loadable(path: str, trust_remote_code: bool = False) -> None:
+    """Refuse, in one line and before transformers is asked, a model it could not load safely.
+
+    A local folder (or a ``config:`` file) whose config.json names a ``model_type`` this
+    transformers does not know loads only by running the Python its ``auto_map`` points to:
+    refused unless ``trust_remote_code``, so transformers never asks on stdin and never runs
+    it. A name that is no local path is a hub id: when it is not in the Hugging Face cache and
+    the hub's host does not resolve, it fails at once rather than after transformers' retries.
+    """
+    local = Path(path)
+    if local.is_dir() or local.is_file():
+        config_file = local / "config.json" if local.is_dir() else local
+        if config_file.exists():
+            check_model_config(config_file, trust_remote_code)
+        return
+    check_reachable(path)
+
+
+def check_model_config(config_file: Path, trust_remote_code: bool = False) -> None:
+    """Refuse a config.json that is no JSON object, or whose model type transformers loads
+    only with the folder's own code (unless ``trust_remote_code``)."""
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    data = read_json(config_file)
+    if not isinstance(data, dict):
+        raise ConfigError(f"{config_file}: not a model config (a JSON object)")
+    model_type = data.get("model_type")
+    if trust_remote_code or (isinstance(model_type, str) and model_type in CONFIG_MAPPING):
+        return
+    if "auto_map" in data:
+        raise ValueError(
+            f"{config_file}: model_type {model_type!r} loads only by running the Python code in "
+            f"{config_file.parent} (its auto_map), which spdrank does not run; {TRUST_HINT}"
+        )
+    if model_type is not None:
+        raise ValueError(f"{config_file}: model_type {model_type!r} is not one transformers knows")
+
+
+def check_reachable(name: str) -> None:
+    """Fail at once, in one line, for a hub id that is neither cached nor downloadable now.
+
+    Without this, transformers retries an unreachable hub with backoff for half a minute and
+    then raises an OSError many lines long.
+    """
+    from huggingface_hub import constants, try_to_load_from_cache
+    from huggingface_hub.errors import HFValidationError
+
+    try:
+        cached = try_to_load_from_cache(name, "config.json")
+    except HFValidationError:
+        raise FileNotFoundError(f"{name}: no such folder, and no Hugging Face model id") from None
+    if isinstance(cached, str):
+        return
+    if constants.HF_HUB_OFFLINE:
+        raise FileNotFoundError(
+            f"{name}: no such folder, and not in the Hugging Face cache (HF_HUB_OFFLINE is set)"
+        )
+    if any(os.environ.get(v) for v in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")):
+        return  # the proxy resolves the hub's name, not this machine
+    from urllib.parse import urlparse
+
+    host = urlparse(constants.ENDPOINT).hostname or constants.ENDPOINT
+    try:
+        socket.getaddrinfo(host, 443)
+    except OSError as exc:
+        raise FileNotFoundError(
+            f"{name}: no such folder, not in the Hugging Face cache, and {host} cannot be "
+            f"reached ({exc.strerror or exc}); download it first or name a local folder"
+        ) from None
+
+
+@contextmanager
+def load_errors(name: str) -> Iterator[None]:
+    """Turn what transformers raises for a model it cannot load into one line naming ``name``."""
+    try:
+        yield
+    except (OSError, ValueError) as exc:
+        text = " ".join(str(exc).split())
+        if "trust_remote_code" in text:
+            raise ValueError(f"{name}: the model loads only by running its own Python code; "
+                             f"{TRUST_HINT}") from None
+        if len(text) > 300:
+            text = text[:297] + "..."
+        raise ValueError(f"{name}: cannot be loaded ({text})") from None
 
 
 @contextmanager
@@ -272,16 +457,19 @@ def load_backbone(
     device: torch.device | str = "cpu",
     adapter_path: str | os.PathLike[str] | None = None,
     with_lm_head: bool = False,
+    trust_remote_code: bool = False,
 ) -> nn.Module:
     """Load the backbone described by ``config`` (truncated, LoRA-wrapped or frozen).
 
     With ``layers`` set, the config is cut before loading so only the kept layers' weights are
     read: early exit saves memory as well as time. ``adapter_path`` loads a trained peft adapter
     instead of initialising a fresh one. ``with_lm_head`` keeps the language-model head (FIRST
-    reads token logits); SPD needs only hidden states.
+    reads token logits); SPD needs only hidden states. ``trust_remote_code`` lets a model
+    whose folder holds its own Python run it: the user's choice for one run, never a
+    checkpoint's.
     """
     with _quiet_load():
-        return _load_backbone(config, device, adapter_path, with_lm_head)
+        return _load_backbone(config, device, adapter_path, with_lm_head, trust_remote_code)
 
 
 def _load_backbone(
@@ -289,18 +477,24 @@ def _load_backbone(
     device: torch.device | str,
     adapter_path: str | os.PathLike[str] | None,
     with_lm_head: bool,
+    trust_remote_code: bool,
 ) -> nn.Module:
     from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
 
+    trust = {"trust_remote_code": trust_remote_code}
     if config.random_weights:
         config_file = random_config_file(config.name_or_path)
         check_config_digest(config, config_file)
-        hf_config = AutoConfig.from_pretrained(str(config_file))
+        path = str(config_file)
     else:
         path = resolve_path(config.name_or_path)
         require_safetensors(path, "backbone")
-        hf_config = AutoConfig.from_pretrained(path)
-    total = hf_config.num_hidden_layers
+    check_loadable(path, trust_remote_code)
+    with load_errors(path):
+        hf_config = AutoConfig.from_pretrained(path, **trust)
+    total = getattr(hf_config, "num_hidden_layers", None)
+    if not isinstance(total, int):
+        raise ConfigError(f"{path}: the model config has no num_hidden_layers to cut it by")
     if config.layers is not None:
         if not 1 <= config.layers <= total:
             raise ValueError(f"--layers must be between 1 and {total} for {config.name_or_path}")
@@ -310,28 +504,86 @@ def _load_backbone(
     dtype = resolve_dtype(config.dtype, device)
     loader = AutoModelForCausalLM if with_lm_head else AutoModel
     if config.random_weights:
-        model = random_model(loader, hf_config, dtype)
+        model = random_model(loader, hf_config, dtype, trust_remote_code)
     else:
-        model = loader.from_pretrained(path, config=hf_config, dtype=dtype, use_safetensors=True)
+        with load_errors(path):
+            model = loader.from_pretrained(
+                path, config=hf_config, dtype=dtype, use_safetensors=True, **trust
+            )
     model.to(device)
     model.config.use_cache = False
     if config.lora is None:
         model.requires_grad_(False)
         model.eval()
         return model
-    from peft import LoraConfig, PeftModel, get_peft_model
-
     if adapter_path is not None:
-        require_safetensors(adapter_path, "adapter")
-        return PeftModel.from_pretrained(model, str(adapter_path), is_trainable=True).to(device)
-    lora = LoraConfig(
-        r=config.lora.r,
-        lora_alpha=config.lora.alpha,
-        lora_dropout=config.lora.dropout,
-        target_modules=config.lora.target_modules,
+        return load_adapter(model, config.lora, Path(adapter_path)).to(device)
+    from peft import get_peft_model
+
+    return get_peft_model(model, lora_config(config.lora))
+
+
+def lora_config(settings: LoraSettings) -> Any:
+    """peft's LoraConfig for spdrank's LoRA settings."""
+    from peft import LoraConfig
+
+    return LoraConfig(
+        r=settings.r,
+        lora_alpha=settings.alpha,
+        lora_dropout=settings.dropout,
+        target_modules=settings.target_modules,
         bias="none",
     )
-    return get_peft_model(model, lora)
+
+
+#: The files of a LoRA adapter folder, as peft saves them.
+ADAPTER_CONFIG = "adapter_config.json"
+ADAPTER_WEIGHTS = "adapter_model.safetensors"
+
+
+def load_adapter(model: nn.Module, settings: LoraSettings, folder: Path) -> nn.Module:
+    """``model`` with the trained LoRA adapter in ``folder`` (trainable, as training left it).
+
+    The adapter is rebuilt from the checkpoint's own LoRA ``settings`` and only its weights are
+    read from the folder: an adapter_config.json can ask peft for other initialisations and
+    module imports, which a checkpoint does not get to choose. That file is still checked
+    against the settings, and weights that do not fit them are an error naming the file.
+    """
+    from peft import get_peft_model, set_peft_model_state_dict
+    from safetensors.torch import load_file
+
+    require_safetensors(folder, "adapter")
+    config_file = folder / ADAPTER_CONFIG
+    saved = read_json(config_file)
+    if not isinstance(saved, dict):
+        raise ConfigError(f"{config_file}: not an adapter config (a JSON object)")
+    if saved.get("peft_type") != "LORA":
+        raise ValueError(f"{config_file}: peft_type {saved.get('peft_type')!r} is no LoRA "
+                         "adapter, the only kind spdrank trains")
+    for key, want in (("r", settings.r), ("lora_alpha", settings.alpha)):
+        if saved.get(key) != want:
+            raise ValueError(f"{config_file}: {key} is {saved.get(key)!r}, but the checkpoint's "
+                             f"config.json says {want}")
+    weights = folder / ADAPTER_WEIGHTS
+    if not weights.is_file():
+        raise FileNotFoundError(f"{weights}: the checkpoint has no adapter weights")
+    try:
+        tensors = load_file(str(weights))
+    except Exception as exc:  # noqa: BLE001 - safetensors' own error type is not exported stably
+        raise ValueError(f"{weights}: not a readable safetensors file ({exc})") from None
+    model = get_peft_model(model, lora_config(settings))
+    try:
+        result = set_peft_model_state_dict(model, tensors)
+    except RuntimeError as exc:  # shapes that differ from the settings' rank
+        reason = " ".join(line.strip() for line in str(exc).strip().splitlines()[:2])
+        raise ValueError(f"{weights}: the weights do not fit the adapter config.json describes "
+                         f"({reason[:300]})") from None
+    missing = [k for k in result.missing_keys if "lora_" in k]
+    if missing or result.unexpected_keys:
+        what = f"missing {missing[0]}" if missing else f"unexpected {result.unexpected_keys[0]}"
+        raise ValueError(f"{weights}: the weights do not fit the adapter config.json describes "
+                         f"({what})")
+    return model
 
 
 def check_config_digest(config: BackboneConfig, config_file: Path) -> None:
@@ -351,7 +603,9 @@ def check_config_digest(config: BackboneConfig, config_file: Path) -> None:
         )
 
 
-def random_model(loader: Any, hf_config: Any, dtype: torch.dtype) -> nn.Module:
+def random_model(
+    loader: Any, hf_config: Any, dtype: torch.dtype, trust_remote_code: bool = False
+) -> nn.Module:
     """A model of ``hf_config``'s shape with random weights, the same for the same config.
 
     The weights are drawn in float32 on the CPU from :data:`RANDOM_SEED` (the global RNG is
@@ -365,7 +619,9 @@ def random_model(loader: Any, hf_config: Any, dtype: torch.dtype) -> nn.Module:
     )
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(RANDOM_SEED)
-        model = loader.from_config(hf_config, dtype=torch.float32, trust_remote_code=False)
+        model = loader.from_config(
+            hf_config, dtype=torch.float32, trust_remote_code=trust_remote_code
+        )
     return model.to(dtype)
 
 

@@ -28,6 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from spdrank.backbone import ConfigError
 from spdrank.defaults import UNNAMED_HEAD
 from spdrank.head_inference import (
     NormedProduct,
@@ -40,6 +41,16 @@ from spdrank.head_inference import (
 
 #: How the history head compares a candidate's units with a history item's (``HeadConfig.match``).
 MATCHES = ("maxsim", "tfidf")
+
+#: The bounds of a head's sizes. A checkpoint's config.json is read from a file, so each size
+#: is checked before a layer is built from it: positions far past any slate, widths and depths
+#: far past any head trained here, and at most ``MAX_HEAD_PARAMETERS`` weights in all (1 GiB
+#: in float32), so no setting asks for an allocation without bound.
+MAX_POSITIONS = 8192
+MAX_WIDTH = 8192
+MAX_LAYERS = 64
+MAX_HEADS = 256
+MAX_HEAD_PARAMETERS = 1 << 28
 
 
 @dataclass
@@ -68,6 +79,36 @@ class HeadConfig:
     def __post_init__(self) -> None:
         if self.match not in MATCHES:
             raise ValueError(f"unknown match {self.match!r}: use one of {list(MATCHES)}")
+        self.check_sizes()
+
+    def check_sizes(self) -> None:
+        """Refuse a size that is no integer in its bound, or heads that would hold more than
+        :data:`MAX_HEAD_PARAMETERS` weights, naming the field (``head.positions``)."""
+        for name, low, high in (
+            ("positions", 1, MAX_POSITIONS), ("width", 1, MAX_WIDTH), ("layers", 0, MAX_LAYERS),
+            ("heads", 1, MAX_HEADS), ("match_width", 1, MAX_WIDTH),
+        ):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ConfigError(f"head.{name} must be an integer, got {value!r}")
+            if not low <= value <= high:
+                raise ValueError(f"head.{name} must be between {low} and {high}, got {value}")
+        if not isinstance(self.kind, str) or not isinstance(self.tokens, bool):
+            raise ConfigError("head.kind must be a name and head.tokens true or false")
+        dropout = self.dropout
+        if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) \
+                or not 0 <= dropout < 1:
+            raise ValueError(f"head.dropout must be a number in [0, 1), got {dropout!r}")
+        # A pre-norm layer holds about 12 width^2 weights; the position and match maps a few
+        # width-sized rows each.
+        weights = self.layers * 12 * self.width**2 + (3 * self.positions + 2 * self.match_width
+                                                        + 4) * self.width
+        if weights > MAX_HEAD_PARAMETERS:
+            raise ValueError(
+                f"head sizes (width {self.width}, layers {self.layers}, positions "
+                f"{self.positions}) ask for about {weights:,} weights, more than the "
+                f"{MAX_HEAD_PARAMETERS:,} a head may hold"
+            )
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -3,7 +3,9 @@
 A checkpoint is a directory holding ``config.json`` (backbone reference, head, prompt and
 decoder settings, and the upstream features the head reads with their normalisation),
 ``head.safetensors`` and, when the backbone was LoRA-adapted, the peft adapter under
-``adapter/``. Nothing in it is a pickle, so loading a checkpoint never runs code.
+``adapter/``. Nothing in it is a pickle, so loading a checkpoint never runs code; nor can its
+backbone reference make it: the Python of a model folder runs only when the caller passes
+``trust_remote_code`` for that load, which no checkpoint records.
 
 A features-only model (``features_only``) has no backbone at all: its head reads the upstream
 features alone, so it loads and ranks without the LLM (the ablation that measures what the
@@ -36,6 +38,7 @@ from spdrank.backbone import (
     load_backbone,
     load_tokenizer,
     pool_spans,
+    read_json,
     resolve_dtype,
     span_tokens,
 )
@@ -55,6 +58,8 @@ CONFIG_NAME = "config.json"
 HEAD_NAME = "head.safetensors"
 ADAPTER_DIR = "adapter"
 FORMAT_VERSION = 1
+#: The checkpoint formats this version reads.
+SUPPORTED_FORMAT_VERSIONS = (FORMAT_VERSION,)
 
 
 @dataclass
@@ -86,6 +91,12 @@ class SPDConfig:
     def from_dict(cls, data: dict[str, Any]) -> SPDConfig:
         if data.get("format") != "spdrank":
             raise ValueError("not an spdrank checkpoint config (missing \"format\": \"spdrank\")")
+        version = data.get("format_version", FORMAT_VERSION)
+        if isinstance(version, bool) or version not in SUPPORTED_FORMAT_VERSIONS:
+            raise ValueError(
+                f"format_version {version!r} is not one this spdrank reads (it reads "
+                f"{', '.join(map(str, SUPPORTED_FORMAT_VERSIONS))})"
+            )
         return cls(
             backbone=BackboneConfig.from_dict(data["backbone"]),
             head=HeadConfig.from_dict(data["head"]),
@@ -261,9 +272,14 @@ class SPDRanker(nn.Module):
     # -- construction and checkpoints --------------------------------------------------------
 
     @classmethod
-    def build(cls, config: SPDConfig, device: torch.device | str = "cpu") -> SPDRanker:
-        """A fresh model: pretrained backbone (fresh LoRA or frozen) and an untrained head."""
-        model = cls(config, *_backbone_and_tokenizer(config, device))
+    def build(
+        cls, config: SPDConfig, device: torch.device | str = "cpu", trust_remote_code: bool = False
+    ) -> SPDRanker:
+        """A fresh model: pretrained backbone (fresh LoRA or frozen) and an untrained head.
+
+        ``trust_remote_code`` lets a backbone whose folder holds its own Python run it.
+        """
+        model = cls(config, *_backbone_and_tokenizer(config, device, None, trust_remote_code))
         return model.to(device)
 
     @classmethod
@@ -272,15 +288,21 @@ class SPDRanker(nn.Module):
         path: str | os.PathLike[str],
         device: torch.device | str = "cpu",
         dtype: str | None = None,
+        trust_remote_code: bool = False,
     ) -> SPDRanker:
-        """Load a checkpoint; ``dtype`` (e.g. "bfloat16") overrides the backbone's saved one."""
+        """Load a checkpoint; ``dtype`` (e.g. "bfloat16") overrides the backbone's saved one.
+
+        ``trust_remote_code`` lets the backbone the checkpoint names run the Python of its
+        folder; without it such a backbone is refused. It is the caller's choice for this
+        load: a checkpoint cannot grant it to itself.
+        """
         path = checkpoint_dir(path)
         config = read_config(path / CONFIG_NAME)
         if dtype is not None:
             resolve_dtype(dtype, device)  # an unknown name fails before any weight is read
             config.backbone.dtype = dtype
         adapter = path / ADAPTER_DIR if config.backbone.lora is not None else None
-        model = cls(config, *_backbone_and_tokenizer(config, device, adapter))
+        model = cls(config, *_backbone_and_tokenizer(config, device, adapter, trust_remote_code))
         load_head(model.head, path / HEAD_NAME)
         model.to(device)
         model.eval()
@@ -578,11 +600,16 @@ def checkpoint_dir(path: str | os.PathLike[str]) -> Path:
 
 
 def read_config(path: Path) -> SPDConfig:
-    """A checkpoint's ``config.json``; a ValueError naming ``path`` when it cannot be one."""
+    """A checkpoint's ``config.json``; a ValueError naming ``path`` when it cannot be one.
+
+    It is read only as a regular file of bounded size (:func:`spdrank.backbone.read_json`),
+    and every size in it is checked before anything is built from it.
+    """
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ValueError(f"{path}: not a JSON checkpoint config ({exc})") from None
+        data = read_json(path)
+    except ValueError as exc:
+        raise ValueError(f"{path}: not a JSON checkpoint config "
+                         f"({str(exc).removeprefix(f'{path}: ')})") from None
     try:
         return SPDConfig.from_dict(data)
     except ValueError as exc:
@@ -611,7 +638,10 @@ def load_head(head: nn.Module, path: Path) -> None:
 
 
 def _backbone_and_tokenizer(
-    config: SPDConfig, device: torch.device | str, adapter: Path | None = None
+    config: SPDConfig,
+    device: torch.device | str,
+    adapter: Path | None = None,
+    trust_remote_code: bool = False,
 ) -> tuple[nn.Module, Any]:
     """The backbone (with its trained ``adapter``, if any) and tokenizer ``config`` names.
 
@@ -624,8 +654,9 @@ def _backbone_and_tokenizer(
         device=device,
         adapter_path=adapter,
         with_lm_head=method_for(config.head.kind).reads_logits,
+        trust_remote_code=trust_remote_code,
     )
-    tokenizer = load_tokenizer(config.backbone.name_or_path)
+    tokenizer = load_tokenizer(config.backbone.name_or_path, trust_remote_code)
     vocab = getattr(backbone.config, "vocab_size", None)
     if config.backbone.random_weights and vocab is not None and len(tokenizer) > vocab:
         # A config's shape meets a tokenizer chosen apart from it: ids past the embedding

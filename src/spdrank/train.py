@@ -161,7 +161,7 @@ def fit_feature_normalizer(cfg: TrainConfig) -> FeatureNormalizer | None:
 class Trainer:
     """Owns one training run (in one process of it): data, model, optimizer, state files."""
 
-    def __init__(self, cfg: TrainConfig) -> None:
+    def __init__(self, cfg: TrainConfig, trust_remote_code: bool = False) -> None:
         from accelerate import Accelerator
         from accelerate.utils import set_seed
 
@@ -193,7 +193,9 @@ class Trainer:
             )
         evaluates = cfg.eval_slates and self.accelerator.is_main_process  # the others train only
         self.eval_slates = load_slates(cfg.eval_slates, limit=cfg.eval_limit) if evaluates else []
-        self.model = SPDRanker.build(model_config, device=self.accelerator.device)
+        self.model = SPDRanker.build(
+            model_config, device=self.accelerator.device, trust_remote_code=trust_remote_code
+        )
         if cfg.init_from:
             fresh = warm_start(self.model, cfg.init_from)
             log.info("starting from %s%s", cfg.init_from,
@@ -263,6 +265,8 @@ class Trainer:
         unclicked = not slate.clicked and self.cfg.target in CLICK_TARGETS
         if unclicked and not self.cfg.require_clicks:
             raise SkipSlate(f"slate {slate.query.qid!r} has no clicked item")
+        if self.cfg.target in RELEVANCE_TARGETS and not has_relevant_candidate(slate):
+            raise SkipSlate(f"slate {slate.query.qid!r} has no relevant candidate")
         target_matrix(slate, self.cfg.target)  # raises when the target's labels are missing
 
     # -- state -----------------------------------------------------------------------------
@@ -486,13 +490,16 @@ class Trainer:
         return summary
 
 
-def train(cfg: TrainConfig) -> dict[str, Any]:
+def train(cfg: TrainConfig, trust_remote_code: bool = False) -> dict[str, Any]:
     """Train (or resume) a run; the finished model lands in ``OUT/model``.
+
+    ``trust_remote_code`` lets a backbone whose folder holds its own Python run it; it is no
+    setting of the run, so neither the checkpoint nor ``train.json`` records it.
 
     In a data-parallel run every process calls this and gets the summary; only the main
     process writes files.
     """
-    trainer = Trainer(cfg)
+    trainer = Trainer(cfg, trust_remote_code)
     try:
         return trainer.run()
     finally:

@@ -16,6 +16,8 @@ DTYPES = ("float32", "bfloat16", "float16", "auto")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
+    from spdrank.commands.argtypes import add_trust_remote_code
+
     p = sub.add_parser("rank", help="rank slates with a trained model", description=__doc__)
     p.add_argument("--model", required=True, help="checkpoint directory (or a training run's OUT)")
     p.add_argument("--input", required=True, help="slates to rank (JSONL, .gz too)")
@@ -32,6 +34,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--device", default="auto", help="cpu, cuda or auto")
     add_prompt_argument(p)
+    add_trust_remote_code(p)
     p.set_defaults(func=run)
 
 
@@ -66,7 +69,8 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("--batch-size must be at least 1")
     check_prompt(args.model, args.prompt)
     model = SPDRanker.from_pretrained(
-        args.model, device=resolve_device(args.device), dtype=args.dtype
+        args.model, device=resolve_device(args.device), dtype=args.dtype,
+        trust_remote_code=args.trust_remote_code,
     )
     n = 0
     with contextlib.ExitStack() as stack:

@@ -28,6 +28,8 @@ _TYPES = {"int": int, "float": float, "str": str}
 
 
 def register(sub: Any) -> None:
+    from spdrank.commands.argtypes import add_trust_remote_code
+
     p = sub.add_parser(
         "serve",
         help="serve a trained model over HTTP (rerank API, micro-batched)",
@@ -60,6 +62,7 @@ def register(sub: Any) -> None:
     p.add_argument(
         "--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"]
     )
+    add_trust_remote_code(p)
     p.set_defaults(func=run)
 
 
@@ -99,7 +102,8 @@ def run(args: argparse.Namespace) -> int:
 
     check_prompt(args.model, args.prompt)
     model = SPDRanker.from_pretrained(
-        args.model, device=resolve_device(args.device), dtype=args.dtype
+        args.model, device=resolve_device(args.device), dtype=args.dtype,
+        trust_remote_code=args.trust_remote_code,
     )
     name = args.served_model_name or Path(args.model).resolve().name
     # One ranking before the port opens: lazy initialisation (kernels, allocator) is paid

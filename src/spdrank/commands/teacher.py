@@ -44,7 +44,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from spdrank.commands.argtypes import positive_int
+from spdrank.commands.argtypes import add_trust_remote_code, positive_int
 from spdrank.prompt_templates import PROMPT_HELP
 from spdrank.teacher.grammar import GUIDED
 
@@ -104,6 +104,7 @@ def register(subparsers: Any) -> None:
                     help="slates per generate call (default 4)")
     hf.add_argument("--device", default="auto", metavar="D", help="cpu, cuda or auto")
     hf.add_argument("--dtype", default="auto", metavar="T", help="float32, bfloat16, float16 or auto")
+    add_trust_remote_code(hf)
     oa = p.add_argument_group("openai backend")
     oa.add_argument("--base-url", metavar="URL", action="append",
                     help="server URL up to /v1; repeat for many servers "
@@ -167,7 +168,8 @@ def build_backend(args: argparse.Namespace, slates: Path) -> Any:
 
         return HFBackend(args.model, mode=args.mode, batch_size=args.batch_size,
                          max_new_tokens=args.max_new_tokens, device=args.device, dtype=args.dtype,
-                         constrained=args.constrained, layers=args.layers)
+                         constrained=args.constrained, layers=args.layers,
+                         trust_remote_code=args.trust_remote_code)
     if spec == "likelihood":
         from spdrank.prompt_templates import load_template
         from spdrank.teacher.likelihood import LikelihoodBackend
@@ -175,7 +177,8 @@ def build_backend(args: argparse.Namespace, slates: Path) -> Any:
         return LikelihoodBackend(args.model, layers=args.layers, device=args.device,
                                  dtype=args.dtype, max_item_tokens=args.max_item_tokens,
                                  max_query_tokens=args.max_query_tokens,
-                                 template=load_template(args.prompt))
+                                 template=load_template(args.prompt),
+                                 trust_remote_code=args.trust_remote_code)
     if spec == "openai":
         from spdrank.teacher.openai_api import OpenAIBackend
 
@@ -183,7 +186,7 @@ def build_backend(args: argparse.Namespace, slates: Path) -> Any:
         if args.tokenizer:
             from spdrank.backbone import load_tokenizer
 
-            tokenizer = load_tokenizer(args.tokenizer)  # 'bundled' works too
+            tokenizer = load_tokenizer(args.tokenizer, args.trust_remote_code)  # 'bundled' too
         return OpenAIBackend(
             server_urls(args), args.model_name, api_key=args.api_key, mode=args.mode,
             concurrency=args.concurrency, timeout_s=args.timeout, retries=args.retries,

@@ -101,6 +101,7 @@ def _head_help() -> str:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
+    from spdrank.commands.argtypes import add_trust_remote_code
     from spdrank.methods import head_kinds
     from spdrank.train_config import TrainConfig
 
@@ -127,6 +128,7 @@ def register(sub: argparse._SubParsersAction) -> None:
             choices=choices.get(f.name), help=help_,
         )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_trust_remote_code(p)
     p.add_argument(
         "--num-processes", type=int, default=1, metavar="N",
         help="data-parallel training in N processes on this machine (gloo on CPU, one GPU "
@@ -197,13 +199,16 @@ def run(args: argparse.Namespace) -> int:
             )
         cfg.check(args.num_processes)  # refuse before starting any
         verbose = ["--verbose"] if args.verbose else []
-        return launch([*verbose, "train", *config_argv(cfg)], args.num_processes)
+        # The trust flag is no training setting (a run never records it): each process is
+        # given it as the user gave it to this one.
+        trust = ["--trust-remote-code"] if args.trust_remote_code else []
+        return launch([*verbose, "train", *config_argv(cfg), *trust], args.num_processes)
 
     from accelerate import PartialState
 
     from spdrank.train import train
 
-    summary = train(cfg)
+    summary = train(cfg, trust_remote_code=args.trust_remote_code)
     if not PartialState().is_main_process:
         return 0
     print(json.dumps({k: v for k, v in summary.items() if k != "config"}, indent=2))

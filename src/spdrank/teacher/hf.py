@@ -48,6 +48,7 @@ class HFBackend:
         dtype: str = "auto",
         constrained: bool = False,
         layers: int | None = None,
+        trust_remote_code: bool = False,
     ) -> None:
         import torch
 
@@ -61,7 +62,9 @@ class HFBackend:
         self.batch_size = batch_size
         self.max_new_tokens = max_new_tokens
         self.constrained = constrained
-        self.model, self.tokenizer, self.device = load_causal_lm(model, layers, device, dtype)
+        self.model, self.tokenizer, self.device = load_causal_lm(
+            model, layers, device, dtype, trust_remote_code
+        )
         self._torch = torch
         gen = self.model.generation_config
         eos = gen.eos_token_id if gen.eos_token_id is not None else self.tokenizer.eos_token_id

@@ -86,13 +86,16 @@ class LikelihoodBackend:
         max_query_tokens: int = 512,
         neutral_memo: int = 100_000,
         template: PromptTemplate = DEFAULT_TEMPLATE,
+        trust_remote_code: bool = False,
     ) -> None:
         if max_item_tokens < 1 or max_query_tokens < 1:
             raise ValueError("--max-item-tokens and --max-query-tokens must be at least 1")
         self.name = f"likelihood:{model}" + (f",layers={layers}" if layers else "")
         self.max_item_tokens = max_item_tokens
         self.max_query_tokens = max_query_tokens
-        self.model, self.tokenizer, self.device = load_causal_lm(model, layers, device, dtype)
+        self.model, self.tokenizer, self.device = load_causal_lm(
+            model, layers, device, dtype, trust_remote_code
+        )
         self.template = template
         system = [{"role": "system", "content": template.likelihood_system}]
         self._ends = template_around(self.tokenizer, system if template.likelihood_system else [])
