@@ -265,8 +265,6 @@ class Trainer:
         unclicked = not slate.clicked and self.cfg.target in CLICK_TARGETS
         if unclicked and not self.cfg.require_clicks:
             raise SkipSlate(f"slate {slate.query.qid!r} has no clicked item")
-        if self.cfg.target in RELEVANCE_TARGETS and not has_relevant_candidate(slate):
-            raise SkipSlate(f"slate {slate.query.qid!r} has no relevant candidate")
         target_matrix(slate, self.cfg.target)  # raises when the target's labels are missing
 
     # -- state -----------------------------------------------------------------------------
