@@ -125,3 +125,25 @@ def test_bad_relevance_is_refused_by_name(relevance: object, message: str) -> No
 def test_relevance_round_trips() -> None:
     slate = _slate("1", {"a": 2, "elsewhere": 1})
     assert Slate.from_dict(slate.to_dict()).relevance == {"a": 2, "elsewhere": 1}
+
+
+def test_relevance_targets_order_the_grades() -> None:
+    import numpy as np
+
+    from spdrank.targets import target_matrix
+
+    slate = Slate.from_dict({
+        "query": {"qid": "1", "text": "q"},
+        "candidates": [{"docid": d, "doc": {"text": d}} for d in ("a", "b", "c", "d")],
+        "relevance": {"b": 2, "c": 1, "d": 1, "outside": 3},
+        "teacher": ["d", "a", "c", "b"],
+    })
+    m = target_matrix(slate, "relevance")
+    # b (grade 2) takes position 0; c and d (grade 1) share 1-2; a (unjudged) takes 3.
+    np.testing.assert_allclose(m, [[0, 0, 0, 1], [1, 0, 0, 0], [0, .5, .5, 0], [0, .5, .5, 0]])
+    t = target_matrix(slate, "teacher+relevance")
+    # Grades first, the teacher's order within each: b, then d before c, then a.
+    np.testing.assert_allclose(t, [[0, 0, 0, 1], [1, 0, 0, 0], [0, 0, 1, 0], [0, 1, 0, 0]])
+    slate.relevance = {"a": 0}
+    with pytest.raises(ValueError, match="no candidate graded above 0"):
+        target_matrix(slate, "relevance")

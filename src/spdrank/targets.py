@@ -8,6 +8,10 @@
   items, so the target spreads mass uniformly there rather than inventing an order.
 - ``teacher+clicks``: the teacher's ranking with the clicked items moved to the top, each
   group keeping the teacher's order (ours, beyond the paper).
+- ``relevance``: graded judgements, as clicks are binary ones: candidates of a higher grade
+  take the earlier positions, each grade's candidates sharing their block uniformly
+  (candidates without a judgement count as grade 0).
+- ``teacher+relevance``: the teacher's ranking within each grade, the grades in order.
 """
 
 from __future__ import annotations
@@ -16,7 +20,9 @@ import numpy as np
 
 from spdrank.slates import Slate
 
-TARGETS = ("teacher", "clicks", "teacher+clicks")
+TARGETS = ("teacher", "clicks", "teacher+clicks", "relevance", "teacher+relevance")
+#: The targets that read graded judgements (``relevance``).
+RELEVANCE_TARGETS = ("relevance", "teacher+relevance")
 #: How the loss weighs a target's positions (:func:`spdrank.sinkhorn.permutation_cross_entropy`).
 POSITION_WEIGHTS = ("uniform", "dcg")
 
@@ -48,6 +54,27 @@ def _teacher_matrix(slate: Slate, with_clicks: bool) -> np.ndarray:
     return _block_matrix(slate.docids, ranking, keys)
 
 
+def grades(slate: Slate) -> dict[str, int]:
+    """Each candidate's grade in the slate's judgements (0 when unjudged)."""
+    judged = slate.relevance or {}
+    return {d: judged.get(d, 0) for d in slate.docids}
+
+
+def has_relevant_candidate(slate: Slate) -> bool:
+    """Whether a relevance target can learn anything: some candidate is graded above 0."""
+    return any(g > 0 for g in grades(slate).values())
+
+
+def _relevance_matrix(slate: Slate, with_teacher: bool) -> np.ndarray:
+    """Grades in order, best first; within a grade, shared uniformly or in the teacher's order."""
+    grade = grades(slate)
+    if with_teacher:
+        ranking = sorted(slate.teacher, key=lambda d: -grade[d])  # stable: the teacher's order
+        return _block_matrix(slate.docids, ranking, list(range(len(ranking))))
+    ranking = sorted(slate.docids, key=lambda d: -grade[d])
+    return _block_matrix(slate.docids, ranking, [grade[d] for d in ranking])
+
+
 def clicks_first(ranking: list[str], clicked: list[str]) -> list[str]:
     """``ranking`` with the clicked items moved to the top, both groups in their given order."""
     hit = set(clicked)
@@ -60,13 +87,20 @@ def target_matrix(slate: Slate, kind: str) -> np.ndarray:
     n = len(docids)
     if kind not in TARGETS:
         raise ValueError(f"unknown target {kind!r}: choose one of {list(TARGETS)}")
-    if kind in ("teacher", "teacher+clicks") and slate.teacher is None:
+    if kind in ("teacher", "teacher+clicks", "teacher+relevance") and slate.teacher is None:
         raise ValueError(
             f"slate {slate.query.qid!r} has no 'teacher' ranking; label it with `spdrank teacher` "
             "or train with --target clicks"
         )
     if kind in ("clicks", "teacher+clicks") and not slate.clicked:
         raise ValueError(f"slate {slate.query.qid!r} has no 'clicked' items for target {kind!r}")
+    if kind in RELEVANCE_TARGETS:
+        if not has_relevant_candidate(slate):
+            raise ValueError(
+                f"slate {slate.query.qid!r} has no candidate graded above 0 in 'relevance' for "
+                f"target {kind!r}"
+            )
+        return _relevance_matrix(slate, with_teacher=kind == "teacher+relevance")
     if kind in ("teacher", "teacher+clicks"):
         return _teacher_matrix(slate, with_clicks=kind == "teacher+clicks")
     hit = set(slate.clicked)

@@ -44,7 +44,7 @@ from spdrank.progress import Progress
 from spdrank.slate_source import SkipSlate, open_slate_source
 from spdrank.slates import Slate, load_slates, read_slates
 from spdrank.state_cache import StateCache, open_state_cache
-from spdrank.targets import target_matrix
+from spdrank.targets import RELEVANCE_TARGETS, has_relevant_candidate, target_matrix
 from spdrank.train_config import TrainConfig
 from spdrank.warm_start import warm_start
 
@@ -135,7 +135,8 @@ def _dropout_seed(seed: int, process: int) -> int:
 def evaluate_model(
     model: SPDRanker, slates: list[Slate], batch_size: int = 4, cache: StateCache | None = None
 ) -> dict[str, float | None]:
-    """Mean metrics of the model on ``slates`` (clicks, and teacher agreement when labelled);
+    """Mean metrics of the model on ``slates`` (clicks or graded judgements, and teacher
+    agreement when labelled);
     ``cache``: the slates' cached states, read instead of running the backbone."""
     per_slate = []
     for i in range(0, len(slates), batch_size):
@@ -144,7 +145,7 @@ def evaluate_model(
         for slate, ranking in zip(chunk, model.rank_batch(chunk, batch=batch)):
             per_slate.append(slate_metrics(
                 ranking.docids, slate.docids, slate.clicked, slate.teacher,
-                teacher_scores=slate.teacher_scores,
+                teacher_scores=slate.teacher_scores, judgements=slate.relevance,
             ))
     return {name: s.mean for name, s in aggregate(per_slate).items()}
 
@@ -182,14 +183,14 @@ class Trainer:
             if cfg.cache_states:
                 raise ValueError(
                     f"--cache-states caches every slate of {cfg.slates} in file order, but "
-                    f"{self.source.skipped} have no clicked item to train on (the first: "
-                    f"{self.source.skip_reason}): remove them from the file, or pass "
-                    "--require-clicks to see each"
+                    f"{self.source.skipped} have nothing to train on for --target "
+                    f"{cfg.target} (the first: {self.source.skip_reason}): remove them from "
+                    "the file, or pass --require-clicks to see each"
                 )
             log.warning(
-                "left out %d slates without a clicked item (the first: %s); "
+                "left out %d slates with nothing to train on for --target %s (the first: %s); "
                 "--require-clicks refuses such a file",
-                self.source.skipped, self.source.skip_reason,
+                self.source.skipped, cfg.target, self.source.skip_reason,
             )
         evaluates = cfg.eval_slates and self.accelerator.is_main_process  # the others train only
         self.eval_slates = load_slates(cfg.eval_slates, limit=cfg.eval_limit) if evaluates else []
@@ -263,8 +264,10 @@ class Trainer:
                 f"{self.positions} rank positions (--positions)"
             )
         unclicked = not slate.clicked and self.cfg.target in CLICK_TARGETS
-        if unclicked and not self.cfg.require_clicks:
-            raise SkipSlate(f"slate {slate.query.qid!r} has no clicked item")
+        unjudged = self.cfg.target in RELEVANCE_TARGETS and not has_relevant_candidate(slate)
+        if (unclicked or unjudged) and not self.cfg.require_clicks:
+            what = "clicked item" if unclicked else "relevant candidate"
+            raise SkipSlate(f"slate {slate.query.qid!r} has no {what}")
         target_matrix(slate, self.cfg.target)  # raises when the target's labels are missing
 
     # -- state -----------------------------------------------------------------------------

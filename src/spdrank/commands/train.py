@@ -19,9 +19,12 @@ _HELP = {
     "slates": "training slates (JSONL, .gz too)",
     "out": "run directory: the model lands in OUT/model; OUT/state makes the run resumable",
     "eval_slates": "slates for periodic evaluation (a slice: --eval-limit)",
-    "require_clicks": "with --target clicks (or teacher+clicks): refuse a file holding a "
-    "slate without a clicked item (default: leave such slates out, and count them)",
-    "target": "what to imitate: the teacher's ranking, clicks first, or both",
+    "require_clicks": "with --target clicks (or teacher+clicks, relevance, teacher+relevance): "
+    "refuse a file holding a slate without a clicked item (or a candidate graded above 0) "
+    "(default: leave such slates out, and count them)",
+    "target": "what to imitate: the teacher's ranking, clicks first, or both; relevance: the "
+    "slates' graded judgements, higher grades first (teacher+relevance: the teacher's order "
+    "within each grade)",
     "frozen": "freeze the backbone (no LoRA): only the head learns",
     "backbone": "Hugging Face model id or local path; 'bundled' = SmolLM2-135M-Instruct; "
     "'config:PATH' = the shape of the Hugging Face config.json at PATH with RANDOM weights "
