@@ -273,6 +273,8 @@ def test_labels_record_the_template_and_the_default_adds_nothing(tmp_path):
     assert all("prompt" not in r for r in default)
     assert all(TEACHER_PROMPT_FIELD not in s.extra
                for s in load_slates(tmp_path / "a" / "labels.slates.jsonl"))
+    old = read_labels(tmp_path / "a" / "labels.jsonl")  # as files written before templates
+    assert {label.template for label in old.values()} == {RECOMMENDATION}
     searched = run_teacher(tmp_path / "b", "--prompt", "search")
     assert all(r["prompt"] == SEARCH.to_dict() for r in searched)
     labels = read_labels(tmp_path / "b" / "labels.jsonl")
