@@ -3,6 +3,8 @@
     spdrank serve --model runs/beauty-clicks [--host 127.0.0.1 --port 8000]
         [--max-batch-size 8] [--max-wait-ms 5] [--max-queue 64] [--max-body-bytes 1000000]
         [--batch-policy auto|padded|bucketed|single] [--max-padding 0.1]
+        [--header-timeout 10] [--body-timeout 30] [--keep-alive-timeout 5]
+        [--api-key-file PATH]   (or the key in $SPDRANK_API_KEY)
 
 ``POST /v1/rerank`` (also ``/rerank``, ``/v2/rerank``) speaks the Cohere / vLLM / Jina rerank
 API; ``POST /v1/rank`` takes one spdrank slate. Concurrent requests are micro-batched; the
@@ -22,6 +24,7 @@ from typing import Any
 # FastAPI and torch only when asked for them): the settings are the one source of the
 # server's flags, their defaults, choices and help.
 from spdrank.commands.rank import DTYPES, add_prompt_argument, check_prompt
+from spdrank.serving.auth import ENV_VAR, load_api_key
 from spdrank.serving.settings import ServeSettings
 
 _TYPES = {"int": int, "float": float, "str": str}
@@ -60,10 +63,29 @@ def register(sub: Any) -> None:
     )
     add_prompt_argument(p)
     p.add_argument(
+        "--api-key-file",
+        metavar="PATH",
+        help="require 'Authorization: Bearer <key>' with the key in this file (or in "
+        f"${ENV_VAR}; never on the command line, where the process list shows it); "
+        "health, metrics and docs stay open",
+    )
+    # Named so that argparse does not read "--api-key KEY" as an abbreviated --api-key-file.
+    p.add_argument("--api-key", nargs="?", action=_RefuseKeyOnCommandLine, help=argparse.SUPPRESS)
+    p.add_argument(
         "--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"]
     )
     add_trust_remote_code(p)
     p.set_defaults(func=run)
+
+
+class _RefuseKeyOnCommandLine(argparse.Action):
+    """``--api-key``: refused, since a key on the command line is in the process list."""
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: Any, **__: Any) -> None:
+        parser.error(
+            f"--api-key: the key is never taken on the command line; put it in ${ENV_VAR} "
+            "or in a file given to --api-key-file"
+        )
 
 
 def _flag(name: str) -> str:
@@ -86,11 +108,13 @@ def run(args: argparse.Namespace) -> int:
     if args.port < 0:
         raise ValueError("--port must be positive")
     settings = settings_from_args(args)
+    api_key = load_api_key(args.api_key_file)
 
     try:
         import uvicorn
 
         from spdrank.serving import create_app
+        from spdrank.serving.deadlines import uvicorn_options
     except ImportError as exc:
         raise ValueError(
             f"spdrank serve needs FastAPI and uvicorn ({exc}): pip install 'spdrank[serve]'"
@@ -114,7 +138,14 @@ def run(args: argparse.Namespace) -> int:
         Candidate(str(i), {"text": text}, features=features)
         for i, text in enumerate(("first candidate", "second candidate"))
     ]))
-    app = create_app(model, settings, name=name)
+    app = create_app(model, settings, name=name, api_key=api_key)
     print(f"spdrank serve: {name} on http://{args.host}:{args.port} (docs: {DOCS_PATH})", flush=True)
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, workers=1)
+    uvicorn.run(
+        app,
+        host=args.host,
+        port=args.port,
+        log_level=args.log_level,
+        workers=1,
+        **uvicorn_options(settings),
+    )
     return 0

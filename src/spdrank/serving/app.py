@@ -3,20 +3,24 @@
 :func:`create_app` only assembles: the engine under the settings' batch policy, the batcher
 that feeds it, the gate, the error contract (``errors.py``), the routes (requests become
 slates in ``intake.py``, answers are built in ``replies.py``) and the OpenAPI document
-(``openapi.py``). Every request is validated completely on the event loop before it is
-queued; inference happens only in the batcher's worker thread. The error contract is in
-docs/serving.md.
+(``openapi.py``), and the documentation pages, whose scripts and styles are served from
+the ``fastapi-offline`` package rather than a CDN. Every request is validated completely on
+the event loop before it is queued; inference happens only in the batcher's worker thread,
+and a request whose client disconnects while it waits is taken out of the queue. The error
+contract is in docs/serving.md.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
+from fastapi_offline import FastAPIOffline
 
 from spdrank import __version__
 from spdrank.serving.batcher import Done, MicroBatcher
@@ -29,6 +33,7 @@ from spdrank.serving.openapi import ERROR_RESPONSES, RANK_BODY, RERANK_BODY, ins
 from spdrank.serving.policy import collector_limits
 from spdrank.serving.replies import rank_reply, rerank_reply
 from spdrank.serving.routes import (
+    DOCS_ASSETS_PATH,
     DOCS_PATH,
     HEALTH_PATH,
     METRICS_PATH,
@@ -50,14 +55,20 @@ __all__ = ["ApiError", "ServeSettings", "create_app"]
 log = logging.getLogger(__name__)
 
 Batcher = MicroBatcher[Slate, Ranked]
+T = TypeVar("T")
 
 
 def create_app(
-    model: SPDRanker | Engine, settings: ServeSettings | None = None, name: str | None = None
+    model: SPDRanker | Engine,
+    settings: ServeSettings | None = None,
+    name: str | None = None,
+    api_key: str | None = None,
 ) -> FastAPI:
     """The app serving ``model`` (an SPDRanker, or an Engine wrapping one) under ``name``.
 
     The settings' batch policy is applied to the engine (``auto`` resolved for its device).
+    With ``api_key``, every route but the open ones (:func:`spdrank.serving.auth.is_open`)
+    needs ``Authorization: Bearer <api_key>``.
     """
     settings = settings or ServeSettings()
     engine = model if isinstance(model, Engine) else Engine(model, name or model.name)
@@ -74,7 +85,7 @@ def create_app(
         metrics=metrics,
         parts=engine.rank_parts,
     )
-    app = FastAPI(
+    app = FastAPIOffline(
         title="spdrank",
         version=__version__,
         description="Single-pass generative reranking. Cohere/vLLM/Jina-compatible `/v1/rerank`, "
@@ -83,16 +94,23 @@ def create_app(
         docs_url=DOCS_PATH,
         redoc_url=REDOC_PATH,
         openapi_url=OPENAPI_PATH,
+        static_url=DOCS_ASSETS_PATH,
     )
     app.state.engine = engine
     app.state.batcher = batcher
     app.state.metrics = metrics
     app.state.settings = settings
-    app.add_middleware(Gate, max_body_bytes=settings.max_body_bytes, metrics=metrics)
+    app.add_middleware(
+        Gate,
+        max_body_bytes=settings.max_body_bytes,
+        metrics=metrics,
+        body_timeout=settings.body_timeout,
+        api_key=api_key,
+    )
     install_error_handlers(app, metrics)
     _add_ranking_routes(app, engine, batcher)
     _add_status_routes(app, engine, batcher, metrics)
-    install_openapi(app)
+    install_openapi(app, bearer=api_key is not None)
     return app
 
 
@@ -128,13 +146,13 @@ def _add_ranking_routes(app: FastAPI, engine: Engine, batcher: Batcher) -> None:
     """``POST /v1/rerank`` (and its aliases) and ``POST /v1/rank``: each turns its body into a
     slate (intake), queues it, and answers with its ranking (replies)."""
 
-    async def submit(slate: Slate) -> Done[Ranked]:
+    async def submit(request: Request, slate: Slate) -> Done[Ranked]:
         with batcher_errors():
-            return await batcher.submit(slate)
+            return await until_disconnected(request, batcher.submit(slate))
 
     async def rerank(request: Request) -> JSONResponse:
         req = rerank_request(await json_body(request), engine)
-        done = await submit(rerank_slate(req, engine))
+        done = await submit(request, rerank_slate(req, engine))
         return JSONResponse(rerank_reply(req, engine.name, request, done))
 
     for path in RERANK_PATHS:
@@ -157,8 +175,37 @@ def _add_ranking_routes(app: FastAPI, engine: Engine, batcher: Batcher) -> None:
     )
     async def rank(request: Request) -> JSONResponse:
         slate = admit(await json_body(request), engine)
-        done = await submit(slate)
+        done = await submit(request, slate)
         return JSONResponse(rank_reply(slate, request, done))
+
+
+async def until_disconnected(request: Request, work: Awaitable[T]) -> T:
+    """``work``'s result; if the client disconnects first, ``work`` is cancelled (a batcher
+    submit then leaves the queue) and the request ends with 499 ``client_closed``, which
+    only the metrics see.
+
+    The request's body has been read, so what its ASGI channel delivers next is the
+    disconnect: the server's (uvicorn's) when the client closes, or half-closes, its side.
+    """
+    task = asyncio.ensure_future(work)
+    gone = asyncio.ensure_future(_disconnect(request))
+    try:
+        await asyncio.wait((task, gone), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        gone.cancel()
+        if not task.done():
+            task.cancel()
+    if task.done() and not task.cancelled():
+        return task.result()
+    raise ApiError(
+        499, "the client disconnected before its answer was ready", "client_closed"
+    )
+
+
+async def _disconnect(request: Request) -> None:
+    """Return once the client of ``request`` (its body already read) has gone."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
 
 
 def _add_status_routes(

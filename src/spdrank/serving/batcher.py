@@ -16,7 +16,10 @@ arrive close together are grouped. The design is the usual one for a single mode
   answer actually cost;
 * admission is bounded: past ``max_queue`` waiting items :meth:`MicroBatcher.submit` raises
   :class:`QueueFullError` at once (the server answers 503 + Retry-After) instead of letting
-  latency grow without limit.
+  latency grow without limit;
+* a submit cancelled while its item waits (the server cancels it when the client
+  disconnects) gives its place in the queue back at once, and the collector passes the item
+  over instead of running it: nobody is left to read its answer.
 
 A batch (or part) that raises is retried one item at a time, so one bad slate (or an
 out-of-memory on a large batch) fails only the requests that fail alone; the collector itself
@@ -81,6 +84,8 @@ class _Job(Generic[T, R]):
     item: T
     future: asyncio.Future[Done[R]]
     admitted: float  # time.perf_counter()
+    taken: bool = False  # into a batch by the collector
+    dropped: bool = False  # abandoned by its submitter before it was taken
 
 
 class MicroBatcher(Generic[T, R]):
@@ -162,9 +167,25 @@ class MicroBatcher(Generic[T, R]):
             self.metrics.rejected.inc()
             raise QueueFullError(self.retry_after())
         future: asyncio.Future[Done[R]] = asyncio.get_running_loop().create_future()
+        job = _Job(item, future, time.perf_counter())
         self._set_pending(self._pending + 1)
-        self._queue.put_nowait(_Job(item, future, time.perf_counter()))
-        return await future
+        self._queue.put_nowait(job)
+        try:
+            return await future
+        except asyncio.CancelledError:
+            if not job.taken and not job.dropped:
+                job.dropped = True
+                self._set_pending(self._pending - 1)
+                self.metrics.abandoned.inc()
+            raise
+
+    def _claim(self, job: _Job[T, R]) -> bool:
+        """Take ``job`` into the batch being gathered, unless its submitter abandoned it."""
+        if job.dropped:
+            return False
+        job.taken = True
+        self._set_pending(self._pending - 1)
+        return True
 
     def _set_pending(self, value: int) -> None:
         self._pending = value
@@ -173,20 +194,24 @@ class MicroBatcher(Generic[T, R]):
     async def _gather(self) -> list[_Job[T, R]]:
         """The next batch: the oldest job plus whatever joins before the size or time limit."""
         assert self._queue is not None
-        batch = [await self._queue.get()]
-        deadline = batch[0].admitted + self.max_wait_s
+        first = await self._queue.get()
+        while not self._claim(first):
+            first = await self._queue.get()
+        batch = [first]
+        deadline = first.admitted + self.max_wait_s
         while len(batch) < self.max_batch_size:
             if not self._queue.empty():
-                batch.append(self._queue.get_nowait())
-                continue
-            remaining = deadline - time.perf_counter()
-            if remaining <= 0:
-                break
-            try:
-                batch.append(await asyncio.wait_for(self._queue.get(), remaining))
-            except asyncio.TimeoutError:
-                break
-        self._set_pending(self._pending - len(batch))
+                job = self._queue.get_nowait()
+            else:
+                remaining = deadline - time.perf_counter()
+                if remaining <= 0:
+                    break
+                try:
+                    job = await asyncio.wait_for(self._queue.get(), remaining)
+                except asyncio.TimeoutError:
+                    break
+            if self._claim(job):
+                batch.append(job)
         return batch
 
     async def _collect(self) -> None:
@@ -194,6 +219,8 @@ class MicroBatcher(Generic[T, R]):
         while True:
             batch = await self._gather()
             live = [job for job in batch if not job.future.done()]  # skip cancelled clients
+            if len(live) < len(batch):
+                self.metrics.abandoned.inc(len(batch) - len(live))
             if not live:
                 continue
             try:

@@ -1,18 +1,22 @@
-"""The ASGI middleware every request passes first: body size limit, timing, counting.
+"""The ASGI middleware every request passes first: API key, body size limit and deadline,
+timing, counting.
 
 Pure ASGI rather than Starlette's ``BaseHTTPMiddleware``, so it can refuse an over-large
-body while reading it (a chunked upload has no Content-Length to check) and so the 413 it
-sends is counted and timed like any other response.
+body while reading it (a chunked upload has no Content-Length to check), refuse a request
+without the API key before reading its body at all, and so the 401, 408 and 413 it sends are
+counted and timed like any other response.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from spdrank.serving.auth import authorized, is_open
 from spdrank.serving.metrics import ServerMetrics
 from spdrank.serving.routes import route_label
 
@@ -26,12 +30,23 @@ def error_json(status: int, message: str, kind: str, param: str | None = None) -
 
 
 class Gate:
-    """Reads the body up to ``max_body_bytes`` (413 past it), then times and counts the request."""
+    """Checks the API key (401), reads the body up to ``max_body_bytes`` (413 past it) within
+    ``body_timeout`` seconds (408 past it), then times and counts the request."""
 
-    def __init__(self, app: ASGIApp, *, max_body_bytes: int, metrics: ServerMetrics) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        max_body_bytes: int,
+        metrics: ServerMetrics,
+        body_timeout: float = 30.0,
+        api_key: str | None = None,
+    ) -> None:
         self.app = app
         self.max_body_bytes = max_body_bytes
         self.metrics = metrics
+        self.body_timeout = body_timeout
+        self.api_key = api_key
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -49,7 +64,14 @@ class Gate:
             await send(message)
 
         try:
-            body = await self._read_body(scope, receive)
+            if not self._authorized(scope):
+                await self._refuse(scope, receive, send_counted, route)
+                return
+            try:
+                body = await asyncio.wait_for(self._read_body(scope, receive), self.body_timeout)
+            except asyncio.TimeoutError:
+                await self._too_slow(scope, receive, send_counted, route)
+                return
             if body is None:
                 await self._too_large(scope, receive, send_counted, route)
                 return
@@ -102,13 +124,52 @@ class Gate:
             if not message.get("more_body", False):
                 return b"".join(chunks)
 
+    def _authorized(self, scope: Scope) -> bool:
+        """Whether the request may go on: no key is set, its path is open, or it has the key."""
+        return (
+            self.api_key is None
+            or is_open(scope.get("path", ""))
+            or authorized(scope.get("headers", ()), self.api_key)
+        )
+
     async def _too_large(self, scope: Scope, receive: Receive, send: Send, route: str) -> None:
-        self.metrics.errors.inc(route=route, type="body_too_large")
         message = f"the request body is larger than the limit of {self.max_body_bytes} bytes"
+        await self._close_with(scope, receive, send, route, 413, message, "body_too_large")
+
+    async def _too_slow(self, scope: Scope, receive: Receive, send: Send, route: str) -> None:
+        message = f"the request body did not arrive within {self.body_timeout:g} s"
+        await self._close_with(scope, receive, send, route, 408, message, "body_timeout")
+
+    async def _refuse(self, scope: Scope, receive: Receive, send: Send, route: str) -> None:
+        has_header = any(name == b"authorization" for name, _ in scope.get("headers", ()))
+        message = (
+            "the API key is not valid"
+            if has_header
+            else "this server needs an API key: send 'Authorization: Bearer <key>'"
+        )
+        await self._close_with(
+            scope, receive, send, route, 401, message, "unauthorized",
+            {"WWW-Authenticate": "Bearer"},
+        )
+
+    async def _close_with(
+        self,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        route: str,
+        status: int,
+        message: str,
+        kind: str,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        """Answer ``status`` in the error shape and close the connection: the body may not
+        have been read to its end, so the connection cannot carry another request."""
+        self.metrics.errors.inc(route=route, type=kind)
         response = JSONResponse(
-            error_json(413, message, "body_too_large"),
-            status_code=413,
-            headers={"Connection": "close"},
+            error_json(status, message, kind),
+            status_code=status,
+            headers={"Connection": "close", **(headers or {})},
         )
         await response(scope, receive, send)
 

@@ -167,6 +167,11 @@ class ServerMetrics:
         self.rejected = Counter(
             "spdrank_rejected_total", "Requests refused because the queue was full.", lock
         )
+        self.abandoned = Counter(
+            "spdrank_abandoned_total",
+            "Queued requests dropped unrun because their client disconnected.",
+            lock,
+        )
 
     def families(self) -> Iterable[_Family]:
         return (
@@ -178,6 +183,7 @@ class ServerMetrics:
             self.batch_size,
             self.queue_depth,
             self.rejected,
+            self.abandoned,
         )
 
     def render(self) -> str:

@@ -12,6 +12,7 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
+from spdrank.serving.auth import is_open
 from spdrank.serving.schemas import ErrorResponse, RerankRequest
 
 #: The rerank routes' request body: the :class:`RerankRequest` model.
@@ -24,12 +25,16 @@ RERANK_BODY: dict[str, Any] = {
 
 #: The error answers every route documents.
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
-    code: {"model": ErrorResponse} for code in (400, 404, 413, 422, 500, 503)
+    code: {"model": ErrorResponse} for code in (400, 401, 404, 408, 413, 422, 500, 503)
 }
 
 
-def install_openapi(app: FastAPI) -> None:
-    """Serve FastAPI's schema plus the rerank request model, built once on first request."""
+def install_openapi(app: FastAPI, bearer: bool = False) -> None:
+    """Serve FastAPI's schema plus the rerank request model, built once on first request.
+
+    With ``bearer`` (the server has an API key), the routes that need the key say so, which
+    gives the documentation page the button to enter it.
+    """
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema:
@@ -43,6 +48,13 @@ def install_openapi(app: FastAPI) -> None:
         components = schema.setdefault("components", {}).setdefault("schemas", {})
         components.update(request_schema.pop("$defs", {}))
         components["RerankRequest"] = request_schema
+        if bearer:
+            bearer_scheme = {"type": "http", "scheme": "bearer"}
+            schema["components"]["securitySchemes"] = {"bearer": bearer_scheme}
+            for path, operations in schema.get("paths", {}).items():
+                if not is_open(path):
+                    for operation in operations.values():
+                        operation["security"] = [{"bearer": []}]
         app.openapi_schema = schema
         return schema
 

@@ -14,17 +14,22 @@ METRICS_PATH = "/metrics"
 DOCS_PATH = "/docs"
 REDOC_PATH = "/redoc"
 OPENAPI_PATH = "/openapi.json"
+#: Where the documentation pages' scripts and styles are served from (no CDN: the pages work
+#: offline).
+DOCS_ASSETS_PATH = "/docs-assets"
 
 #: Paths reported by name in metrics; anything else is "other", so scanners probing random
 #: URLs cannot blow up the number of series.
 KNOWN_ROUTES = frozenset(
     (
         *RERANK_PATHS, RANK_PATH, MODELS_PATH, HEALTH_PATH, METRICS_PATH,
-        DOCS_PATH, REDOC_PATH, OPENAPI_PATH,
+        DOCS_PATH, REDOC_PATH, OPENAPI_PATH, DOCS_ASSETS_PATH,
     )
 )
 
 
 def route_label(path: str) -> str:
-    """The metrics label of a request for ``path``."""
+    """The metrics label of a request for ``path`` (every documentation asset is one route)."""
+    if path.startswith(DOCS_ASSETS_PATH + "/"):
+        return DOCS_ASSETS_PATH
     return path if path in KNOWN_ROUTES else "other"

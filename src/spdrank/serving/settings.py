@@ -30,7 +30,9 @@ class ServeSettings:
     """The server's knobs (``spdrank serve`` flags); each field's help is in its metadata.
 
     ``batch_policy`` and ``max_padding`` are the batch policy's (see
-    :mod:`spdrank.serving.policy`); the rest size the batcher's queue and batches and the gate.
+    :mod:`spdrank.serving.policy`); the timeouts are the deadlines slow clients get
+    (:mod:`spdrank.serving.deadlines`); the rest size the batcher's queue and batches and the
+    gate.
     """
 
     max_batch_size: int = _knob(8, "slates per prefill (1 = no batching)", minimum=1)
@@ -54,6 +56,25 @@ class ServeSettings:
         DEFAULT_MAX_PADDING,
         "bucketed: padded positions a prefill may hold, as a share of its real tokens",
         minimum=0,
+    )
+
+    header_timeout: float = _knob(
+        10.0,
+        "seconds a connection has to send a request's headers (the first request's from "
+        "connecting, a later one's from its first byte); past it the server answers 408 and "
+        "closes the connection",
+        minimum=0.1,
+    )
+    body_timeout: float = _knob(
+        30.0,
+        "seconds a request has to send its whole body once its headers are in; past it the "
+        "server answers 408 and closes the connection",
+        minimum=0.1,
+    )
+    keep_alive_timeout: float = _knob(
+        5.0,
+        "seconds an idle keep-alive connection stays open between requests",
+        minimum=0.1,
     )
 
     def __post_init__(self) -> None:
