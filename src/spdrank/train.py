@@ -299,10 +299,13 @@ class Trainer:
         if not (state / "trainer.json").exists():
             return False
         meta = json.loads((state / "trainer.json").read_text())
-        if meta["config"] != self._state_meta()["config"]:
-            changed = sorted(
-                k for k in meta["config"] if meta["config"][k] != self._state_meta()["config"].get(k)
-            )
+        # A setting added since the run was saved held its default then.
+        defaults = asdict(TrainConfig(slates=self.cfg.slates, out=self.cfg.out))
+        saved = defaults | meta["config"]
+        current = self._state_meta()["config"]
+        if saved != current:
+            changed = sorted(k for k in saved.keys() | current.keys()
+                             if saved.get(k) != current.get(k))
             raise ValueError(
                 f"{state} holds a run with different settings ({', '.join(changed)}); "
                 "use another --out or delete that directory to start over"
