@@ -383,3 +383,13 @@ def test_a_lora_checkpoint_still_loads_to_the_same_scores(tmp_path, tiny_backbon
     again = SPDRanker.from_pretrained(tmp_path / "ckpt")
     np.testing.assert_allclose(again.score_matrix(slate), before, rtol=1e-5, atol=1e-6)
     assert any(p.requires_grad for n, p in again.backbone.named_parameters() if "lora_" in n)
+
+
+@pytest.mark.parametrize("field,value,phrase", [
+    ("max_item_tokens", 1e9, "prompt.max_item_tokens must be an integer"),
+    ("max_query_tokens", 10**12, "prompt.max_query_tokens must be between 1 and"),
+])
+def test_token_budgets_are_bounded(tmp_path, features_model, capsys, field, value, phrase):
+    ckpt = copy_checkpoint(features_model, tmp_path / "ckpt")
+    edit_config(ckpt / "config.json", lambda c: c["prompt"].update({field: value}))
+    assert phrase in rank_error(tmp_path, ckpt, capsys)

@@ -33,6 +33,7 @@ from torch import nn
 from spdrank.atomic_dir import atomic_directory
 from spdrank.backbone import (
     BackboneConfig,
+    bounded_int,
     last_hidden,
     last_token_logits,
     load_backbone,
@@ -60,6 +61,9 @@ ADAPTER_DIR = "adapter"
 FORMAT_VERSION = 1
 #: The checkpoint formats this version reads.
 SUPPORTED_FORMAT_VERSIONS = (FORMAT_VERSION,)
+#: The largest token budget (per item, per user context) a checkpoint may set: far past any
+#: model's context.
+MAX_TOKEN_BUDGET = 1 << 20
 
 
 @dataclass
@@ -97,10 +101,15 @@ class SPDConfig:
                 f"format_version {version!r} is not one this spdrank reads (it reads "
                 f"{', '.join(map(str, SUPPORTED_FORMAT_VERSIONS))})"
             )
+        prompt = PromptSettings.from_dict(data["prompt"])
+        # Token budgets: what the prompt is cut to, and what its texts are cut to before
+        # they are tokenized.
+        bounded_int(prompt.max_item_tokens, "prompt.max_item_tokens", 1, MAX_TOKEN_BUDGET)
+        bounded_int(prompt.max_query_tokens, "prompt.max_query_tokens", 1, MAX_TOKEN_BUDGET)
         return cls(
             backbone=BackboneConfig.from_dict(data["backbone"]),
             head=HeadConfig.from_dict(data["head"]),
-            prompt=PromptSettings.from_dict(data["prompt"]),
+            prompt=prompt,
             decoder=data.get("decoder", UNNAMED_DECODER),
             text_fields=tuple(data.get("text_fields", TEXT_FIELDS)),
             features=(

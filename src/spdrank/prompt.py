@@ -62,6 +62,11 @@ MAX_LITERALS = 4_096
 #: Longer texts are tokenized every time rather than cached, so a few huge texts cannot fill
 #: memory with their keys.
 MAX_CACHED_CHARS = 2_048
+#: Characters of a text tokenized per token of its budget: a text is cut to this many times
+#: its budget before it is tokenized (its head for an item, its end for a user context), so
+#: a huge title costs what its budget does. Tokens average a few characters and rarely
+#: exceed a few dozen, so the kept tokens of any ordinary text are unchanged.
+CHARS_PER_TOKEN_BOUND = 64
 
 
 @dataclass
@@ -309,18 +314,22 @@ class PromptBuilder:
         ``query``, its tokens (its end kept, up to the query budget), from the caches or from
         one tokenizer call for all the texts they lack."""
         budget = self.settings.max_item_tokens
+        chars = budget * CHARS_PER_TOKEN_BOUND
+        query_chars = self.settings.max_query_tokens * CHARS_PER_TOKEN_BOUND
         found = self._items.get_many(texts)
         missing = list(dict.fromkeys(t for t, f in zip(texts, found) if f is None))
         query_tokens = self._queries.get(query) if query is not None else ((), False)
-        asked = missing if query_tokens is not None else [*missing, query]
+        asked = [t[:chars] for t in missing]
+        if query_tokens is None:
+            asked.append(query[-query_chars:])
         encoded = self._encode_many(asked)
         fresh: dict[str, Tokens] = {}
         for text, ids in zip(missing, encoded):
-            fresh[text] = (tuple(ids[:budget]), len(ids) > budget)
+            fresh[text] = (tuple(ids[:budget]), len(ids) > budget or len(text) > chars)
             self._items.put(text, fresh[text])
         if query_tokens is None:
             ids = encoded[-1]
-            cut = len(ids) > self.settings.max_query_tokens
+            cut = len(ids) > self.settings.max_query_tokens or len(query) > query_chars
             query_tokens = (tuple(ids[-self.settings.max_query_tokens :] if cut else ids), cut)
             self._queries.put(query, query_tokens)
         items = [f if f is not None else fresh[t] for t, f in zip(texts, found)]

@@ -44,7 +44,7 @@ from dataclasses import dataclass
 
 import torch
 
-from spdrank.prompt import template_around
+from spdrank.prompt import CHARS_PER_TOKEN_BOUND, template_around
 from spdrank.prompt_templates import DEFAULT_TEMPLATE, PromptTemplate
 from spdrank.slates import Slate
 from spdrank.teacher.backends import Generation, Job, Outcome
@@ -111,6 +111,10 @@ class LikelihoodBackend:
         out = self.tokenizer(text, add_special_tokens=False, split_special_tokens=not specials)
         return list(out["input_ids"])
 
+    def _head(self, text: str) -> str:
+        """``text`` cut to what ``max_item_tokens`` tokens can hold, before it is tokenized."""
+        return text[: self.max_item_tokens * CHARS_PER_TOKEN_BOUND]
+
     def prompt_ids(self, history: str | None) -> list[int]:
         """The history prompt's token ids (the neutral prompt's with ``history=None``).
 
@@ -120,7 +124,9 @@ class LikelihoodBackend:
         t = self.template
         body: list[int] = []
         if history is not None:
-            query = self._ids(history)[-self.max_query_tokens :]
+            query = self._ids(history[-self.max_query_tokens * CHARS_PER_TOKEN_BOUND :])[
+                -self.max_query_tokens :
+            ]
             body = self._ids(t.context_header + "\n") + query + self._ids("\n\n")
         if self._ends is not None:
             before, after = self._ends
@@ -137,7 +143,8 @@ class LikelihoodBackend:
         """Each candidate's title tokens, cut to ``max_item_tokens``."""
         lead = "" if self._ends is not None else " "
         texts = slate.candidate_texts()
-        return [self._ids(lead + text if text else "")[: self.max_item_tokens] for text in texts]
+        return [self._ids(lead + self._head(text) if text else "")[: self.max_item_tokens]
+                for text in texts]
 
     def passage_prompt_ids(self, slate: Slate) -> list[list[int]]:
         """The ``query`` kind's prompt for each candidate: the scoring text around its text
@@ -159,7 +166,7 @@ class LikelihoodBackend:
         else:
             head = self._bos() + head
         return [
-            head + self._ids(lead + text)[: self.max_item_tokens] + tail
+            head + self._ids(lead + self._head(text))[: self.max_item_tokens] + tail
             for text in slate.candidate_texts()
         ]
 
@@ -167,7 +174,8 @@ class LikelihoodBackend:
         """The query's tokens as the ``query`` kind scores them: its head, up to
         ``max_query_tokens``; after a space without a chat template, as a title is."""
         lead = "" if self._ends is not None else " "
-        return self._ids(lead + query if query else "")[: self.max_query_tokens]
+        chars = self.max_query_tokens * CHARS_PER_TOKEN_BOUND
+        return self._ids(lead + query[:chars] if query else "")[: self.max_query_tokens]
 
     # -- forward passes ----------------------------------------------------------------------
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from spdrank.prompt import render_text
+from spdrank.prompt import CHARS_PER_TOKEN_BOUND, render_text
 from spdrank.prompt_templates import DEFAULT_TEMPLATE, PromptTemplate
 from spdrank.slates import Slate
 
@@ -69,8 +69,9 @@ def cut_head(text: str, budget: int, tokenizer: Any | None = None) -> str:
     if tokenizer is None:
         limit = budget * CHARS_PER_TOKEN
         return text if len(text) <= limit else text[:limit].rstrip()
-    ids = _tokens(tokenizer, text)
-    if len(ids) <= budget:
+    chars = budget * CHARS_PER_TOKEN_BOUND  # a huge text is cut before it is tokenized
+    ids = _tokens(tokenizer, text[:chars])
+    if len(ids) <= budget and len(text) <= chars:
         return text
     # A cut inside a multi-byte character decodes to U+FFFD: drop it rather than show it.
     return tokenizer.decode(ids[:budget]).rstrip("\ufffd").rstrip()
@@ -81,8 +82,9 @@ def cut_tail(text: str, budget: int, tokenizer: Any | None = None) -> str:
     if tokenizer is None:
         limit = budget * CHARS_PER_TOKEN
         return text if len(text) <= limit else text[-limit:].lstrip()
-    ids = _tokens(tokenizer, text)
-    if len(ids) <= budget:
+    chars = budget * CHARS_PER_TOKEN_BOUND
+    ids = _tokens(tokenizer, text[-chars:])
+    if len(ids) <= budget and len(text) <= chars:
         return text
     return tokenizer.decode(ids[-budget:]).lstrip("\ufffd").lstrip()
 
