@@ -33,7 +33,7 @@ from spdrank.files import (  # noqa: F401 - the file helpers are importable from
     iter_lines,
     parse_json_line,
 )
-from spdrank.validation import SlateError, as_float, as_id, check_text
+from spdrank.validation import SlateError, as_float, as_id, check_text, is_blank
 
 T = TypeVar("T")
 
@@ -101,10 +101,10 @@ def with_body(doc: dict[str, Any], name: str, fields: tuple[str, ...]) -> str:
         return text
     body = next(
         (doc[f] for f in fields[fields.index(name) + 1 :]
-         if isinstance(doc.get(f), str) and doc[f].strip()),
+         if isinstance(doc.get(f), str) and not is_blank(doc[f])),
         None,
     )
-    if body is None or not text.strip():
+    if body is None or is_blank(text):
         return text if body is None else body
     return f"{text.rstrip()}{'' if text.rstrip()[-1] in '.!?:;' else '.'} {body}"
 
@@ -339,8 +339,9 @@ def _parse_candidates(raw: Any, where: str | None, text_fields: tuple[str, ...])
                 f"got {type(text).__name__}",
                 where,
             )
-        if not text.strip():
-            raise SlateError(f"{label}.doc.{present[0]} (docid {docid!r}) is empty", where)
+        if is_blank(text):
+            raise SlateError(f"{label}.doc.{present[0]} (docid {docid!r}) is empty (no visible "
+                             "character)", where)
         check_text(
             text, f"{label}.doc.{present[0]} (docid {docid!r})", where, f"{label}.doc.{present[0]}"
         )

@@ -25,6 +25,7 @@ import json
 import math
 import re
 import sys
+import unicodedata
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
@@ -154,6 +155,21 @@ def surrogate_problem(text: str) -> str | None:
         f"holds a lone UTF-16 surrogate (U+{ord(m.group()):04X} at character {m.start() + 1}): "
         "not valid Unicode text"
     )
+
+
+#: The Unicode categories of characters that show nothing: controls, format characters (zero
+#: widths, joiners, bidi marks, U+FEFF) and separators.
+INVISIBLE_CATEGORIES = frozenset({"Cc", "Cf", "Zs", "Zl", "Zp"})
+
+
+def is_blank(text: str) -> bool:
+    """Whether ``text`` shows nothing: only whitespace, controls and format characters.
+
+    ``str.strip`` keeps a zero-width space or a bidi mark, so a title of those alone would
+    pass as text and give the model an item with nothing to read. The scan stops at the first
+    visible character, so an ordinary text costs one look.
+    """
+    return all(c.isspace() or unicodedata.category(c) in INVISIBLE_CATEGORIES for c in text)
 
 
 def check_text(text: str, label: str, where: str | None = None, field: str | None = None) -> None:

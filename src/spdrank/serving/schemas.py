@@ -22,6 +22,8 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from spdrank.validation import is_blank
+
 _CHECK = "spdrank_check"  # error type of the hand-written checks: their message is complete
 
 
@@ -75,8 +77,9 @@ class RerankRequest(BaseModel):
                     f"{where} must be a string (or an object with a 'text' string), "
                     f"got {_json_type(doc)}",
                 )
-            if not doc.strip():
-                raise PydanticCustomError(_CHECK, f"{where} is empty: every document needs text")
+            if is_blank(doc):
+                raise PydanticCustomError(_CHECK, f"{where} is empty: every document needs text "
+                                          "(a visible character)")
             texts.append(doc)
         return texts
 
