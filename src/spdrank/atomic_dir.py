@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import stat
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -16,11 +17,15 @@ def atomic_directory(path: str | os.PathLike[str]) -> Iterator[Path]:
 
     An exception (or a kill) before the swap leaves the previous ``path`` untouched. The swap is
     two renames, so a crash between them leaves the old copy beside it as ``.<name>.old``.
+    A symlink is followed: its target is what gets replaced, and the link stays. The new
+    directory gets the mode of the one it replaces, or the umask's for a new one (mkdtemp's
+    0700 would otherwise stay on it).
     """
-    path = Path(path)
+    path = Path(os.path.realpath(path))
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
     try:
+        os.chmod(tmp, stat.S_IMODE(path.stat().st_mode) if path.is_dir() else 0o777 & ~_umask())
         yield tmp
         old = path.with_name(f".{path.name}.old")
         if path.exists():
@@ -31,3 +36,18 @@ def atomic_directory(path: str | os.PathLike[str]) -> Iterator[Path]:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def _umask() -> int:
+    """The process's umask: from /proc where Linux shows it, else by setting it and setting it
+    straight back (which another thread creating a file at that moment could notice)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except OSError:
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask

@@ -9,10 +9,14 @@ heavy imports (torch, transformers) are paid only by the command that needs them
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import logging
+import signal
 import sys
-from typing import NoReturn
+import threading
+from collections.abc import Iterator
+from typing import Any, NoReturn
 
 from spdrank import __version__
 from spdrank.slates import SlateError
@@ -32,6 +36,42 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised in the main thread like Ctrl-C, so that whatever cleans up after an
+    interrupt (a temporary output removed, the previous output kept) runs for it too."""
+
+
+#: The exit status of a process ended by SIGTERM, as a shell reports it.
+TERMINATED = 128 + signal.SIGTERM
+
+
+@contextlib.contextmanager
+def _sigterm_raises() -> Iterator[None]:
+    """While a command runs, SIGTERM raises :class:`Terminated` instead of killing at once; a
+    second SIGTERM kills as usual, so a stuck cleanup can still be ended.
+
+    Not in a launched process (``--num-processes``, torchrun): its launcher stops the group
+    with SIGTERM and expects the processes gone, while a process blocked in a collective would
+    only see a Python-level exception when the collective returns. A server installs its own
+    handler (uvicorn's graceful shutdown) for as long as it serves.
+    """
+    from spdrank.launch import launched
+
+    if launched() or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def terminate(signum: int, frame: Any) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        raise Terminated
+
+    previous = signal.signal(signal.SIGTERM, terminate)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(
@@ -39,7 +79,8 @@ def main(argv: list[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     try:
-        return int(args.func(args) or 0)
+        with _sigterm_raises():
+            return int(args.func(args) or 0)
     except (
         SlateError, FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError,
         ValueError,
@@ -48,6 +89,9 @@ def main(argv: list[str] | None = None) -> int:
         # without a traceback.
         print(f"spdrank {args.command}: error: {exc}", file=sys.stderr)
         return 2
+    except Terminated:
+        print(f"spdrank {args.command}: terminated", file=sys.stderr)
+        return TERMINATED
     except KeyboardInterrupt:
         print(f"spdrank {args.command}: interrupted", file=sys.stderr)
         return 130

@@ -142,9 +142,17 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from spdrank.bench.plots import require_matplotlib
-    from spdrank.bench.report import environment, table_metrics, write_report
-    from spdrank.commands.ranker_args import checked_inputs, rankers_from_args
+    from spdrank.bench.report import (
+        DECOMPOSITION_PLOT,
+        QUALITY_PLOT,
+        STAGES_PLOT,
+        environment,
+        table_metrics,
+        write_report,
+    )
+    from spdrank.commands.ranker_args import checked_inputs, label_files, rankers_from_args
     from spdrank.evaluate import evaluate, format_table
+    from spdrank.files import check_outputs
     from spdrank.paired import compare
     from spdrank.rankers import fit_rankers
     from spdrank.slates import SlateError, load_slates, read_slates
@@ -153,6 +161,12 @@ def run(args: argparse.Namespace) -> int:
     require_matplotlib()
     preamble = Path(args.preamble).read_text(encoding="utf-8") if args.preamble else None
     out = Path(args.out) if args.out else RESULTS_ROOT / args.name
+    check_outputs(
+        {"--slates": slates_path, "--train": train, "--preamble": args.preamble,
+         "--labels": label_files(args)},
+        {"--out": [out / name for name in ("report.md", "results.json", "table.txt",
+                                            QUALITY_PLOT, STAGES_PLOT, DECOMPOSITION_PLOT)]},
+    )
 
     rankers = rankers_from_args(args)
     if not rankers:

@@ -143,7 +143,9 @@ def run(args: argparse.Namespace) -> int:
         if code:
             raise SystemExit(code)
 
-    data_argv = ["data", "beauty", "--out", str(data), "--negatives", "uniform", "--features"]
+    # --overwrite: begin() has put the step's stamp in the folder, which the build replaces.
+    data_argv = ["data", "beauty", "--out", str(data), "--overwrite", "--negatives", "uniform",
+                 "--features"]
     data_settings: dict[str, Any] = {"argv": data_argv}
     if is_done(data, data_settings):
         steps.skip(f"Amazon Beauty 2014 slates in {data}")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import sys
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -59,7 +60,7 @@ def check_prompt(model: str, asked: str | None) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from spdrank.backbone import resolve_device
-    from spdrank.files import atomic_writer
+    from spdrank.files import atomic_writer, check_outputs, output_target
     from spdrank.model import SPDRanker
     from spdrank.progress import Progress
     from spdrank.results import result_record, write_trec_lines
@@ -67,6 +68,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.batch_size < 1:
         raise ValueError("--batch-size must be at least 1")
+    check_outputs({"--input": args.input}, {"--output": args.output, "--trec": args.trec})
     check_prompt(args.model, args.prompt)
     model = SPDRanker.from_pretrained(
         args.model, device=resolve_device(args.device), dtype=args.dtype,
@@ -88,7 +90,11 @@ def run(args: argparse.Namespace) -> int:
             bar.update(len(batch))
         if n == 0:  # raised inside the writers, so no empty output replaces anything
             raise SlateError(f"{args.input} holds no slates: nothing to rank")
-    print(f"ranked {n} slates -> {args.output}" + (f" (TREC run: {args.trec})" if args.trec else ""))
+    # Beside results sent to a stream (/dev/stdout), the summary goes to stderr: a pipe reading
+    # the results gets JSONL only.
+    streamed = any(output_target(p).stream for p in (args.output, args.trec) if p)
+    print(f"ranked {n} slates -> {args.output}" + (f" (TREC run: {args.trec})" if args.trec else ""),
+          file=sys.stderr if streamed else sys.stdout)
     return 0
 
 

@@ -232,9 +232,16 @@ def _write_json(path: str, data: dict[str, Any]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from spdrank.files import check_outputs
     from spdrank.prompt_templates import load_template
     from spdrank.teacher.prompt import TeacherPromptSettings
-    from spdrank.teacher.run import RunOptions, Shard, format_summary, run_teacher
+    from spdrank.teacher.run import (
+        RunOptions,
+        Shard,
+        default_slates_out,
+        format_summary,
+        run_teacher,
+    )
 
     missing = [f"--{name}" for name in ("slates", "out", "backend") if not getattr(args, name)]
     if missing:
@@ -252,6 +259,12 @@ def run(args: argparse.Namespace) -> int:
     slates = Path(args.slates)
     if not slates.exists():
         raise FileNotFoundError(f"no such slate file: {slates}")
+    check_outputs(
+        {"--slates": slates, "--train": args.train, "--base-urls-file": args.base_urls_file,
+         "--backend": args.backend[len("file:"):] if args.backend.startswith("file:") else None},
+        {"--out": args.out, "--slates-out": args.slates_out or default_slates_out(args.out),
+         "--json": args.json},
+    )
     options = RunOptions(
         slates=slates,
         out=Path(args.out),
@@ -275,10 +288,15 @@ def run(args: argparse.Namespace) -> int:
 
 
 def run_merge(args: argparse.Namespace) -> int:
+    from spdrank.files import check_outputs
     from spdrank.teacher.merge import format_merge, merge_labels
     from spdrank.teacher.run import default_slates_out
 
     slates_out = args.slates_out or default_slates_out(args.out)
+    check_outputs(
+        {"--labels": args.labels, "--slates": args.slates},
+        {"--out": args.out, "--slates-out": slates_out, "--json": args.json},
+    )
     summary = merge_labels(args.labels, args.slates, args.out, slates_out, args.allow_missing)
     print(format_merge(summary))
     if args.json:

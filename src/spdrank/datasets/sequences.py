@@ -40,7 +40,9 @@ Inputs (:func:`read_sequences`, :func:`read_titles`, :func:`read_candidate_lists
   ``file:line``.
 - titles: TSV ``item_id<TAB>title`` with a header line, or a RecBole ``.item`` file; a line
   without the header's fields, an empty item id or a repeated item id is an error naming
-  ``file:line``. Titles are HTML-unescaped and their whitespace collapsed (:func:`clean_title`).
+  ``file:line``. A TSV whose first row names an item of the log has no header line: that row
+  is read as a title, with a warning. Titles are HTML-unescaped and their whitespace collapsed
+  (:func:`clean_title`).
 - candidate lists: ``user cand cand ...`` best first, each candidate optionally
   ``item:score`` (the retriever's score, written to the candidate's ``score``, which models
   and baselines read as the feature ``score``). The list is cut to ``candidates`` keeping the
@@ -84,7 +86,7 @@ import logging
 import math
 import os
 import random
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
@@ -389,9 +391,15 @@ def read_sequences(path: str | os.PathLike[str]) -> InteractionLog:
     return _collect(out, atomic.users)
 
 
-def read_titles(path: str | os.PathLike[str]) -> dict[str, str]:
+def read_titles(
+    path: str | os.PathLike[str], known_items: Collection[str] | None = None
+) -> dict[str, str]:
     """Read a TSV ``item_id<TAB>title`` with a header line, or a RecBole ``.item`` file (its
-    ``item_id`` and title columns); titles cleaned, may be ``""``."""
+    ``item_id`` and title columns); titles cleaned, may be ``""``.
+
+    ``known_items`` (the log's) tell a TSV without its header line: a first row whose item id
+    is one of them is read as a title, with a warning, instead of dropped as a header.
+    """
     path = Path(path)
     first, lines = _first_line(_lines(path))
     if first is None:
@@ -399,7 +407,7 @@ def read_titles(path: str | os.PathLike[str]) -> dict[str, str]:
     if recbole.header_names(first) is not None:
         rows = recbole.read_item_titles(lines, str(path))
     else:
-        rows = _title_rows(lines, path)
+        rows = _title_rows(lines, path, known_items)
     titles: dict[str, str] = {}
     first_seen: dict[str, int] = {}
     for lineno, item, title in rows:
@@ -413,8 +421,11 @@ def read_titles(path: str | os.PathLike[str]) -> dict[str, str]:
     return titles
 
 
-def _title_rows(lines: Iterable[tuple[int, str]], path: Path) -> Iterator[tuple[int, str, str]]:
-    """``(line, item, raw title)`` per row of a titles TSV, its header line skipped."""
+def _title_rows(
+    lines: Iterable[tuple[int, str]], path: Path, known_items: Collection[str] | None = None
+) -> Iterator[tuple[int, str, str]]:
+    """``(line, item, raw title)`` per row of a titles TSV, its header line skipped: the first
+    row, unless its item id is one of ``known_items`` (then the file has no header)."""
     header = False
     for lineno, line in lines:
         where = f"{path}:{lineno}"
@@ -430,7 +441,13 @@ def _title_rows(lines: Iterable[tuple[int, str]], path: Path) -> Iterator[tuple[
             )
         if not header:
             header = True
-            continue
+            if known_items is None or fields[0].strip() not in known_items:
+                continue
+            logger.warning(
+                "%s has no header line: its first row names item %r of the log, so it is read "
+                "as that item's title (add an 'item_id<TAB>title' header line to silence this)",
+                where, fields[0].strip(),
+            )
         item = fields[0].strip()
         if not item:
             raise SlateError("empty item id", where)
@@ -1160,7 +1177,7 @@ def build_from_files(
 ) -> BuildResult:
     """Read the sequences, titles (and candidate lists) files and :func:`build_slates`."""
     log = read_sequences(sequences)
-    title_map = read_titles(titles)
+    title_map = read_titles(titles, known_items=log.item_counts)
     lists = read_candidate_lists(candidate_file) if candidate_file is not None else None
     inputs: dict[str, dict[str, Any]] = {
         "sequences": {"path": str(sequences), "sha256": sha256_file(sequences)},
