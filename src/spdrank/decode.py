@@ -95,6 +95,15 @@ def expected_rank_batch(m: np.ndarray, tau: float = 1.0, iters: int = 20) -> np.
     return np.argsort(expected_positions(m, tau, iters), axis=1, kind="stable")
 
 
+def relevance(scores: np.ndarray, tau: float = 1.0, iters: int = 20) -> np.ndarray:
+    """Each item's relevance under its score matrix [n, K]: ``1 - E[position] / n`` of the
+    Sinkhorn-normalised matrix, in (0, 1], 1 for an item sure to be first. It is the quantity
+    ``expected_rank`` sorts by, so its ranking is descending in it, and a score comparable
+    across the slate's items (thresholds, fusion with a first-stage score)."""
+    m = _square(scores)
+    return 1.0 - expected_positions(m[None], tau, iters)[0] / len(m)
+
+
 def expected_positions(m: np.ndarray, tau: float = 1.0, iters: int = 20) -> np.ndarray:
     """Each item's expected position [B, n] under ``iters`` Sinkhorn normalisations of
     exp(M / tau), for square float64 matrices ``m`` [B, n, n].

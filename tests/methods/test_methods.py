@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from spdrank.backbone import BackboneConfig
+from spdrank.decode import expected_positions
 from spdrank.heads import HEADS, HeadConfig
 from spdrank.listnet import listnet_loss
 from spdrank.methods import (
@@ -98,7 +99,7 @@ def test_the_sorting_peers_learn_by_listnet_whatever_the_sinkhorn_settings(metho
         torch.testing.assert_close(method.loss(scores, target, sizes, cfg), expected)
 
 
-def test_spd_orders_by_its_decoder_and_reports_rank_scores():
+def test_spd_orders_by_its_decoder_and_reports_its_relevance():
     # Item 0 is best at rank 1 alone; the assignment puts item 1 there and item 0 second.
     m = np.array([[10.0, 9.0, 0.0], [9.5, 0.0, 0.0], [0.0, 0.0, 1.0]])
     spd = SPDMethod()
@@ -107,7 +108,16 @@ def test_spd_orders_by_its_decoder_and_reports_rank_scores():
     padded = np.zeros((2, 3, 3))
     padded[0], padded[1, :2, :2] = m, m[:2, :2]
     assert [o.tolist() for o in spd.orders(padded, [3, 2], "hungarian")] == [[1, 0, 2], [1, 0]]
-    assert spd.ranked_scores(m, np.array([1, 0, 2])) == [1.0, 1 - 1 / 3, 1 - 2 / 3]
+    relevance = 1.0 - expected_positions(m[None])[0] / 3
+    # Under expected rank the scores are the relevances themselves, in decreasing order.
+    by_expected = spd.order(m, "expected_rank")
+    assert spd.ranked_scores(m, by_expected) == pytest.approx(relevance[by_expected].tolist())
+    assert relevance[by_expected].tolist() == sorted(relevance, reverse=True)
+    # Under the assignment's order (item 1 above item 0, whose relevance is higher) they never
+    # rise down the list.
+    hungarian = spd.ranked_scores(m, np.array([1, 0, 2]))
+    assert hungarian == sorted(hungarian, reverse=True)
+    assert hungarian[0] == pytest.approx(relevance[1]) and all(0 < s <= 1 for s in hungarian)
     assert spd.model_name("attn") == "spd-attn"
 
 

@@ -5,7 +5,8 @@ position. Training runs the matrix through log-Sinkhorn into a soft permutation 
 cross-entropy against the target permutation, rows weighted as ``--position-weights`` says;
 ranking decodes each matrix with the checkpoint's decoder (Hungarian, greedy, expected rank,
 ...), so every answer is a valid permutation. The entries of M are not comparable across
-positions, so a ranking reports scores derived from the ranks.
+positions; a ranking reports each item's relevance under the Sinkhorn-normalised matrix
+(one minus its expected position over n), which can be compared across items.
 """
 
 from __future__ import annotations
@@ -58,6 +59,14 @@ class SPDMethod(RankingMethod):
         return decode_batch(scores, sizes, decoder)
 
     def ranked_scores(self, scores: np.ndarray, order: np.ndarray) -> list[float]:
-        from spdrank.ranking import rank_scores
+        """Each ranked item's :func:`~spdrank.decode.relevance` (1 - its expected position
+        over n), best first, as a running minimum down the ranking: exactly the relevance
+        under ``expected_rank``, whose order it sorts by, and never rising down the list under
+        a decoder that orders otherwise (an assignment can place an item above one the soft
+        assignment expects higher)."""
+        import numpy as np
 
-        return rank_scores(len(order))
+        from spdrank.decode import relevance
+
+        ranked = relevance(scores[: len(order)])[order]
+        return np.minimum.accumulate(ranked).tolist()

@@ -73,6 +73,7 @@ def create_app(
     settings = settings or ServeSettings()
     engine = model if isinstance(model, Engine) else Engine(model, name or model.name)
     engine.use_policy(settings.batch_policy, settings.max_padding)
+    engine.use_windows(settings.window, settings.window_stride, settings.max_documents)
     metrics = ServerMetrics()
     max_batch_size, max_wait_ms = collector_limits(
         engine.policy, settings.max_batch_size, settings.max_wait_ms

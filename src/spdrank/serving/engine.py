@@ -3,7 +3,9 @@
 Runs only in the batcher's worker thread, so the model and its tokenizer are never used by
 two threads at once (fast tokenizers raise "Already borrowed" when they are).
 
-How a batch shares prefills is the batch policy's (``policy.py``).
+How a batch shares prefills is the batch policy's (``policy.py``). A slate over the model's K,
+admitted only when the server ranks by sliding windows, is ranked alone, one prefill a window
+(:mod:`spdrank.windows`).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from spdrank.serving.policy import (
 )
 from spdrank.slates import Slate
 from spdrank.validation import check_fits_model
+from spdrank.windows import Windows, rank_windowed
 
 if TYPE_CHECKING:
     from spdrank.model import SPDRanker
@@ -68,6 +71,21 @@ class Engine:
         self.model = model
         self.name = name
         self.use_policy(policy, max_padding)
+        #: Sliding windows for slates over K (None: such slates are refused).
+        self.windows: Windows | None = None
+        self.max_windowed = 0
+
+    def use_windows(self, window: int, stride: int, max_documents: int) -> None:
+        """Rank slates of up to ``max_documents`` candidates, those over K by sliding windows
+        of ``window`` (0: none, slates over K are refused)."""
+        if not window:
+            self.windows, self.max_windowed = None, 0
+            return
+        k = int(self.model.config.head.positions)
+        if window > k:
+            raise ValueError(f"--window {window} is over the model's K ({k})")
+        self.windows = Windows(window, stride)
+        self.max_windowed = max_documents
 
     def use_policy(self, policy: str, max_padding: float = DEFAULT_MAX_PADDING) -> None:
         """Set the batch policy (``auto`` is resolved here, for this model's device)."""
@@ -77,8 +95,9 @@ class Engine:
 
     @property
     def max_documents(self) -> int:
-        """The model's K: it ranks slates of up to this many candidates."""
-        return int(self.model.config.head.positions)
+        """The most candidates a slate may have: the model's K, or with windows the bound
+        set for them."""
+        return max(int(self.model.config.head.positions), self.max_windowed)
 
     @property
     def text_field(self) -> str:
@@ -122,15 +141,43 @@ class Engine:
         its slates' encoding here, and their collation in the model.
         """
         model = self.model
-        prompts = [_Prompt.encode(model, slate) for slate in slates]
+        k = int(model.config.head.positions)
+        whole = [i for i, slate in enumerate(slates) if len(slate) <= k]
+        for i in (i for i in range(len(slates)) if len(slates[i]) > k):
+            yield [i], [self._windowed(slates[i])]
+        prompts = [_Prompt.encode(model, slates[i]) for i in whole]
         lengths = [len(p.encoded.input_ids) for p in prompts]
         for group in plan_prefills(lengths, self.policy, self.max_padding):
-            part = [prompts[i] for i in group]
+            part = [prompts[g] for g in group]
             rankings = model.rank_batch(
-                [slates[i] for i in group], encoded=[p.encoded for p in part]
+                [slates[whole[g]] for g in group], encoded=[p.encoded for p in part]
             )
             encode_ms = sum(p.encode_ms for p in part)
-            yield group, [_ranked(r, p.encoded, encode_ms) for r, p in zip(rankings, part)]
+            yield [whole[g] for g in group], [
+                _ranked(r, p.encoded, encode_ms) for r, p in zip(rankings, part)
+            ]
+
+    def _windowed(self, slate: Slate) -> Ranked:
+        """A slate over K, ranked by sliding windows: one prefill a window, each window's
+        truncations and tokens counted."""
+        assert self.windows is not None, "a slate over K was admitted without windows"
+        cut: dict[str, bool] = {}
+        tokens = 0
+        query_cut = False
+
+        def rank_window(part: Slate) -> Ranking:
+            nonlocal tokens, query_cut
+            prompt = _Prompt.encode(self.model, part)
+            cut.update(zip(part.docids, prompt.encoded.truncated))
+            tokens += len(prompt.encoded.input_ids)
+            query_cut = query_cut or bool(prompt.encoded.query_truncated)
+            ranking = self.model.rank_batch([part], encoded=[prompt.encoded])[0]
+            timings = {**ranking.timings,
+                       "tokenize": ranking.timings.get("tokenize", 0.0) + prompt.encode_ms}
+            return replace(ranking, timings=timings)
+
+        ranking = rank_windowed(slate, self.windows, rank_window)
+        return Ranked(ranking, [cut[d] for d in slate.docids], query_cut, tokens)
 
 
 def _ranked(ranking: Ranking, encoded: EncodedPrompt, encode_ms: float) -> Ranked:

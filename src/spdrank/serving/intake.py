@@ -9,6 +9,7 @@ refuse is answered 4xx before it takes a place in the queue.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from fastapi import Request
@@ -19,6 +20,8 @@ from spdrank.serving.errors import ApiError
 from spdrank.serving.schemas import RerankRequest, format_validation_error
 from spdrank.slates import Slate, SlateError
 from spdrank.validation import loads
+
+log = logging.getLogger(__name__)
 
 
 async def json_body(request: Request) -> Any:
@@ -73,13 +76,7 @@ def rerank_request(data: Any, engine: Engine) -> RerankRequest:
         message, param = format_validation_error(exc)
         raise ApiError(422, message, "invalid_request", param) from None
     if req.model is not None and req.model != engine.name:
-        raise ApiError(
-            404,
-            f"model {req.model!r} is not served here; this server serves {engine.name!r} "
-            "(or leave 'model' out)",
-            "model_not_found",
-            "model",
-        )
+        note_model_name(req.model, engine.name)
     if engine.features:
         raise ApiError(
             422,
@@ -88,6 +85,21 @@ def rerank_request(data: Any, engine: Engine) -> RerankRequest:
             "features_required",
         )
     return req
+
+
+#: The other model names clients sent, each noted once; past this many, no more are kept.
+_NOTED_NAMES: set[str] = set()
+_MAX_NOTED = 64
+
+
+def note_model_name(asked: str, served: str) -> None:
+    """Log, once per name, that a client asked for a model by another name: hosted-reranker
+    clients always send one (``rerank-english-v3.0``), and the served model answers it."""
+    if asked in _NOTED_NAMES or len(_NOTED_NAMES) >= _MAX_NOTED:
+        return
+    _NOTED_NAMES.add(asked)
+    log.info("a client asked for model %r: answering with the served model %r", asked[:200],
+             served)
 
 
 def rerank_slate_json(req: RerankRequest, text_field: str) -> dict[str, Any]:

@@ -39,17 +39,22 @@ class RerankRequest(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     model: StrictStr | None = Field(
-        None, description="Optional; when given it must be the served model's name (else 404)."
+        None,
+        description="Optional, as clients send it: any name is answered by the served model "
+        "(a name other than its own is logged once); the response names the served model.",
     )
     query: StrictStr = Field(description="The query; for SPD, the user's context or history.")
     documents: list[StrictStr | RerankDocument] = Field(
         description='Candidates to rank: strings or {"text": ...} objects; at most the '
-        "model's K; none may be empty. Over-long texts are truncated (and reported)."
+        "model's K (more through sliding windows when the server runs with --window); none "
+        "may be empty. Over-long texts are truncated (and reported)."
     )
     top_n: StrictInt | None = Field(
         None, ge=1, description="Return only the best top_n results (all when absent)."
     )
-    return_documents: StrictBool = Field(True, description="Include each result's document text.")
+    return_documents: StrictBool = Field(
+        False, description="Include each result's document text (off by default, as Cohere's)."
+    )
 
     @field_validator("documents", mode="before")
     @classmethod
@@ -95,7 +100,10 @@ class RerankResultDocument(BaseModel):
 class RerankResult(BaseModel):
     index: int = Field(description="Position of the document in the request.")
     relevance_score: float = Field(
-        description="Rank-derived relevance in (0, 1], strictly decreasing down the results."
+        description="The model's relevance of the document, in (0, 1], never rising down the "
+        "results: for SPD one minus its expected position over n under the Sinkhorn-normalised "
+        "score matrix; for the scalar peers their score; rank-derived (1 - rank/n) for "
+        "documents ranked through sliding windows, whose windows' scores do not compare."
     )
     document: RerankResultDocument | None = Field(
         None, description="Present when return_documents is true."

@@ -58,6 +58,20 @@ class ServeSettings:
         minimum=0,
     )
 
+    window: int = _knob(
+        0,
+        "rank a request of more documents than the model's K by sliding windows of this many "
+        "(RankGPT's scheme, bottom-up, one prefill a window; at most K); 0: refuse such a "
+        "request with 422",
+        minimum=0,
+    )
+    window_stride: int = _knob(
+        10, "with --window: how far each window moves up the list", minimum=1
+    )
+    max_documents: int = _knob(
+        1_000, "with --window: the most documents one request may send", minimum=1
+    )
+
     header_timeout: float = _knob(
         10.0,
         "seconds a connection has to send a request's headers (the first request's from "
@@ -80,3 +94,7 @@ class ServeSettings:
     def __post_init__(self) -> None:
         check_policy(self.batch_policy)
         check_max_padding(self.max_padding)
+        if self.window and self.window_stride > self.window:
+            raise ValueError(
+                f"--window-stride ({self.window_stride}) must not exceed --window ({self.window})"
+            )
