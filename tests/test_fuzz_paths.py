@@ -1,0 +1,282 @@
+"""Fuzzing the output paths of ``spdrank rank`` and ``spdrank data``: special files, symlinks
+(to an input, to a directory, dangling, looping), other spellings of one path, and outputs
+that name each other. Property-based (hypothesis), derandomized and bounded, so it runs the
+same examples every time, in seconds.
+
+Each example builds a fresh folder of inputs, an unrelated file, links and special files,
+runs the command in process, and checks what must hold whatever the paths: the exit status
+is what the paths call for (an oracle from what each name is), an error is one line, no
+input, unrelated file, link or device changes (their bytes are hashed before and after), only
+the outputs' targets are written, and no temporary file or folder is left behind.
+
+The rank model is features-only (no backbone), so a run costs milliseconds.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import socket
+import stat
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager, redirect_stderr, redirect_stdout
+from io import StringIO
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from spdrank.cli import main
+from tests.helpers import save_features_only_model
+
+FUZZ = settings(
+    derandomize=True,
+    database=None,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+
+SLATES = "".join(
+    json.dumps({
+        "query": {"qid": qid, "text": "1. rose shampoo"},
+        "candidates": [
+            {"docid": "a", "doc": {"title": "argan oil"}, "score": 0.9, "features": {"pop": 3}},
+            {"docid": "b", "doc": {"title": "lotion"}, "score": 0.1, "features": {"pop": 0}},
+        ],
+    }) + "\n"
+    for qid in ("u1", "u2")
+)
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory) -> Path:
+    return save_features_only_model(tmp_path_factory.mktemp("fuzz-paths") / "features-spd", 4)
+
+
+# -- the folder each example runs in ---------------------------------------------------------
+
+
+def _rank_tree(root: Path) -> None:
+    """Inputs, an unrelated file and every kind of path an output might be given."""
+    (root / "in.jsonl").write_text(SLATES)
+    (root / "other.txt").write_text("unrelated\n")
+    (root / "dir").mkdir()
+    (root / "dir" / "kept.txt").write_text("kept\n")
+    (root / "old.jsonl").write_text("previous results\n")
+    os.chmod(root / "old.jsonl", 0o600)
+    for name, target in {
+        "link_to_in": "in.jsonl", "link_to_dir": "dir", "link_to_old": "old.jsonl",
+        "dangling": "fresh.jsonl", "dangling_far": "nowhere/x.jsonl", "loop": "loop",
+        "link_to_null": "/dev/null",
+    }.items():
+        (root / name).symlink_to(target)
+    os.link(root / "in.jsonl", root / "hardlink_to_in")
+    sock = socket.socket(socket.AF_UNIX)
+    sock.bind(str(root / "socket"))
+    sock.close()
+
+
+#: Output names by what they are: which the oracle reads. ``key`` names the file written, so
+#: two outputs with one key collide.
+RANK_OUTPUTS: dict[str, tuple[str, str]] = {
+    "in.jsonl": ("input", "in"),
+    "./in.jsonl": ("input", "in"),
+    "dir/../in.jsonl": ("input", "in"),
+    "link_to_in": ("input", "in"),
+    "hardlink_to_in": ("input", "in"),
+    "dir": ("refused", "dir"),
+    "link_to_dir": ("refused", "dir"),
+    "other.txt/x.jsonl": ("refused", "under-file"),
+    "dangling_far": ("refused", "far"),
+    "loop": ("refused", "loop"),
+    "socket": ("refused", "socket"),
+    "new.jsonl": ("file", "new"),
+    "dir/new.jsonl": ("file", "dir/new"),
+    "deep/er/new.jsonl": ("file", "deep"),
+    "old.jsonl": ("file", "old"),
+    "link_to_old": ("file", "old"),
+    "dangling": ("file", "fresh"),
+    "link_to_null": ("stream", "null"),  # /dev/null itself: test_output_paths, guarded
+}
+
+#: What each output key writes, relative to the folder.
+WRITTEN = {"new": "new.jsonl", "dir/new": "dir/new.jsonl", "deep": "deep/er/new.jsonl",
+           "old": "old.jsonl", "fresh": "fresh.jsonl"}
+
+
+def _snapshot(root: Path) -> dict[str, tuple]:
+    """Every path under ``root`` (not following links): its kind and, for a file, its bytes'
+    digest and mode; a link's target."""
+    seen: dict[str, tuple] = {}
+    for folder, dirs, files in os.walk(root):
+        for name in dirs + files:
+            path = Path(folder) / name
+            rel = str(path.relative_to(root))
+            st = os.lstat(path)
+            if stat.S_ISLNK(st.st_mode):
+                seen[rel] = ("link", os.readlink(path))
+            elif stat.S_ISREG(st.st_mode):
+                seen[rel] = ("file", hashlib.sha256(path.read_bytes()).hexdigest(),
+                             stat.S_IMODE(st.st_mode))
+            else:
+                seen[rel] = (stat.S_IFMT(st.st_mode),)
+    return seen
+
+
+@contextmanager
+def _folder() -> Iterator[Path]:
+    with tempfile.TemporaryDirectory(prefix="spdrank-paths-") as name:
+        yield Path(name)
+
+
+def _run(argv: list[str]) -> tuple[int, str, str]:
+    out, err = StringIO(), StringIO()
+    with redirect_stdout(out), redirect_stderr(err):
+        code = main(argv)
+    return code, out.getvalue(), err.getvalue()
+
+
+def _check_error(code: int, err: str, command: str) -> None:
+    if code:
+        lines = err.strip().splitlines()
+        assert code == 2 and len(lines) == 1, err
+        assert lines[0].startswith(f"spdrank {command}: error: ") and "Traceback" not in err
+
+
+def _no_temporaries(root: Path) -> None:
+    """No temporary file (``.NAME.HEX.tmp``) or folder (``.NAME.XXXX``, ``.NAME.old``) left."""
+    left = [
+        os.path.join(folder, name)
+        for folder, dirs, files in os.walk(root)
+        for name in dirs + files
+        if name.startswith(".")
+    ]
+    assert not left, left
+
+
+# -- rank ------------------------------------------------------------------------------------
+
+
+@settings(FUZZ, max_examples=60)
+@given(
+    output=st.sampled_from(sorted(RANK_OUTPUTS)),
+    trec=st.one_of(st.none(), st.sampled_from(sorted(RANK_OUTPUTS))),
+)
+def test_rank_outputs_destroy_nothing(model_dir, output, trec):
+    null_before = os.stat("/dev/null")
+    with _folder() as root:
+        _rank_tree(root)
+        before = _snapshot(root)
+        argv = ["rank", "--model", str(model_dir), "--input", str(root / "in.jsonl"),
+                "--output", str(root / output)]
+        named = [output]
+        if trec is not None:
+            argv += ["--trec", str(root / trec)]
+            named.append(trec)
+        code, _, err = _run(argv)
+
+        kinds = [RANK_OUTPUTS[n] for n in named]
+        files = [key for kind, key in kinds if kind != "stream"]
+        expect_ok = (
+            all(kind in ("file", "stream") for kind, _ in kinds) and len(files) == len(set(files))
+        )
+        assert code == (0 if expect_ok else 2), (argv, err)
+        _check_error(code, err, "rank")
+
+        after = _snapshot(root)
+        written = {WRITTEN[key] for kind, key in kinds if kind == "file"} if code == 0 else set()
+        # Whatever was there and is not a written output is as it was, links and special files
+        # included; a written output kept the mode of the file it replaced.
+        for rel, was in before.items():
+            if rel in written:
+                assert after[rel][0] == "file" and after[rel][2] == was[2], rel
+            else:
+                assert after.get(rel) == was, rel
+        new = set(after) - set(before)
+        assert new <= written | {"deep", "deep/er"}, new
+        for rel in written:
+            lines = (root / rel).read_text().splitlines()
+            assert len(lines) in (2, 4), rel  # 2 JSONL records, or 2 slates x 2 TREC lines
+        _no_temporaries(root)
+    null_after = os.stat("/dev/null")
+    assert stat.S_ISCHR(null_after.st_mode) and null_after.st_ino == null_before.st_ino
+
+
+# -- data --out -------------------------------------------------------------------------------
+
+
+def _log(root: Path) -> None:
+    items = [f"i{n}" for n in range(10)]
+    (root / "seq.txt").write_text("".join(
+        f"u{u} " + " ".join(items[(u + k) % 10] for k in range(4)) + "\n" for u in range(20)
+    ))
+    (root / "titles.tsv").write_text(
+        "item_id\ttitle\n" + "".join(f"{i}\ttitle of {i}\n" for i in items)
+    )
+
+
+@pytest.fixture(scope="module")
+def earlier_build(tmp_path_factory) -> Path:
+    """A build with a validation split, which a rebuild without one must not leave behind."""
+    root = tmp_path_factory.mktemp("earlier")
+    _log(root)
+    code, _, err = _run(["data", "sequences", "--sequences", str(root / "seq.txt"), "--titles",
+                         str(root / "titles.tsv"), "--out", str(root / "built"), "--candidates",
+                         "3", "--validation", "2", "--no-progress"])
+    assert code == 0, err
+    return root / "built"
+
+
+#: ``--out`` names by what they are: ``build`` an earlier build (replaced with --overwrite,
+#: refused without), ``new`` a path to create, ``refused`` refused either way.
+DATA_OUTS: dict[str, str] = {
+    "built": "build",
+    "link_to_built": "build",
+    "built/../built": "build",
+    "new": "new",
+    "new/nested": "new",
+    "empty": "new",
+    ".": "refused",
+    "seq.txt": "refused",
+    "other.txt": "refused",
+    "other.txt/sub": "refused",
+    "link_to_seq": "refused",
+}
+
+
+@settings(FUZZ, max_examples=25)
+@given(out=st.sampled_from(sorted(DATA_OUTS)), overwrite=st.booleans())
+def test_data_out_destroys_nothing_and_leaves_no_stale_file(earlier_build, out, overwrite):
+    with _folder() as root:
+        _log(root)
+        (root / "other.txt").write_text("unrelated\n")
+        (root / "empty").mkdir()
+        shutil.copytree(earlier_build, root / "built")
+        (root / "link_to_built").symlink_to("built")
+        (root / "link_to_seq").symlink_to("seq.txt")
+        before = _snapshot(root)
+        argv = ["data", "sequences", "--sequences", str(root / "seq.txt"), "--titles",
+                str(root / "titles.tsv"), "--out", str(root / out), "--candidates", "3",
+                "--no-progress", *(["--overwrite"] if overwrite else [])]
+        code, _, err = _run(argv)
+
+        kind = DATA_OUTS[out]
+        expect_ok = kind == "new" or (kind == "build" and overwrite)
+        assert code == (0 if expect_ok else 2), (argv, err)
+        _check_error(code, err, "data")
+
+        after = _snapshot(root)
+        target = {"build": "built", "new": out}.get(kind) if code == 0 else None
+        for rel, was in before.items():
+            if target is None or not (rel == target or rel.startswith(target + "/")):
+                assert after.get(rel) == was, rel
+        if target is not None:
+            assert sorted(p.name for p in (root / target).iterdir()) == [
+                "eval.jsonl", "manifest.json", "train.jsonl"
+            ]
+        assert (root / "link_to_built").is_symlink()
+        _no_temporaries(root)
