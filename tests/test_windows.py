@@ -66,3 +66,43 @@ def test_indices_point_into_the_slate() -> None:
 def test_bad_schemes_are_refused(window: int, stride: int) -> None:
     with pytest.raises(ValueError, match="window|stride"):
         Windows(window, stride)
+
+
+def _long_slates(path, n: int = 20) -> None:
+    import json
+
+    rows = [{"query": {"qid": f"q{j}", "text": "red gel"},
+             "candidates": [{"docid": f"d{i}", "doc": {"title": f"blue soap number {i}"}}
+                            for i in range(n)]} for j in range(2)]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def test_rank_and_eval_run_a_model_over_windows(tmp_path, tiny_backbone, capsys):
+    import json
+
+    import torch
+
+    from spdrank.cli import main
+    from spdrank.model import SPDRanker
+    from tests.helpers import tiny_config
+
+    torch.manual_seed(0)
+    SPDRanker.build(tiny_config(tiny_backbone, positions=8)).save_pretrained(tmp_path / "m")
+    _long_slates(tmp_path / "s.jsonl")
+    args = ["rank", "--model", str(tmp_path / "m"), "--input", str(tmp_path / "s.jsonl"),
+            "--output", str(tmp_path / "out.jsonl")]
+    assert main(args) == 2  # 20 candidates, K = 8: refused without windows
+    assert "at most 8" in capsys.readouterr().err
+    assert main([*args, "--window", "8", "--window-stride", "4"]) == 0
+    out = capsys.readouterr().out
+    assert f"{2 * Windows(8, 4).passes(20)} prefills for 2 slates" in out
+    assert "cut to the token budget" in out
+    for line in (tmp_path / "out.jsonl").read_text().splitlines():
+        ranked = [c["docid"] for c in json.loads(line)["candidates"]]
+        assert sorted(ranked) == sorted(f"d{i}" for i in range(20))
+    assert main(["eval", "--slates", str(tmp_path / "s.jsonl"), "--model",
+                 f"w={tmp_path / 'm'}", "--window", "8", "--json", str(tmp_path / "e.json"),
+                 "--no-progress"]) == 0
+    row = json.loads((tmp_path / "e.json").read_text())["rankers"]["w"]
+    assert row["valid_pct"] == 100.0
+    assert row["decode_passes_mean"] == Windows(8, 4).passes(20)  # the default stride: W / 2

@@ -49,6 +49,7 @@ def build_rankers(
     decoder: str | None = None,
     trust_remote_code: bool = False,
     search: bool = False,
+    windows: Any = None,
 ) -> list[Ranker]:
     """The rankers named, unfitted, in the order given: baselines (``names``; without any,
     and without labels or models, every baseline), then label files replayed (``labels``),
@@ -60,7 +61,8 @@ def build_rankers(
     checkpoint's backbone run its folder's Python (the user's choice, never a checkpoint's).
     ``search``: the slates' queries carry no history, so the default baselines are search's
     (:data:`~spdrank.baselines.SEARCH_DEFAULTS`) and every ranker that learns from histories
-    is left out with a note (:func:`without_history`).
+    is left out with a note (:func:`without_history`). ``windows``
+    (:class:`spdrank.windows.Windows`) runs every checkpoint over sliding windows.
     """
     defaults = SEARCH_DEFAULTS if search else tuple(BASELINES)
     names = names or ([] if models or labels or runs else list(defaults))
@@ -96,7 +98,17 @@ def build_rankers(
                 model.name = name
             elif len(models) > 1:
                 model.name = f"spd:{Path(path).name}"
-            rankers.append(model)
+            if windows is not None:
+                from spdrank.windows import WindowedRanker
+
+                if windows.window > model.config.head.positions:
+                    raise ValueError(
+                        f"--window {windows.window} is over {path}'s K "
+                        f"({model.config.head.positions})"
+                    )
+                rankers.append(WindowedRanker(model, windows))
+            else:
+                rankers.append(model)
     return without_history(rankers) if search else rankers
 
 

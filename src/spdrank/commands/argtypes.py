@@ -35,3 +35,33 @@ TRUST_REMOTE_CODE_HELP = (
 def add_trust_remote_code(p: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
     """``--trust-remote-code``, for a command that loads a backbone or an LM."""
     p.add_argument("--trust-remote-code", action="store_true", help=TRUST_REMOTE_CODE_HELP)
+
+
+def add_window_arguments(p: argparse.ArgumentParser) -> None:
+    """``--window W`` and ``--window-stride S``: rank slates of more candidates than a model's K
+    by RankGPT's sliding windows (:mod:`spdrank.windows`), one prefill a window."""
+    p.add_argument(
+        "--window",
+        type=int_at_least(2),
+        metavar="W",
+        help="rank each slate by sliding windows of W candidates (at most the model's K), "
+        "bottom-up as RankGPT does, one prefill a window (counted in the decode passes); "
+        "slates of up to W candidates are ranked in one pass (default: no windows, a slate "
+        "over K is refused)",
+    )
+    p.add_argument(
+        "--window-stride",
+        type=int_at_least(1),
+        metavar="S",
+        help="with --window: how far each window moves up the list (default: half the "
+        "window, RankGPT's 20 and 10)",
+    )
+
+
+def windows_from_args(args: argparse.Namespace) -> object | None:
+    """The :class:`spdrank.windows.Windows` the flags ask for, or None."""
+    if getattr(args, "window", None) is None:
+        return None
+    from spdrank.windows import Windows
+
+    return Windows(args.window, args.window_stride or max(args.window // 2, 1))

@@ -124,15 +124,17 @@ def checked_slates(path: Path, rankers: list[Ranker]) -> Iterator[Slate]:
     from spdrank.slates import iter_slates, unique_qids
     from spdrank.validation import check_fits_model
 
-    # An SPD model is recognised by its config (importing its class would import torch).
-    limits = [
-        (r.config.head.positions, r.features)  # type: ignore[attr-defined]
-        for r in rankers
-        if hasattr(getattr(r, "config", None), "head")
-    ]
+    # An SPD model is recognised by its config (importing its class would import torch); one
+    # run over sliding windows takes slates of any size, so only its features are checked.
+    limits = []
+    for r in rankers:
+        windowed = hasattr(r, "windows")
+        model = getattr(r, "inner", r)
+        if hasattr(getattr(model, "config", None), "head"):
+            limits.append((None if windowed else model.config.head.positions, model.features))
     for where, slate in unique_qids(iter_slates(path), allow_blank=True):
         for positions, features in limits:
-            check_fits_model(slate, positions, features, where)
+            check_fits_model(slate, positions or len(slate), features, where)
         yield slate
 
 

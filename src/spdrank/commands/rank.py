@@ -17,7 +17,7 @@ DTYPES = ("float32", "bfloat16", "float16", "auto")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from spdrank.commands.argtypes import add_trust_remote_code
+    from spdrank.commands.argtypes import add_trust_remote_code, add_window_arguments
 
     p = sub.add_parser("rank", help="rank slates with a trained model", description=__doc__)
     p.add_argument("--model", required=True, help="checkpoint directory (or a training run's OUT)")
@@ -34,6 +34,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "checkpoint's own); in bfloat16 on a CPU the head's products run in it too",
     )
     p.add_argument("--device", default="auto", help="cpu, cuda or auto")
+    add_window_arguments(p)
     add_prompt_argument(p)
     add_trust_remote_code(p)
     p.set_defaults(func=run)
@@ -60,6 +61,7 @@ def check_prompt(model: str, asked: str | None) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from spdrank.backbone import resolve_device
+    from spdrank.commands.argtypes import windows_from_args
     from spdrank.files import atomic_writer, check_outputs, output_target
     from spdrank.model import SPDRanker
     from spdrank.progress import Progress
@@ -74,14 +76,19 @@ def run(args: argparse.Namespace) -> int:
         args.model, device=resolve_device(args.device), dtype=args.dtype,
         trust_remote_code=args.trust_remote_code,
     )
+    windows = windows_from_args(args)
+    if windows is not None and windows.window > model.config.head.positions:
+        raise ValueError(f"--window {windows.window} is over the model's K "
+                         f"({model.config.head.positions})")
+    ranker = CountingRanker(model, args.decoder, windows)
     n = 0
     with contextlib.ExitStack() as stack:
         out = stack.enter_context(atomic_writer(args.output))
         trec = stack.enter_context(atomic_writer(args.trec)) if args.trec else None
         bar = Progress("rank", unit="slate")
         stack.callback(bar.close)
-        for batch in batched(checked_slates(args, model), args.batch_size):
-            for slate, ranking in zip(batch, model.rank_batch(batch, decoder=args.decoder)):
+        for batch in batched(checked_slates(args, model, windows is not None), args.batch_size):
+            for slate, ranking in zip(batch, ranker.rank_batch(batch)):
                 record = result_record(slate, ranking)
                 out.write(json.dumps(record, ensure_ascii=False, allow_nan=False) + "\n")
                 if trec is not None:
@@ -95,12 +102,57 @@ def run(args: argparse.Namespace) -> int:
     streamed = any(output_target(p).stream for p in (args.output, args.trec) if p)
     print(f"ranked {n} slates -> {args.output}" + (f" (TREC run: {args.trec})" if args.trec else ""),
           file=sys.stderr if streamed else sys.stdout)
+    print(ranker.summary(), file=sys.stderr if streamed else sys.stdout)
     return 0
 
 
-def checked_slates(args: argparse.Namespace, model: Any) -> Iterator[Slate]:
+class CountingRanker:
+    """The model ranking slates (over sliding windows when asked), counting what a user must
+    know: candidates and queries cut to their token budgets, and the prefills spent."""
+
+    def __init__(self, model: Any, decoder: str | None, windows: Any) -> None:
+        self.model, self.decoder, self.windows = model, decoder, windows
+        self.cut: set[tuple[int, str]] = set()
+        self.candidates = self.queries_cut = self.prefills = self.slates = 0
+
+    def _rank(self, slates: list[Slate], numbers: list[int]) -> list[Any]:
+        """One prefill of ``slates`` (the ``numbers``-th of the run, or windows of them)."""
+        encoded = [self.model.encode(s) for s in slates]
+        for number, s, e in zip(numbers, slates, encoded):
+            self.cut.update((number, d) for d, cut in zip(s.docids, e.truncated) if cut)
+            self.queries_cut += bool(e.query_truncated)
+        self.prefills += 1
+        return self.model.rank_batch(slates, decoder=self.decoder, encoded=encoded)
+
+    def rank_batch(self, slates: list[Slate]) -> list[Any]:
+        numbers = list(range(self.slates, self.slates + len(slates)))
+        self.slates += len(slates)
+        self.candidates += sum(len(s) for s in slates)
+        if self.windows is None:
+            return self._rank(slates, numbers)
+        from spdrank.windows import rank_windowed
+
+        return [
+            rank_windowed(s, self.windows, lambda part, i=i: self._rank([part], [i])[0])
+            for i, s in zip(numbers, slates)
+        ]
+
+    def summary(self) -> str:
+        """One line: how many candidates (and queries) were cut, and the prefills spent."""
+        line = (f"cut to the token budget: {len(self.cut)} of {self.candidates} candidates "
+                f"(--max-item-tokens at training), {self.queries_cut} query texts (prompts)")
+        if self.windows is not None:
+            line += (f"; {self.prefills} prefills for {self.slates} slates (windows of "
+                     f"{self.windows.window}, stride {self.windows.stride})")
+        return line
+
+
+def checked_slates(
+    args: argparse.Namespace, model: Any, windowed: bool = False
+) -> Iterator[Slate]:
     """The input's slates, each checked, with its ``file:line``, against what the model ranks
-    (the server's checks: K, features) and, with ``--trec``, what a run line can carry.
+    (the server's checks: K unless ranked by windows, features) and, with ``--trec``, what a
+    run line can carry.
 
     A repeated qid is refused (the outputs are keyed by it); slates without a qid are not.
     """
@@ -110,7 +162,8 @@ def checked_slates(args: argparse.Namespace, model: Any) -> Iterator[Slate]:
 
     located = unique_qids(iter_slates(args.input, model.config.text_fields), allow_blank=True)
     for where, slate in located:
-        check_fits_model(slate, model.config.head.positions, model.features, where)
+        positions = len(slate) if windowed else model.config.head.positions
+        check_fits_model(slate, positions, model.features, where)
         if args.trec:
             check_trec_ids(slate, where)
         yield slate

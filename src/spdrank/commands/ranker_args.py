@@ -7,7 +7,11 @@ import argparse
 from pathlib import Path
 
 from spdrank.baselines import BASELINES, FEATURE_PREFIX, baseline_factory, baseline_names
-from spdrank.commands.argtypes import add_trust_remote_code
+from spdrank.commands.argtypes import (
+    add_trust_remote_code,
+    add_window_arguments,
+    windows_from_args,
+)
 from spdrank.rankers import build_rankers, default_train_path, is_search
 from spdrank.ranking import Ranker
 
@@ -62,6 +66,7 @@ def add_ranker_arguments(p: argparse.ArgumentParser) -> None:
         "order (score descending, ties by docid descending); candidates it does not rank "
         "follow in slate order; repeatable",
     )
+    add_window_arguments(p)
     p.add_argument("--device", default="auto", help="device for --model rankers: cpu, cuda, auto")
     p.add_argument(
         "--dtype",
@@ -95,6 +100,7 @@ def rankers_from_args(args: argparse.Namespace) -> list[Ranker]:
         decoder=getattr(args, "decoder", None),
         trust_remote_code=getattr(args, "trust_remote_code", False),
         search=is_search(args.slates),
+        windows=windows_from_args(args),
     )
 
 
