@@ -216,3 +216,40 @@ def test_dl19_bm25_reads_the_fields_506(tmp_path: Path) -> None:
     ndcg = json.loads((tmp_path / "e.json").read_text())["rankers"]["retriever"]["metrics"]
     assert round(ndcg["nDCG@10"]["mean"], 3) == 0.506
     assert ndcg["nDCG@10"]["n"] == 43
+
+
+def test_training_windows_restrict_the_labels_and_keep_the_judgements() -> None:
+    from spdrank.datasets.search import training_windows
+
+    slate = Slate.from_dict({
+        "query": {"qid": "7", "text": "q"},
+        "candidates": [{"docid": f"d{i}", "doc": {"text": f"t{i}"}} for i in range(10)],
+        "teacher": [f"d{i}" for i in reversed(range(10))],
+        "teacher_scores": [float(i) for i in reversed(range(10))],
+        "relevance": {"d3": 2, "elsewhere": 1},
+    })
+    windows = training_windows(slate, window=4, stride=2, subsets=3)
+    assert len(windows) == 4 + 3  # spans (6,10) (4,8) (2,6) (0,4), then the subsets
+    assert [w.docids for w in windows[:4]] == [
+        [f"d{i}" for i in range(a, b)] for a, b in ((6, 10), (4, 8), (2, 6), (0, 4))]
+    for w in windows:
+        assert len(w) == 4 and sorted(w.teacher) == sorted(w.docids)
+        assert w.teacher_scores == sorted(w.teacher_scores, reverse=True)
+        assert w.relevance == slate.relevance
+        Slate.from_dict(w.to_dict())  # each a valid slate
+    assert len({w.query.qid for w in windows}) == 7
+    assert training_windows(slate, window=10, stride=5, subsets=3)[0].docids == slate.docids
+    assert len(training_windows(slate, window=10, stride=5, subsets=3)) == 1
+
+
+def test_data_windows_writes_trainable_slates(tmp_path: Path) -> None:
+    slates = tmp_path / "s.jsonl"
+    assert _spdrank("data", "search", "--retrieved", _retrieved(tmp_path / "r.json"),
+                    "--out", slates).returncode == 0
+    done = _spdrank("data", "windows", "--slates", slates, "--window", "2", "--stride", "1",
+                    "--subsets", "1", "--out", tmp_path / "w.jsonl")
+    assert done.returncode == 0, done.stderr
+    windows = list(read_slates(tmp_path / "w.jsonl"))
+    assert [len(w) for w in windows] == [2, 2, 2, 1]  # query 7: 2 spans + 1 subset; 8: whole
+    done = _spdrank("data", "windows", "--slates", slates, "--out", slates)
+    assert done.returncode != 0 and "--out" in done.stderr

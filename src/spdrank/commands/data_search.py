@@ -3,6 +3,7 @@
     spdrank data search --retrieved retrieve_results.json --qrels qrels.txt --out dl19.jsonl
     spdrank data search --run bm25.trec --topics queries.tsv --corpus corpus.jsonl \\
         --qrels qrels.txt --out dl19.jsonl
+    spdrank data windows --slates labelled.jsonl --window 20 --stride 10 --out train.jsonl
 
 One slate a query, in the run's order, with its graded judgements as ``relevance``
 (:mod:`spdrank.datasets.search`).
@@ -48,6 +49,41 @@ def register(sub: Any) -> None:
     p.add_argument("--out", required=True, metavar="FILE", help="the slates (JSONL, .gz too)")
     p.set_defaults(func=run)
 
+    w = sub.add_parser(
+        "windows",
+        help="cut labelled slates into windows a student of K candidates trains on",
+        description="Cut each slate into the sliding windows a student ranks it by (bottom-up "
+        "over its order, RankGPT's scheme) plus random subsets, each with its teacher ranking, "
+        "scores and clicks restricted to it and its judgements kept: training slates for a "
+        "model whose K is the window.",
+    )
+    w.add_argument("--slates", required=True, metavar="FILE", help="labelled slates (JSONL)")
+    w.add_argument("--window", type=int_at_least(2), default=20, metavar="W",
+                   help="candidates a window (default 20, RankGPT's)")
+    w.add_argument("--stride", type=positive_int, default=10, metavar="S",
+                   help="how far each window moves up (default 10)")
+    w.add_argument("--subsets", type=int_at_least(0), default=0, metavar="N",
+                   help="also N random subsets of W candidates a slate (default 0)")
+    w.add_argument("--seed", type=int, default=0, help="seed of the subsets (default 0)")
+    w.add_argument("--out", required=True, metavar="FILE", help="the windows (JSONL, .gz too)")
+    w.set_defaults(func=run_windows)
+
+
+def run_windows(args: argparse.Namespace) -> int:
+    from spdrank.datasets.search import training_windows
+    from spdrank.files import check_outputs
+    from spdrank.slates import read_unique_slates, write_slates
+
+    check_outputs({"--slates": args.slates}, {"--out": args.out})
+    if args.stride > args.window:
+        raise ValueError(f"--stride ({args.stride}) must not exceed --window ({args.window})")
+    n = write_slates(args.out, (
+        w for slate in read_unique_slates(args.slates)
+        for w in training_windows(slate, args.window, args.stride, args.subsets, args.seed)
+    ))
+    print(f"wrote {n} windows -> {args.out}")
+    return 0
+
 
 def run(args: argparse.Namespace) -> int:
     from spdrank.datasets.search import (
@@ -56,8 +92,14 @@ def run(args: argparse.Namespace) -> int:
         slates_from_run,
         summarize,
     )
+    from spdrank.files import check_outputs
     from spdrank.slates import write_slates
 
+    check_outputs(
+        {f"--{name}": getattr(args, name)
+         for name in ("retrieved", "run", "topics", "corpus", "qrels") if getattr(args, name)},
+        {"--out": args.out},
+    )
     if bool(args.retrieved) == bool(args.run):
         raise ValueError("give one of --retrieved FILE or --run FILE (with --topics, --corpus)")
     if args.run and not (args.topics and args.corpus):

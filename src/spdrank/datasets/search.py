@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 import os
+import random
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -355,4 +356,45 @@ def summarize(slates: list[Slate], rel: int) -> SearchBuild:
         out.judged_queries += 1
         if not any(g >= rel for g in s.relevance.values()):
             out.no_relevant.append(s.query.qid)
+    return out
+
+
+# -- training windows -----------------------------------------------------------------------
+
+
+def training_windows(
+    slate: Slate, window: int, stride: int, subsets: int = 0, seed: int = 0
+) -> list[Slate]:
+    """A labelled slate cut into slates of ``window`` candidates a student can train on.
+
+    A student reads at most K candidates, and ranks a longer list by sliding windows
+    (:mod:`spdrank.windows`); it trains on what those windows show it: the sliding windows over
+    the slate's own order (its first stage's), bottom-up by ``stride``, plus ``subsets`` random
+    subsets (seeded by ``seed`` and the qid) that mix passages from every depth. Each keeps the
+    slate's query and judgements; its teacher ranking (and scores) and clicks are the slate's,
+    restricted to its candidates. The qids are ``<qid>#<j>``, unique within the file.
+    """
+    from dataclasses import replace
+
+    from spdrank.windows import Windows
+
+    n = len(slate)
+    spans = [list(range(start, end)) for start, end in Windows(window, stride).spans(n)]
+    if n > window:  # a slate within one window is kept whole, once
+        rng = random.Random(f"{seed}:{slate.query.qid}")
+        spans += [sorted(rng.sample(range(n), window)) for _ in range(subsets)]
+    out = []
+    for j, span in enumerate(spans):
+        part = [slate.candidates[i] for i in span]
+        ids = {c.docid for c in part}
+        keep = [i for i, d in enumerate(slate.teacher or ()) if d in ids]
+        out.append(replace(
+            slate,
+            query=replace(slate.query, qid=f"{slate.query.qid}#{j}"),
+            candidates=part,
+            clicked=None if slate.clicked is None else [d for d in slate.clicked if d in ids],
+            teacher=None if slate.teacher is None else [slate.teacher[i] for i in keep],
+            teacher_scores=(None if slate.teacher_scores is None
+                            else [slate.teacher_scores[i] for i in keep]),
+        ))
     return out
