@@ -1,0 +1,136 @@
+"""docs/search.md, run: every command of its ``bash`` blocks, in order, on a small generated
+example written where the page reads DL19 (``../shared/data/trec-dl19/``, the same file
+shapes), so the walkthrough cannot drift from what spdrank does.
+
+Commands run in-process in a temporary directory (``spdrank ...`` through the CLI's
+``main``); ``spdrank serve`` builds its app, and the page's ``curl`` request is sent to it
+through FastAPI's TestClient instead of a port; ``python -c`` runs in a fresh interpreter.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from spdrank.cli import main
+from tests.benchmarks.test_own_data import blocks, commands
+from tests.helpers import ROOT, subprocess_env
+
+DOC = ROOT / "docs" / "search.md"
+
+TOPICS = {
+    "flea": ("how long is the life cycle of a flea",
+             "The flea life cycle runs from egg to adult flea in weeks"),
+    "tide": ("what causes the ocean tides", "The moon pulls the ocean and causes the tides"),
+    "bread": ("how to bake sourdough bread", "Bake sourdough bread with a starter and flour"),
+    "volcano": ("why do volcanoes erupt", "Volcanoes erupt when magma pressure builds up"),
+    "tea": ("how is green tea made", "Green tea is made by steaming fresh tea leaves"),
+    "chess": ("who invented the game of chess", "Chess was invented in India as chaturanga"),
+}
+FILLER = ["The stock market closed lower on Friday.", "A new phone was released this week.",
+          "The city council met to discuss parking.", "Rain is expected over the weekend.",
+          "The museum opens a new exhibit.", "A recipe for lemon cake with icing."]
+
+
+def write_example(folder: Path, passages: int = 30, seed: int = 0) -> None:
+    """DL19's two files in their shapes: BM25-like retrieve results and graded qrels."""
+    rng = random.Random(seed)
+    results, qrels = [], {}
+    for q, (name, (query, answer)) in enumerate(TOPICS.items()):
+        qid = 1000 + q
+        docs = []
+        for i in range(passages):
+            kind = rng.random()
+            if kind < 0.2:
+                text, grade = f"{answer}, part {i}.", rng.choice([2, 3])
+            elif kind < 0.4:
+                text, grade = f"Something about {name}: {rng.choice(FILLER)}", 1
+            else:
+                text, grade = rng.choice(FILLER) + f" Item {i}.", 0
+            docs.append((f"{name}{i}", text, grade))
+        docs.sort(key=lambda d: (-d[2] + rng.random() * 3))  # BM25: a noisy order
+        results.append({"query": query, "hits": [
+            {"content": text, "qid": qid, "docid": docid, "rank": r,
+             "score": round(30.0 - r * 0.25, 3)}
+            for r, (docid, text, _) in enumerate(docs, start=1)]})
+        qrels[str(qid)] = {docid: str(grade) for docid, _, grade in docs}
+        qrels[str(qid)][f"{name}-unretrieved"] = "2"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "retrieve_results_dl19.json").write_text(json.dumps(results))
+    (folder / "qrels_dl19.json").write_text(json.dumps(qrels))
+
+
+class Shell:
+    """Runs the page's commands; knows exactly the ones the page uses."""
+
+    def __init__(self, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch):
+        self.capsys = capsys
+        self.monkeypatch = monkeypatch
+        self.app = None
+        self.outputs: list[str] = []
+
+    def run(self, command: str) -> None:
+        argv = shlex.split(command.removesuffix("&"))
+        if argv[:2] == ["spdrank", "serve"]:
+            import uvicorn
+
+            self.monkeypatch.setattr(uvicorn, "run", lambda app, **_: setattr(self, "app", app))
+            assert main(argv[1:]) == 0
+        elif argv[0] == "spdrank":
+            assert main(argv[1:]) == 0, command
+        elif argv[:2] == ["python", "-c"]:
+            done = subprocess.run([sys.executable, "-c", argv[2]], capture_output=True,
+                                  text=True, env=subprocess_env(), check=False, timeout=300)
+            assert done.returncode == 0, done.stderr
+            print(done.stdout, end="")
+        elif argv[0] == "curl":
+            from fastapi.testclient import TestClient
+
+            url = next(a for a in argv if a.startswith("localhost:"))
+            body = argv[argv.index("-d") + 1]
+            assert self.app is not None, "the page sends a request before starting the server"
+            with TestClient(self.app) as client:
+                answer = client.post(url.split(":8000", 1)[1], content=body,
+                                     headers={"content-type": "application/json"})
+            assert answer.status_code == 200, answer.text
+            print(answer.text)
+        else:
+            raise AssertionError(f"docs/search.md runs a command this test does not know: "
+                                 f"{command}")
+        self.outputs.append(self.capsys.readouterr().out)
+
+
+@pytest.mark.slow  # the bundled SmolLM2 as teacher and student backbone
+def test_the_search_walkthrough_runs_as_written(tmp_path, monkeypatch, capsys):
+    write_example(tmp_path / "shared" / "data" / "trec-dl19")
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    shell = Shell(capsys, monkeypatch)
+    for block in blocks(DOC.read_text(encoding="utf-8"), "bash"):
+        for command in commands(block):
+            shell.run(command)
+    outputs = "\n".join(shell.outputs)
+    assert "wrote 6 slates (180 candidates)" in outputs
+    # eval's table, and ir-measures' number for the same run.
+    table = next(o for o in shell.outputs if o.startswith("ranker"))
+    row = next(line for line in table.splitlines() if line.startswith("retriever"))
+    ours = float(row.split()[3])
+    theirs = next(o for o in shell.outputs if o.startswith("{nDCG@10"))
+    assert float(theirs.split(":")[1].strip(" }\n")) == pytest.approx(ours, abs=1e-4)
+    assert "bm25" in table and "popularity" not in table
+    # The student over windows, its TREC run and the server's answer.
+    student = next(o for o in shell.outputs if "student" in o and o.startswith("ranker"))
+    assert "tau" in student
+    run = Path("search/student.trec").read_text().splitlines()
+    assert len(run) == 180 and {line.split()[0] for line in run} == {str(1000 + q)
+                                                                     for q in range(6)}
+    answer = json.loads(shell.outputs[-1])
+    assert answer["model"] == "student" and len(answer["results"]) == 1
+    assert "document" not in answer["results"][0]
