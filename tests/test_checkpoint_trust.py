@@ -393,3 +393,18 @@ def test_token_budgets_are_bounded(tmp_path, features_model, capsys, field, valu
     ckpt = copy_checkpoint(features_model, tmp_path / "ckpt")
     edit_config(ckpt / "config.json", lambda c: c["prompt"].update({field: value}))
     assert phrase in rank_error(tmp_path, ckpt, capsys)
+
+
+@pytest.mark.parametrize("edit,phrase", [
+    (lambda c: c.update(decoder={"a": 1}), "decoder must be a decoder's name"),
+    (lambda c: c.update(text_fields="title"), "text_fields must be a list of field names"),
+    (lambda c: c["head"].update(width=18, heads=4), "must be a multiple of head.heads"),
+    (lambda c: c["features"].update(mean=["x", 0.5]), "mean and std must be finite numbers"),
+    (lambda c: c["features"].update(std=[1.0]), "one of each per name"),
+    (lambda c: c["features"].update(std=[0.0, 1.0]), "every std must be positive"),
+])
+def test_what_the_fuzz_search_found_is_one_line(tmp_path, features_model, capsys, edit, phrase):
+    """Each once reached a TypeError, an AssertionError or a numpy error past loading."""
+    ckpt = copy_checkpoint(features_model, tmp_path / "ckpt")
+    edit_config(ckpt / "config.json", edit)
+    assert phrase in rank_error(tmp_path, ckpt, capsys)

@@ -93,6 +93,9 @@ class HeadConfig:
                 raise ConfigError(f"head.{name} must be an integer, got {value!r}")
             if not low <= value <= high:
                 raise ValueError(f"head.{name} must be between {low} and {high}, got {value}")
+        if self.width % self.heads:
+            raise ValueError(f"head.width ({self.width}) must be a multiple of head.heads "
+                             f"({self.heads}): each attention head takes an equal share")
         if not isinstance(self.kind, str) or not isinstance(self.tokens, bool):
             raise ConfigError("head.kind must be a name and head.tokens true or false")
         dropout = self.dropout

@@ -33,6 +33,7 @@ from torch import nn
 from spdrank.atomic_dir import atomic_directory
 from spdrank.backbone import (
     BackboneConfig,
+    ConfigError,
     bounded_int,
     last_hidden,
     last_token_logits,
@@ -106,6 +107,14 @@ class SPDConfig:
         # they are tokenized.
         bounded_int(prompt.max_item_tokens, "prompt.max_item_tokens", 1, MAX_TOKEN_BUDGET)
         bounded_int(prompt.max_query_tokens, "prompt.max_query_tokens", 1, MAX_TOKEN_BUDGET)
+        decoder, fields = data.get("decoder", UNNAMED_DECODER), data.get("text_fields", TEXT_FIELDS)
+        if not isinstance(decoder, str):
+            raise ConfigError(f"decoder must be a decoder's name, got {decoder!r}")
+        if not isinstance(fields, (list, tuple)) or not fields \
+                or not all(isinstance(f, str) for f in fields):
+            raise ConfigError(f"text_fields must be a list of field names, got {fields!r}")
+        if data.get("features"):
+            _check_features(data["features"])
         return cls(
             backbone=BackboneConfig.from_dict(data["backbone"]),
             head=HeadConfig.from_dict(data["head"]),
@@ -117,6 +126,25 @@ class SPDConfig:
             ),
             features_only=bool(data.get("features_only", False)),
         )
+
+
+def _check_features(data: Any) -> None:
+    """Refuse a saved feature normalisation that is not names with finite means and positive,
+    finite deviations, one of each per name."""
+    import math
+
+    names, mean, std = (data.get(k) if isinstance(data, dict) else None
+                        for k in ("names", "mean", "std"))
+    lists = all(isinstance(v, list) for v in (names, mean, std))
+    if not lists or not (len(names) == len(mean) == len(std)) \
+            or not all(isinstance(n, str) for n in names):
+        raise ConfigError("features must hold 'names', 'mean' and 'std', one of each per name")
+    for value in (*mean, *std):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) \
+                or not math.isfinite(value):
+            raise ConfigError(f"features: mean and std must be finite numbers, got {value!r}")
+    if any(s <= 0 for s in std):
+        raise ConfigError("features: every std must be positive")
 
 
 class HeadInputs(NamedTuple):
