@@ -36,5 +36,9 @@ HISTORY_READOUT = "words"
 OTHER_READOUT = "mean"
 UNIT_MATCH = "tfidf"
 
+#: The recommendation template's per-candidate token budget: titles are short, and a student
+#: can only match the words the prompt keeps (docs/architecture.md, "The token budget").
+DEFAULT_ITEM_TOKENS = 32
+
 #: The slate sizes N at which ``spdrank bench --latency`` decomposes a model's latency.
 LATENCY_SIZES = (20, 50, 150)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
+import logging
 import os
 import time
 from collections.abc import Iterator, Sequence
@@ -53,8 +54,10 @@ from spdrank.methods import RankingMethod, method_for
 from spdrank.methods.first import first_prompt  # noqa: F401 - part of this module's API
 from spdrank.prompt import UNIT_READOUTS, EncodedPrompt, PromptBuilder, PromptSettings
 from spdrank.ranking import STAGES, Ranking
-from spdrank.slates import TEXT_FIELDS, Candidate, Query, Slate
+from spdrank.slates import TEXT_FIELDS, Candidate, Query, Slate, SlateError
 from spdrank.words import WordSplitter, pool_words
+
+log = logging.getLogger(__name__)
 
 CONFIG_NAME = "config.json"
 HEAD_NAME = "head.safetensors"
@@ -295,6 +298,11 @@ class SPDRanker(nn.Module):
                 "read them"
             )
         self.prompts = None if config.features_only else PromptBuilder(tokenizer, config.prompt)
+        #: The backbone's positions: no prompt may be longer (None: unknown, or no backbone).
+        self.context_length = context_length(backbone)
+        #: Candidates (and query texts) encoded, and how many were cut to their token budget:
+        #: what ``rank``, ``eval`` and ``train`` report, since a cut text is a different text.
+        self.cuts = Cuts()
         self.words = (
             WordSplitter(tokenizer) if config.prompt.readout == "words" and self.prompts else None
         )
@@ -316,7 +324,23 @@ class SPDRanker(nn.Module):
 
         ``trust_remote_code`` lets a backbone whose folder holds its own Python run it.
         """
-        model = cls(config, *_backbone_and_tokenizer(config, device, None, trust_remote_code))
+        backbone, tokenizer = _backbone_and_tokenizer(config, device, None, trust_remote_code)
+        if config.prompt.max_item_tokens is None:
+            context = context_length(backbone)
+            if context is None:
+                raise ValueError(
+                    f"{config.backbone.name_or_path} names no max_position_embeddings to fit "
+                    "the per-candidate token budget to: pass --max-item-tokens"
+                )
+            config.prompt.max_item_tokens = fitted_item_tokens(
+                context, config.head.positions, config.prompt.max_query_tokens
+            )
+            log.info(
+                "per-candidate token budget: %d tokens, so that %d candidates and the query fit "
+                "the backbone's %d positions (--max-item-tokens to choose)",
+                config.prompt.max_item_tokens, config.head.positions, context,
+            )
+        model = cls(config, backbone, tokenizer)
         return model.to(device)
 
     @classmethod
@@ -392,8 +416,24 @@ class SPDRanker(nn.Module):
             return EncodedPrompt([], readout=[0] * n, truncated=[False] * n, features=features)
         texts = slate.candidate_texts(self.config.text_fields)
         encoded = self.prompts.encode(slate.query.text, texts)
+        self.check_context(slate, encoded)
+        self.cuts.add(encoded)
         encoded.features = features
         return encoded
+
+    def check_context(self, slate: Slate, encoded: EncodedPrompt) -> None:
+        """Refuse a prompt longer than the backbone's positions, with its numbers: the backbone
+        would read it wrongly or fail, and nothing may be cut silently to make it fit."""
+        if self.context_length is None or len(encoded.input_ids) <= self.context_length:
+            return
+        prompt = self.config.prompt
+        raise SlateError(
+            f"slate {slate.query.qid!r}: its prompt is {len(encoded.input_ids)} tokens, more "
+            f"than the backbone's {self.context_length} positions ({len(slate)} candidates at "
+            f"up to {prompt.max_item_tokens} tokens each, a query of up to "
+            f"{prompt.max_query_tokens}): rank it by sliding windows (--window), or train "
+            "with a smaller --max-item-tokens"
+        )
 
     def slate_features(self, slate: Slate) -> np.ndarray | None:
         """The slate's normalised features [n, F] when the model reads features, else None."""
@@ -672,6 +712,51 @@ def load_head(head: nn.Module, path: Path) -> None:
         reason = " ".join(line.strip() for line in first[:3])
         raise ValueError(f"{path}: the weights do not fit the head in config.json ({reason})") \
             from None
+
+
+class Cuts:
+    """Running counts of encoded candidates and queries, and of those cut to their budget."""
+
+    def __init__(self) -> None:
+        self.candidates = self.candidates_cut = self.queries = self.queries_cut = 0
+
+    def add(self, encoded: EncodedPrompt) -> None:
+        self.candidates += len(encoded.truncated)
+        self.candidates_cut += sum(encoded.truncated)
+        self.queries += 1
+        self.queries_cut += bool(encoded.query_truncated)
+
+    def summary(self, budget: int) -> str:
+        """One line for a user: how much was cut, and by which budget."""
+        return (
+            f"cut to the token budget: {self.candidates_cut} of {self.candidates} candidates "
+            f"(at {budget} tokens), {self.queries_cut} of {self.queries} queries"
+        )
+
+
+def context_length(backbone: nn.Module) -> int | None:
+    """The backbone's positions (``max_position_embeddings``), or None when it names none."""
+    value = getattr(getattr(backbone, "config", None), "max_position_embeddings", None)
+    return value if isinstance(value, int) and value > 0 else None
+
+
+def fitted_item_tokens(context: int, positions: int, query_tokens: int) -> int:
+    """A per-candidate token budget that lets ``positions`` candidates and a query of
+    ``query_tokens`` fit ``context`` positions: the room left after the query and
+    :data:`PROMPT_OVERHEAD` tokens of template, shared by the candidates less each one's
+    :data:`LABEL_TOKENS` of numbering, within [:data:`MIN_FITTED_TOKENS`,
+    :data:`MAX_FITTED_TOKENS`]."""
+    room = (context - query_tokens - PROMPT_OVERHEAD) // max(positions, 1) - LABEL_TOKENS
+    return max(MIN_FITTED_TOKENS, min(MAX_FITTED_TOKENS, room))
+
+
+#: Tokens of a prompt that are neither candidates nor the query: the chat template, the
+#: instruction and the headers (a generous bound; the context check catches any excess).
+PROMPT_OVERHEAD = 192
+#: Tokens each candidate's numbering takes (``"\n[12] "``).
+LABEL_TOKENS = 6
+MIN_FITTED_TOKENS = 8
+MAX_FITTED_TOKENS = 512
 
 
 def _backbone_and_tokenizer(

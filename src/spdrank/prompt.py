@@ -30,6 +30,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+from spdrank.defaults import DEFAULT_ITEM_TOKENS
 from spdrank.prompt_templates import (
     DEFAULT_TEMPLATE,
     PromptTemplate,
@@ -73,8 +74,9 @@ CHARS_PER_TOKEN_BOUND = 64
 class PromptSettings:
     """How a slate becomes a prompt; saved in a checkpoint so inference matches training."""
 
-    #: Tokens kept from each candidate's text (the head of the text).
-    max_item_tokens: int = 32
+    #: Tokens kept from each candidate's text (the head of the text); None only until
+    #: :meth:`spdrank.model.SPDRanker.build` fits it to the backbone's context.
+    max_item_tokens: int | None = DEFAULT_ITEM_TOKENS
     #: Tokens kept from the user context (its end: the most recent history).
     max_query_tokens: int = 512
     use_chat_template: bool = True

@@ -484,6 +484,13 @@ class Trainer:
         }
         if self.cfg.cache_states:
             summary["state_cache_s"] = round(self.cache_s, 1)
+        cuts = self.spd.cuts
+        if cuts.queries:  # prompts this run encoded (once a slate from a cache, else per epoch)
+            summary["cut"] = {"candidates": cuts.candidates_cut, "of_candidates": cuts.candidates,
+                              "queries": cuts.queries_cut, "of_queries": cuts.queries,
+                              "max_item_tokens": self.spd.config.prompt.max_item_tokens}
+            log.info("%s, over the prompts this run encoded",
+                     cuts.summary(self.spd.config.prompt.max_item_tokens))
         if self.eval_slates:
             summary["eval"] = self.evaluate()
             summary["eval_slates"] = len(self.eval_slates)

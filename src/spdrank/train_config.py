@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from spdrank.defaults import (
+    DEFAULT_ITEM_TOKENS,
     FEATURES_ONLY_HEAD,
     HISTORY_READOUT,
     OTHER_READOUT,
@@ -77,7 +78,10 @@ class TrainConfig:
     #: The prompt template: a built-in's name (recommendation, search) or a JSON template
     #: file (:func:`spdrank.prompt_templates.load_template`); the checkpoint holds its texts.
     prompt: str = "recommendation"
-    max_item_tokens: int = 32
+    #: None: the template's budget (recommendation: 32 tokens, titles), or for a template
+    #: without one (search) what lets K candidates fit the backbone's context, computed when
+    #: the model is built (:func:`spdrank.model.fitted_item_tokens`) and saved as a number.
+    max_item_tokens: int | None = None
     max_query_tokens: int = 512
     #: How an item's token states reach the head: "words" (one mean per word of its text),
     #: "mean" (over the item's tokens), "last" (the paper's last token) or "tokens" (every
@@ -190,6 +194,12 @@ class TrainConfig:
         (--features-only), is trained."""
         return not (self.frozen or self.features_only)
 
+    def item_tokens(self) -> int | None:
+        """The per-candidate budget: the flag's, else the template's (None: fit the context)."""
+        if self.max_item_tokens is not None:
+            return self.max_item_tokens
+        return DEFAULT_ITEM_TOKENS if self.template().name == "recommendation" else None
+
     def model_config(self, features: FeatureNormalizer | None = None) -> SPDConfig:
         """The model these settings train; ``features``: the ``--features`` normalisation,
         fitted on the training slates (:func:`spdrank.train.fit_feature_normalizer`)."""
@@ -202,7 +212,7 @@ class TrainConfig:
         method = method_for(self.head)
         prompt = method.prompt(PromptSettings(
             template=self.template(),
-            max_item_tokens=self.max_item_tokens,
+            max_item_tokens=self.item_tokens(),
             max_query_tokens=self.max_query_tokens,
             readout=self.readout,
             # The history head reads each history item's states: the prompt must span them.

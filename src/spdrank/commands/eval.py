@@ -220,6 +220,11 @@ def run(args: argparse.Namespace) -> int:
         raise SlateError(f"{slates_path} holds no slates")
 
     print(format_table(results))
+    for ranker in rankers:
+        model = getattr(ranker, "inner", ranker)
+        cuts = getattr(model, "cuts", None)
+        if cuts is not None and cuts.queries:
+            print(f"{ranker.name}: {cuts.summary(model.config.prompt.max_item_tokens)}")
     if args.json:
         with atomic_writer(args.json) as fh:
             json.dump(results.to_dict(), fh, indent=2, ensure_ascii=False)

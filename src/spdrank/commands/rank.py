@@ -107,40 +107,31 @@ def run(args: argparse.Namespace) -> int:
 
 
 class CountingRanker:
-    """The model ranking slates (over sliding windows when asked), counting what a user must
-    know: candidates and queries cut to their token budgets, and the prefills spent."""
+    """The model ranking slates (over sliding windows when asked), and one line of what a user
+    must know: the candidates cut to the token budget (the model counts them as it encodes)
+    and, with windows, the prefills spent."""
 
     def __init__(self, model: Any, decoder: str | None, windows: Any) -> None:
         self.model, self.decoder, self.windows = model, decoder, windows
-        self.cut: set[tuple[int, str]] = set()
-        self.candidates = self.queries_cut = self.prefills = self.slates = 0
+        self.prefills = self.slates = 0
 
-    def _rank(self, slates: list[Slate], numbers: list[int]) -> list[Any]:
-        """One prefill of ``slates`` (the ``numbers``-th of the run, or windows of them)."""
-        encoded = [self.model.encode(s) for s in slates]
-        for number, s, e in zip(numbers, slates, encoded):
-            self.cut.update((number, d) for d, cut in zip(s.docids, e.truncated) if cut)
-            self.queries_cut += bool(e.query_truncated)
+    def _rank(self, slates: list[Slate]) -> list[Any]:
         self.prefills += 1
-        return self.model.rank_batch(slates, decoder=self.decoder, encoded=encoded)
+        return self.model.rank_batch(slates, decoder=self.decoder)
 
     def rank_batch(self, slates: list[Slate]) -> list[Any]:
-        numbers = list(range(self.slates, self.slates + len(slates)))
         self.slates += len(slates)
-        self.candidates += sum(len(s) for s in slates)
         if self.windows is None:
-            return self._rank(slates, numbers)
+            return self._rank(slates)
         from spdrank.windows import rank_windowed
 
-        return [
-            rank_windowed(s, self.windows, lambda part, i=i: self._rank([part], [i])[0])
-            for i, s in zip(numbers, slates)
-        ]
+        return [rank_windowed(s, self.windows, lambda part: self._rank([part])[0])
+                for s in slates]
 
     def summary(self) -> str:
-        """One line: how many candidates (and queries) were cut, and the prefills spent."""
-        line = (f"cut to the token budget: {len(self.cut)} of {self.candidates} candidates "
-                f"(--max-item-tokens at training), {self.queries_cut} query texts (prompts)")
+        """One line: how much was cut, and with windows the prefills spent (a candidate in
+        several windows counts once per window it was cut in)."""
+        line = self.model.cuts.summary(self.model.config.prompt.max_item_tokens)
         if self.windows is not None:
             line += (f"; {self.prefills} prefills for {self.slates} slates (windows of "
                      f"{self.windows.window}, stride {self.windows.stride})")
