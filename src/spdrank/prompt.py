@@ -226,6 +226,9 @@ class PromptBuilder:
     ) -> None:
         self.tokenizer = tokenizer
         self.settings = settings or PromptSettings()
+        if self.settings.max_item_tokens is None:
+            raise ValueError("max_item_tokens is not set: SPDRanker.build fits it to the "
+                             "backbone's context, or pass a number")
         if self.settings.max_item_tokens < 1:
             raise ValueError("max_item_tokens must be at least 1")
         self._backend = _plain_backend(tokenizer)
