@@ -50,6 +50,7 @@ from spdrank.slates import Slate
 from spdrank.teacher.backends import Generation, Job, Outcome
 from spdrank.teacher.lm import load_causal_lm
 from spdrank.teacher.parse import render_ids
+from spdrank.teacher.prompt import CutTally
 
 #: The recommendation template's texts (the ``item`` kind).
 SYSTEM = DEFAULT_TEMPLATE.likelihood_system
@@ -93,6 +94,8 @@ class LikelihoodBackend:
         self.name = f"likelihood:{model}" + (f",layers={layers}" if layers else "")
         self.max_item_tokens = max_item_tokens
         self.max_query_tokens = max_query_tokens
+        #: The candidates scored, and those cut to ``max_item_tokens`` (the run reports it).
+        self.tally = CutTally()
         self.model, self.tokenizer, self.device = load_causal_lm(
             model, layers, device, dtype, trust_remote_code
         )
@@ -142,9 +145,14 @@ class LikelihoodBackend:
     def title_ids(self, slate: Slate) -> list[list[int]]:
         """Each candidate's title tokens, cut to ``max_item_tokens``."""
         lead = "" if self._ends is not None else " "
-        texts = slate.candidate_texts()
-        return [self._ids(lead + self._head(text) if text else "")[: self.max_item_tokens]
-                for text in texts]
+        ids = [self._ids(lead + self._head(text) if text else "")
+               for text in slate.candidate_texts()]
+        self._count(ids, len(slate.candidate_texts()))
+        return [i[: self.max_item_tokens] for i in ids]
+
+    def _count(self, ids: list[list[int]], n: int) -> None:
+        self.tally.candidates += n
+        self.tally.cut += sum(len(i) > self.max_item_tokens for i in ids)
 
     def passage_prompt_ids(self, slate: Slate) -> list[list[int]]:
         """The ``query`` kind's prompt for each candidate: the scoring text around its text
@@ -165,10 +173,10 @@ class LikelihoodBackend:
             tail = tail + self._ids(self._ends[1], True)
         else:
             head = self._bos() + head
-        return [
-            head + self._ids(lead + self._head(text))[: self.max_item_tokens] + tail
-            for text in slate.candidate_texts()
-        ]
+        texts = slate.candidate_texts()
+        ids = [self._ids(lead + self._head(text)) for text in texts]
+        self._count(ids, len(texts))
+        return [head + i[: self.max_item_tokens] + tail for i in ids]
 
     def query_ids(self, query: str) -> list[int]:
         """The query's tokens as the ``query`` kind scores them: its head, up to

@@ -17,6 +17,7 @@ slightly better teacher).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -64,6 +65,19 @@ def answer_instruction(
     return template.render(field, n=n, query=query)
 
 
+@dataclass
+class CutTally:
+    """Candidates a teacher read, and how many it read cut to the token budget: what the run
+    summary reports, since a cut passage is a different passage."""
+
+    candidates: int = 0
+    cut: int = 0
+
+    def add(self, originals: Sequence[str], kept: Sequence[str]) -> None:
+        self.candidates += len(originals)
+        self.cut += sum(a != b for a, b in zip(originals, kept))
+
+
 def cut_head(text: str, budget: int, tokenizer: Any | None = None) -> str:
     """The head of ``text`` within ``budget`` tokens (or ``budget * 4`` characters)."""
     if tokenizer is None:
@@ -95,10 +109,17 @@ def _tokens(tokenizer: Any, text: str) -> list[int]:
 
 
 def user_message(
-    slate: Slate, settings: TeacherPromptSettings, tokenizer: Any | None = None
+    slate: Slate,
+    settings: TeacherPromptSettings,
+    tokenizer: Any | None = None,
+    tally: CutTally | None = None,
 ) -> str:
-    """The user turn: the student's prompt body plus the answer instruction."""
-    titles = [cut_head(t, settings.max_item_tokens, tokenizer) for t in slate.candidate_texts()]
+    """The user turn: the student's prompt body plus the answer instruction; ``tally``
+    counts the candidates cut to the budget."""
+    texts = slate.candidate_texts()
+    titles = [cut_head(t, settings.max_item_tokens, tokenizer) for t in texts]
+    if tally is not None:
+        tally.add(texts, titles)
     query = cut_tail(slate.query.text, settings.max_query_tokens, tokenizer)
     template = settings.template
     body = render_text(query, titles, settings.instruction, template)
@@ -106,13 +127,17 @@ def user_message(
 
 
 def build_messages(
-    slate: Slate, settings: TeacherPromptSettings | None = None, tokenizer: Any | None = None
+    slate: Slate,
+    settings: TeacherPromptSettings | None = None,
+    tokenizer: Any | None = None,
+    tally: CutTally | None = None,
 ) -> list[dict[str, str]]:
-    """The chat messages (``[{role, content}]``) that ask the teacher to rank ``slate``."""
+    """The chat messages (``[{role, content}]``) that ask the teacher to rank ``slate``
+    (``tally``: counts the candidates cut to the budget)."""
     settings = settings or TeacherPromptSettings()
     messages = []
     system = settings.template.system if settings.system is None else settings.system
     if system:
         messages.append({"role": "system", "content": system})
-    messages.append({"role": "user", "content": user_message(slate, settings, tokenizer)})
+    messages.append({"role": "user", "content": user_message(slate, settings, tokenizer, tally)})
     return messages

@@ -31,7 +31,7 @@ from spdrank.slates import Slate, read_unique_slates, write_slates
 from spdrank.teacher.backends import Backend, Job
 from spdrank.teacher.labels import LabelStore, apply_label, make_record
 from spdrank.teacher.parse import OK, STATUSES
-from spdrank.teacher.prompt import TeacherPromptSettings, build_messages
+from spdrank.teacher.prompt import CutTally, TeacherPromptSettings, build_messages
 
 log = logging.getLogger(__name__)
 
@@ -116,6 +116,11 @@ class RunSummary:
     servers: dict[str, int] = field(default_factory=dict)
     #: The first 20 failures, ``qid: why``.
     errors: list[str] = field(default_factory=list)
+    #: Candidates the teacher read in this run, and how many it read cut to the token budget
+    #: (None: a backend that reads no text, ``ranker:`` and ``file:``).
+    candidates_read: int | None = None
+    candidates_cut: int | None = None
+    max_item_tokens: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -159,12 +164,14 @@ def _label(
 ) -> None:
     from spdrank.progress import Progress
 
+    tally = getattr(backend, "tally", None) or (CutTally() if backend.needs_prompt else None)
+
     def jobs() -> Iterator[Job]:
         for slate in select(options.slates, options.shard, options.limit):
             if slate.query.qid in store.labels:
                 continue
             messages = (
-                build_messages(slate, options.prompt, backend.tokenizer)
+                build_messages(slate, options.prompt, backend.tokenizer, tally)
                 if backend.needs_prompt
                 else None
             )
@@ -204,6 +211,9 @@ def _label(
             close()
         backend.close()
         bar.close()
+        if tally is not None:
+            summary.candidates_read, summary.candidates_cut = tally.candidates, tally.cut
+            summary.max_item_tokens = options.prompt.max_item_tokens
 
 
 def _warn_mixed(store: LabelStore, backend: str, mode: str, template: PromptTemplate) -> None:
@@ -269,6 +279,10 @@ def format_summary(summary: RunSummary) -> str:
     for status, count in summary.statuses.items():
         share = f"{count / total:.1%}" if total else "-"
         lines.append(f"{status:<14}{count:>8}{share:>9}")
+    if summary.candidates_read:
+        lines.append(f"\ncut to the token budget: {summary.candidates_cut} of "
+                     f"{summary.candidates_read} candidates read (at {summary.max_item_tokens} "
+                     "tokens; --max-item-tokens)")
     if summary.mean_decode_passes is not None:
         lines.append(f"\nmean decode passes / slate: {summary.mean_decode_passes:.1f}")
     if summary.mean_latency_ms is not None:
