@@ -35,7 +35,9 @@ _HELP = {
     "positions": "K, the number of rank positions (>= the largest slate)",
     "prompt": f"{PROMPT_HELP}. Slates a teacher labelled under another template are refused "
     "(its template is in their teacher_prompt)",
-    "max_item_tokens": "token budget per candidate text",
+    "max_item_tokens": "token budget per candidate text (default: the template's, 32 for "
+    "recommendation; for search, what lets --positions candidates and the query fit the "
+    "backbone's context, saved in the checkpoint as a number)",
     "max_query_tokens": "token budget for the user context (its end is kept)",
     "readout": "how an item's token states reach the head: last (its last token's, the "
     "paper), mean (the mean over its text's tokens), tokens (every one, for --head history: "
