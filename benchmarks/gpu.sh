@@ -32,7 +32,13 @@
 #    teachers the prompt's text determines, the lexical teacher on every train slate and
 #    SmolLM2's likelihood teacher on the first $FID_TRAIN, each scored on all eval slates;
 #    then the lexical student fine-tuned on clicks with popularity and co-occurrence, against
-#    the three features alone.
+#    the three features alone;
+# 8. search, TREC DL19 (benchmarks/search_dl19_cpu.py, at CPU scale in
+#    benchmarks/results/search-dl19-cpu): the same 5-fold experiment with the students reading
+#    all layers of $SEARCH_BACKBONE (default the bundled SmolLM2), and, when $SEARCH_TEACHER_URL
+#    names an OpenAI-compatible server of a listwise LLM (a RankZephyr- or Qwen-style model on
+#    vLLM, $SEARCH_TEACHER_MODEL its name), that listwise teacher over the top 100 as the
+#    students' teacher. Needs the shared DL19 files (../shared/data/trec-dl19).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . benchmarks/lib.sh
@@ -154,6 +160,19 @@ step fidelity-bench-clicks "$OUT/fidelity-clicks/report.md" \
   --model "three-features=$FID/students/clicks-3f" --model "llm+pop+co=$FID/students/clicks-llm" \
   "${GPU[@]}" --out "$OUT/fidelity-clicks" \
   --title "Against clicks: SmolLM2's words in place of the lexical feature" --no-progress
+
+# -- 8. search: TREC DL19 ----------------------------------------------------------------------
+SEARCH=( --backbone "${SEARCH_BACKBONE:-bundled}" --layers 0 --device cuda --dtype bfloat16
+         --work "$WORK/search-dl19" --runs "$WORK/search-dl19/runs" --out "$OUT/search-dl19" )
+if [ -n "${SEARCH_TEACHER_URL:-}" ]; then
+  SEARCH+=( --listwise-url "$SEARCH_TEACHER_URL" --distil-from listwise )
+  [ -z "${SEARCH_TEACHER_MODEL:-}" ] || SEARCH+=( --listwise-model "$SEARCH_TEACHER_MODEL" )
+fi
+if [ "$DRY" = 1 ]; then
+  "$BIN/python" benchmarks/search_dl19_cpu.py "${SEARCH[@]}" --dry-run
+else
+  step search-dl19 "$OUT/search-dl19/report.md" "$BIN/python" benchmarks/search_dl19_cpu.py "${SEARCH[@]}"
+fi
 [ "$DRY" = 0 ] || exit 0
 
 # -- the index -------------------------------------------------------------------------------
@@ -169,6 +188,7 @@ step fidelity-bench-clicks "$OUT/fidelity-clicks/report.md" \
   echo "- [next to the autoregressive teachers](teachers/report.md)"
   echo "- fidelity, students reading only SmolLM2's states: [lexical teacher](fidelity-lexical/report.md), [likelihood teacher](fidelity-likelihood/report.md)"
   echo "- against clicks, SmolLM2's words in place of the lexical feature: [report](fidelity-clicks/report.md)"
+  echo "- search, TREC DL19 reranked by 5-fold cross-validated students: [report](search-dl19/report.md)"
   echo
   echo "Step timings (seconds, every run of this script):"
   echo

@@ -2,6 +2,9 @@
 lexical baseline and the SmolLM2 teachers they are distilled from.
 
     .venv/bin/python benchmarks/search_dl19_cpu.py [--shared DIR] [--folds 5] [--dry-run]
+    .venv/bin/python benchmarks/search_dl19_cpu.py --backbone PATH --layers 0 --device cuda \
+        --dtype bfloat16 --listwise-url http://127.0.0.1:8000/v1 --listwise-model M \
+        --distil-from listwise --out benchmarks/results/search-dl19-gpu   # benchmarks/gpu.sh
 
 The 43 judged DL19 queries, BM25's top 100 passages each (``../shared/data/trec-dl19``, built
 with ``spdrank data search``), NIST's graded judgements. Every row reranks the same top 100
@@ -23,9 +26,14 @@ AP and R@100 at grade >= 2, TREC's convention for this task):
   queries over the whole top 100 by sliding windows of 20 (stride 10: 9 prefills a query);
   one reads the text alone, one also BM25's score (``--features score``).
 
+At scale (``benchmarks/gpu.sh``) the same experiment takes a real ``--backbone`` (all its
+layers with ``--layers 0``), and ``--listwise-url`` adds a listwise teacher behind an
+OpenAI-compatible server (a RankZephyr- or Qwen-style model on vLLM) over the whole top 100,
+which ``--distil-from listwise`` makes the students' teacher.
+
 Each query is ranked by exactly one fold's student, so every row holds the same 43 queries;
 intervals are paired 95% bootstrap intervals over queries. Fidelity (tau, top-1) is against the
-query-likelihood teacher. Writes ``benchmarks/results/search-dl19-cpu/`` (report.md,
+teacher the students distil. Writes ``benchmarks/results/search-dl19-cpu/`` (report.md,
 results.json, command.txt); the work (slates, labels, runs, caches) goes under
 ``data-out/search-dl19`` and ``runs/search-dl19``, and every finished step is reused on a rerun.
 """
@@ -62,6 +70,7 @@ ROWS = (
     ("BM25", "retriever"), ("random", "random"), ("lexical (BM25 over the slate)", "bm25"),
     ("dense (all-MiniLM-L6-v2)", "dense"), ("teacher: query likelihood", "ql"),
     (f"teacher: constrained listwise, top {CONSTRAINED_DEPTH}", "constrained"),
+    ("teacher: listwise LLM server (OpenAI-compatible)", "listwise"),
     ("student: LLM only", "student"), ("student: LLM + BM25 score", "student+bm25"),
 )
 
@@ -118,7 +127,7 @@ def per_query(rows_file: Path, rename: dict[str, str]) -> dict[str, dict[str, di
     return out
 
 
-def summarize(table: dict[str, dict[str, dict[str, Any]]]) -> dict[str, Any]:
+def summarize(table: dict[str, dict[str, dict[str, Any]]], teacher: str = "ql") -> dict[str, Any]:
     """Means, latency and paired intervals (against BM25, and students against the teacher)."""
     import numpy as np
 
@@ -126,7 +135,7 @@ def summarize(table: dict[str, dict[str, dict[str, Any]]]) -> dict[str, Any]:
     from spdrank.paired import difference_of
 
     qids = sorted(table["retriever"])
-    out: dict[str, Any] = {"queries": len(qids), "rows": {}}
+    out: dict[str, Any] = {"queries": len(qids), "teacher": teacher, "rows": {}}
     for _, name in ROWS:
         rows = table.get(name)
         if rows is None:
@@ -142,7 +151,7 @@ def summarize(table: dict[str, dict[str, dict[str, Any]]]) -> dict[str, Any]:
         latency = sorted(rows[q]["latency_ms"] for q in qids)
         entry["ms_per_query_p50"] = float(np.median(latency))
         entry["decode_passes_mean"] = float(np.mean([rows[q]["decode_passes"] for q in qids]))
-        for ref in ("retriever", "ql"):
+        for ref in ("retriever", teacher):
             if ref == name or ref not in table:
                 continue
             for metric in ("nDCG@10", "AP(rel=2)", "R(rel=2)@100"):
@@ -165,7 +174,8 @@ def interval(d: dict[str, Any] | None) -> str:
 
 def report(summary: dict[str, Any], meta: dict[str, Any]) -> str:
     rows = summary["rows"]
-    teacher = rows.get("ql", {}).get("nDCG@10")
+    distilled = summary.get("teacher", "ql")
+    teacher = rows.get(distilled, {}).get("nDCG@10")
     lines = [
         "# TREC DL19 passage reranking, CPU scale",
         "",
@@ -173,7 +183,8 @@ def report(summary: dict[str, Any], meta: dict[str, Any]) -> str:
         f"{meta['machine']}; {meta['other']}). The {summary['queries']} judged queries, "
         "BM25's top 100 each; nDCG@10 graded over every judged passage, AP and R@100 at grade "
         ">= 2 (trec_eval's semantics, held to ir-measures by the tests); tau and top-1 against "
-        "the query-likelihood teacher; intervals are paired 95% bootstrap intervals over "
+        f"the teacher the students distil ({distilled}); intervals are paired 95% bootstrap "
+        "intervals over "
         "queries. Students: 5-fold cross-validation over queries (each query ranked by the "
         "one student that never trained on it). The commands are in command.txt."),
         "",
@@ -203,7 +214,7 @@ def report(summary: dict[str, Any], meta: dict[str, Any]) -> str:
         verdict = "met" if share >= 0.9 else "not met"
         lines.append(f"- The LLM-only student keeps {share:.0%} of its teacher's nDCG@10 "
                      f"({fmt(alone)} of {fmt(teacher)}): **{verdict}** (goal: 90%); paired "
-                     f"difference {interval(rows['student'].get('nDCG@10 - ql'))}.")
+                     f"difference {interval(rows['student'].get(f'nDCG@10 - {distilled}'))}.")
     return "\n".join(lines) + "\n"
 
 
@@ -212,8 +223,29 @@ def main() -> int:
     parser.add_argument("--shared", type=Path, default=SHARED, help="the trec-dl19 folder")
     parser.add_argument("--folds", type=int, default=5)
     parser.add_argument("--epochs", default="8", help="training epochs of each student")
+    parser.add_argument("--backbone", default="bundled",
+                        help="the teachers' and students' LLM (default: the bundled SmolLM2)")
+    parser.add_argument("--layers", type=int, default=2,
+                        help="the students' frozen backbone layers (0: all of them)")
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--dtype", help="the backbones' dtype (default: auto)")
+    parser.add_argument("--listwise-url", help="an OpenAI-compatible server of a listwise LLM")
+    parser.add_argument("--listwise-model", help="its model name")
+    parser.add_argument("--distil-from", choices=("ql", "listwise"), default="ql",
+                        help="the teacher the students distil (default ql)")
+    parser.add_argument("--work", type=Path, default=WORK)
+    parser.add_argument("--runs", type=Path, default=RUNS)
+    parser.add_argument("--out", type=Path, default=OUT)
     parser.add_argument("--dry-run", action="store_true", help="print the commands only")
     args = parser.parse_args()
+    if args.distil_from == "listwise" and not args.listwise_url:
+        parser.error("--distil-from listwise needs --listwise-url")
+    work, runs, out = args.work, args.runs, args.out
+    model = ("--model", args.backbone, "--device", args.device,
+             *(("--dtype", args.dtype) if args.dtype else ()))
+    student = ("--backbone", args.backbone, "--device", args.device,
+               *(("--layers", str(args.layers)) if args.layers else ()),
+               *(("--dtype", args.dtype) if args.dtype else ()))
     dry = args.dry_run
     log: list[str] = []
 
@@ -222,9 +254,9 @@ def main() -> int:
         return dry or not path.exists()
 
     started = time.time()
-    WORK.mkdir(parents=True, exist_ok=True)
-    slates = WORK / "dl19.jsonl"
-    top = WORK / f"dl19-top{CONSTRAINED_DEPTH}.jsonl"
+    work.mkdir(parents=True, exist_ok=True)
+    slates = work / "dl19.jsonl"
+    top = work / f"dl19-top{CONSTRAINED_DEPTH}.jsonl"
     common = ("--prompt", "search", "--max-item-tokens", str(ITEM_TOKENS))
     for depth, path in ((None, slates), (CONSTRAINED_DEPTH, top)):
         if needed(path):
@@ -233,30 +265,40 @@ def main() -> int:
                     *(("--depth", str(depth)) if depth else ()), "--out", path,
                     dry_run=dry, log=log)
     # The teachers (label files are appended to and resumed).
-    ql = WORK / "ql.labels.jsonl"
-    spdrank("teacher", "--slates", slates, "--out", ql, "--backend", "likelihood", *common,
-            "--no-progress", dry_run=dry, log=log)
-    constrained = WORK / "constrained.labels.jsonl"
-    spdrank("teacher", "--slates", top, "--out", constrained, "--backend", "hf", "--constrained",
+    ql = work / "ql.labels.jsonl"
+    spdrank("teacher", "--slates", slates, "--out", ql, "--backend", "likelihood", *model,
             *common, "--no-progress", dry_run=dry, log=log)
-    labelled = WORK / "ql.labels.slates.jsonl"
-    run = WORK / "constrained-top20.trec"
+    constrained = work / "constrained.labels.jsonl"
+    spdrank("teacher", "--slates", top, "--out", constrained, "--backend", "hf", "--constrained",
+            *model, *common, "--no-progress", dry_run=dry, log=log)
+    labels = [f"ql={ql}"]
+    if args.listwise_url:
+        listwise = work / "listwise.labels.jsonl"
+        spdrank("teacher", "--slates", slates, "--out", listwise, "--backend", "openai",
+                "--base-url", args.listwise_url,
+                *(("--model-name", args.listwise_model) if args.listwise_model else ()),
+                *common, "--no-progress", dry_run=dry, log=log)
+        labels.append(f"listwise={listwise}")
+    labelled = work / f"{args.distil_from}.labels.slates.jsonl"
+    run = work / "constrained-top20.trec"
     if not dry:
-        constrained_run(WORK / "constrained.labels.slates.jsonl", constrained, slates, run)
+        constrained_run(work / "constrained.labels.slates.jsonl", constrained, slates, run)
     # Every row but the students, on all queries.
-    baselines = WORK / "baselines.rows.jsonl"
+    baselines = work / "baselines.rows.jsonl"
     if needed(baselines):
         spdrank("eval", "--slates", labelled, "--ranker", "retriever", "--ranker", "random",
-                "--ranker", "bm25", "--ranker", "dense", "--labels", f"ql={ql}",
+                "--ranker", "bm25", "--ranker", "dense",
+                *(x for spec in labels for x in ("--labels", spec)),
                 "--run", f"constrained={run}", "--k", "10,100", "--rel-level", "2",
-                "--per-slate", baselines, "--no-progress", dry_run=dry, log=log)
+                "--device", args.device, "--per-slate", baselines, "--no-progress",
+                dry_run=dry, log=log)
     # The students, fold by fold.
     queries = [] if dry else read_jsonl(labelled)
     qids = [s["query"]["qid"] for s in queries] or [f"q{i}" for i in range(43)]
     by_qid = {s["query"]["qid"]: s for s in queries}
     table = {} if dry else per_query(baselines, {})
     for f, held_out in enumerate(folds_of(qids, args.folds)):
-        fold = RUNS / f"fold{f}"
+        fold = runs / f"fold{f}"
         queries_in, train = fold / "train-queries.jsonl", fold / "train.jsonl"
         evaluate = fold / "eval.jsonl"
         if not dry:
@@ -269,7 +311,7 @@ def main() -> int:
         for name, extra in (("student", ()), ("student+bm25", ("--features", "score"))):
             if needed(fold / name / "model" / "config.json"):
                 spdrank("train", "--slates", train, "--out", fold / name, *common, "--frozen",
-                        "--layers", "2", "--positions", str(WINDOW), "--epochs", args.epochs,
+                        *student, "--positions", str(WINDOW), "--epochs", args.epochs,
                         "--batch-size", "32", "--head-lr", "1e-3", *extra,
                         "--cache-states", fold / "cache", "--no-progress", dry_run=dry, log=log)
         rows = fold / "students.rows.jsonl"
@@ -277,13 +319,15 @@ def main() -> int:
             spdrank("eval", "--slates", evaluate, "--model", f"student={fold / 'student'}",
                     "--model", f"student+bm25={fold / 'student+bm25'}", "--window", str(WINDOW),
                     "--window-stride", str(STRIDE), "--k", "10,100", "--rel-level", "2",
+                    "--device", args.device,
+                    *(("--dtype", args.dtype) if args.dtype else ()),
                     "--per-slate", rows, "--no-progress", dry_run=dry, log=log)
         if not dry:
             for name, got in per_query(rows, {}).items():
                 table.setdefault(name, {}).update(got)
     if dry:
         return 0
-    summary = summarize(table)
+    summary = summarize(table, args.distil_from)
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
                             text=True, cwd=ROOT, check=False).stdout.strip()
     meta = {
@@ -293,14 +337,14 @@ def main() -> int:
         "other": os.environ.get("SEARCH_BENCH_OTHER", "nothing else named as running"),
         "minutes": round((time.time() - started) / 60, 1),
     }
-    OUT.mkdir(parents=True, exist_ok=True)
-    (OUT / "results.json").write_text(json.dumps({"meta": meta, **summary}, indent=2) + "\n")
-    (OUT / "report.md").write_text(report(summary, meta))
-    (OUT / "command.txt").write_text(
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.json").write_text(json.dumps({"meta": meta, **summary}, indent=2) + "\n")
+    (out / "report.md").write_text(report(summary, meta))
+    (out / "command.txt").write_text(
         "# .venv/bin/python benchmarks/search_dl19_cpu.py runs, reusing finished steps:\n"
         + "\n".join(log) + "\n"
     )
-    print((OUT / "report.md").read_text())
+    print((out / "report.md").read_text())
     return 0
 
 
