@@ -11,6 +11,7 @@ from typing import Any
 from spdrank.commands.argtypes import int_at_least
 from spdrank.datasets.sequences import (
     ALL_FEATURES,
+    CANDIDATE_KINDS,
     NEGATIVES,
     RETRIEVERS,
     BuildOptions,
@@ -115,6 +116,12 @@ def register(subparsers: Any) -> None:
                      "target, keep the slate as retrieved (no target; it counts as a miss in "
                      "eval) instead of inserting the target, which a ranker can learn to spot "
                      "(an item with no real retriever score); evaluate on slates built so")
+    seq.add_argument("--candidates-are", choices=CANDIDATE_KINDS, metavar="KIND",
+                     help="what --candidate-file holds: retrieved (a retriever's lists, best "
+                     "first, scores optional; a target it missed is inserted with a warning, "
+                     "or left out with --no-insert-target) or sampled (negatives sampled for "
+                     "each user, unscored, as LLMRank's and RecBole's sampled evaluation: the "
+                     "target is always inserted beside them) (default: retrieved)")
     _add_common(seq, negatives_default=None)
     seq.set_defaults(func=run_sequences)
 
@@ -142,6 +149,7 @@ def _options(args: argparse.Namespace) -> BuildOptions:
         features=args.features,
         validation=args.validation,
         insert_target=getattr(args, "insert_target", True),
+        candidates_are=getattr(args, "candidates_are", None) or "retrieved",
         retriever=args.retriever,
         sasrec=SASRecConfig(epochs=args.sasrec_epochs),
     )
@@ -161,6 +169,9 @@ def run_sequences(args: argparse.Namespace) -> int:
     if args.candidate_file and args.negatives:
         raise ValueError("--negatives and --candidate-file exclude each other: choose one")
     _check_retriever(args)
+    if args.candidates_are and not args.candidate_file:
+        raise ValueError(f"--candidates-are {args.candidates_are} describes a --candidate-file: "
+                         "give one")
     if not args.insert_target and not args.candidate_file:
         raise ValueError("--no-insert-target applies to --candidate-file: drawn negatives "
                          "always sit beside the target")
@@ -276,9 +287,10 @@ def _list_lines(c: dict[str, Any], p: dict[str, Any]) -> list[str]:
         if "targets_not_retrieved" in c
         else f"{c['targets_added']:,} targets added"
     )
+    kind = " (sampled negatives)" if p.get("candidates_are") == "sampled" else ""
     lines = [
         (
-            f"  candidate lists: {target}, {c['lists_cut']:,} cut, "
+            f"  candidate lists{kind}: {target}, {c['lists_cut']:,} cut, "
             f"{c['short_lists']:,} shorter than {p['candidates']}"
         )
     ]

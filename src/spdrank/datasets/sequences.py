@@ -50,7 +50,9 @@ Inputs (:func:`read_sequences`, :func:`read_titles`, :func:`read_candidate_lists
   added (with the list's lowest score) and a warning says how often, since a ranker can learn
   to spot inserted items; with ``insert_target`` off the slate keeps the list alone, no
   ``clicked``, and names the target in ``clicked_not_retrieved``, which the click metrics count
-  as a miss. A candidate repeated within a list is kept once. Users without a list make no
+  as a miss. With ``candidates_are`` ``sampled`` the lists are negatives sampled per user
+  (unscored), and the target is always inserted beside them, without a warning: that is the
+  sampled-negative protocol, not a retriever's miss. A candidate repeated within a list is kept once. Users without a list make no
   slate but their sequences still count, as training users' do: in the features and, through
   ``extra_sequences.txt`` beside ``train.jsonl``, in the baselines ``spdrank eval`` fits.
 
@@ -151,6 +153,17 @@ VALIDATION_POLICY = (
 #: Ways to draw negatives.
 NEGATIVES = ("uniform", "popularity")
 
+#: What a candidate file holds: a retriever's lists (ordered, optionally scored; a target the
+#: retriever missed is a fact about it) or negatives sampled for each user (LLMRank's and
+#: RecBole's sampled evaluation: the target always sits beside them, by the protocol).
+CANDIDATE_KINDS = ("retrieved", "sampled")
+
+#: How the manifest describes a file of sampled negatives.
+SAMPLED_POLICY = (
+    "the candidate file holds negatives sampled for each user (--candidates-are sampled): "
+    "each user's target is inserted beside them, as the sampled-negative protocol has it"
+)
+
 #: How the manifest describes the sequences of users without a candidate list.
 EXTRA_SEQUENCES_POLICY = (
     "users without a candidate list make no slate, but their sequences (history + target, as "
@@ -196,6 +209,9 @@ class BuildOptions:
     #: With candidate lists: add a target the retriever did not return to its slate. Off, the
     #: slate keeps the retriever's list alone and its target counts as a miss.
     insert_target: bool = True
+    #: What the candidate lists are (:data:`CANDIDATE_KINDS`): a retriever's, where a missed
+    #: target says something, or sampled negatives, beside which the target always goes.
+    candidates_are: str = "retrieved"
     #: Take candidates from this retriever's top ``candidates`` (no target inserted).
     retriever: str | None = None
     #: The SASRec a ``sasrec`` feature or retriever fits.
@@ -206,6 +222,16 @@ class BuildOptions:
         if self.retriever is not None and self.retriever not in RETRIEVERS:
             raise ValueError(
                 f"retriever must be one of {list(RETRIEVERS)}, got {self.retriever!r}"
+            )
+        if self.candidates_are not in CANDIDATE_KINDS:
+            raise ValueError(
+                f"candidates_are must be one of {list(CANDIDATE_KINDS)}, "
+                f"got {self.candidates_are!r}"
+            )
+        if self.candidates_are == "sampled" and not self.insert_target:
+            raise ValueError(
+                "--no-insert-target contradicts --candidates-are sampled: sampled negatives "
+                "are drawn to sit beside the target, so it is always inserted"
             )
         if self.history < 0:
             raise ValueError(f"history must be >= 0, got {self.history}")
@@ -736,16 +762,25 @@ def _warn_small_eval(n_eval: int, n_users: int, fraction: float) -> None:
     )
 
 
-def _warn_inserted(inserted: int, slates: int) -> None:
-    """Say where target insertion made slates a ranker can read the label off."""
+def _warn_inserted(inserted: int, slates: int, kind: str = "retrieved") -> None:
+    """Say where target insertion made slates a ranker can read the label off: a retriever's
+    list that missed the target. Beside sampled negatives insertion is the protocol, so it is
+    only counted."""
     if not inserted:
+        return
+    if kind == "sampled":
+        logger.info(
+            "%s of %s targets inserted beside their sampled negatives (the sampled-negative "
+            "protocol)", f"{inserted:,}", f"{slates:,}",
+        )
         return
     logger.warning(
         "%s of %s targets were not among the retriever's candidates and were inserted into "
         "their slates: an inserted item has no real retriever score or rank, and a ranker can "
         "learn to spot it, so metrics on such slates flatter it; to measure on what the "
         "retriever found, build with --no-insert-target (those slates keep no target and "
-        "count as misses)",
+        "count as misses); if the file holds sampled negatives rather than a retriever's "
+        "lists, build with --candidates-are sampled",
         f"{inserted:,}", f"{slates:,}",
     )
 
@@ -776,6 +811,7 @@ def build_slates(
     if out.exists() and not out.is_dir():
         raise ValueError(f"--out {out} exists and is not a directory")
     retriever, candidate_lists, options = _retrieved_lists(log, candidate_lists, options)
+    _check_sampled(candidate_lists, options)
     title_of = _Titles(titles)
     counts = _log_counts(log)
 
@@ -821,7 +857,7 @@ def build_slates(
         manifest_fh.write(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")
     if not extra:  # a previous build's, which the baselines beside train.jsonl would read
         (out / EXTRA_SEQUENCES_FILE).unlink(missing_ok=True)
-    _warn_inserted(maker.list_stats["targets_added"], len(users))
+    _warn_inserted(maker.list_stats["targets_added"], len(users), options.candidates_are)
     _warn_small_eval(counts["eval"], len(users), options.eval_fraction)
     return BuildResult(
         out_dir=out,
@@ -849,6 +885,22 @@ def _retrieved_lists(
         )
     retriever, lists = retriever_lists(log, options)
     return retriever, lists, replace(options, insert_target=False)
+
+
+def _check_sampled(lists: CandidateLists | None, options: BuildOptions) -> None:
+    """Sampled negatives need a file to be sampled in, and carry no scores: the target
+    inserted beside them would have none, and the lowest a list's score could give it would
+    mark it."""
+    if options.candidates_are != "sampled":
+        return
+    if lists is None:
+        raise ValueError("--candidates-are sampled describes a --candidate-file: give one")
+    if lists.scores is not None:
+        raise ValueError(
+            f"{lists.source}: --candidates-are sampled, but the candidates carry scores "
+            "(item:score); sampled negatives have none to give the target inserted beside "
+            "them: drop the scores, or build with --candidates-are retrieved"
+        )
 
 
 def _log_counts(log: InteractionLog) -> dict[str, int]:
@@ -1161,6 +1213,9 @@ def _describe_lists(
         return
     if not options.insert_target:
         parameters["insert_target"] = False
+    if options.candidates_are == "sampled":
+        parameters["candidates_are"] = "sampled"
+        policies["candidates_are"] = SAMPLED_POLICY
     if lists.scores is not None:
         policies["candidate_scores"] = CANDIDATE_SCORES_POLICY
     if extra:
