@@ -39,6 +39,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from spdrank import cpu
 from spdrank.files import sha256_file
 
 log = logging.getLogger(__name__)
@@ -85,7 +86,8 @@ class BackboneConfig:
     name_or_path: str = BUNDLED
     #: Keep only the first ``layers`` transformer layers (early exit); None keeps all.
     layers: int | None = None
-    #: "float32", "bfloat16", "float16" or "auto" (bfloat16 on CUDA, float32 elsewhere).
+    #: "float32", "bfloat16", "float16" or "auto": resolved where the backbone is loaded
+    #: (:func:`resolve_dtype`), so a checkpoint saved with "auto" ranks in each machine's own.
     dtype: str = "auto"
     #: None freezes the backbone; otherwise LoRA adapters are trained.
     lora: LoraSettings | None = field(default_factory=LoraSettings)
@@ -289,9 +291,19 @@ def resolve_device(name: str) -> str:
     return name
 
 
-def resolve_dtype(name: str, device: torch.device | str) -> torch.dtype:
+def resolve_dtype(name: str, device: torch.device | str, *, cpu_bf16: bool = False) -> torch.dtype:
+    """The torch dtype ``name`` stands for on ``device``.
+
+    ``auto`` is bfloat16 on CUDA and float32 elsewhere, except that with ``cpu_bf16`` it is
+    bfloat16 on a CPU with native bfloat16 matrix units (:func:`spdrank.cpu.native_bf16`),
+    where it is several times faster and ranks as float32 does. Ranking asks for that;
+    training and the teacher, whose outputs are kept, keep float32 on every CPU.
+    """
     if name == "auto":
-        return torch.bfloat16 if torch.device(device).type == "cuda" else torch.float32
+        kind = torch.device(device).type
+        if kind == "cuda" or (kind == "cpu" and cpu_bf16 and cpu.native_bf16()):
+            return torch.bfloat16
+        return torch.float32
     try:
         return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[name]
     except KeyError:
@@ -458,6 +470,7 @@ def load_backbone(
     adapter_path: str | os.PathLike[str] | None = None,
     with_lm_head: bool = False,
     trust_remote_code: bool = False,
+    cpu_bf16: bool = False,
 ) -> nn.Module:
     """Load the backbone described by ``config`` (truncated, LoRA-wrapped or frozen).
 
@@ -466,10 +479,13 @@ def load_backbone(
     instead of initialising a fresh one. ``with_lm_head`` keeps the language-model head (FIRST
     reads token logits); SPD needs only hidden states. ``trust_remote_code`` lets a model
     whose folder holds its own Python run it: the user's choice for one run, never a
-    checkpoint's.
+    checkpoint's. ``cpu_bf16`` lets ``dtype: auto`` be bfloat16 on a CPU with native bfloat16
+    units (:func:`resolve_dtype`): a backbone loaded to rank asks for it.
     """
     with _quiet_load():
-        return _load_backbone(config, device, adapter_path, with_lm_head, trust_remote_code)
+        return _load_backbone(
+            config, device, adapter_path, with_lm_head, trust_remote_code, cpu_bf16
+        )
 
 
 def _load_backbone(
@@ -478,6 +494,7 @@ def _load_backbone(
     adapter_path: str | os.PathLike[str] | None,
     with_lm_head: bool,
     trust_remote_code: bool,
+    cpu_bf16: bool = False,
 ) -> nn.Module:
     from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
 
@@ -501,7 +518,7 @@ def _load_backbone(
         hf_config.num_hidden_layers = config.layers
         if isinstance(getattr(hf_config, "layer_types", None), list):
             hf_config.layer_types = hf_config.layer_types[: config.layers]
-    dtype = resolve_dtype(config.dtype, device)
+    dtype = resolve_dtype(config.dtype, device, cpu_bf16=cpu_bf16)
     loader = AutoModelForCausalLM if with_lm_head else AutoModel
     if config.random_weights:
         model = random_model(loader, hf_config, dtype, trust_remote_code)

@@ -322,7 +322,9 @@ class SPDRanker(nn.Module):
     ) -> SPDRanker:
         """A fresh model: pretrained backbone (fresh LoRA or frozen) and an untrained head.
 
-        ``trust_remote_code`` lets a backbone whose folder holds its own Python run it.
+        ``trust_remote_code`` lets a backbone whose folder holds its own Python run it. Built
+        to be trained, it takes ``dtype: auto`` as float32 on every CPU; the checkpoint saves
+        ``auto``, which :meth:`from_pretrained` resolves for the machine that ranks.
         """
         backbone, tokenizer = _backbone_and_tokenizer(config, device, None, trust_remote_code)
         if config.prompt.max_item_tokens is None:
@@ -353,6 +355,10 @@ class SPDRanker(nn.Module):
     ) -> SPDRanker:
         """Load a checkpoint; ``dtype`` (e.g. "bfloat16") overrides the backbone's saved one.
 
+        ``auto`` (the default a checkpoint saves) is bfloat16 on CUDA and on a CPU with native
+        bfloat16 matrix units (AMX, AVX512-BF16: :func:`spdrank.cpu.native_bf16`), float32 on
+        other CPUs; a saved or passed float32 stays float32.
+
         ``trust_remote_code`` lets the backbone the checkpoint names run the Python of its
         folder; without it such a backbone is refused. It is the caller's choice for this
         load: a checkpoint cannot grant it to itself.
@@ -363,7 +369,9 @@ class SPDRanker(nn.Module):
             resolve_dtype(dtype, device)  # an unknown name fails before any weight is read
             config.backbone.dtype = dtype
         adapter = path / ADAPTER_DIR if config.backbone.lora is not None else None
-        model = cls(config, *_backbone_and_tokenizer(config, device, adapter, trust_remote_code))
+        model = cls(
+            config, *_backbone_and_tokenizer(config, device, adapter, trust_remote_code, True)
+        )
         load_head(model.head, path / HEAD_NAME)
         model.to(device)
         model.eval()
@@ -764,10 +772,13 @@ def _backbone_and_tokenizer(
     device: torch.device | str,
     adapter: Path | None = None,
     trust_remote_code: bool = False,
+    cpu_bf16: bool = False,
 ) -> tuple[nn.Module, Any]:
     """The backbone (with its trained ``adapter``, if any) and tokenizer ``config`` names.
 
     A features-only model gets stand-ins for both, and nothing of the LLM is read from disk.
+    ``cpu_bf16`` lets ``dtype: auto`` load it in bfloat16 on a CPU with native bfloat16 units
+    (a checkpoint loaded to rank; a model built to train keeps float32 on a CPU).
     """
     if config.features_only:
         return NoBackbone(), NoTokenizer()
@@ -777,6 +788,7 @@ def _backbone_and_tokenizer(
         adapter_path=adapter,
         with_lm_head=method_for(config.head.kind).reads_logits,
         trust_remote_code=trust_remote_code,
+        cpu_bf16=cpu_bf16,
     )
     tokenizer = load_tokenizer(config.backbone.name_or_path, trust_remote_code)
     vocab = getattr(backbone.config, "vocab_size", None)

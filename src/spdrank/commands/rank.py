@@ -30,8 +30,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--dtype",
         choices=DTYPES,
-        help="the backbone's dtype: float32, bfloat16, float16 or auto (default: the "
-        "checkpoint's own); in bfloat16 on a CPU the head's products run in it too",
+        help="the backbone's dtype: float32, bfloat16, float16 or auto (bfloat16 on CUDA and "
+        "on a CPU with native bfloat16 units, AMX or AVX512-BF16; float32 elsewhere) "
+        "(default: the checkpoint's own, auto unless trained with another); in bfloat16 on a "
+        "CPU the head's products run in it too",
     )
     p.add_argument("--device", default="auto", help="cpu, cuda or auto")
     add_window_arguments(p)

@@ -71,6 +71,7 @@ def add_ranker_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--dtype",
         help="backbone dtype for --model rankers: float32, bfloat16, float16 or auto "
+        "(bfloat16 on CUDA and on a CPU with native bfloat16 units, float32 elsewhere) "
         "(default: the checkpoint's own)",
     )
     add_trust_remote_code(p)

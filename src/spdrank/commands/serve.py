@@ -58,8 +58,10 @@ def register(sub: Any) -> None:
     p.add_argument(
         "--dtype",
         choices=DTYPES,
-        help="the backbone's dtype: float32, bfloat16, float16 or auto (default: the "
-        "checkpoint's own); in bfloat16 on a CPU the head's products run in it too",
+        help="the backbone's dtype: float32, bfloat16, float16 or auto (bfloat16 on CUDA and "
+        "on a CPU with native bfloat16 units, AMX or AVX512-BF16; float32 elsewhere) "
+        "(default: the checkpoint's own, auto unless trained with another); in bfloat16 on a "
+        "CPU the head's products run in it too",
     )
     add_prompt_argument(p)
     p.add_argument(

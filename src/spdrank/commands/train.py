@@ -85,7 +85,8 @@ _HELP = {
     "eval_limit": "number of eval slates used",
     "save_every": "write the resumable state every N steps",
     "device": "cpu, cuda, or auto",
-    "dtype": "float32, bfloat16, float16, or auto (bfloat16 on CUDA)",
+    "dtype": "float32, bfloat16, float16, or auto (to train: bfloat16 on CUDA, float32 on a "
+    "CPU; saved as auto, the model ranks in bfloat16 on a CPU with native bfloat16 units)",
     "stop_after": "stop this run after N steps, keeping the state (rerun to continue)",
 }
 _CHOICES = {
