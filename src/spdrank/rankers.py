@@ -145,6 +145,9 @@ def fit_rankers(
 
     Rankers that count sequences (popularity, co-occurrence) also count ``extra``, the
     sequences of users who make no slate (default: ``extra_sequences.txt`` beside ``train``).
+    A ranker that can load what the build of ``train`` fitted for it (``fit_build``: SASRec,
+    which the build's ``sasrec`` feature fitted) does so rather than fit again, unless
+    ``extra`` names other sequences than the build's.
     """
     from spdrank.baselines import training_sequence
     from spdrank.datasets.sequences import default_extra_sequences, iter_extra_sequences
@@ -159,12 +162,16 @@ def fit_rankers(
             f"ranker(s) {', '.join(r.name for r in needing)} need training slates, but "
             f"{train} does not exist; pass --train FILE"
         )
+    builds = extra is None  # the build's own sequences: what its fits learned from
     extra = extra or default_extra_sequences(train)
     if extra is not None and not extra.is_file():
         raise FileNotFoundError(f"no such extra sequences file: {extra}")
     seconds: dict[str, float] = {}
     for ranker in needing:
         t0 = time.perf_counter()
+        if builds and hasattr(ranker, "fit_build") and ranker.fit_build(train):
+            seconds[ranker.name] = time.perf_counter() - t0
+            continue
         stream = track(read_slates(train), f"fit {ranker.name}", unit="slate", mode=progress)
         counts_extra = extra is not None and hasattr(ranker, "fit_sequences")
         if counts_extra:

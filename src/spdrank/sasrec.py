@@ -22,8 +22,11 @@ with.
 A fitted model is cached by its inputs (:func:`cache_key`: the sequences in order, the
 vocabulary and every setting), as ``sasrec.json`` (settings, vocabulary, fit statistics) and
 ``model.safetensors``: loading one never runs code, and the same inputs never train twice.
-Fitting is seeded (weights, dropout, batch order, negatives) and leaves torch's global random
-state as it was.
+A build that fits one (the ``sasrec`` feature or retriever) records its key in its manifest,
+and ``spdrank eval --ranker sasrec`` on that build's training file loads that fit
+(:meth:`SASRecRanker.fit_build`) rather than fitting its own. Fitting is seeded (weights,
+dropout, batch order, negatives), leaves torch's global random state as it was, and logs one
+line an epoch with the total and the time left: a fit takes minutes.
 """
 
 from __future__ import annotations
@@ -47,7 +50,7 @@ from torch.nn import functional as F
 
 from spdrank.baselines import training_sequence
 from spdrank.ranking import Ranking
-from spdrank.sasrec_config import SASREC, SASRecConfig
+from spdrank.sasrec_config import SASREC, SASREC_FIT, SASRecConfig
 from spdrank.slates import Slate
 
 log = logging.getLogger(__name__)
@@ -189,7 +192,6 @@ class SASRec:
         config: SASRecConfig | None = None,
         items: Iterable[str] | None = None,
         cache: str | os.PathLike[str] | None = None,
-        progress: bool = False,
     ) -> SASRec:
         """A model fitted on ``sequences`` (item ids, oldest first), or the cached one.
 
@@ -205,24 +207,42 @@ class SASRec:
             raise ValueError("SASRec needs at least one item to fit on: the sequences are empty")
         key = cache_key(seqs, vocab, config)
         where = Path(cache) / key[:32] if cache is not None else None
-        if where is not None and (where / CONFIG_FILE).is_file():
-            model = cls.load(where)
-            if model.key == key:
-                log.info("SASRec: cached fit %s", where)
-                return model
+        cached = cls.cached(key, cache)
+        if cached is not None:
+            return cached
         model = cls(vocab, config, key=key)
-        model._train(seqs, progress)
+        model._train(seqs)
         if where is not None:
             model.save(where)
             log.info("SASRec: cached the fit in %s", where)
         return model
 
-    def _train(self, sequences: list[list[str]], progress: bool) -> None:
+    @classmethod
+    def cached(cls, key: str, cache: str | os.PathLike[str] | None) -> SASRec | None:
+        """The fit of :func:`cache_key` ``key`` from ``cache``, or None when it holds none."""
+        if cache is None:
+            return None
+        where = Path(cache) / key[:32]
+        if not (where / CONFIG_FILE).is_file():
+            return None
+        model = cls.load(where)
+        if model.key != key:
+            return None
+        log.info("SASRec: loaded the cached fit %s (no fitting)", where)
+        return model
+
+    def _train(self, sequences: list[list[str]]) -> None:
         cfg = self.config
         users = [self._ids(s) for s in sequences]
         users = [u for u in users if len(u) >= 2]  # one item predicts nothing
         if not users:
             raise ValueError("SASRec needs a sequence of at least 2 known items to fit on")
+        log.info(
+            "SASRec: fitting on %s sequences over %s items, %d epochs of %d batches "
+            "(cached by its inputs once done)",
+            f"{len(users):,}", f"{len(self.items):,}", cfg.epochs,
+            -(-len(users) // cfg.batch_size),
+        )
         t0 = time.perf_counter()
         rng = random.Random(cfg.seed)
         gen = torch.Generator().manual_seed(cfg.seed)
@@ -239,8 +259,10 @@ class SASRec:
                     total += loss * len(batch)
                     count += len(batch)
                 losses.append(total / count)
-                if progress:
-                    log.info("SASRec epoch %d/%d: loss %.4f", epoch + 1, cfg.epochs, losses[-1])
+                elapsed = time.perf_counter() - t0
+                left = elapsed / (epoch + 1) * (cfg.epochs - epoch - 1)
+                log.info("SASRec epoch %d/%d: loss %.4f, %.0f s, about %.0f s left",
+                         epoch + 1, cfg.epochs, losses[-1], elapsed, left)
         self.model.eval()
         self._vectors = None
         self.stats = FitStats(
@@ -516,6 +538,37 @@ class SASRecRanker:
         if not sequences:
             raise ValueError(f"{self.name}: the training slates are empty, nothing to fit on")
         self.model = SASRec.fit(sequences, self.config, items=items, cache=self.cache)
+
+    def fit_build(self, train: str | os.PathLike[str]) -> bool:
+        """Load the SASRec the build of ``train`` fitted (its ``sasrec`` feature or retriever),
+        when ``manifest.json`` beside it records one under these settings, ``train`` is the file
+        that build wrote, and the fit is in the cache; whether it did.
+
+        That fit learned from the training users' items but their last and the users without a
+        slate: no eval target, as this ranker's own fit. Sharing it makes the ranker the model
+        whose scores the slates' ``sasrec`` feature holds, and spares a second fit.
+        """
+        from spdrank.files import sha256_file
+
+        train = Path(train)
+        manifest_path = train.parent / "manifest.json"
+        try:
+            manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return False
+        fit = manifest.get(SASREC_FIT) if isinstance(manifest, dict) else None
+        written = manifest.get("outputs", {}).get(train.name, {}) if fit else {}
+        settings = manifest.get("parameters", {}).get(SASREC) if fit else None
+        if not fit or settings != self.config.to_dict() or "sha256" not in written:
+            return False
+        if written["sha256"] != sha256_file(train):
+            return False
+        model = SASRec.cached(str(fit.get("key", "")), self.cache)
+        if model is None:
+            return False
+        self.model = model
+        log.info("%s: the fit the build of %s made (%s)", self.name, train, manifest_path)
+        return True
 
     def scores(self, slate: Slate) -> list[float]:
         """Each candidate's SASRec score after the slate's history, in candidate order."""

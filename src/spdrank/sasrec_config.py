@@ -13,6 +13,9 @@ from typing import Any
 
 #: The name of the SASRec feature, retriever and ranker.
 SASREC = "sasrec"
+#: The manifest field where a build records the SASRec it fitted (``{"key": ...}``), which
+#: ``spdrank eval --ranker sasrec`` on its training file loads.
+SASREC_FIT = "sasrec_fit"
 
 
 @dataclass(frozen=True)

@@ -72,7 +72,7 @@ class SASRecScores:
 
         t0 = time.perf_counter()
         self.model: SASRec = SASRec.fit(
-            train_sequences, config, items=catalogue, cache=default_cache_dir(), progress=True
+            train_sequences, config, items=catalogue, cache=default_cache_dir()
         )
         self.users = list(histories)
         self.row = {u: i for i, u in enumerate(self.users)}

@@ -108,7 +108,7 @@ from spdrank.datasets.sasrec_features import (
 )
 from spdrank.datasets.title_similarity import TITLE_SIMILARITY, TitleSimilarity
 from spdrank.files import atomic_writer, sha256_file
-from spdrank.sasrec_config import SASREC, SASRecConfig
+from spdrank.sasrec_config import SASREC, SASREC_FIT, SASRecConfig
 from spdrank.slates import (
     NOT_RETRIEVED,
     Candidate,
@@ -854,6 +854,9 @@ def build_slates(
             "untitled_examples": untitled[:20],
             "outputs": outputs | extra_output,
         }
+        if features.sasrec is not None:
+            # The fit's cache key: `spdrank eval --ranker sasrec` on these slates loads it.
+            manifest[SASREC_FIT] = {"key": features.sasrec.model.key}
         manifest_fh.write(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")
     if not extra:  # a previous build's, which the baselines beside train.jsonl would read
         (out / EXTRA_SEQUENCES_FILE).unlink(missing_ok=True)
