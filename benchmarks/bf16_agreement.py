@@ -43,7 +43,7 @@ from serve_harness import ROOT, code_version, machine
 from spdrank import cpu
 from spdrank.backbone import resolve_dtype
 from spdrank.metrics import kendall_tau, top1_agreement
-from spdrank.model import SPDRanker
+from spdrank.model import CONFIG_NAME, SPDRanker, checkpoint_dir, read_config
 from spdrank.ranking import Ranking
 from spdrank.slates import Slate, load_slates
 
@@ -111,9 +111,10 @@ def summary(name: str, path: str, model: SPDRanker, rows: list[SlateRow],
     p50 = {d: statistics.median(getattr(r, f"ms_{d}") for r in rows) for d in DTYPES}
     tau_mean = statistics.fmean(taus) if taus else None
     return {
-        "name": name, "path": path, "head": model.config.head.kind,
+        "name": name, "path": str(path), "head": model.config.head.kind,
         "decoder": model.config.decoder, "positions": model.config.head.positions,
-        "layers": model.config.backbone.layers, "saved_dtype": model.config.backbone.dtype,
+        "layers": model.config.backbone.layers,
+        "saved_dtype": read_config(checkpoint_dir(path) / CONFIG_NAME).backbone.dtype,
         "slates": len(rows), "slates_with_tau": len(taus),
         "tau_mean": tau_mean, "tau_min": min(taus) if taus else None,
         "tau_at_least_min": sum(t >= min_tau for t in taus) / len(taus) if taus else None,

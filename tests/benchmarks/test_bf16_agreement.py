@@ -32,17 +32,18 @@ def test_agreement_is_tau_and_top1_against_the_float32_ranking(agreement):
     assert agreement.agreement(rising, Ranking(docids=["b", "a", "c"]))[0] == pytest.approx(1 / 3)
 
 
-def test_summary_reads_mean_and_min_tau_against_the_bar(agreement, tiny_backbone):
+def test_summary_reads_mean_and_min_tau_against_the_bar(agreement, tmp_path, tiny_backbone):
     model = SPDRanker.build(tiny_config(tiny_backbone, frozen=True))
+    model.save_pretrained(tmp_path / "m")
     row = agreement.SlateRow
     rows = [row("a", 5, 1.0, 1.0, 10.0, 4.0), row("b", 5, 0.98, 1.0, 12.0, 6.0),
             row("c", 1, None, None, 8.0, 5.0)]
-    s = agreement.summary("m", "dir", model, rows, min_tau=0.99)
+    s = agreement.summary("m", tmp_path / "m", model, rows, min_tau=0.99)
     assert s["tau_mean"] == pytest.approx(0.99) and s["tau_min"] == 0.98
     assert s["slates"] == 3 and s["slates_with_tau"] == 2 and s["tau_at_least_min"] == 0.5
     assert s["p50_ms"] == {"float32": 10.0, "bfloat16": 5.0} and s["speedup"] == 2.0
     assert s["agrees"] and s["head"] == "attn"
-    assert not agreement.summary("m", "dir", model, rows, min_tau=0.995)["agrees"]
+    assert not agreement.summary("m", tmp_path / "m", model, rows, min_tau=0.995)["agrees"]
 
 
 @pytest.mark.parametrize("kind", ["attn", "history"])
@@ -65,6 +66,7 @@ def test_the_script_ranks_each_slate_in_both_dtypes_and_writes_its_report(
     results = json.loads((out / "results.json").read_text())
     (row,) = results["models"]
     assert row["name"] == kind and row["head"] == kind and row["slates"] == 5
+    assert row["saved_dtype"] == "auto"  # what the checkpoint says, not the dtype loaded last
     assert -1 <= row["tau_min"] <= row["tau_mean"] <= 1 and 0 <= row["top1"] <= 1
     assert row["p50_ms"]["float32"] > 0 and row["p50_ms"]["bfloat16"] > 0
     assert len(results["per_slate"][kind]) == 5
