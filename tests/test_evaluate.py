@@ -296,8 +296,9 @@ def test_progress_off_a_terminal_is_a_log_line_every_few_seconds(monkeypatch, ca
     with caplog.at_level("INFO", logger="spdrank.progress"):
         evaluate([RandomRanker()], EVAL, warmup=0, progress=None, total=3)
     lines = [r.getMessage() for r in caplog.records]
-    assert len(lines) == 4 and lines[0].startswith("eval: 1/3 slates, ")
-    assert lines[-1].startswith("eval: 3/3 slates, ") and lines[-1].endswith(" slates/s (done)")
+    assert len(lines) == 4 and lines[0].startswith("eval (random): 1/3 slates, ")
+    assert lines[-1].startswith("eval (random): 3/3 slates, ")
+    assert lines[-1].endswith(" slates/s (done)")
     caplog.clear()
     with caplog.at_level("INFO", logger="spdrank.progress"):
         evaluate([RandomRanker()], EVAL, warmup=0, progress=False)

@@ -37,9 +37,9 @@ def test_progress_by_hand_off_a_terminal_logs_its_count_rate_and_figures(caplog)
         bar.close()
     assert [r.getMessage() for r in caplog.records] == [
         # 2 steps of this run in 10 s: the 4 done before it do not count in the rate
-        "train: 6/10 steps, 0.2 steps/s, loss=0.17",
-        "train: 8/10 steps, 0.2 steps/s, loss=0.12",
-        "train: 9/10 steps, 0.2 steps/s, loss=0.11 (stopped)",
+        "train: 6/10 steps, 0.2 steps/s, about 20 s left, loss=0.17",
+        "train: 8/10 steps, 0.2 steps/s, about 10 s left, loss=0.12",
+        "train: 9/10 steps, 0.2 steps/s, about 6 s left, loss=0.11 (stopped)",
     ]
     caplog.clear()
     ticks = iter(range(0, 100, 20))
@@ -50,7 +50,7 @@ def test_progress_by_hand_off_a_terminal_logs_its_count_rate_and_figures(caplog)
         bar.update(3)
         bar.close()
     assert [r.getMessage() for r in caplog.records] == [
-        "cache states: 3/6 slates, 0.1 slates/s",
+        "cache states: 3/6 slates, 0.1 slates/s, about 20 s left",
         "cache states: 6/6 slates, 0.1 slates/s",
         "cache states: 6/6 slates, 0.1 slates/s (done)",
     ]

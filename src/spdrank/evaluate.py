@@ -212,7 +212,7 @@ def evaluate(
     ks = tuple(ks)
     mrr_ks = tuple(mrr_ks)
     results = [RankerResult(name) for name in names]
-    it = track(slates, "eval", unit="slate", total=total, mode=progress)
+    it = track(slates, f"eval ({ranker_list(names)})", unit="slate", total=total, mode=progress)
     n_slates = n_teacher = n_clicks = n_judged = n_no_relevant = 0
     for index, slate in enumerate(it):
         n_slates += 1
@@ -249,6 +249,13 @@ def evaluate(
         rankers=results, n_slates=n_slates, ks=ks, n_with_teacher=n_teacher, mrr_ks=mrr_ks,
         n_with_clicks=n_clicks, n_judged=n_judged, n_no_relevant=n_no_relevant, rel_level=rel,
     )
+
+
+def ranker_list(names: Sequence[str], shown: int = 4) -> str:
+    """``popularity, cooccurrence, spd`` (the first ``shown``, then how many more): which
+    rankers a progress line is about, short enough for one line."""
+    more = len(names) - shown
+    return ", ".join(names[:shown]) + (f" and {more} more" if more > 0 else "")
 
 
 def _timed_rank(ranker: Ranker, slate: Slate) -> tuple[Ranking, float]:
@@ -295,7 +302,7 @@ def format_table(results: Results) -> str:
         + f" {'passes':>6} {'p50 ms':>9} {'p95 ms':>9}"
     )
     lines = [head, "-" * len(head)]
-    notes: list[str] = []
+    counted: list[list[tuple[str, int, int]]] = []
     for r in results.rankers:
         d = r.to_dict()
         cells = []
@@ -309,7 +316,8 @@ def format_table(results: Results) -> str:
             + f" {_num(d['decode_passes_mean'], 6, 2)} {_num(lat['median'], 9, 3)}"
             f" {_num(lat['p95'], 9, 3)}"
         )
-        notes.extend(_count_notes(r.name, r.n, d["metrics"], names))
+        counted.append(_short_counts(r.n, d["metrics"], names))
+    notes = _count_notes([r.name for r in results.rankers], counted)
     if results.n_judged and results.n_judged < results.n_slates:
         notes.append(f"judged metrics over the {results.n_judged} of {results.n_slates} slates "
                      "with relevance judgements")
@@ -322,19 +330,37 @@ def format_table(results: Results) -> str:
     return "\n".join(lines)
 
 
-def _count_notes(
-    name: str, n: int, metrics: dict[str, dict[str, Any]], shown: Sequence[str]
-) -> list[str]:
-    """Footer lines for the metric groups averaged over fewer than all ``n`` slates."""
+def _short_counts(
+    n: int, metrics: dict[str, dict[str, Any]], shown: Sequence[str]
+) -> list[tuple[str, int, int]]:
+    """``(group, slates, of n)`` for each metric group averaged over fewer than all ``n``."""
     tau, top1 = TEACHER_METRICS[:2]
     groups = [("click metrics", "AUC"), ("teacher metrics", top1)]
     if metrics.get(tau, {}).get("n") != metrics.get(top1, {}).get("n"):
         groups.append(("tau", tau))  # a teacher that ties every candidate orders no pair
-    notes = []
+    out = []
     for group, metric in groups:
         n_m = metrics.get(metric, {}).get("n")
         if metric in shown and n_m is not None and n_m != n:
-            notes.append(f"{name}: {group} over {n_m} of {n} slates")
+            out.append((group, n_m, n))
+    return out
+
+
+def _count_notes(names: Sequence[str], counted: Sequence[list[tuple[str, int, int]]]) -> list[str]:
+    """Footer lines for the short counts: one line for a count every ranker shares (the
+    slates' own, e.g. those whose teacher orders no pair), else one a ranker."""
+    notes = []
+    groups = dict.fromkeys(group for each in counted for group, _, _ in each)
+    for group in groups:
+        per = [next(((m, n) for g, m, n in each if g == group), None) for each in counted]
+        if len(names) > 1 and None not in per and len(set(per)) == 1:
+            n_m, n = per[0]
+            notes.append(f"{group} over {n_m} of {n} slates (every ranker)")
+            continue
+        notes.extend(
+            f"{name}: {group} over {c[0]} of {c[1]} slates"
+            for name, c in zip(names, per) if c is not None
+        )
     return notes
 
 

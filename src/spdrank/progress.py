@@ -4,8 +4,9 @@ A bar redraws one line in place, which a terminal shows and a log file cannot: t
 itself when stderr is not a terminal, so a run of minutes under a job runner, CI or ``| tee``
 would say nothing until it ended, and a bar forced on writes carriage returns into the log.
 Both forms here keep the bar on a terminal and, off one, log
-``eval: 300/1118 slates, 12.3 slates/s`` every ``every_s`` seconds (and a last line when they
-logged any), so a long run says how far it is and a short one stays quiet.
+``eval: 300/1118 slates, 12.3 slates/s, about 1 min 6 s left`` every ``every_s`` seconds (and a
+last line when they logged any), so a long run says how far it is and when it ends, and a short
+one stays quiet.
 
 :func:`track` wraps a loop over items; :class:`Progress` is advanced by hand, for work that is
 not one item per iteration (a training step, a batch of slates) or that reports figures of
@@ -174,10 +175,25 @@ class _Lines:
             log.info("%s (%s)", self.line(self.clock()), how)
 
     def line(self, now: float) -> str:
-        """``eval: 300/1118 slates, 12.3 slates/s`` (no ``/total`` when the total is unknown),
-        then the caller's figures."""
+        """``eval: 300/1118 slates, 12.3 slates/s, about 1 min 6 s left`` (no ``/total`` and
+        no time left when the total is unknown), then the caller's figures."""
         count = f"{self.done}/{self.total}" if self.total is not None else f"{self.done}"
         elapsed = now - self.start
         rate = (self.done - self.initial) / elapsed if elapsed > 0 else 0.0
+        left = ""
+        if self.total is not None and rate > 0 and self.done < self.total:
+            left = f", about {duration((self.total - self.done) / rate)} left"
         figures = f", {self.postfix}" if self.postfix else ""
-        return f"{self.desc}: {count} {self.unit}s, {rate:.1f} {self.unit}s/s{figures}"
+        return f"{self.desc}: {count} {self.unit}s, {rate:.1f} {self.unit}s/s{left}{figures}"
+
+
+def duration(seconds: float) -> str:
+    """``42 s``, ``3 min 5 s``, ``2 h 14 min``: a time a person reads at a glance."""
+    whole = max(0, round(seconds))
+    if whole < 60:
+        return f"{whole} s"
+    minutes, secs = divmod(whole, 60)
+    if minutes < 60:
+        return f"{minutes} min {secs} s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours} h {minutes} min"

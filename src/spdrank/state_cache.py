@@ -38,8 +38,9 @@ differs; the cache is never reused, nor overwritten, on a mismatch.
 on their labels or features, so the key digests the texts rather than the file: the same
 slates labelled by another teacher read the same cache. The digest of every prefix is kept too
 (``prefixes``), so a run on the first 512 slates reads a cache built for 8,192 of them (the
-prefix of a learning curve) instead of computing its own, and a cache of whole shards grows
-by the shards a longer run adds.
+prefix of a learning curve) instead of computing its own, and a cache grows to a longer run's
+slates when its own begin them: the new slates are computed, those cached are not (a last
+shard that was short gets the new slates appended, rewritten whole).
 
 States are computed with the backbone in eval mode, as at inference: a frozen backbone is a
 fixed feature extractor, so any dropout it has is off.
@@ -49,6 +50,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 from collections.abc import Sequence
 from itertools import accumulate, islice
@@ -68,6 +70,8 @@ from spdrank.progress import Progress
 from spdrank.prompt import UNIT_READOUTS
 from spdrank.slates import Slate, batched, read_slates
 from spdrank.train_config import CACHE_DTYPES
+
+log = logging.getLogger(__name__)
 
 KEY_NAME = "key.json"
 FORMAT = "spdrank-states"
@@ -200,6 +204,31 @@ class StateCache:
     def missing_shards(self) -> list[int]:
         shards = range(-(-self.count // self.shard_size))
         return [i for i in shards if not (self.directory / shard_name(i)).exists()]
+
+    def shard_slates(self, index: int) -> int:
+        """How many slates shard ``index`` holds when complete."""
+        return min(self.shard_size, self.count - index * self.shard_size)
+
+    def short_shards(self) -> dict[int, int]:
+        """``{shard: slates it holds}`` for each shard on disk that holds fewer slates than the
+        cache now covers (the last one of a cache that grew)."""
+        out: dict[int, int] = {}
+        missing = set(self.missing_shards())
+        for index in range(-(-self.count // self.shard_size)):
+            if index in missing:
+                continue
+            path = self.directory / shard_name(index)
+            try:
+                with safe_open(str(path), framework="pt") as handle:
+                    held = handle.get_slice("sizes").get_shape()[0]
+            except (SafetensorError, KeyError) as exc:
+                raise ValueError(
+                    f"{path} is not a readable shard ({exc}): delete it and rerun to compute it "
+                    "again"
+                ) from None
+            if held < self.shard_slates(index):
+                out[index] = held
+        return out
 
     def _shard(
         self, index: int, name: str = "states"
@@ -345,8 +374,7 @@ def _cached_key_for(
     """The cached key as it reads for a run on the first ``count`` slates.
 
     A cache of more slates holds a shorter run's when its digest of that prefix matches; a
-    cache of whole shards whose slates begin the wanted ones grows by the rest (one ending
-    inside a shard would have to rewrite it, so it does not grow).
+    cache whose slates begin the wanted ones grows by the rest.
     Otherwise the key is as cached, and the slate count or texts differ.
     """
     key = meta["key"]
@@ -354,7 +382,7 @@ def _cached_key_for(
     texts = None
     if count < cached:
         texts = meta.get("prefixes", {}).get(str(count))
-    elif count > cached and cached % meta["shard_size"] == 0:
+    elif count > cached:
         texts = digests[count] if digests.get(cached) == key["slates"]["texts"] else None
     if texts is None:
         return key
@@ -369,12 +397,22 @@ def _complete(
     batch_size: int,
     progress: bool,
 ) -> None:
-    """Compute and write the shards the cache lacks."""
+    """Compute and write the shards the cache lacks, and the slates a short shard lacks (its
+    cached slates read back, the new ones appended, the shard rewritten whole)."""
     missing = set(cache.missing_shards())
-    if not missing:
+    short = cache.short_shards()
+    if not missing and not short:
         return
-    done = cache.count - sum(
-        min(cache.shard_size, cache.count - i * cache.shard_size) for i in missing
+    todo = sum(cache.shard_slates(i) for i in missing) + sum(
+        cache.shard_slates(i) - held for i, held in short.items()
+    )
+    done = cache.count - todo
+    log.info(
+        "cache states: %s of %s slates to compute (%s already cached) into %d shard%s of %s "
+        "in %s, prefills of %d slates",
+        f"{todo:,}", f"{cache.count:,}", f"{done:,}", len(missing) + len(short),
+        "" if len(missing) + len(short) == 1 else "s", f"{cache.shard_size:,}",
+        cache.directory, batch_size,
     )
     bar = Progress(
         "cache states", unit="slate", total=cache.count, initial=done,
@@ -385,13 +423,29 @@ def _complete(
     model.eval()
     try:
         for index, slates in enumerate(shards):
-            if index not in missing:
+            if index not in missing and index not in short:
                 continue
-            tensors = _shard_tensors(model, slates, storage, batch_size, bar)
-            atomic_write_bytes(cache.directory / shard_name(index), save(tensors))
+            path = cache.directory / shard_name(index)
+            held = short.get(index, 0)
+            tensors = _shard_tensors(model, slates[held:], storage, batch_size, bar)
+            if held:
+                tensors = _appended(path, tensors)
+            atomic_write_bytes(path, save(tensors))
     finally:
         model.train(was_training)
         bar.close()
+
+
+def _appended(path: Path, tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The shard at ``path`` with ``tensors`` (later slates of it) appended: every tensor of a
+    shard lists its slates' rows one after another, so appending is concatenating each."""
+    with safe_open(str(path), framework="pt") as handle:
+        if set(handle.keys()) != set(tensors):
+            raise ValueError(
+                f"{path} holds {sorted(handle.keys())}, not the {sorted(tensors)} this cache "
+                "writes: delete it and rerun to compute it again"
+            )
+        return {name: torch.cat([handle.get_tensor(name), new]) for name, new in tensors.items()}
 
 
 def _shard_tensors(

@@ -138,6 +138,31 @@ def checked_slates(path: Path, rankers: list[Ranker]) -> Iterator[Slate]:
         yield slate
 
 
+def without_training(rankers: list[Ranker], train: Path) -> list[Ranker]:
+    """The default rankers that need no training file, when ``train`` (the default one,
+    beside the slates) does not exist: those that do are left out with a note, as a default
+    set should run on what it is given. A ranker the user named still needs its file."""
+    if train.exists():
+        return rankers
+    skipped = [r.name for r in rankers if getattr(r, "needs_train", False)]
+    if skipped:
+        log.warning("skipped %s: they fit on training slates and %s does not exist (pass "
+                    "--train FILE)", ", ".join(skipped), train)
+    return [r for r in rankers if not getattr(r, "needs_train", False)]
+
+
+def slate_total(path: Path, limit: int | None) -> int | None:
+    """How many slates the evaluation ranks, for its progress and time left: a plain file's
+    non-blank lines (read without parsing, a fraction of the evaluation's own read), or
+    ``limit`` for a gzipped one, whose count would cost a decompression."""
+    from spdrank.files import gzipped, iter_lines
+
+    if gzipped(path):
+        return limit
+    count = sum(1 for _ in iter_lines(path, "slate file"))
+    return count if limit is None else min(count, limit)
+
+
 def run_files(args: argparse.Namespace) -> list[str]:
     """The files ``--run [NAME=]FILE`` name: inputs, which no output may overwrite."""
     from spdrank.rankers import split_named
@@ -190,6 +215,8 @@ def run(args: argparse.Namespace) -> int:
     for spec in args.model or ():  # before any model loads
         check_prompt(split_named(spec)[1], args.prompt)
     rankers = rankers_from_args(args)
+    if not args.ranker and not args.train:
+        rankers = without_training(rankers, train)
     if not rankers:
         raise ValueError("no rankers: pass --ranker NAME (repeatable)")
     extra = Path(args.extra_sequences) if args.extra_sequences else None
@@ -200,12 +227,15 @@ def run(args: argparse.Namespace) -> int:
         stream = with_judgements(stream, read_qrels(args.qrels))
     if args.limit is not None:
         stream = islice(stream, args.limit)
+    total = slate_total(slates_path, args.limit)
+    log.info("eval: %s slates, %d ranker%s (%s)", f"{total:,}" if total is not None else "the",
+             len(rankers), "" if len(rankers) == 1 else "s", ", ".join(r.name for r in rankers))
     t0 = time.perf_counter()
     with contextlib.ExitStack() as stack:
         runs = trec_writers(stack, args.trec_dir, rankers) if args.trec_dir else None
         results = evaluate(
             rankers, stream, ks=args.k, mrr_ks=args.k, warmup=args.warmup, progress=progress,
-            total=args.limit, rel=args.rel_level, observe=runs,
+            total=total, rel=args.rel_level, observe=runs,
         )
     results.meta.update(
         {
