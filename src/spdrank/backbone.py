@@ -215,7 +215,8 @@ def bundled_backbone_path() -> Path:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     gguf = bundled_gguf()
-    log.info("converting the bundled SmolLM2 GGUF to safetensors once (about a minute) -> %s", target)
+    log.info("converting the bundled SmolLM2 GGUF to safetensors once (about a minute, about "
+             "half a GB) -> %s (set $SPDRANK_CACHE to keep it elsewhere)", target)
     tokenizer = AutoTokenizer.from_pretrained(
         str(gguf.parent), gguf_file=gguf.name, trust_remote_code=False
     )
