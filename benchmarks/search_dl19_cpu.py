@@ -297,6 +297,10 @@ def main() -> int:
     qids = [s["query"]["qid"] for s in queries] or [f"q{i}" for i in range(43)]
     by_qid = {s["query"]["qid"]: s for s in queries}
     table = {} if dry else per_query(baselines, {})
+    if not dry:  # the constrained run's row carries the time and passes its labels recorded
+        for record in read_jsonl(constrained):
+            row = table["constrained"][record["qid"]]
+            row["latency_ms"], row["decode_passes"] = record["latency_ms"], record["decode_passes"]
     for f, held_out in enumerate(folds_of(qids, args.folds)):
         fold = runs / f"fold{f}"
         queries_in, train = fold / "train-queries.jsonl", fold / "train.jsonl"
