@@ -6,7 +6,7 @@ import os
 import shutil
 import stat
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -51,3 +51,24 @@ def _umask() -> int:
     mask = os.umask(0o022)
     os.umask(mask)
     return mask
+
+
+def filled_once(target: Path, fill: Callable[[Path], None], marker: str = "config.json") -> Path:
+    """``target``, filled by ``fill`` into a temporary sibling the first time it is asked for
+    (a converted or unpacked model in a cache): complete once it holds ``marker``, never seen
+    half-filled, and a process that finds another one finished first keeps that one."""
+    if (target / marker).is_file():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    try:
+        fill(tmp)
+        if (target / marker).is_file():  # another process finished first
+            shutil.rmtree(tmp)
+        else:
+            shutil.rmtree(target, ignore_errors=True)
+            os.replace(tmp, target)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return target

