@@ -168,11 +168,7 @@ if [ -n "${SEARCH_TEACHER_URL:-}" ]; then
   SEARCH+=( --listwise-url "$SEARCH_TEACHER_URL" --distil-from listwise )
   [ -z "${SEARCH_TEACHER_MODEL:-}" ] || SEARCH+=( --listwise-model "$SEARCH_TEACHER_MODEL" )
 fi
-if [ "$DRY" = 1 ]; then
-  "$BIN/python" benchmarks/search_dl19_cpu.py "${SEARCH[@]}" --dry-run
-else
-  step search-dl19 "$OUT/search-dl19/report.md" "$BIN/python" benchmarks/search_dl19_cpu.py "${SEARCH[@]}"
-fi
+step search-dl19 "$OUT/search-dl19/report.md" "$BIN/python" benchmarks/search_dl19_cpu.py "${SEARCH[@]}"
 [ "$DRY" = 0 ] || exit 0
 
 # -- the index -------------------------------------------------------------------------------
