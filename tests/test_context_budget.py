@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from spdrank.model import SPDRanker, fitted_item_tokens
+from spdrank.model import SPDRanker
+from spdrank.prompt import fitted_item_tokens
 from spdrank.prompt_templates import SEARCH
 from spdrank.slates import Slate, SlateError
 from tests.helpers import tiny_config, train_config

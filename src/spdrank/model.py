@@ -52,7 +52,13 @@ from spdrank.features import FeatureNormalizer
 from spdrank.heads import HeadConfig
 from spdrank.methods import RankingMethod, method_for
 from spdrank.methods.first import first_prompt  # noqa: F401 - part of this module's API
-from spdrank.prompt import UNIT_READOUTS, EncodedPrompt, PromptBuilder, PromptSettings
+from spdrank.prompt import (
+    UNIT_READOUTS,
+    EncodedPrompt,
+    PromptBuilder,
+    PromptSettings,
+    fitted_item_tokens,
+)
 from spdrank.ranking import STAGES, Ranking
 from spdrank.slates import TEXT_FIELDS, Candidate, Query, Slate, SlateError
 from spdrank.words import WordSplitter, pool_words
@@ -746,25 +752,6 @@ def context_length(backbone: nn.Module) -> int | None:
     """The backbone's positions (``max_position_embeddings``), or None when it names none."""
     value = getattr(getattr(backbone, "config", None), "max_position_embeddings", None)
     return value if isinstance(value, int) and value > 0 else None
-
-
-def fitted_item_tokens(context: int, positions: int, query_tokens: int) -> int:
-    """A per-candidate token budget that lets ``positions`` candidates and a query of
-    ``query_tokens`` fit ``context`` positions: the room left after the query and
-    :data:`PROMPT_OVERHEAD` tokens of template, shared by the candidates less each one's
-    :data:`LABEL_TOKENS` of numbering, within [:data:`MIN_FITTED_TOKENS`,
-    :data:`MAX_FITTED_TOKENS`]."""
-    room = (context - query_tokens - PROMPT_OVERHEAD) // max(positions, 1) - LABEL_TOKENS
-    return max(MIN_FITTED_TOKENS, min(MAX_FITTED_TOKENS, room))
-
-
-#: Tokens of a prompt that are neither candidates nor the query: the chat template, the
-#: instruction and the headers (a generous bound; the context check catches any excess).
-PROMPT_OVERHEAD = 192
-#: Tokens each candidate's numbering takes (``"\n[12] "``).
-LABEL_TOKENS = 6
-MIN_FITTED_TOKENS = 8
-MAX_FITTED_TOKENS = 512
 
 
 def _backbone_and_tokenizer(

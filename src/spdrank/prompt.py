@@ -496,3 +496,22 @@ def render_text(
         f"{instruction}\n\n{template.context_header}\n{query_text}"
         f"\n\n{template.render('candidates_header', n=n)}{lines}\n"
     )
+
+
+def fitted_item_tokens(context: int, positions: int, query_tokens: int) -> int:
+    """A per-candidate token budget that lets ``positions`` candidates and a query of
+    ``query_tokens`` fit ``context`` positions: the room left after the query and
+    :data:`PROMPT_OVERHEAD` tokens of template, shared by the candidates less each one's
+    :data:`LABEL_TOKENS` of numbering, within [:data:`MIN_FITTED_TOKENS`,
+    :data:`MAX_FITTED_TOKENS`]."""
+    room = (context - query_tokens - PROMPT_OVERHEAD) // max(positions, 1) - LABEL_TOKENS
+    return max(MIN_FITTED_TOKENS, min(MAX_FITTED_TOKENS, room))
+
+
+#: Tokens of a prompt that are neither candidates nor the query: the chat template, the
+#: instruction and the headers (a generous bound; the context check catches any excess).
+PROMPT_OVERHEAD = 192
+#: Tokens each candidate's numbering takes (``"\n[12] "``).
+LABEL_TOKENS = 6
+MIN_FITTED_TOKENS = 8
+MAX_FITTED_TOKENS = 512

@@ -80,7 +80,7 @@ class TrainConfig:
     prompt: str = "recommendation"
     #: None: the template's budget (recommendation: 32 tokens, titles), or for a template
     #: without one (search) what lets K candidates fit the backbone's context, computed when
-    #: the model is built (:func:`spdrank.model.fitted_item_tokens`) and saved as a number.
+    #: the model is built (:func:`spdrank.prompt.fitted_item_tokens`) and saved as a number.
     max_item_tokens: int | None = None
     max_query_tokens: int = 512
     #: How an item's token states reach the head: "words" (one mean per word of its text),

@@ -42,11 +42,14 @@ import json
 import logging
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from spdrank.commands.argtypes import add_trust_remote_code, positive_int
 from spdrank.prompt_templates import PROMPT_HELP
 from spdrank.teacher.grammar import GUIDED
+
+if TYPE_CHECKING:
+    from spdrank.teacher.prompt import TeacherPromptSettings
 
 log = logging.getLogger(__name__)
 
@@ -82,8 +85,11 @@ def register(subparsers: Any) -> None:
                    help="only slates whose 0-based index is i modulo n (e.g. 0/4)")
     p.add_argument("--max-new-tokens", type=positive_int, metavar="N",
                    help="generation cap (default 6*N+16 direct, 6*N+1024 reasoning)")
-    p.add_argument("--max-item-tokens", type=positive_int, default=32, metavar="N",
-                   help="tokens kept of each candidate's title (default 32, as the student)")
+    p.add_argument("--max-item-tokens", type=positive_int, metavar="N",
+                   help="tokens kept of each candidate's text (default: 32 with the "
+                   "recommendation template, as the student; otherwise what lets each slate's "
+                   "candidates and the query fit the teacher model's positions, 8,192 assumed "
+                   "for a server's; the likelihood teacher reads each passage alone)")
     p.add_argument("--max-query-tokens", type=positive_int, default=512, metavar="N",
                    help="tokens kept of the user context, its end (default 512)")
     p.add_argument("--max-failures", type=int, default=10, metavar="N",
@@ -160,6 +166,35 @@ def register(subparsers: Any) -> None:
     m.set_defaults(func=run_merge)
 
 
+def teacher_prompt(args: argparse.Namespace, template: Any) -> TeacherPromptSettings:
+    """The teacher's prompt settings; without --max-item-tokens, recommendation's 32 tokens a
+    title, else a budget fitted to each slate's N in the teacher model's context."""
+    from spdrank.defaults import DEFAULT_ITEM_TOKENS
+    from spdrank.teacher.prompt import TeacherPromptSettings
+
+    budget = args.max_item_tokens
+    if budget is None and template.name == "recommendation":
+        budget = DEFAULT_ITEM_TOKENS
+    local = args.backend in ("hf", "likelihood")
+    context = model_context(args.model) if budget is None and local else SERVER_CONTEXT
+    return TeacherPromptSettings(mode=args.mode, max_item_tokens=budget,
+                                 max_query_tokens=args.max_query_tokens, template=template,
+                                 context=context)
+
+
+#: The positions assumed of a teacher behind a server, whose own are not known here.
+SERVER_CONTEXT = 8192
+
+
+def model_context(model: str) -> int:
+    """A local teacher model's positions, from its config (no weights read)."""
+    from spdrank.backbone import read_json, resolve_path
+
+    config = read_json(Path(resolve_path(model)) / "config.json")
+    value = config.get("max_position_embeddings") if isinstance(config, dict) else None
+    return value if isinstance(value, int) and value > 0 else SERVER_CONTEXT
+
+
 def build_backend(args: argparse.Namespace, slates: Path) -> Any:
     """The backend ``--backend`` names, ready to label (a ranker is fitted here)."""
     spec: str = args.backend
@@ -171,13 +206,17 @@ def build_backend(args: argparse.Namespace, slates: Path) -> Any:
                          constrained=args.constrained, layers=args.layers,
                          trust_remote_code=args.trust_remote_code)
     if spec == "likelihood":
+        from spdrank.prompt import fitted_item_tokens
         from spdrank.prompt_templates import load_template
         from spdrank.teacher.likelihood import LikelihoodBackend
 
+        # Each passage is read alone: its budget is the context less the query's.
+        template = load_template(args.prompt)
+        budget = teacher_prompt(args, template).max_item_tokens or fitted_item_tokens(
+            model_context(args.model), 1, args.max_query_tokens)
         return LikelihoodBackend(args.model, layers=args.layers, device=args.device,
-                                 dtype=args.dtype, max_item_tokens=args.max_item_tokens,
-                                 max_query_tokens=args.max_query_tokens,
-                                 template=load_template(args.prompt),
+                                 dtype=args.dtype, max_item_tokens=budget,
+                                 max_query_tokens=args.max_query_tokens, template=template,
                                  trust_remote_code=args.trust_remote_code)
     if spec == "openai":
         from spdrank.teacher.openai_api import OpenAIBackend
@@ -234,7 +273,6 @@ def _write_json(path: str, data: dict[str, Any]) -> None:
 def run(args: argparse.Namespace) -> int:
     from spdrank.files import check_outputs
     from spdrank.prompt_templates import load_template
-    from spdrank.teacher.prompt import TeacherPromptSettings
     from spdrank.teacher.run import (
         RunOptions,
         Shard,
@@ -269,12 +307,7 @@ def run(args: argparse.Namespace) -> int:
         slates=slates,
         out=Path(args.out),
         slates_out=Path(args.slates_out) if args.slates_out else None,
-        prompt=TeacherPromptSettings(
-            mode=args.mode,
-            max_item_tokens=args.max_item_tokens,
-            max_query_tokens=args.max_query_tokens,
-            template=load_template(args.prompt),  # before any work: a bad file fails first
-        ),
+        prompt=teacher_prompt(args, load_template(args.prompt)),  # a bad file fails first
         limit=args.limit,
         shard=Shard.parse(args.shard) if args.shard else None,
         max_failures=max(0, args.max_failures),

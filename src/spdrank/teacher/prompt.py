@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from spdrank.prompt import CHARS_PER_TOKEN_BOUND, render_text
+from spdrank.prompt import CHARS_PER_TOKEN_BOUND, fitted_item_tokens, render_text
 from spdrank.prompt_templates import DEFAULT_TEMPLATE, PromptTemplate
 from spdrank.slates import Slate
 
@@ -42,18 +42,28 @@ class TeacherPromptSettings:
     #: The body's instruction and the system message; None: the template's.
     instruction: str | None = None
     system: str | None = None
-    #: Tokens kept from each candidate's text (its head), as ``PromptSettings.max_item_tokens``.
-    max_item_tokens: int = 32
+    #: Tokens kept from each candidate's text (its head), as ``PromptSettings.max_item_tokens``;
+    #: None: for each slate, what lets its N candidates and the query fit ``context``.
+    max_item_tokens: int | None = 32
     #: Tokens kept from the user context (its end: the most recent history).
     max_query_tokens: int = 512
     #: The prompt's wording: the student's template, so teacher and student read one text.
     template: PromptTemplate = DEFAULT_TEMPLATE
+    #: The teacher model's positions, which a fitted budget shares out.
+    context: int = 8192
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
             raise ValueError(f"unknown teacher mode {self.mode!r}; choose from {', '.join(MODES)}")
-        if self.max_item_tokens < 1 or self.max_query_tokens < 1:
+        if (self.max_item_tokens is not None and self.max_item_tokens < 1) \
+                or self.max_query_tokens < 1:
             raise ValueError("max_item_tokens and max_query_tokens must be at least 1")
+
+    def item_budget(self, n: int) -> int:
+        """The token budget of each of a slate's ``n`` candidates."""
+        if self.max_item_tokens is not None:
+            return self.max_item_tokens
+        return fitted_item_tokens(self.context, n, self.max_query_tokens)
 
 
 def answer_instruction(
@@ -117,7 +127,8 @@ def user_message(
     """The user turn: the student's prompt body plus the answer instruction; ``tally``
     counts the candidates cut to the budget."""
     texts = slate.candidate_texts()
-    titles = [cut_head(t, settings.max_item_tokens, tokenizer) for t in texts]
+    budget = settings.item_budget(len(texts))
+    titles = [cut_head(t, budget, tokenizer) for t in texts]
     if tally is not None:
         tally.add(texts, titles)
     query = cut_tail(slate.query.text, settings.max_query_tokens, tokenizer)

@@ -280,9 +280,10 @@ def format_summary(summary: RunSummary) -> str:
         share = f"{count / total:.1%}" if total else "-"
         lines.append(f"{status:<14}{count:>8}{share:>9}")
     if summary.candidates_read:
+        budget = (f"at {summary.max_item_tokens} tokens" if summary.max_item_tokens
+                  else "at the budget that fits each slate's N in the context")
         lines.append(f"\ncut to the token budget: {summary.candidates_cut} of "
-                     f"{summary.candidates_read} candidates read (at {summary.max_item_tokens} "
-                     "tokens; --max-item-tokens)")
+                     f"{summary.candidates_read} candidates read ({budget}; --max-item-tokens)")
     if summary.mean_decode_passes is not None:
         lines.append(f"\nmean decode passes / slate: {summary.mean_decode_passes:.1f}")
     if summary.mean_latency_ms is not None:
