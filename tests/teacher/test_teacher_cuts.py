@@ -42,3 +42,20 @@ def test_a_ranker_teacher_reads_no_text_and_says_nothing_of_cuts(tmp_path, capsy
                  str(tmp_path / "labels.jsonl"), "--backend", "ranker:random",
                  "--no-progress"]) == 0
     assert "cut to the token budget" not in capsys.readouterr().out
+
+
+def test_without_a_budget_search_fits_the_context_and_recommendation_keeps_32() -> None:
+    from spdrank.prompt import fitted_item_tokens
+
+    fitted = TeacherPromptSettings(max_item_tokens=None, context=4096)
+    assert fitted.item_budget(20) == fitted_item_tokens(4096, 20, 512)
+    assert fitted.item_budget(100) < fitted.item_budget(20)
+
+
+@pytest.mark.parametrize(("prompt", "cut"), [("search", 0), ("recommendation", 1)])
+def test_the_likelihood_teachers_default_budget(tiny_backbone, tmp_path, capsys, prompt, cut):
+    write_slates(tmp_path / "s.jsonl", [_slate()])  # a passage of about 200 tokens
+    assert main(["teacher", "--slates", str(tmp_path / "s.jsonl"), "--out",
+                 str(tmp_path / "labels.jsonl"), "--backend", "likelihood", "--prompt", prompt,
+                 "--model", tiny_backbone, "--device", "cpu", "--no-progress"]) == 0
+    assert f"cut to the token budget: {cut} of 2 candidates read" in capsys.readouterr().out
