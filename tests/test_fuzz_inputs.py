@@ -41,6 +41,7 @@ from hypothesis import strategies as st
 from spdrank.cli import main
 from spdrank.model import SPDRanker
 from spdrank.serving import create_app
+from spdrank.validation import is_blank
 from tests.helpers import save_features_only_model
 
 pytestmark = pytest.mark.slow  # hundreds of CLI runs and requests; test_hostile_input is the quick set
@@ -116,7 +117,7 @@ def title_text(draw: st.DrawFn) -> str:
     if draw(st.sampled_from(range(40))) == 39:
         return MEGABYTE_TITLE
     text = draw(hostile_text)
-    return text if text.strip() else text + "t"
+    return text if not is_blank(text) else text + "t"
 
 
 # Within what the model reads: z-scores far from the float32 edge.
@@ -523,7 +524,7 @@ def assert_ranked(run: Run, slates: list[tuple[str | None, list[str] | None]]) -
             assert sorted(ranked) == sorted(docids) and record["query"]["qid"] == qid
         assert len(set(ranked)) == len(ranked)
         scores = [c["score"] for c in record["candidates"]]
-        assert all(a > b for a, b in itertools.pairwise(scores)), scores
+        assert all(a >= b for a, b in itertools.pairwise(scores)), scores  # never rising
 
 
 # -- the CLI --------------------------------------------------------------------------------
