@@ -75,12 +75,18 @@ ROWS = (
 )
 
 
-def spdrank(*args: str | Path, dry_run: bool, log: list[str]) -> None:
-    """Run one ``spdrank`` command (or only record it with ``dry_run``)."""
+def spdrank(
+    *args: str | Path, dry_run: bool, log: list[str], done: Path | None = None
+) -> None:
+    """Run one ``spdrank`` command, recorded in ``log`` whether it runs or not: it runs unless
+    ``dry_run``, or ``done`` names an output an earlier run left (the step is reused)."""
     argv = [str(BIN / "spdrank"), *map(str, args)]
-    log.append(shlex.join(["spdrank", *map(str, args)]))
-    print("+", log[-1], flush=True)
-    if not dry_run:
+    # Recorded as run from the repository: paths relative to it (and to ../shared).
+    line = shlex.join(["spdrank", *map(str, args)])
+    log.append(line.replace(f"{ROOT.parent}/shared/", "../shared/").replace(f"{ROOT}/", ""))
+    reused = done is not None and done.exists()
+    print("= (done)" if reused else "+", log[-1], flush=True)
+    if not dry_run and not reused:
         subprocess.run(argv, check=True, cwd=ROOT)
 
 
@@ -249,21 +255,16 @@ def main() -> int:
     dry = args.dry_run
     log: list[str] = []
 
-    def needed(path: Path) -> bool:
-        """Whether a step must run: its output is missing (a dry run prints every step)."""
-        return dry or not path.exists()
-
     started = time.time()
     work.mkdir(parents=True, exist_ok=True)
     slates = work / "dl19.jsonl"
     top = work / f"dl19-top{CONSTRAINED_DEPTH}.jsonl"
     common = ("--prompt", "search", "--max-item-tokens", str(ITEM_TOKENS))
     for depth, path in ((None, slates), (CONSTRAINED_DEPTH, top)):
-        if needed(path):
-            spdrank("data", "search", "--retrieved", args.shared / "retrieve_results_dl19.json",
-                    "--qrels", args.shared / "qrels_dl19.json", "--rel-level", "2",
-                    *(("--depth", str(depth)) if depth else ()), "--out", path,
-                    dry_run=dry, log=log)
+        spdrank("data", "search", "--retrieved", args.shared / "retrieve_results_dl19.json",
+                "--qrels", args.shared / "qrels_dl19.json", "--rel-level", "2",
+                *(("--depth", str(depth)) if depth else ()), "--out", path,
+                dry_run=dry, log=log, done=path)
     # The teachers (label files are appended to and resumed).
     ql = work / "ql.labels.jsonl"
     spdrank("teacher", "--slates", slates, "--out", ql, "--backend", "likelihood", *model,
@@ -285,13 +286,12 @@ def main() -> int:
         constrained_run(work / "constrained.labels.slates.jsonl", constrained, slates, run)
     # Every row but the students, on all queries.
     baselines = work / "baselines.rows.jsonl"
-    if needed(baselines):
-        spdrank("eval", "--slates", labelled, "--ranker", "retriever", "--ranker", "random",
-                "--ranker", "bm25", "--ranker", "dense",
-                *(x for spec in labels for x in ("--labels", spec)),
-                "--run", f"constrained={run}", "--k", "10,100", "--rel-level", "2",
-                "--device", args.device, "--per-slate", baselines, "--no-progress",
-                dry_run=dry, log=log)
+    spdrank("eval", "--slates", labelled, "--ranker", "retriever", "--ranker", "random",
+            "--ranker", "bm25", "--ranker", "dense",
+            *(x for spec in labels for x in ("--labels", spec)),
+            "--run", f"constrained={run}", "--k", "10,100", "--rel-level", "2",
+            "--device", args.device, "--per-slate", baselines, "--no-progress",
+            dry_run=dry, log=log, done=baselines)
     # The students, fold by fold.
     queries = [] if dry else read_jsonl(labelled)
     qids = [s["query"]["qid"] for s in queries] or [f"q{i}" for i in range(43)]
@@ -308,24 +308,22 @@ def main() -> int:
         if not dry:
             write_jsonl(queries_in, [by_qid[q] for q in qids if q not in held_out])
             write_jsonl(evaluate, [by_qid[q] for q in held_out])
-        if needed(train):
-            spdrank("data", "windows", "--slates", queries_in, "--window", str(WINDOW),
-                    "--stride", str(STRIDE), "--subsets", str(RANDOM_SUBSETS), "--out", train,
-                    dry_run=dry, log=log)
+        spdrank("data", "windows", "--slates", queries_in, "--window", str(WINDOW),
+                "--stride", str(STRIDE), "--subsets", str(RANDOM_SUBSETS), "--out", train,
+                dry_run=dry, log=log, done=train)
         for name, extra in (("student", ()), ("student+bm25", ("--features", "score"))):
-            if needed(fold / name / "model" / "config.json"):
-                spdrank("train", "--slates", train, "--out", fold / name, *common, "--frozen",
-                        *student, "--positions", str(WINDOW), "--epochs", args.epochs,
-                        "--batch-size", "32", "--head-lr", "1e-3", *extra,
-                        "--cache-states", fold / "cache", "--no-progress", dry_run=dry, log=log)
+            spdrank("train", "--slates", train, "--out", fold / name, *common, "--frozen",
+                    *student, "--positions", str(WINDOW), "--epochs", args.epochs,
+                    "--batch-size", "32", "--head-lr", "1e-3", *extra,
+                    "--cache-states", fold / "cache", "--no-progress", dry_run=dry, log=log,
+                    done=fold / name / "model" / "config.json")
         rows = fold / "students.rows.jsonl"
-        if needed(rows):
-            spdrank("eval", "--slates", evaluate, "--model", f"student={fold / 'student'}",
-                    "--model", f"student+bm25={fold / 'student+bm25'}", "--window", str(WINDOW),
-                    "--window-stride", str(STRIDE), "--k", "10,100", "--rel-level", "2",
-                    "--device", args.device,
-                    *(("--dtype", args.dtype) if args.dtype else ()),
-                    "--per-slate", rows, "--no-progress", dry_run=dry, log=log)
+        spdrank("eval", "--slates", evaluate, "--model", f"student={fold / 'student'}",
+                "--model", f"student+bm25={fold / 'student+bm25'}", "--window", str(WINDOW),
+                "--window-stride", str(STRIDE), "--k", "10,100", "--rel-level", "2",
+                "--device", args.device,
+                *(("--dtype", args.dtype) if args.dtype else ()),
+                "--per-slate", rows, "--no-progress", dry_run=dry, log=log, done=rows)
         if not dry:
             for name, got in per_query(rows, {}).items():
                 table.setdefault(name, {}).update(got)
@@ -345,7 +343,8 @@ def main() -> int:
     (out / "results.json").write_text(json.dumps({"meta": meta, **summary}, indent=2) + "\n")
     (out / "report.md").write_text(report(summary, meta))
     (out / "command.txt").write_text(
-        "# .venv/bin/python benchmarks/search_dl19_cpu.py runs, reusing finished steps:\n"
+        "# .venv/bin/python benchmarks/search_dl19_cpu.py runs these, in order (a rerun reuses "
+        "each step whose output is there):\n"
         + "\n".join(log) + "\n"
     )
     print((out / "report.md").read_text())

@@ -45,6 +45,8 @@ def test_the_dry_run_names_every_step() -> None:
     done = subprocess.run([sys.executable, str(SCRIPT), "--dry-run"], capture_output=True,
                           text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr
-    steps = [line.split()[2] for line in done.stdout.splitlines() if line.startswith("+ ")]
+    # Every step, whether it would run ("+") or is reused from an earlier run ("= (done)").
+    steps = [line.split("spdrank ", 1)[1].split()[0] for line in done.stdout.splitlines()
+             if line.startswith(("+ spdrank ", "= (done) spdrank "))]
     assert steps.count("train") == 10 and steps.count("eval") >= 5
     assert "teacher" in steps
