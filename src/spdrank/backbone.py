@@ -35,6 +35,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from safetensors.torch import load_file
 from torch import nn
 
 from spdrank import cpu
@@ -456,6 +457,17 @@ def _quiet_load() -> Iterator[None]:
             hf_logging.enable_progress_bar()
 
 
+def read_tensors(path: Path, what: str) -> dict[str, torch.Tensor]:
+    """A checkpoint's safetensors file ``path`` (its ``what`` weights), or one line naming it:
+    missing, or unreadable (a truncated or tampered header)."""
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: the checkpoint has no {what} weights")
+    try:
+        return load_file(str(path))
+    except Exception as exc:  # noqa: BLE001 - safetensors' own error type is not exported stably
+        raise ValueError(f"{path}: not a readable safetensors file ({exc})") from None
+
+
 def load_backbone(
     config: BackboneConfig,
     device: torch.device | str = "cpu",
@@ -559,7 +571,6 @@ def load_adapter(model: nn.Module, settings: LoraSettings, folder: Path) -> nn.M
     against the settings, and weights that do not fit them are an error naming the file.
     """
     from peft import get_peft_model, set_peft_model_state_dict
-    from safetensors.torch import load_file
 
     require_safetensors(folder, "adapter")
     config_file = folder / ADAPTER_CONFIG
@@ -574,12 +585,7 @@ def load_adapter(model: nn.Module, settings: LoraSettings, folder: Path) -> nn.M
             raise ValueError(f"{config_file}: {key} is {saved.get(key)!r}, but the checkpoint's "
                              f"config.json says {want}")
     weights = folder / ADAPTER_WEIGHTS
-    if not weights.is_file():
-        raise FileNotFoundError(f"{weights}: the checkpoint has no adapter weights")
-    try:
-        tensors = load_file(str(weights))
-    except Exception as exc:  # noqa: BLE001 - safetensors' own error type is not exported stably
-        raise ValueError(f"{weights}: not a readable safetensors file ({exc})") from None
+    tensors = read_tensors(weights, "adapter")
     model = get_peft_model(model, lora_config(settings))
     try:
         result = set_peft_model_state_dict(model, tensors)

@@ -28,7 +28,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
 from torch import nn
 
 from spdrank.atomic_dir import atomic_directory
@@ -42,6 +42,7 @@ from spdrank.backbone import (
     load_tokenizer,
     pool_spans,
     read_json,
+    read_tensors,
     resolve_dtype,
     span_tokens,
 )
@@ -713,12 +714,7 @@ def read_config(path: Path) -> SPDConfig:
 def load_head(head: nn.Module, path: Path) -> None:
     """Load the head's weights from safetensors; a ValueError naming ``path`` when the file is
     unreadable (a truncated header) or does not fit the head the config describes."""
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: the checkpoint has no head weights")
-    try:
-        tensors = load_file(str(path))
-    except Exception as exc:  # noqa: BLE001 - safetensors' own error type is not exported stably
-        raise ValueError(f"{path}: not a readable safetensors file ({exc})") from None
+    tensors = read_tensors(path, "head")
     try:
         head.load_state_dict(tensors)
     except RuntimeError as exc:  # missing or unexpected keys, shapes that differ
