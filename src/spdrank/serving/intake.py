@@ -39,12 +39,14 @@ async def json_body(request: Request) -> Any:
         raise ApiError(422, str(exc), "invalid_value", exc.field) from None
 
 
-def check_size(n: int, limit: int, field: str) -> None:
-    """Refuse more items than the model's K, before the engine's own checks (same words)."""
+def check_size(n: int, limit: int, field: str, windowed: bool = False) -> None:
+    """Refuse more items than the server ranks (the model's K, or with sliding windows
+    ``--max-documents``), before the engine's own checks (same words)."""
     if n > limit:
+        bound = "--max-documents, with sliding windows" if windowed else "its K"
         raise ApiError(
             422,
-            f"{field}: {n} given; this model ranks at most {limit} (its K). "
+            f"{field}: {n} given; this model ranks at most {limit} ({bound}). "
             f"Split the list, or pre-select the best {limit}.",
             "too_many_documents",
             field,
@@ -60,7 +62,7 @@ def admit(data: Any, engine: Engine, field: str = "candidates") -> Slate:
     """
     try:
         slate = Slate.from_dict(data, text_fields=engine.model.config.text_fields)
-        check_size(len(slate), engine.max_documents, field)
+        check_size(len(slate), engine.max_documents, field, engine.windows is not None)
         engine.check(slate)
     except SlateError as exc:
         raise ApiError(422, str(exc), "invalid_slate", exc.field) from None
