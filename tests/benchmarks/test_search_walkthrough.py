@@ -2,9 +2,9 @@
 example written where the page reads DL19 (``../shared/data/trec-dl19/``, the same file
 shapes), so the walkthrough cannot drift from what spdrank does.
 
-Commands run in-process in a temporary directory (``spdrank ...`` through the CLI's
-``main``); ``spdrank serve`` builds its app, and the page's ``curl`` request is sent to it
-through FastAPI's TestClient instead of a port; ``python -c`` runs in a fresh interpreter.
+Commands run as docs/own-data.md's test runs them (in-process, ``spdrank serve`` building its
+app), plus the two this page adds: ``python -c`` in a fresh interpreter, and a ``curl`` request
+sent to the app through FastAPI's TestClient instead of a port.
 """
 
 from __future__ import annotations
@@ -12,15 +12,13 @@ from __future__ import annotations
 import json
 import random
 import shlex
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from spdrank.cli import main
-from tests.benchmarks.test_own_data import blocks, commands
-from tests.helpers import ROOT, subprocess_env
+from tests.benchmarks.test_own_data import Shell as DocShell
+from tests.benchmarks.test_own_data import blocks, commands, python
+from tests.helpers import ROOT
 
 DOC = ROOT / "docs" / "search.md"
 
@@ -66,44 +64,32 @@ def write_example(folder: Path, passages: int = 30, seed: int = 0) -> None:
     (folder / "qrels_dl19.json").write_text(json.dumps(qrels))
 
 
-class Shell:
-    """Runs the page's commands; knows exactly the ones the page uses."""
-
-    def __init__(self, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch):
-        self.capsys = capsys
-        self.monkeypatch = monkeypatch
-        self.app = None
-        self.outputs: list[str] = []
+class Shell(DocShell):
+    """Runs the page's commands: own-data's, and ``python -c`` and a plain ``curl``."""
 
     def run(self, command: str) -> None:
         argv = shlex.split(command.removesuffix("&"))
-        if argv[:2] == ["spdrank", "serve"]:
-            import uvicorn
-
-            self.monkeypatch.setattr(uvicorn, "run", lambda app, **_: setattr(self, "app", app))
-            assert main(argv[1:]) == 0
-        elif argv[0] == "spdrank":
-            assert main(argv[1:]) == 0, command
-        elif argv[:2] == ["python", "-c"]:
-            done = subprocess.run([sys.executable, "-c", argv[2]], capture_output=True,
-                                  text=True, env=subprocess_env(), check=False, timeout=300)
-            assert done.returncode == 0, done.stderr
-            print(done.stdout, end="")
+        if argv[:2] == ["python", "-c"]:
+            print(python(argv[2]), end="")
         elif argv[0] == "curl":
-            from fastapi.testclient import TestClient
-
-            url = next(a for a in argv if a.startswith("localhost:"))
-            body = argv[argv.index("-d") + 1]
-            assert self.app is not None, "the page sends a request before starting the server"
-            with TestClient(self.app) as client:
-                answer = client.post(url.split(":8000", 1)[1], content=body,
-                                     headers={"content-type": "application/json"})
-            assert answer.status_code == 200, answer.text
-            print(answer.text)
+            self.curl(argv)
         else:
-            raise AssertionError(f"docs/search.md runs a command this test does not know: "
-                                 f"{command}")
+            super().run(command)
+            return
         self.outputs.append(self.capsys.readouterr().out)
+
+    def curl(self, argv: list[str]) -> None:
+        """``curl ... URL ... -d BODY``, through TestClient."""
+        from fastapi.testclient import TestClient
+
+        url = next(a for a in argv if a.startswith("localhost:"))
+        body = argv[argv.index("-d") + 1]
+        assert self.app is not None, "the page sends a request before starting the server"
+        with TestClient(self.app) as client:
+            answer = client.post(url.split(":8000", 1)[1], content=body,
+                                 headers={"content-type": "application/json"})
+        assert answer.status_code == 200, answer.text
+        print(answer.text)
 
 
 @pytest.mark.slow  # the bundled SmolLM2 as teacher and student backbone
