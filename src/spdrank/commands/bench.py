@@ -150,7 +150,7 @@ def run(args: argparse.Namespace) -> int:
         table_metrics,
         write_report,
     )
-    from spdrank.commands.ranker_args import checked_inputs, label_files, rankers_from_args
+    from spdrank.commands.ranker_args import checked_inputs, named_files, rankers_from_args
     from spdrank.evaluate import evaluate, format_table
     from spdrank.files import check_outputs
     from spdrank.paired import compare
@@ -163,7 +163,7 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else RESULTS_ROOT / args.name
     check_outputs(
         {"--slates": slates_path, "--train": train, "--preamble": args.preamble,
-         "--labels": label_files(args)},
+         "--labels": named_files(args, "labels"), "--run": named_files(args, "run")},
         {"--out": [out / name for name in ("report.md", "results.json", "table.txt",
                                             QUALITY_PLOT, STAGES_PLOT, DECOMPOSITION_PLOT)]},
     )

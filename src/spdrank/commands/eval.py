@@ -30,7 +30,7 @@ from spdrank.commands.rank import add_prompt_argument
 from spdrank.commands.ranker_args import (
     add_ranker_arguments,
     checked_inputs,
-    label_files,
+    named_files,
     rankers_from_args,
 )
 from spdrank.judged import DEFAULT_REL_LEVEL
@@ -163,13 +163,6 @@ def slate_total(path: Path, limit: int | None) -> int | None:
     return count if limit is None else min(count, limit)
 
 
-def run_files(args: argparse.Namespace) -> list[str]:
-    """The files ``--run [NAME=]FILE`` name: inputs, which no output may overwrite."""
-    from spdrank.rankers import split_named
-
-    return [split_named(spec)[1] for spec in getattr(args, "run", None) or ()]
-
-
 def with_judgements(stream: Iterable[Slate], qrels: dict[str, dict[str, int]]) -> Iterator[Slate]:
     """The slates, each judged by the qrels of its qid (none when they lack it)."""
     for slate in stream:
@@ -208,7 +201,8 @@ def run(args: argparse.Namespace) -> int:
     slates_path, train, progress = checked_inputs(args)
     check_outputs(
         {"--slates": slates_path, "--train": train, "--extra-sequences": args.extra_sequences,
-         "--labels": label_files(args), "--run": run_files(args), "--qrels": args.qrels},
+         "--labels": named_files(args, "labels"), "--run": named_files(args, "run"),
+         "--qrels": args.qrels},
         {"--json": args.json, "--per-slate": args.per_slate},
     )
 

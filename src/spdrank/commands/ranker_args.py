@@ -105,11 +105,12 @@ def rankers_from_args(args: argparse.Namespace) -> list[Ranker]:
     )
 
 
-def label_files(args: argparse.Namespace) -> list[str]:
-    """The files ``--labels [NAME=]FILE`` name: inputs, which no output may overwrite."""
+def named_files(args: argparse.Namespace, option: str) -> list[str]:
+    """The files a ``--labels`` or ``--run`` option (``[NAME=]FILE``, repeatable) names:
+    inputs, which no output may overwrite."""
     from spdrank.rankers import split_named
 
-    return [split_named(spec)[1] for spec in getattr(args, "labels", None) or ()]
+    return [split_named(spec)[1] for spec in getattr(args, option, None) or ()]
 
 
 def checked_inputs(args: argparse.Namespace) -> tuple[Path, Path, bool | None]:

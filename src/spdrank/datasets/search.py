@@ -46,7 +46,7 @@ _QUERY_FIELDS = ("text", "query", "title")
 
 @dataclass
 class SearchBuild:
-    """What a build read and wrote, for the command's summary and the manifest."""
+    """What a build wrote, for the command's summary."""
 
     queries: int = 0
     candidates: int = 0
@@ -86,15 +86,24 @@ def read_qrels(path: str | os.PathLike[str]) -> dict[str, dict[str, int]]:
                 raise SlateError(f"qrels[{qid!r}] must be an object {{docid: grade}}", where)
             qrels[qid] = {d: _grade(g, f"qrels[{qid!r}][{d!r}]", where) for d, g in docs.items()}
         return qrels
-    for lineno, _, raw in iter_lines(path, "qrels file"):
-        where = f"{path}:{lineno}"
-        parts = raw.decode("utf-8", errors="replace").split()
-        if len(parts) != 4:
-            raise SlateError(f"a qrels line has 4 fields (qid iter docid grade), got "
-                             f"{len(parts)}", where)
-        qid, _, docid, grade = parts
+    for where, (qid, _, docid, grade) in _fields(path, "qrels file", "qrels",
+                                                     "qid iter docid grade"):
         qrels.setdefault(qid, {})[docid] = _grade(grade, "the grade", where)
     return qrels
+
+
+def _fields(path: Path, what: str, kind: str, names: str) -> Iterator[tuple[str, list[str]]]:
+    """``(file:line, fields)`` of each line of a whitespace-separated TREC file (a ``what``)
+    whose ``kind`` lines hold the fields ``names`` says; one line naming the place when a line
+    holds others."""
+    count = len(names.split())
+    for lineno, _, raw in iter_lines(path, what):
+        where = f"{path}:{lineno}"
+        parts = raw.decode("utf-8", errors="replace").split()
+        if len(parts) != count:
+            raise SlateError(f"a {kind} line has {count} fields ({names}), got {len(parts)}",
+                             where)
+        yield where, parts
 
 
 def _grade(value: Any, label: str, where: str) -> int:
@@ -202,13 +211,8 @@ def read_run(path: str | os.PathLike[str]) -> dict[str, list[tuple[str, float]]]
     (score descending, equal scores by docid descending; the rank column is not read)."""
     path = Path(path)
     run: dict[str, dict[str, float]] = {}
-    for lineno, _, raw in iter_lines(path, "TREC run"):
-        where = f"{path}:{lineno}"
-        parts = raw.decode("utf-8", errors="replace").split()
-        if len(parts) != 6:
-            raise SlateError(f"a TREC run line has 6 fields (qid Q0 docid rank score tag), got "
-                             f"{len(parts)}", where)
-        qid, _, docid, _, score, _ = parts
+    for where, (qid, _, docid, _, score, _) in _fields(path, "TREC run", "TREC run",
+                                                        "qid Q0 docid rank score tag"):
         try:
             value = float(score)
         except ValueError:
