@@ -92,10 +92,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def build_model(args: argparse.Namespace) -> Any:
     import torch
 
-    from spdrank.backbone import BackboneConfig, resolve_device
-    from spdrank.heads import HeadConfig
-    from spdrank.model import SPDConfig, SPDRanker
-    from spdrank.prompt import PromptSettings
+    from spdrank.backbone.load import BackboneConfig, resolve_device
+    from spdrank.backbone.prompt import PromptSettings
+    from spdrank.methods.heads import HeadConfig
+    from spdrank.model.ranker import SPDConfig, SPDRanker
 
     device = resolve_device(args.device)
     if args.model:
@@ -110,7 +110,7 @@ def build_model(args: argparse.Namespace) -> Any:
 
 
 def load(path: str, limit: int, documents: int) -> list[Any]:
-    from spdrank.slates import Slate, read_slates
+    from spdrank.core.slates import Slate, read_slates
 
     out = []
     for slate in read_slates(path):

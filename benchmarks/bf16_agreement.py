@@ -40,12 +40,12 @@ from typing import Any
 import torch
 from serve_harness import ROOT, code_version, machine
 
-from spdrank import cpu
-from spdrank.backbone import resolve_dtype
-from spdrank.metrics import kendall_tau, top1_agreement
-from spdrank.model import CONFIG_NAME, SPDRanker, checkpoint_dir, read_config
-from spdrank.ranking import Ranking
-from spdrank.slates import Slate, load_slates
+from spdrank.backbone import cpu
+from spdrank.backbone.load import resolve_dtype
+from spdrank.core.ranking import Ranking
+from spdrank.core.slates import Slate, load_slates
+from spdrank.eval.metrics import kendall_tau, top1_agreement
+from spdrank.model.ranker import CONFIG_NAME, SPDRanker, checkpoint_dir, read_config
 
 DTYPES = ("float32", "bfloat16")
 DEFAULT_OUT = ROOT / "benchmarks" / "results" / "bf16-agreement-cpu"

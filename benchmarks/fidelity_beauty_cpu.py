@@ -362,12 +362,12 @@ class CachedStudent:
 def evaluate_on_eval(selected: list[Row], teacher: str) -> dict[str, Any]:
     """Every selected row of ``teacher`` and the baselines on the eval slates: metrics per
     row and paired differences against the first row and against title_similarity."""
-    from spdrank.baselines import make_baseline
-    from spdrank.evaluate import evaluate
-    from spdrank.model import SPDRanker
-    from spdrank.paired import compare
-    from spdrank.slates import load_slates, read_slates
-    from spdrank.state_cache import open_state_cache
+    from spdrank.core.slates import load_slates, read_slates
+    from spdrank.eval.evaluate import evaluate
+    from spdrank.eval.paired import compare
+    from spdrank.model.ranker import SPDRanker
+    from spdrank.rankers.baselines import make_baseline
+    from spdrank.training.state_cache import open_state_cache
 
     eval_path = labelled(teacher, "eval")
     slates = load_slates(eval_path)
@@ -399,7 +399,7 @@ def fmt(value: float | None, digits: int = 3) -> str:
 
 
 def interval(d: dict[str, Any]) -> str:
-    from spdrank.paired import PairedDifference
+    from spdrank.eval.paired import PairedDifference
 
     return PairedDifference(**d).text()
 
@@ -500,8 +500,8 @@ def zero_shot(n: int = 512) -> dict[str, float]:
     import numpy as np
     import torch
 
-    from spdrank.metrics import auc, kendall_tau, top1_agreement
-    from spdrank.slates import load_slates
+    from spdrank.core.slates import load_slates
+    from spdrank.eval.metrics import auc, kendall_tau, top1_agreement
 
     directory = Row("probe", "").states() / "eval"
     meta_path = directory / "key.json"
@@ -548,17 +548,17 @@ def truncation_ceiling(
     The ``model_tokens`` rows compute the same TF-IDF cosine over SmolLM2's token ids instead
     of words: a reader that matches the model's tokens exactly, without assembling the words
     that the tokenizer splits into pieces (or telling "Nail" from "nail"). The ``assembled``
-    rows group those token ids back into words (:mod:`spdrank.words`: the runs of letters
+    rows group those token ids back into words (:mod:`spdrank.backbone.words`: the runs of letters
     and digits of the text they decode to), as the ``words`` readout does."""
     import numpy as np
     from transformers import AutoTokenizer
 
-    from spdrank.backbone import bundled_backbone_path
+    from spdrank.backbone.load import bundled_backbone_path
+    from spdrank.backbone.prompt import PromptBuilder, PromptSettings
+    from spdrank.backbone.words import WordSplitter
+    from spdrank.core.slates import load_slates
     from spdrank.datasets.title_similarity import TitleSimilarity
-    from spdrank.metrics import kendall_tau, top1_agreement, topk_overlap
-    from spdrank.prompt import PromptBuilder, PromptSettings
-    from spdrank.slates import load_slates
-    from spdrank.words import WordSplitter
+    from spdrank.eval.metrics import kendall_tau, top1_agreement, topk_overlap
 
     slates = load_slates(labelled("lexical", "eval"))
     tokenizer = AutoTokenizer.from_pretrained(bundled_backbone_path())

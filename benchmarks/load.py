@@ -83,7 +83,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def build_payloads(path: str, n_docs: int, limit: int) -> list[bytes]:
     """Rerank bodies from eval slates: the user's history as query, N candidate titles."""
-    from spdrank.slates import read_slates
+    from spdrank.core.slates import read_slates
 
     payloads: list[bytes] = []
     for slate in read_slates(path):

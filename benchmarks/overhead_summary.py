@@ -20,7 +20,7 @@ import argparse
 import json
 from pathlib import Path
 
-from spdrank.ranking import STAGES
+from spdrank.core.ranking import STAGES
 
 #: The goals, per slate size: ms around the prefill, and SPD over the bare prefill.
 AROUND_GOAL_MS = {50: 1.0, 150: 3.0}

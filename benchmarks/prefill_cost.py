@@ -38,13 +38,19 @@ import torch
 from prefill_limit import load_average, median_ms, profile, sizes_arg
 from serve_harness import ROOT, code_version, machine
 
-from spdrank import cpu
-from spdrank.backbone import BUNDLED, BackboneConfig, last_hidden, load_backbone, load_tokenizer
+from spdrank.backbone import cpu
+from spdrank.backbone.load import (
+    BUNDLED,
+    BackboneConfig,
+    last_hidden,
+    load_backbone,
+    load_tokenizer,
+)
+from spdrank.backbone.prompt import PromptBuilder, PromptSettings
+from spdrank.backbone.templates import SEARCH
 from spdrank.datasets.beauty import load_titles
 from spdrank.datasets.sequences import render_history
-from spdrank.prompt import PromptBuilder, PromptSettings
-from spdrank.prompt_templates import SEARCH
-from spdrank.windows import Windows
+from spdrank.rankers.windows import Windows
 
 DEFAULT_OUT = ROOT / "benchmarks" / "results" / "prefill-cost-cpu"
 DL19 = ROOT.parent / "shared" / "data" / "trec-dl19" / "retrieve_results_dl19.json"

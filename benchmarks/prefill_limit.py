@@ -50,11 +50,17 @@ import torch.nn.functional as F
 from serve_harness import ROOT, code_version, machine
 from torch import nn
 
-from spdrank import cpu
-from spdrank.backbone import BUNDLED, BackboneConfig, last_hidden, load_backbone, load_tokenizer
+from spdrank.backbone import cpu
+from spdrank.backbone.load import (
+    BUNDLED,
+    BackboneConfig,
+    last_hidden,
+    load_backbone,
+    load_tokenizer,
+)
+from spdrank.backbone.prompt import PromptBuilder, PromptSettings
 from spdrank.datasets.beauty import load_titles
 from spdrank.datasets.sequences import render_history
-from spdrank.prompt import PromptBuilder, PromptSettings
 
 DEFAULT_OUT = ROOT / "benchmarks" / "results" / "prefill-limit-cpu"
 #: The goal: a prefill within this factor of its matrix products alone.

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from spdrank.commands.train import config_argv
-from spdrank.train_config import TrainConfig
+from spdrank.training.config import TrainConfig
 
 
 def command(run_dir: Path, out: Path, overrides: list[str]) -> list[str]:

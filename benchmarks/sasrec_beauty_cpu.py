@@ -25,7 +25,7 @@ The protocol of benchmarks/quality_beauty_cpu.py: each student is trained in a f
 variant best on validation NDCG@10 is kept per student, and so is the SASRec row (of the two)
 best on validation NDCG@10: the reference. Only then are the kept rows scored once on the
 1,118 eval slates, with paired 95% bootstrap intervals against the reference
-(:mod:`spdrank.paired`, 2,000 resamples, seed 0).
+(:mod:`spdrank.eval.paired`, 2,000 resamples, seed 0).
 
 Resumable: a build with its manifest, a run with its ``train.json`` and an evaluation whose
 JSON holds the same rows are reused (runs and logs under ``runs/sasrec/``). SASRec's fits are
@@ -53,7 +53,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
-from spdrank.paired import RESAMPLES, PairedDifference, difference_of
+from spdrank.eval.paired import RESAMPLES, PairedDifference, difference_of
 
 BIN = Path(".venv/bin")
 OUT = Path("benchmarks/results/sasrec-beauty-cpu")
@@ -272,7 +272,7 @@ def paired(
     values: dict[str, dict[int, dict[str, Any]]], reference: str
 ) -> dict[str, dict[str, dict[str, float | int | None]]]:
     """Each row minus ``reference``, slate by slate, with 95% percentile-bootstrap intervals
-    (the method and seeds of :func:`spdrank.paired.compare`, applied to saved per-slate
+    (the method and seeds of :func:`spdrank.eval.paired.compare`, applied to saved per-slate
     values so that one evaluation serves every reference)."""
     ref = values[reference]
     out = {}

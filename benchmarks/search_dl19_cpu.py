@@ -138,7 +138,7 @@ def summarize(table: dict[str, dict[str, dict[str, Any]]], teacher: str = "ql") 
     import numpy as np
 
     sys.path.insert(0, str(ROOT / "src"))
-    from spdrank.paired import difference_of
+    from spdrank.eval.paired import difference_of
 
     qids = sorted(table["retriever"])
     out: dict[str, Any] = {"queries": len(qids), "teacher": teacher, "rows": {}}

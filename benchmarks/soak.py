@@ -102,10 +102,10 @@ def build_model(path: Path, seed: int) -> Path:
     weights: it loads in milliseconds and ranks in about one, so the run measures the server."""
     import torch
 
-    from spdrank.backbone import BackboneConfig
-    from spdrank.features import FeatureNormalizer
-    from spdrank.heads import HeadConfig
-    from spdrank.model import NoBackbone, NoTokenizer, SPDConfig, SPDRanker
+    from spdrank.backbone.load import BackboneConfig
+    from spdrank.core.features import FeatureNormalizer
+    from spdrank.methods.heads import HeadConfig
+    from spdrank.model.ranker import NoBackbone, NoTokenizer, SPDConfig, SPDRanker
 
     torch.manual_seed(seed)
     config = SPDConfig(

@@ -8,7 +8,7 @@ Everything after ``--`` is `spdrank train`'s arguments, read by its own parser (
 head, the backbone, ``--backbone config:PATH`` included, are exactly what `spdrank train`
 would build); ``--max-steps`` becomes ``--warmup`` + ``--steps``. The run's progress bar hides
 what one step costs, and its wall time includes loading; here each step
-(:meth:`spdrank.train.Trainer.train_step`: forward, backward, clipping, the optimizer) is
+(:meth:`spdrank.training.train.Trainer.train_step`: forward, backward, clipping, the optimizer) is
 timed alone, with the device synchronized around it, after ``--warmup`` untimed steps
 (kernel selection, the allocator's first growth). The run then finishes as `spdrank train`
 finishes it (``OUT/model``, ``OUT/train.json``), so the same call also leaves a checkpoint to
@@ -28,7 +28,7 @@ from typing import Any
 
 def parse(argv: list[str]) -> tuple[argparse.Namespace, argparse.Namespace]:
     """This script's options, and the `spdrank train` arguments after ``--``."""
-    import spdrank.cli
+    import spdrank.commands.cli
 
     if "--" not in argv:
         raise SystemExit("usage: train_step.py [--warmup W] [--steps S] [--json FILE] -- TRAIN ARGS")
@@ -40,7 +40,7 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, argparse.Namespace]:
     own = p.parse_args(argv[:split])
     if own.warmup < 0 or own.steps < 1:
         p.error("--warmup must be at least 0 and --steps at least 1")
-    train = spdrank.cli.build_parser().parse_args(["train", *argv[split + 1 :]])
+    train = spdrank.commands.cli.build_parser().parse_args(["train", *argv[split + 1 :]])
     return own, train
 
 
@@ -105,7 +105,7 @@ def summary(trainer: Any, times: list[float], warmup: int) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     own, args = parse(sys.argv[1:] if argv is None else argv)
     from spdrank.commands.train import config_from_args
-    from spdrank.train import Trainer
+    from spdrank.training.train import Trainer
 
     cfg = config_from_args(args)
     cfg.max_steps = own.warmup + own.steps

@@ -19,20 +19,20 @@ import pytest
 # tests' tolerances assume. The tests of the detection set their own answer.
 os.environ["SPDRANK_CPU_BF16"] = "0"
 
-from spdrank.slates import Slate, write_slates
+from spdrank.core.slates import Slate, write_slates
 from tests.helpers import make_slate, save_tiny_llama
 
 
 @pytest.fixture(scope="session")
 def bundled_path() -> Path:
-    from spdrank.backbone import bundled_backbone_path
+    from spdrank.backbone.load import bundled_backbone_path
 
     return bundled_backbone_path()
 
 
 @pytest.fixture(scope="session")
 def tokenizer(bundled_path):
-    from spdrank.backbone import load_tokenizer
+    from spdrank.backbone.load import load_tokenizer
 
     return load_tokenizer(str(bundled_path))
 

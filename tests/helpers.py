@@ -11,12 +11,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-from spdrank.backbone import BackboneConfig, LoraSettings
-from spdrank.heads import HeadConfig
-from spdrank.model import SPDConfig
-from spdrank.prompt import PromptSettings
-from spdrank.ranking import Ranking
-from spdrank.slates import Candidate, Query, Slate
+from spdrank.backbone.load import BackboneConfig, LoraSettings
+from spdrank.backbone.prompt import PromptSettings
+from spdrank.core.ranking import Ranking
+from spdrank.core.slates import Candidate, Query, Slate
+from spdrank.methods.heads import HeadConfig
+from spdrank.model.ranker import SPDConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 SRC = ROOT / "src"
@@ -186,8 +186,8 @@ def save_features_only_model(
     """A features-only model (no backbone) reading 'pop' and the candidates' score (means 1.0
     and 0.5, deviations ``std``), saved to ``path``: it loads in milliseconds, so input-handling
     tests can run the real CLI and server around it."""
-    from spdrank.features import FeatureNormalizer
-    from spdrank.model import NoBackbone, NoTokenizer, SPDRanker
+    from spdrank.core.features import FeatureNormalizer
+    from spdrank.model.ranker import NoBackbone, NoTokenizer, SPDRanker
 
     config = SPDConfig(
         backbone=BackboneConfig(lora=None),
@@ -202,7 +202,7 @@ def save_features_only_model(
 def train_config(tmp_path: Path, backbone: str, out: str = "run", **kw):
     """Training settings for ``tmp_path/train.jsonl`` on a tiny backbone, written to
     ``tmp_path/OUT``; ``kw`` overrides any of them."""
-    from spdrank.train import TrainConfig
+    from spdrank.training.train import TrainConfig
 
     base = {
         "slates": str(tmp_path / "train.jsonl"),

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from spdrank.atomic_dir import filled_once
+from spdrank.core.atomic_dir import filled_once
 
 
 def test_filled_once_fills_then_reuses(tmp_path: Path) -> None:

@@ -8,7 +8,10 @@ import sys
 
 import pytest
 
-from spdrank.baselines import (
+from spdrank.core.ranking import Ranking
+from spdrank.core.slates import Candidate, Query, Slate, SlateError, read_slates, write_slates
+from spdrank.eval.metrics import is_valid_permutation
+from spdrank.rankers.baselines import (
     BASELINES,
     CooccurrenceRanker,
     FeatureRanker,
@@ -17,9 +20,6 @@ from spdrank.baselines import (
     baseline_names,
     make_baseline,
 )
-from spdrank.metrics import is_valid_permutation
-from spdrank.ranking import Ranking
-from spdrank.slates import Candidate, Query, Slate, SlateError, read_slates, write_slates
 from tests.helpers import item_slate as mk
 
 
@@ -47,8 +47,8 @@ def test_random_is_valid_and_deterministic(slates):
 
 def test_random_does_not_depend_on_python_hash_seed():
     code = (
-        "from spdrank.baselines import RandomRanker\n"
-        "from spdrank.slates import Candidate, Query, Slate\n"
+        "from spdrank.rankers.baselines import RandomRanker\n"
+        "from spdrank.core.slates import Candidate, Query, Slate\n"
         "s = Slate(Query('u1', 't'), [Candidate(f'd{i}', {'title': 'x'}) for i in range(20)])\n"
         "print(' '.join(RandomRanker(seed=7).rank(s).docids))\n"
     )

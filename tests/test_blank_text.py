@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from spdrank.slates import Slate, SlateError
-from spdrank.validation import is_blank
+from spdrank.core.slates import Slate, SlateError
+from spdrank.core.validation import is_blank
 
 INVISIBLE = ["\u200b", "\u200b\u200c\u200d", "\ufeff", "\u202e", "\u2060\u2061", " \u200b\t\n",
              "\u00a0\u3000", "\u00ad", "\x00\x01"]
@@ -31,7 +31,7 @@ def test_a_candidate_of_invisible_text_is_refused(text):
 
 
 def test_an_invisible_title_gives_way_to_the_body():
-    from spdrank.slates import TEXT_FIELDS, with_body
+    from spdrank.core.slates import TEXT_FIELDS, with_body
 
     doc = {"title": "\u200b\u200d", "text": "argan oil"}
     assert with_body(doc, "title", TEXT_FIELDS) == "argan oil"

@@ -20,9 +20,9 @@ from pathlib import Path
 import pytest
 from safetensors.torch import load_file, save_file
 
-from spdrank.backbone import MAX_JSON_BYTES, read_json
-from spdrank.cli import main
-from spdrank.model import SPDRanker
+from spdrank.backbone.load import MAX_JSON_BYTES, read_json
+from spdrank.commands.cli import main
+from spdrank.model.ranker import SPDRanker
 from tests.helpers import save_features_only_model, subprocess_env, tiny_config
 
 PROMPT = "Do you wish to run the custom code?"
@@ -153,7 +153,7 @@ def test_the_python_api_refuses_it_too_and_never_asks(tmp_path, frozen_checkpoin
 def test_a_tokenizer_that_needs_its_own_code_is_refused(tmp_path, monkeypatch, capsys):
     import io
 
-    from spdrank.backbone import load_tokenizer
+    from spdrank.backbone.load import load_tokenizer
 
     marker = tmp_path / "MARKER"
     evil = evil_folder(tmp_path, marker, tokenizer_only=True)
@@ -196,7 +196,7 @@ def test_trust_remote_code_given_by_the_user_is_what_lets_it_run(tmp_path, froze
 
 @pytest.mark.parametrize("command", ["rank", "eval", "bench", "serve", "train", "teacher"])
 def test_every_command_that_loads_a_model_takes_the_flag_off_by_default(command):
-    from spdrank.cli import build_parser
+    from spdrank.commands.cli import build_parser
 
     parser = build_parser()
     required = {
@@ -213,7 +213,7 @@ def test_trust_is_never_saved_in_a_checkpoint(tmp_path, tiny_backbone):
     model.save_pretrained(tmp_path / "ckpt")
     for path in (tmp_path / "ckpt").rglob("*.json"):
         assert "trust" not in path.read_text().lower(), path
-    from spdrank.train_config import TrainConfig
+    from spdrank.training.config import TrainConfig
 
     assert "trust_remote_code" not in {f.name for f in __import__("dataclasses").fields(
         TrainConfig)}  # a run's settings (train.json, its resume state) cannot carry it
@@ -294,7 +294,7 @@ def test_head_sizes_are_bounded_before_anything_is_built(tmp_path, features_mode
 
 
 def test_a_head_too_large_in_all_is_refused():
-    from spdrank.heads import HeadConfig
+    from spdrank.methods.heads import HeadConfig
 
     with pytest.raises(ValueError, match="weights, more than the"):
         HeadConfig(width=8192, layers=64)

@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from spdrank.model import SPDRanker
-from spdrank.prompt import fitted_item_tokens
-from spdrank.prompt_templates import SEARCH
-from spdrank.slates import Slate, SlateError
+from spdrank.backbone.prompt import fitted_item_tokens
+from spdrank.backbone.templates import SEARCH
+from spdrank.core.slates import Slate, SlateError
+from spdrank.model.ranker import SPDRanker
 from tests.helpers import tiny_config, train_config
 
 

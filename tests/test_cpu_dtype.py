@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from spdrank import cpu
-from spdrank.backbone import resolve_dtype
-from spdrank.model import SPDRanker
+from spdrank.backbone import cpu
+from spdrank.backbone.load import resolve_dtype
+from spdrank.model.ranker import SPDRanker
 from tests.helpers import tiny_config
 
 AMX_CPUINFO = """processor\t: 0

@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from spdrank.decode import DECODERS, decode, register_decoder
+from spdrank.methods.spd.decode import DECODERS, decode, register_decoder
 
 finite = st.floats(allow_nan=False, allow_infinity=False, width=64)
 ties = st.integers(-2, 2).map(float)
@@ -117,7 +117,7 @@ def test_expected_rank_matches_the_log_domain_sinkhorn(scale):
 
 
 def test_expected_rank_scaling_form_gives_the_same_positions():
-    from spdrank.decode import _expected_scaled
+    from spdrank.methods.spd.decode import _expected_scaled
 
     rng = np.random.default_rng(3)
     for n in (1, 2, 7, 50, 150):
@@ -129,7 +129,7 @@ def test_expected_rank_scaling_form_gives_the_same_positions():
 
 def test_expected_rank_of_one_matrix_equals_its_row_in_a_stack():
     """One slate takes plain matrix-vector products, a stack batched ones: the same numbers."""
-    from spdrank.decode import _expected_scaled
+    from spdrank.methods.spd.decode import _expected_scaled
 
     rng = np.random.default_rng(4)
     for n in (1, 2, 7, 50, 150):
@@ -145,7 +145,7 @@ def test_expected_rank_of_one_matrix_equals_its_row_in_a_stack():
 
 @pytest.mark.parametrize("name", sorted(DECODERS))
 def test_decode_batch_equals_decoding_each_slate(name):
-    from spdrank.decode import decode_batch
+    from spdrank.methods.spd.decode import decode_batch
 
     rng = np.random.default_rng(5)
     sizes = [3, 7, 3, 1, 7, 60, 7, 60]
@@ -164,8 +164,8 @@ def test_decode_batch_equals_decoding_each_slate(name):
 
 
 def test_a_registered_decoder_replaces_the_batched_one():
-    from spdrank.decode import DECODERS as registry
-    from spdrank.decode import decode_batch
+    from spdrank.methods.spd.decode import DECODERS as registry
+    from spdrank.methods.spd.decode import decode_batch
 
     saved = registry["argsort"]
     try:
@@ -174,6 +174,6 @@ def test_a_registered_decoder_replaces_the_batched_one():
         assert [o.tolist() for o in orders] == [[3, 2, 1, 0], [2, 1, 0]]
     finally:
         register_decoder("argsort", saved)
-        from spdrank.decode import BATCH_DECODERS, argsort_batch
+        from spdrank.methods.spd.decode import BATCH_DECODERS, argsort_batch
 
         BATCH_DECODERS["argsort"] = argsort_batch

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from spdrank.dense import DenseRanker
-from spdrank.slates import Slate
+from spdrank.core.slates import Slate
+from spdrank.rankers.dense import DenseRanker
 
 
 def _tiny_bert(folder: Path) -> Path:

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import logging
 
-from spdrank.cli import main
-from spdrank.evaluate import evaluate, format_table
-from spdrank.slates import write_slates
+from spdrank.commands.cli import main
+from spdrank.core.slates import write_slates
+from spdrank.eval.evaluate import evaluate, format_table
 from tests.helpers import Fixed, item_slate, make_slates
 
 

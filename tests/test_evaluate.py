@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-import spdrank.cli
-from spdrank.baselines import RandomRanker
-from spdrank.evaluate import evaluate, format_table, percentile
-from spdrank.slates import Candidate, Query, Slate, write_slates
+import spdrank.commands.cli
+from spdrank.core.slates import Candidate, Query, Slate, write_slates
+from spdrank.eval.evaluate import evaluate, format_table, percentile
+from spdrank.rankers.baselines import RandomRanker
 from tests.helpers import EVAL, Fixed
 from tests.helpers import item_slate as mk
 
@@ -143,8 +143,8 @@ def data_dir(tmp_path):
 @pytest.fixture
 def cli(monkeypatch):
     # only the eval command, so this test does not depend on the other commands' modules
-    monkeypatch.setattr(spdrank.cli, "COMMANDS", ("eval",))
-    return spdrank.cli.main
+    monkeypatch.setattr(spdrank.commands.cli, "COMMANDS", ("eval",))
+    return spdrank.commands.cli.main
 
 
 def test_cli_end_to_end(cli, data_dir, capsys):
@@ -290,17 +290,17 @@ def test_cli_counts_extra_sequences_beside_the_training_slates(cli, data_dir, ca
 
 def test_progress_off_a_terminal_is_a_log_line_every_few_seconds(monkeypatch, caplog):
     """Captured stderr is no terminal: no bar, but lines a log file can hold."""
-    import spdrank.progress
+    import spdrank.core.progress
 
-    monkeypatch.setattr(spdrank.progress, "EVERY_S", 0.0)
-    with caplog.at_level("INFO", logger="spdrank.progress"):
+    monkeypatch.setattr(spdrank.core.progress, "EVERY_S", 0.0)
+    with caplog.at_level("INFO", logger="spdrank.core.progress"):
         evaluate([RandomRanker()], EVAL, warmup=0, progress=None, total=3)
     lines = [r.getMessage() for r in caplog.records]
     assert len(lines) == 4 and lines[0].startswith("eval (random): 1/3 slates, ")
     assert lines[-1].startswith("eval (random): 3/3 slates, ")
     assert lines[-1].endswith(" slates/s (done)")
     caplog.clear()
-    with caplog.at_level("INFO", logger="spdrank.progress"):
+    with caplog.at_level("INFO", logger="spdrank.core.progress"):
         evaluate([RandomRanker()], EVAL, warmup=0, progress=False)
     assert caplog.records == []
 

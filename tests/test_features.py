@@ -7,8 +7,8 @@ import json
 import numpy as np
 import pytest
 
-from spdrank.features import FeatureNormalizer, parse_feature_names, raw_features
-from spdrank.slates import Candidate, Query, Slate, SlateError
+from spdrank.core.features import FeatureNormalizer, parse_feature_names, raw_features
+from spdrank.core.slates import Candidate, Query, Slate, SlateError
 
 
 def mk(qid: str, values: list[dict[str, float]], scores: list[float] | None = None) -> Slate:

@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 import torch
 
-from spdrank.backbone import BackboneConfig
-from spdrank.batching import SlateStates, collate, pad_rows, states_batch
-from spdrank.heads import HeadConfig
-from spdrank.model import SPDConfig, SPDRanker
-from spdrank.prompt import PromptSettings
-from spdrank.ranking import STAGES
+from spdrank.backbone.batching import SlateStates, collate, pad_rows, states_batch
+from spdrank.backbone.load import BackboneConfig
+from spdrank.backbone.prompt import PromptSettings
+from spdrank.core.ranking import STAGES
+from spdrank.methods.heads import HeadConfig
+from spdrank.model.ranker import SPDConfig, SPDRanker
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -71,7 +71,7 @@ def test_training_keeps_a_frozen_prefill_out_of_autograd(model, slates):
 
 
 def test_each_stage_is_timed_around_its_own_work(model, slates, monkeypatch):
-    import spdrank.model as model_module
+    import spdrank.model.ranker as model_module
 
     forward, pool, score = model_module.last_hidden, model.readout, model.score
 

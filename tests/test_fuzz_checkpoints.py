@@ -23,8 +23,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from spdrank.cli import main
-from spdrank.model import SPDRanker
+from spdrank.commands.cli import main
+from spdrank.model.ranker import SPDRanker
 from tests.helpers import save_features_only_model, tiny_config
 
 SLATE = {"query": {"qid": "q", "text": "1. rose shampoo"},

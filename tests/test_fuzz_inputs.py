@@ -38,10 +38,10 @@ from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from spdrank.cli import main
-from spdrank.model import SPDRanker
+from spdrank.commands.cli import main
+from spdrank.core.validation import is_blank
+from spdrank.model.ranker import SPDRanker
 from spdrank.serving import create_app
-from spdrank.validation import is_blank
 from tests.helpers import save_features_only_model
 
 pytestmark = pytest.mark.slow  # hundreds of CLI runs and requests; test_hostile_input is the quick set

@@ -30,7 +30,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from spdrank.cli import main
+from spdrank.commands.cli import main
 from tests.helpers import save_features_only_model
 
 FUZZ = settings(

@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from spdrank.backbone import LoraSettings
-from spdrank.heads import HeadConfig, HistoryAttentionHead, SelfAttentionHead
+from spdrank.backbone.load import LoraSettings
+from spdrank.methods.heads import HeadConfig, HistoryAttentionHead, SelfAttentionHead
 from tests.helpers import tiny_config
 
 
@@ -105,8 +105,8 @@ def test_kept_weights_follow_a_parameter_change():
 
 
 def test_a_bfloat16_backbone_on_the_cpu_gives_the_head_bfloat16_products(tmp_path, tiny_backbone, slates):
-    from spdrank.metrics import is_valid_permutation
-    from spdrank.model import SPDRanker
+    from spdrank.eval.metrics import is_valid_permutation
+    from spdrank.model.ranker import SPDRanker
 
     torch.manual_seed(0)
     config = tiny_config(tiny_backbone, lora=LoraSettings())
@@ -123,8 +123,8 @@ def test_a_bfloat16_backbone_on_the_cpu_gives_the_head_bfloat16_products(tmp_pat
 
 
 def test_rank_takes_a_dtype_and_refuses_an_unknown_one(tmp_path, tiny_backbone, train_file, capsys):
-    from spdrank.cli import main
-    from spdrank.model import SPDRanker
+    from spdrank.commands.cli import main
+    from spdrank.model.ranker import SPDRanker
 
     config = tiny_config(tiny_backbone, lora=LoraSettings())
     SPDRanker.build(config).save_pretrained(tmp_path / "ckpt")
@@ -157,7 +157,7 @@ def test_kept_weights_follow_a_checkpoint_loaded_by_assignment_and_a_dtype_move(
 def test_bfloat16_products_with_and_without_the_packed_weights_agree(monkeypatch):
     """On a CPU with oneDNN the bfloat16 weights are packed for its kernels; without it (or if
     packing fails) the products fall back to F.linear: both give the same scores."""
-    from spdrank import head_inference
+    from spdrank.methods import head_inference
 
     head = _head()
     head.compute_dtype = torch.bfloat16

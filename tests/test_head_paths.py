@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from spdrank.heads import HeadConfig, SelfAttentionHead
+from spdrank.methods.heads import HeadConfig, SelfAttentionHead
 
 
 def _head(features: int = 0, layers: int = 2, dropout: float = 0.1) -> SelfAttentionHead:

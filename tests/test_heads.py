@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from spdrank.heads import HEADS, FirstHead, HeadConfig, build_head
+from spdrank.methods.heads import HEADS, FirstHead, HeadConfig, build_head
 
 #: Heads that read the candidates alone; the history head has its own tests below.
 MATRIX_HEADS = sorted(

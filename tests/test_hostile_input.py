@@ -1,5 +1,5 @@
 """Hostile input: every bad file line, request or checkpoint is a clear error, never a traceback
-or a 500 (issue 21). Files and requests pass one gate (spdrank.validation), so most cases are
+or a 500 (issue 21). Files and requests pass one gate (spdrank.core.validation), so most cases are
 checked through both the CLI and the server.
 
 The model is features-only (no backbone: it loads in milliseconds); the checks under test run
@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from spdrank.backbone import require_safetensors
-from spdrank.cli import main
-from spdrank.model import SPDRanker
+from spdrank.backbone.load import require_safetensors
+from spdrank.commands.cli import main
+from spdrank.core.slates import SlateError, iter_slates, read_slates, unique_qids
+from spdrank.model.ranker import SPDRanker
 from spdrank.serving import create_app
-from spdrank.slates import SlateError, iter_slates, read_slates, unique_qids
 from tests.helpers import save_features_only_model
 
 K = 4

@@ -8,10 +8,10 @@ import random
 import ir_measures
 import pytest
 
-from spdrank.evaluate import evaluate, format_table
-from spdrank.judged import judged_metric_names, judged_metrics
-from spdrank.ranking import Ranking
-from spdrank.slates import Slate, SlateError
+from spdrank.core.ranking import Ranking
+from spdrank.core.slates import Slate, SlateError
+from spdrank.eval.evaluate import evaluate, format_table
+from spdrank.eval.judged import judged_metric_names, judged_metrics
 
 
 def _generated(seed: int) -> tuple[dict[str, list[str]], dict[str, dict[str, int]]]:
@@ -130,7 +130,7 @@ def test_relevance_round_trips() -> None:
 def test_relevance_targets_order_the_grades() -> None:
     import numpy as np
 
-    from spdrank.targets import target_matrix
+    from spdrank.training.targets import target_matrix
 
     slate = Slate.from_dict({
         "query": {"qid": "1", "text": "q"},

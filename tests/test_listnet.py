@@ -1,6 +1,6 @@
 import torch
 
-from spdrank.listnet import listnet_loss, top_one_distribution
+from spdrank.methods.scalar.loss import listnet_loss, top_one_distribution
 
 
 def test_top_one_distribution_favours_the_target_top_and_ignores_padding():

@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from spdrank.metrics import (
+from spdrank.eval.metrics import (
     MetricSummary,
     SlateMetrics,
     aggregate,

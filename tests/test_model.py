@@ -7,14 +7,14 @@ import numpy as np
 import pytest
 import torch
 
-from spdrank.backbone import BackboneConfig, LoraSettings
-from spdrank.features import FeatureNormalizer
-from spdrank.heads import HeadConfig
-from spdrank.metrics import is_valid_permutation
-from spdrank.model import NoBackbone, NoTokenizer, SPDConfig, SPDRanker, first_prompt
-from spdrank.prompt import PromptSettings
-from spdrank.ranking import STAGES
-from spdrank.slates import SlateError
+from spdrank.backbone.load import BackboneConfig, LoraSettings
+from spdrank.backbone.prompt import PromptSettings
+from spdrank.core.features import FeatureNormalizer
+from spdrank.core.ranking import STAGES
+from spdrank.core.slates import SlateError
+from spdrank.eval.metrics import is_valid_permutation
+from spdrank.methods.heads import HeadConfig
+from spdrank.model.ranker import NoBackbone, NoTokenizer, SPDConfig, SPDRanker, first_prompt
 from tests.helpers import make_slate, tiny_config
 
 
@@ -76,7 +76,7 @@ def test_spdranker_imports_from_the_package_without_torch_until_used():
 
     code = (
         "import sys, spdrank; assert 'torch' not in sys.modules, 'import spdrank loaded torch'; "
-        "from spdrank import SPDRanker; from spdrank.model import SPDRanker as M; "
+        "from spdrank import SPDRanker; from spdrank.model.ranker import SPDRanker as M; "
         "assert SPDRanker is M; print('ok')"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
@@ -89,7 +89,7 @@ def test_loading_a_cut_backbone_says_nothing_unless_debugging(tiny_backbone, cap
     UNEXPECTED keys, expected here, so shown only at debug level (spdrank -v)."""
     from transformers.utils import logging as hf_logging
 
-    from spdrank.backbone import load_backbone
+    from spdrank.backbone.load import load_backbone
 
     verbosity = hf_logging.get_verbosity()
     config = BackboneConfig(name_or_path=tiny_backbone, layers=1, lora=LoraSettings(r=2, alpha=4))
@@ -101,7 +101,7 @@ def test_loading_a_cut_backbone_says_nothing_unless_debugging(tiny_backbone, cap
     assert "Loading weights" not in quiet.err  # transformers' bar
     assert not [w for w in caught if issubclass(w.category, FutureWarning)]
     assert hf_logging.get_verbosity() == verbosity  # restored after the load
-    with caplog.at_level("DEBUG", logger="spdrank.backbone"):
+    with caplog.at_level("DEBUG", logger="spdrank.backbone.load"):
         load_backbone(config)
     loud = capfd.readouterr()
     assert "UNEXPECTED" in loud.err + loud.out + caplog.text
@@ -144,8 +144,8 @@ def test_ranking_leaves_training_mode_and_thread_count_as_they_were(tiny_backbon
 
 
 def test_collate_pads_ids_spans_and_masks():
-    from spdrank.model import collate
-    from spdrank.prompt import EncodedPrompt
+    from spdrank.backbone.prompt import EncodedPrompt
+    from spdrank.model.ranker import collate
 
     a = EncodedPrompt([5, 6, 7, 8], [1, 3], [False, False], first=[0, 2], history=[(0, 0)],
                       features=np.ones((2, 1), dtype=np.float32))
@@ -240,8 +240,8 @@ def test_features_only_builds_saves_loads_and_ranks_without_the_backbone(
     def no_llm(*args, **kwargs):
         raise AssertionError("a features-only model must not load the LLM")
 
-    monkeypatch.setattr("spdrank.model.load_backbone", no_llm)
-    monkeypatch.setattr("spdrank.model.load_tokenizer", no_llm)
+    monkeypatch.setattr("spdrank.model.ranker.load_backbone", no_llm)
+    monkeypatch.setattr("spdrank.model.ranker.load_tokenizer", no_llm)
     torch.manual_seed(0)
     slates = with_features(slates)
     model = SPDRanker.build(feature_config("no/such/backbone", "attn", features_only=True))
@@ -263,7 +263,7 @@ def test_first_cannot_run_on_features_alone(slates):
 
 
 def test_mean_readout_pools_every_token_of_a_span():
-    from spdrank.backbone import pool_spans
+    from spdrank.backbone.load import pool_spans
 
     hidden = torch.randn(2, 7, 3)
     first = torch.tensor([[1, 4], [0, 6]])

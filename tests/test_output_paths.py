@@ -25,9 +25,9 @@ from typing import IO
 
 import pytest
 
-from spdrank.cli import TERMINATED, main
+from spdrank.commands.cli import TERMINATED, main
+from spdrank.core.files import check_outputs, output_target
 from spdrank.datasets.sequences import read_titles
-from spdrank.files import check_outputs, output_target
 from tests.helpers import save_features_only_model, subprocess_env
 
 K = 4

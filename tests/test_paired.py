@@ -8,9 +8,9 @@ import math
 import numpy as np
 import pytest
 
-from spdrank.evaluate import RankerResult, SlateRecord, evaluate
-from spdrank.metrics import SlateMetrics
-from spdrank.paired import bootstrap_interval, compare, paired_difference, paired_values
+from spdrank.eval.evaluate import RankerResult, SlateRecord, evaluate
+from spdrank.eval.metrics import SlateMetrics
+from spdrank.eval.paired import bootstrap_interval, compare, paired_difference, paired_values
 from tests.helpers import EVAL, Fixed
 
 
@@ -115,7 +115,7 @@ def test_compare_every_row_against_the_reference():
 
 
 def test_a_difference_reads_as_a_table_cell():
-    from spdrank.paired import PairedDifference
+    from spdrank.eval.paired import PairedDifference
 
     assert PairedDifference(5, 0.1234, -0.01, 0.25).text() == "+0.123 [-0.010, +0.250]"
     assert PairedDifference(1, -0.5, None, None).text(digits=2) == "-0.50"

@@ -2,7 +2,7 @@
 
 import io
 
-from spdrank.progress import Progress, track
+from spdrank.core.progress import Progress, track
 
 
 class Terminal(io.StringIO):
@@ -14,7 +14,7 @@ class Terminal(io.StringIO):
 
 def test_progress_lines_come_at_their_interval_and_a_terminal_gets_the_bar(caplog):
     ticks = iter(range(0, 100, 4))  # the clock moves 4 s an item
-    with caplog.at_level("INFO", logger="spdrank.progress"):
+    with caplog.at_level("INFO", logger="spdrank.core.progress"):
         assert list(track(range(7), "fit", unit="slate", every_s=10, clock=lambda: next(ticks),
                           file=io.StringIO())) == list(range(7))
     assert [r.getMessage().split(",")[0] for r in caplog.records] == [
@@ -29,7 +29,7 @@ def test_progress_lines_come_at_their_interval_and_a_terminal_gets_the_bar(caplo
 
 def test_progress_by_hand_off_a_terminal_logs_its_count_rate_and_figures(caplog):
     ticks = iter(range(0, 100, 5))  # the clock moves 5 s an update
-    with caplog.at_level("INFO", logger="spdrank.progress"):
+    with caplog.at_level("INFO", logger="spdrank.core.progress"):
         bar = Progress("train", unit="step", total=10, initial=4, every_s=10,
                        clock=lambda: next(ticks), file=io.StringIO())
         for step in range(5, 10):
@@ -43,7 +43,7 @@ def test_progress_by_hand_off_a_terminal_logs_its_count_rate_and_figures(caplog)
     ]
     caplog.clear()
     ticks = iter(range(0, 100, 20))
-    with caplog.at_level("INFO", logger="spdrank.progress"):
+    with caplog.at_level("INFO", logger="spdrank.core.progress"):
         bar = Progress("cache states", unit="slate", total=6, every_s=10,
                        clock=lambda: next(ticks), file=io.StringIO())
         bar.update(3)
@@ -58,7 +58,7 @@ def test_progress_by_hand_off_a_terminal_logs_its_count_rate_and_figures(caplog)
 
 def test_progress_by_hand_on_a_terminal_is_a_bar_with_its_figures(caplog, capsys):
     screen = Terminal()
-    with caplog.at_level("INFO", logger="spdrank.progress"):
+    with caplog.at_level("INFO", logger="spdrank.core.progress"):
         bar = Progress("teacher", unit="slate", total=4, file=screen)
         bar.update(1, ok="100%", failed=0)
         bar.write("a line of its own")
@@ -70,7 +70,7 @@ def test_progress_by_hand_on_a_terminal_is_a_bar_with_its_figures(caplog, capsys
 
 def test_progress_turned_off_reports_nothing_but_still_writes_its_lines(caplog, capsys):
     screen = Terminal()
-    with caplog.at_level("INFO", logger="spdrank.progress"):
+    with caplog.at_level("INFO", logger="spdrank.core.progress"):
         bar = Progress("train", unit="step", total=3, mode=False, every_s=0, file=screen)
         bar.update(1, loss="0.5")
         bar.write("step 1: R@1 0.5000")

@@ -10,17 +10,17 @@ import logging
 
 import pytest
 
-import spdrank.progress
-from spdrank.cli import main
+import spdrank.core.progress
+from spdrank.commands.cli import main
 from spdrank.commands.eval import slate_total
-from spdrank.progress import Progress, duration
-from spdrank.slates import write_slates
+from spdrank.core.progress import Progress, duration
+from spdrank.core.slates import write_slates
 from tests.helpers import make_slates
 
 
 def test_a_line_with_a_total_says_the_time_left(caplog):
     ticks = iter(range(0, 1000, 30))  # 30 s an update
-    with caplog.at_level(logging.INFO, logger="spdrank.progress"):
+    with caplog.at_level(logging.INFO, logger="spdrank.core.progress"):
         bar = Progress("eval (spd)", unit="slate", total=100, every_s=10,
                        clock=lambda: next(ticks), file=io.StringIO())
         bar.update(10)
@@ -40,7 +40,7 @@ def eval_files(tmp_path):
 def test_eval_says_its_slates_and_rankers_and_counts_down_off_a_terminal(
     eval_files, monkeypatch, caplog
 ):
-    monkeypatch.setattr(spdrank.progress, "EVERY_S", 0.0)
+    monkeypatch.setattr(spdrank.core.progress, "EVERY_S", 0.0)
     with caplog.at_level(logging.INFO):
         assert main(["eval", "--slates", str(eval_files / "eval.jsonl"), "--ranker", "random",
                      "--ranker", "popularity"]) == 0
@@ -72,14 +72,14 @@ def test_the_state_cache_says_what_it_will_compute_before_it_starts(
 ):
     import torch
 
-    from spdrank.model import SPDRanker
-    from spdrank.state_cache import open_state_cache
+    from spdrank.model.ranker import SPDRanker
+    from spdrank.training.state_cache import open_state_cache
     from tests.helpers import tiny_config
 
     write_slates(tmp_path / "train.jsonl", make_slates(7))
     torch.manual_seed(0)
     model = SPDRanker.build(tiny_config(tiny_backbone, frozen=True)).eval()
-    with caplog.at_level(logging.INFO, logger="spdrank.state_cache"):
+    with caplog.at_level(logging.INFO, logger="spdrank.training.state_cache"):
         open_state_cache(tmp_path / "c", model, tmp_path / "train.jsonl", 7, storage="float32",
                          batch_size=2, shard_size=3, progress=False)
     (said,) = [r.getMessage() for r in caplog.records]

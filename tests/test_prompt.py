@@ -2,7 +2,7 @@ import random
 
 import pytest
 
-from spdrank.prompt import PromptBuilder, PromptSettings
+from spdrank.backbone.prompt import PromptBuilder, PromptSettings
 from tests.helpers import WORDS
 
 HOSTILE = [
@@ -124,7 +124,7 @@ def reference_encode(tokenizer, s: PromptSettings, query_text: str, texts: list[
     its own tokenizer call. The cached builder must give exactly this."""
     import re
 
-    from spdrank.prompt import template_around
+    from spdrank.backbone.prompt import template_around
 
     def enc(text: str, specials: bool = False) -> list[int]:
         if not text:
@@ -227,7 +227,7 @@ def test_cached_encode_is_identical_to_uncached(tokenizer, settings, cache_size)
 
 
 def test_cache_is_bounded_and_skips_huge_texts(tokenizer):
-    from spdrank.prompt import MAX_CACHED_CHARS
+    from spdrank.backbone.prompt import MAX_CACHED_CHARS
 
     builder = PromptBuilder(tokenizer, PromptSettings(max_item_tokens=4), cache_size=5)
     texts = [f"item {k} {WORDS[k]}" for k in range(8)]

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from spdrank.prompt import CHARS_PER_TOKEN_BOUND, PromptBuilder, PromptSettings
+from spdrank.backbone.prompt import CHARS_PER_TOKEN_BOUND, PromptBuilder, PromptSettings
 from spdrank.teacher.prompt import cut_head, cut_tail
 from tests.helpers import WORDS
 

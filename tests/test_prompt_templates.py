@@ -7,10 +7,8 @@ import json
 
 import pytest
 
-from spdrank.cli import main
-from spdrank.model import SPDConfig
-from spdrank.prompt import PromptBuilder, PromptSettings, render_text, template_around
-from spdrank.prompt_templates import (
+from spdrank.backbone.prompt import PromptBuilder, PromptSettings, render_text, template_around
+from spdrank.backbone.templates import (
     RECOMMENDATION,
     SEARCH,
     TEACHER_PROMPT_FIELD,
@@ -19,7 +17,9 @@ from spdrank.prompt_templates import (
     check_model_template,
     load_template,
 )
-from spdrank.slates import Candidate, Query, Slate, load_slates, write_slates
+from spdrank.commands.cli import main
+from spdrank.core.slates import Candidate, Query, Slate, load_slates, write_slates
+from spdrank.model.ranker import SPDConfig
 from spdrank.teacher.labels import LabelError, read_labels
 from spdrank.teacher.prompt import TeacherPromptSettings, answer_instruction, build_messages
 from tests.helpers import make_slates, records
@@ -139,7 +139,7 @@ def test_search_prompt_is_rankgpts(tokenizer):
 
 
 def test_the_template_round_trips_through_a_checkpoint(tiny_backbone, tmp_path):
-    from spdrank.model import SPDRanker
+    from spdrank.model.ranker import SPDRanker
     from tests.helpers import tiny_config
 
     config = tiny_config(tiny_backbone, frozen=True)
@@ -155,7 +155,7 @@ def test_the_template_round_trips_through_a_checkpoint(tiny_backbone, tmp_path):
 
 
 def test_train_settings_build_the_template(tmp_path):
-    from spdrank.train_config import TrainConfig
+    from spdrank.training.config import TrainConfig
 
     cfg = TrainConfig(slates="s.jsonl", out="o", prompt="search")
     assert cfg.model_config().prompt.template == SEARCH
@@ -312,7 +312,7 @@ def test_training_on_labels_of_another_template_is_refused(tmp_path, capsys):
 
 def test_clicks_alone_read_no_teacher_template(tmp_path):
     from spdrank.commands.train import check_labels_template as check_run
-    from spdrank.train_config import TrainConfig
+    from spdrank.training.config import TrainConfig
 
     run_teacher(tmp_path, "--prompt", "search")
     labelled = str(tmp_path / "labels.slates.jsonl")
@@ -332,7 +332,7 @@ def test_prompt_template_is_frozen_and_named():
 
 def test_train_then_rank_under_the_search_template(tiny_backbone, tmp_path, capsys):
     """Labels made under search train a search student, which rank accepts only as such."""
-    from spdrank.model import SPDRanker
+    from spdrank.model.ranker import SPDRanker
 
     run_teacher(tmp_path, "--prompt", "search")
     labelled = str(tmp_path / "labels.slates.jsonl")

@@ -16,7 +16,7 @@ import re
 import shlex
 from pathlib import Path
 
-from spdrank.cli import main
+from spdrank.commands.cli import main
 from tests.helpers import ROOT, WORDS, load_benchmark
 
 README = ROOT / "README.md"
@@ -71,7 +71,7 @@ def substituted(argv: list[str], backbone: str) -> list[str]:
 def benchmark_config(name: str, monkeypatch):
     """The TrainConfig of the fidelity benchmark's row ``name``, parsed as ``spdrank train``
     parses its command."""
-    from spdrank.cli import build_parser
+    from spdrank.commands.cli import build_parser
     from spdrank.commands.train import config_from_args
 
     module = load_benchmark("fidelity_beauty_cpu", monkeypatch)
@@ -92,7 +92,7 @@ def recipe(cfg) -> dict:
 def test_the_readme_commands_reach_the_reported_recipe(
     tmp_path, monkeypatch, capsys, tiny_backbone, one_torch_thread
 ):
-    from spdrank.train_config import TrainConfig
+    from spdrank.training.config import TrainConfig
 
     commands = readme_commands()
     assert [argv[:2] for argv in commands] == [

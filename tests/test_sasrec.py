@@ -14,10 +14,10 @@ import torch
 
 from spdrank.commands import data as data_command
 from spdrank.commands import eval as eval_command
+from spdrank.core.slates import NOT_RETRIEVED, load_slates
 from spdrank.datasets.sequences import BuildOptions, build_from_files
-from spdrank.sasrec import CONFIG_FILE, SASRec, SASRecRanker, cache_key
-from spdrank.sasrec_config import SASRecConfig
-from spdrank.slates import NOT_RETRIEVED, load_slates
+from spdrank.rankers.sasrec import CONFIG_FILE, SASRec, SASRecRanker, cache_key
+from spdrank.rankers.sasrec_config import SASRecConfig
 
 #: Small enough to fit in about a second on one thread, big enough to learn i -> i+1.
 TINY = SASRecConfig(dim=16, epochs=30, batch_size=16, dropout=0.1, max_len=8, lr=1e-2)
@@ -246,7 +246,7 @@ def _tiny_ranker_init(self, config=None, cache="default", name="sasrec"):
 
 
 def test_eval_ranker_is_not_a_default_baseline():
-    from spdrank.baselines import BASELINES, baseline_names
+    from spdrank.rankers.baselines import BASELINES, baseline_names
 
     assert "sasrec" not in BASELINES and "sasrec" in baseline_names()
 

@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from spdrank.cli import main
+from spdrank.commands.cli import main
+from spdrank.core.slates import read_slates
 from spdrank.datasets.sequences import BuildOptions, build_from_files
-from spdrank.sasrec import SASRec, SASRecRanker
-from spdrank.sasrec_config import SASREC, SASREC_FIT, SASRecConfig
-from spdrank.slates import read_slates
+from spdrank.rankers.sasrec import SASRec, SASRecRanker
+from spdrank.rankers.sasrec_config import SASREC, SASREC_FIT, SASRecConfig
 
 #: A fit of about a second on one thread.
 TINY = SASRecConfig(dim=16, epochs=3, batch_size=16, dropout=0.1, max_len=8, lr=1e-2)
@@ -122,7 +122,7 @@ def test_a_second_evaluation_loads_the_first_ones_fit_and_a_fit_says_its_epochs(
     with caplog.at_level(logging.INFO):
         assert eval_sasrec(out) == 0
     assert len(trained) == 1
-    lines = [r.getMessage() for r in caplog.records if r.name == "spdrank.sasrec"]
+    lines = [r.getMessage() for r in caplog.records if r.name == "spdrank.rankers.sasrec"]
     assert lines[0].startswith("SASRec: fitting on ") and "3 epochs of " in lines[0]
     epochs = [line for line in lines if line.startswith("SASRec epoch ")]
     assert [line.split(":")[0] for line in epochs] == [f"SASRec epoch {e}/3" for e in (1, 2, 3)]

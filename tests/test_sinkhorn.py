@@ -2,9 +2,9 @@ import numpy as np
 import pytest
 import torch
 
-from spdrank.sinkhorn import log_sinkhorn, permutation_cross_entropy
-from spdrank.slates import Candidate, Query, Slate
-from spdrank.targets import clicks_first, target_matrix
+from spdrank.core.slates import Candidate, Query, Slate
+from spdrank.methods.spd.loss import log_sinkhorn, permutation_cross_entropy
+from spdrank.training.targets import clicks_first, target_matrix
 
 
 def test_real_block_is_doubly_stochastic_and_padding_isolated():

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from spdrank.decode import decode, expected_positions
-from spdrank.sinkhorn import log_sinkhorn
+from spdrank.methods.spd.decode import decode, expected_positions
+from spdrank.methods.spd.loss import log_sinkhorn
 
 
 def reference_positions(m: np.ndarray, tau: float, iters: int = 20) -> np.ndarray:

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from spdrank.files import atomic_writer
-from spdrank.slate_source import IndexedSlates, StreamedSlates, open_slate_source
-from spdrank.slates import SlateError, dumps_slate
+from spdrank.core.files import atomic_writer
+from spdrank.core.slates import SlateError, dumps_slate
+from spdrank.training.slate_source import IndexedSlates, StreamedSlates, open_slate_source
 from tests.helpers import WORDS, make_slate, subprocess_env
 
 
@@ -132,7 +132,7 @@ def test_a_file_without_slates_is_refused(tmp_path):
 #: Run in a fresh interpreter: index the file, train 3 steps, print the peak RSS in KiB.
 TRAIN_AND_MEASURE = """
 import resource, sys
-from spdrank.train import TrainConfig, train
+from spdrank.training.train import TrainConfig, train
 slates, backbone, out = sys.argv[1:]
 train(TrainConfig(slates=slates, out=out, backbone=backbone, target="clicks", lora_r=4,
                   lora_alpha=8, positions=8, head_width=16, max_item_tokens=4, batch_size=4,

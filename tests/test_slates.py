@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from spdrank.files import atomic_writer
-from spdrank.slates import (
+from spdrank.core.files import atomic_writer
+from spdrank.core.slates import (
     Candidate,
     Query,
     Slate,

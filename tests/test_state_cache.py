@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from spdrank.backbone import BackboneConfig, LoraSettings
-from spdrank.heads import HeadConfig
-from spdrank.model import SPDConfig, SPDRanker
-from spdrank.prompt import PromptSettings
-from spdrank.slates import load_slates, write_slates
-from spdrank.state_cache import open_state_cache, shard_name
+from spdrank.backbone.load import BackboneConfig, LoraSettings
+from spdrank.backbone.prompt import PromptSettings
+from spdrank.core.slates import load_slates, write_slates
+from spdrank.methods.heads import HeadConfig
+from spdrank.model.ranker import SPDConfig, SPDRanker
+from spdrank.training.state_cache import open_state_cache, shard_name
 from tests.helpers import tiny_config
 
 

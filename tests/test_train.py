@@ -7,12 +7,12 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from spdrank.cli import main
-from spdrank.metrics import is_valid_permutation
-from spdrank.model import SPDRanker
-from spdrank.slates import SlateError, load_slates, write_slates
-from spdrank.state_cache import open_state_cache
-from spdrank.train import TrainConfig, train
+from spdrank.commands.cli import main
+from spdrank.core.slates import SlateError, load_slates, write_slates
+from spdrank.eval.metrics import is_valid_permutation
+from spdrank.model.ranker import SPDRanker
+from spdrank.training.state_cache import open_state_cache
+from spdrank.training.train import TrainConfig, train
 from tests.helpers import make_slate, signal_slates
 from tests.helpers import train_config as config
 
@@ -197,8 +197,8 @@ def test_features_only_trains_resumes_ranks_and_evals_without_the_backbone(
     def no_llm(*args, **kwargs):
         raise AssertionError("--features-only must not load the LLM")
 
-    monkeypatch.setattr("spdrank.model.load_backbone", no_llm)
-    monkeypatch.setattr("spdrank.model.load_tokenizer", no_llm)
+    monkeypatch.setattr("spdrank.model.ranker.load_backbone", no_llm)
+    monkeypatch.setattr("spdrank.model.ranker.load_tokenizer", no_llm)
     train_file, eval_file = signal_files
     out = tmp_path / "run"
     args = [
@@ -243,7 +243,7 @@ def test_a_run_shorter_than_the_default_warmup_still_reaches_its_learning_rate(
 ):
     """16 steps against a default warm-up of 20: cut to a tenth of the run, and said so; a
     warm-up asked for is kept, and one as long as the run is warned about."""
-    from spdrank.train import Trainer
+    from spdrank.training.train import Trainer
 
     def schedule(warmup_steps=None):
         cfg = config(tmp_path, "unused", target="clicks", features="signal", features_only=True,
@@ -309,7 +309,7 @@ def test_training_from_cache_fits_the_teacher_permutations(tmp_path, tiny_backbo
 def test_training_from_cache_learns_features_and_runs_no_prefill_once_cached(
     tmp_path, tiny_backbone, signal_files, monkeypatch
 ):
-    from spdrank import model as model_module
+    from spdrank.model import ranker as model_module
 
     prefills = []
     real = model_module.last_hidden
@@ -356,7 +356,7 @@ def test_the_run_time_in_train_json_counts_the_state_cache_build(
 ):
     import time
 
-    from spdrank import train as train_module
+    from spdrank.training import train as train_module
 
     real = train_module.open_state_cache
 
@@ -395,8 +395,8 @@ def test_a_click_trained_model_saves_its_decoder_and_expected_rank_orders_the_wh
     """Clicks say only which item goes first, so a click-trained matrix orders its tail
     arbitrarily under the Hungarian assignment; decoded by expected rank, the whole slate
     follows the learned signal. ``--decoder`` is saved with the model and used by rank."""
-    from spdrank.decode import decode
-    from spdrank.metrics import kendall_tau
+    from spdrank.eval.metrics import kendall_tau
+    from spdrank.methods.spd.decode import decode
 
     train_file, eval_file = signal_files
     train(TrainConfig(
@@ -477,8 +477,8 @@ def test_the_settings_read_no_file_and_the_run_fits_the_features_on_its_slates(
     --features is fitted by the run, on the --limit slates it trains on."""
     from dataclasses import replace
 
-    from spdrank.features import FeatureNormalizer
-    from spdrank.train import fit_feature_normalizer
+    from spdrank.core.features import FeatureNormalizer
+    from spdrank.training.train import fit_feature_normalizer
 
     absent = TrainConfig(slates=str(tmp_path / "absent.jsonl"), out="o", head="attn",
                          features="signal")

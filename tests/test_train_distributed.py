@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from spdrank.cli import main
+from spdrank.commands.cli import main
 from spdrank.commands.train import config_argv
-from spdrank.model import SPDRanker
-from spdrank.sinkhorn import log_sinkhorn
-from spdrank.slates import load_slates
-from spdrank.train import TrainConfig, share, train
+from spdrank.core.slates import load_slates
+from spdrank.methods.spd.loss import log_sinkhorn
+from spdrank.model.ranker import SPDRanker
+from spdrank.training.train import TrainConfig, share, train
 from tests.helpers import subprocess_env
 from tests.helpers import train_config as config
 
@@ -41,7 +41,7 @@ def test_a_launched_process_leaves_without_finalizing_but_loses_nothing_it_print
     flushes what was printed to a pipe and logged, and exits with the command's code."""
     script = (
         "import atexit, logging\n"
-        "from spdrank.launch import exit_launched\n"
+        "from spdrank.training.launch import exit_launched\n"
         "logging.basicConfig()\n"
         "atexit.register(print, 'finalized')\n"
         "print('summary', end='')\n"

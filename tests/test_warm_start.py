@@ -4,10 +4,10 @@
 import numpy as np
 import pytest
 
-from spdrank.cli import main
-from spdrank.model import SPDRanker
-from spdrank.slates import load_slates, write_slates
-from spdrank.train import TrainConfig, Trainer, train
+from spdrank.commands.cli import main
+from spdrank.core.slates import load_slates, write_slates
+from spdrank.model.ranker import SPDRanker
+from spdrank.training.train import TrainConfig, Trainer, train
 from tests.helpers import signal_slates, train_config
 
 

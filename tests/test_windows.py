@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from spdrank.ranking import Ranking
-from spdrank.slates import Slate
-from spdrank.windows import WindowedRanker, Windows, rank_windowed
+from spdrank.core.ranking import Ranking
+from spdrank.core.slates import Slate
+from spdrank.rankers.windows import WindowedRanker, Windows, rank_windowed
 
 
 def _slate(n: int) -> Slate:
@@ -82,8 +82,8 @@ def test_rank_and_eval_run_a_model_over_windows(tmp_path, tiny_backbone, capsys)
 
     import torch
 
-    from spdrank.cli import main
-    from spdrank.model import SPDRanker
+    from spdrank.commands.cli import main
+    from spdrank.model.ranker import SPDRanker
     from tests.helpers import tiny_config
 
     torch.manual_seed(0)

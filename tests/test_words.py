@@ -1,4 +1,4 @@
-"""Words from token ids (spdrank.words): spans that decode to the text's words, and their
+"""Words from token ids (spdrank.backbone.words): spans that decode to the text's words, and their
 pooled states."""
 
 import re
@@ -6,7 +6,7 @@ import re
 import pytest
 import torch
 
-from spdrank.words import WordSplitter, pool_words
+from spdrank.backbone.words import WordSplitter, pool_words
 
 WORD = re.compile(r"[^\W_]+")
 

@@ -23,8 +23,8 @@ from pathlib import Path
 
 import torch
 
-from spdrank.slates import write_slates
-from spdrank.train import TrainConfig, train
+from spdrank.core.slates import write_slates
+from spdrank.training.train import TrainConfig, train
 from tests.helpers import make_slate
 
 HEADS = {
@@ -41,7 +41,7 @@ def backbone(root: Path) -> str:
     if not (path / "config.json").exists():
         from transformers import LlamaConfig, LlamaForCausalLM
 
-        from spdrank.backbone import bundled_backbone_path, load_tokenizer
+        from spdrank.backbone.load import bundled_backbone_path, load_tokenizer
 
         tokenizer = load_tokenizer(str(bundled_backbone_path()))
         torch.manual_seed(0)
@@ -97,10 +97,10 @@ def digest(path: Path) -> str:
 
 
 def report(root: Path, label: str, tag: str) -> None:
-    from spdrank.bench.decoders import decoder_rows
-    from spdrank.decode import DECODERS
-    from spdrank.model import SPDRanker
-    from spdrank.slates import load_slates
+    from spdrank.compare.decoders import decoder_rows
+    from spdrank.core.slates import load_slates
+    from spdrank.methods.spd.decode import DECODERS
+    from spdrank.model.ranker import SPDRanker
 
     slates = load_slates(data(root) / "eval.jsonl")
     for head in HEADS:
@@ -141,10 +141,10 @@ def report(root: Path, label: str, tag: str) -> None:
 
 def refusals(root: Path) -> None:
     """The errors of settings a method refuses (their messages are part of the behaviour)."""
-    from spdrank.backbone import BackboneConfig
-    from spdrank.features import FeatureNormalizer
-    from spdrank.heads import HeadConfig
-    from spdrank.model import NoBackbone, NoTokenizer, SPDConfig, SPDRanker
+    from spdrank.backbone.load import BackboneConfig
+    from spdrank.core.features import FeatureNormalizer
+    from spdrank.methods.heads import HeadConfig
+    from spdrank.model.ranker import NoBackbone, NoTokenizer, SPDConfig, SPDRanker
 
     cases = {
         "first frozen": {"head": "first", "frozen": True},
@@ -171,8 +171,8 @@ def refusals(root: Path) -> None:
         model_config = config(root, root / "refused", head, positions=positions).model_config()
         print("model_config", head, positions, json.dumps(model_config.to_dict(), sort_keys=True)
               .replace(str(root), "ROOT"))
-    from spdrank.model import first_prompt
-    from spdrank.prompt import PromptSettings
+    from spdrank.backbone.prompt import PromptSettings
+    from spdrank.model.ranker import first_prompt
 
     for positions in (4, 60):
         first = SPDConfig(

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # `spdrank demo --tiny` on the code before the redesign (REV, default 1ee8fff: main before the
-# ranking methods moved into spdrank.methods) and on the working tree; prints each run's
+# ranking methods moved into spdrank.methods.base) and on the working tree; prints each run's
 # results table without its latencies, then whether the two are identical.
 #
 #   bash docs/refactor-check/demo_tiny.sh > docs/refactor-check/demo-tiny.txt

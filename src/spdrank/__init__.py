@@ -8,7 +8,7 @@ linear-assignment decode that returns a valid permutation by construction.
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from spdrank.model import SPDRanker
+    from spdrank.model.ranker import SPDRanker
 
 __version__ = "0.1.0"
 __all__ = ["SPDRanker", "__version__"]
@@ -18,7 +18,7 @@ def __getattr__(name: str) -> Any:
     """``from spdrank import SPDRanker``, imported on first use: ``import spdrank`` (and the
     CLI's ``--help``) stays free of torch and transformers."""
     if name == "SPDRanker":
-        from spdrank.model import SPDRanker
+        from spdrank.model.ranker import SPDRanker
 
         return SPDRanker
     raise AttributeError(f"module 'spdrank' has no attribute {name!r}")

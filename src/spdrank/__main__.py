@@ -1,3 +1,3 @@
-from spdrank.cli import run
+from spdrank.commands.cli import run
 
 run()

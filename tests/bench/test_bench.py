@@ -14,15 +14,15 @@ import numpy as np
 import pytest
 import torch
 
-import spdrank.cli
-from spdrank.bench.decoders import decoder_rows
-from spdrank.bench.latency import STAGES, _paired_ratio, decompose, resize_slates
-from spdrank.bench.report import speedups
-from spdrank.decode import DECODERS
-from spdrank.evaluate import evaluate
-from spdrank.metrics import is_valid_permutation
-from spdrank.model import SPDRanker
-from spdrank.slates import Slate, write_slates
+import spdrank.commands.cli
+from spdrank.compare.decoders import decoder_rows
+from spdrank.compare.latency import STAGES, _paired_ratio, decompose, resize_slates
+from spdrank.compare.report import speedups
+from spdrank.core.slates import Slate, write_slates
+from spdrank.eval.evaluate import evaluate
+from spdrank.eval.metrics import is_valid_permutation
+from spdrank.methods.spd.decode import DECODERS
+from spdrank.model.ranker import SPDRanker
 from tests.helpers import ROOT, dry_run_commands, load_benchmark, make_slate, tiny_config
 
 TEACHER_MS = [100.0, 300.0, 500.0, 700.0, 900.0, 5000.0]  # median 600, mean 1250
@@ -88,7 +88,7 @@ def test_bench_end_to_end(tmp_path, data, eval_slates, spd_dir, tiny_backbone, c
         "--latency-slates", "4", "--batch-size", "2", "--preamble", str(preamble),
         "--bootstrap", "500",
     ]
-    assert spdrank.cli.main(argv) == 0
+    assert spdrank.commands.cli.main(argv) == 0
     assert "report:" in capsys.readouterr().out
 
     d = json.loads((out / "results.json").read_text())
@@ -179,7 +179,7 @@ def test_speedups_are_ratios_of_medians(eval_slates):
             pass
 
         def rank(self, slate):
-            from spdrank.ranking import Ranking
+            from spdrank.core.ranking import Ranking
 
             ms = TEACHER_MS[int(slate.query.qid[1:])]
             return Ranking(slate.docids, decode_passes=40, recorded_ms=ms)
@@ -299,14 +299,14 @@ def test_bench_reference_row(tmp_path, data, capsys):
     one that names no row fails before anything is measured."""
     base = ["bench", "--slates", str(data / "eval.jsonl"), "--ranker", "random", "--ranker",
             "popularity", "--no-progress"]
-    assert spdrank.cli.main([*base, "--out", str(tmp_path / "a")]) == 0
+    assert spdrank.commands.cli.main([*base, "--out", str(tmp_path / "a")]) == 0
     d = json.loads((tmp_path / "a" / "results.json").read_text())
     assert d["paired"]["reference"] == "random" and list(d["paired"]["rows"]) == ["popularity"]
-    assert spdrank.cli.main([*base, "--reference", "popularity", "--out", str(tmp_path / "b")]) == 0
+    assert spdrank.commands.cli.main([*base, "--reference", "popularity", "--out", str(tmp_path / "b")]) == 0
     d = json.loads((tmp_path / "b" / "results.json").read_text())
     assert d["paired"]["reference"] == "popularity" and list(d["paired"]["rows"]) == ["random"]
     capsys.readouterr()
-    assert spdrank.cli.main([*base, "--reference", "nobody", "--out", str(tmp_path / "c")]) == 2
+    assert spdrank.commands.cli.main([*base, "--reference", "nobody", "--out", str(tmp_path / "c")]) == 2
     assert "--reference 'nobody' names no row" in capsys.readouterr().err
     assert not (tmp_path / "c").exists()
 
@@ -314,7 +314,7 @@ def test_bench_reference_row(tmp_path, data, capsys):
 def test_bench_latency_needs_an_spd_checkpoint(data, capsys):
     argv = ["bench", "--slates", str(data / "eval.jsonl"), "--ranker", "random", "--latency",
             "--out", "unused", "--no-progress"]
-    assert spdrank.cli.main(argv) == 2
+    assert spdrank.commands.cli.main(argv) == 2
     assert "--latency decomposes SPD checkpoints" in capsys.readouterr().err
 
 
@@ -362,7 +362,7 @@ def test_gpu_script_commands_parse():
     commands = dry_run_commands("gpu.sh")
     subcommands = [argv[1] for argv in commands]
     assert {"data", "teacher", "train", "bench"} <= set(subcommands), subcommands
-    parser = spdrank.cli.build_parser()
+    parser = spdrank.commands.cli.build_parser()
     for argv in commands:
         parser.parse_args(argv[1:])  # exits (fails the test) on an unknown flag or value
     train = next(argv for argv in commands if argv[1] == "train")
@@ -378,7 +378,7 @@ def test_overhead_script_commands_parse():
     and the bench decomposes latency at three sizes."""
     commands = dry_run_commands("overhead_cpu.sh")
     assert [argv[1] for argv in commands] == ["data", "train", "train", "bench", "bench"]
-    parser = spdrank.cli.build_parser()
+    parser = spdrank.commands.cli.build_parser()
     parsed = [vars(parser.parse_args(argv[1:])) for argv in commands]
     for bench in commands[3:]:
         assert bench[bench.index("--latency-sizes") + 1] == "20,50,150"
@@ -402,7 +402,7 @@ def test_overhead_script_times_the_floor_checkpoint_it_is_asked_for(monkeypatch)
     commands = dry_run_commands("overhead_cpu.sh", "")
     spdrank_commands = [argv for argv in commands if argv[0].endswith("spdrank")]
     assert [argv[1] for argv in spdrank_commands] == ["data", "train", "bench", "bench"]
-    parser = spdrank.cli.build_parser()
+    parser = spdrank.commands.cli.build_parser()
     train = vars(parser.parse_args(spdrank_commands[1][1:]))
     assert (train["head"], train["decoder"], train["readout"]) == ("linear", "argsort", "last")
     for bench in spdrank_commands[2:]:
@@ -420,7 +420,7 @@ def test_overhead_script_times_the_floor_checkpoint_it_is_asked_for(monkeypatch)
 def test_cpu_bf16_script_benches_one_checkpoint_in_both_dtypes():
     """benchmarks/cpu_bf16.sh: two bench commands that parse, alike but for --dtype and --out."""
     commands = dry_run_commands("cpu_bf16.sh")
-    parser = spdrank.cli.build_parser()
+    parser = spdrank.commands.cli.build_parser()
     parsed = [vars(parser.parse_args(argv[1:])) for argv in commands]
     assert [p["dtype"] for p in parsed] == ["float32", "bfloat16"]
     differ = {k for k in parsed[0] if parsed[0][k] != parsed[1][k]}
@@ -433,7 +433,7 @@ def test_retrain_command_rebuilds_a_runs_config_with_the_overrides_last(tmp_path
     overrides."""
     import dataclasses
 
-    from spdrank.train_config import TrainConfig
+    from spdrank.training.config import TrainConfig
 
     module = load_benchmark("retrain_command", monkeypatch)
     saved = TrainConfig(slates="s.jsonl", out="old", frozen=True, layers=2, features="a,b",
@@ -443,7 +443,7 @@ def test_retrain_command_rebuilds_a_runs_config_with_the_overrides_last(tmp_path
     (run / "train.json").write_text(json.dumps({"config": dataclasses.asdict(saved)}))
     cmd = module.command(run, tmp_path / "new", ["--positions", "160"])
     assert cmd[:2] == [".venv/bin/spdrank", "train"] and cmd[-2:] == ["--positions", "160"]
-    args = spdrank.cli.build_parser().parse_args(cmd[1:])
+    args = spdrank.commands.cli.build_parser().parse_args(cmd[1:])
     parsed = {f.name: getattr(args, f.name) for f in dataclasses.fields(TrainConfig)
               if f.name not in ("extra", "progress")}
     expected = dataclasses.asdict(saved) | {"out": str(tmp_path / "new"), "positions": 160}
@@ -464,7 +464,7 @@ def test_quality_driver_dry_run_commands_parse(capsys, monkeypatch):
     lines = [line for line in capsys.readouterr().out.splitlines()
              if line.startswith(".venv/bin/spdrank ")]
     assert len(lines) > 40
-    parser = spdrank.cli.build_parser()
+    parser = spdrank.commands.cli.build_parser()
     trains = {}
     for line in lines:
         argv = shlex.split(line)
@@ -524,7 +524,7 @@ def test_fidelity_driver_dry_run_commands_parse(capsys, monkeypatch):
     assert module.main(["--dry-run"]) == 0
     commands = [shlex.split(line) for line in capsys.readouterr().out.splitlines()
                 if line.startswith(".venv/bin/spdrank ")]
-    parser = spdrank.cli.build_parser()
+    parser = spdrank.commands.cli.build_parser()
     for argv in commands:
         parser.parse_args(argv[1:])
     trains = [argv for argv in commands if argv[1] == "train"]

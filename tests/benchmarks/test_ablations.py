@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-import spdrank.cli
-from spdrank.slates import write_slates
+import spdrank.commands.cli
+from spdrank.core.slates import write_slates
 from tests.helpers import ROOT, make_slate, subprocess_env
 
 SCRIPTS = ("signal", "heads", "decoders", "depth")
@@ -65,7 +65,7 @@ def without(argv: list[str], *names: str) -> list[str]:
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_every_command_parses_and_the_bench_evaluates_what_was_trained(script):
     commands = dry_run(script)
-    parser = spdrank.cli.build_parser()
+    parser = spdrank.commands.cli.build_parser()
     for argv in commands:
         parser.parse_args(argv)  # exits (fails the test) on an unknown flag or a bad value
     assert [a[0] for a in commands] == ["data", "teacher", "teacher", *(["train"] * (

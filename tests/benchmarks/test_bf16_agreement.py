@@ -8,9 +8,9 @@ import random
 
 import pytest
 
-from spdrank.model import SPDRanker
-from spdrank.ranking import Ranking
-from spdrank.slates import write_slates
+from spdrank.core.ranking import Ranking
+from spdrank.core.slates import write_slates
+from spdrank.model.ranker import SPDRanker
 from tests.helpers import ROOT, make_slate, tiny_config
 
 

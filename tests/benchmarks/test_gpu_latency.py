@@ -15,13 +15,13 @@ import numpy as np
 import pytest
 import torch
 
-import spdrank.cli
-from spdrank.backbone import resolve_path
-from spdrank.bench.latency import STAGES, decompose
-from spdrank.bench.report import latency_table
-from spdrank.metrics import is_valid_permutation
-from spdrank.model import SPDConfig, SPDRanker
-from spdrank.slates import write_slates
+import spdrank.commands.cli
+from spdrank.backbone.load import resolve_path
+from spdrank.compare.latency import STAGES, decompose
+from spdrank.compare.report import latency_table
+from spdrank.core.slates import write_slates
+from spdrank.eval.metrics import is_valid_permutation
+from spdrank.model.ranker import SPDConfig, SPDRanker
 from tests.helpers import ROOT, load_benchmark, make_slate, tiny_config, tiny_qwen3
 from tests.helpers import dry_run_commands as dry_run_script
 
@@ -58,7 +58,7 @@ def test_gpu_latency_script_commands_parse(monkeypatch):
     decomposition at N = 20/50/150, batch 1 and 32, bf16 on CUDA, for the Qwen3-shaped random
     backbone and the default one, each after its training-step timing."""
     commands = dry_run_commands()
-    parser = spdrank.cli.build_parser()
+    parser = spdrank.commands.cli.build_parser()
     train_step = load_benchmark("train_step", monkeypatch)
     spdrank_cmds = [argv for argv in commands if argv[0] == "/nonexistent/bin/spdrank"]
     step_cmds = [argv for argv in commands if argv[0] == "/nonexistent/bin/python"]
@@ -179,7 +179,7 @@ def test_latency_batch_decomposes_rank_batch_calls(random_model):
 
 
 def test_latency_batch_flag_parses():
-    parser = spdrank.cli.build_parser()
+    parser = spdrank.commands.cli.build_parser()
     base = ["bench", "--slates", "s.jsonl", "--model", "m"]
     assert parser.parse_args(base).latency_batch == [1]
     assert parser.parse_args([*base, "--latency-batch", "1,32"]).latency_batch == [1, 32]

@@ -8,15 +8,15 @@ import sys
 
 import pytest
 
-from spdrank.model import SPDRanker
-from spdrank.ranking import STAGES
+from spdrank.core.ranking import STAGES
+from spdrank.model.ranker import SPDRanker
 from tests.helpers import load_benchmark, tiny_config
 
 
 @pytest.fixture
 def checkpoint(tmp_path, tiny_backbone):
     """A tiny history-head checkpoint reading words, the kind `spdrank train` builds."""
-    from spdrank.prompt import PromptSettings
+    from spdrank.backbone.prompt import PromptSettings
 
     config = tiny_config(tiny_backbone, kind="history", frozen=True, positions=12,
                          tokens=True, match="tfidf", match_width=8)
@@ -28,7 +28,7 @@ def checkpoint(tmp_path, tiny_backbone):
 def test_micro_benchmark_times_every_stage_around_the_prefill(checkpoint, slates, monkeypatch):
     micro = load_benchmark("overhead_micro", monkeypatch)
     model = SPDRanker.from_pretrained(checkpoint, device="cpu")
-    from spdrank.bench.latency import resize_slates
+    from spdrank.compare.latency import resize_slates
 
     times = micro.stages(model, resize_slates(slates, 5, 0)[:3], reps=3)
     assert list(times) == ["tokenize", "readout", "head", "assign", "result", "around"]

@@ -21,7 +21,7 @@ from types import ModuleType
 
 import pytest
 
-from spdrank.cli import main
+from spdrank.commands.cli import main
 from tests.helpers import ROOT, subprocess_env
 
 DOC = ROOT / "docs" / "own-data.md"

@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from spdrank.cli import main
+from spdrank.commands.cli import main
 
 
 @pytest.mark.slow  # the whole demo, end to end, on the bundled SmolLM2

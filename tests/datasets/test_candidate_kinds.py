@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from spdrank.cli import main
+from spdrank.commands.cli import main
+from spdrank.core.slates import read_slates
 from spdrank.datasets.sequences import BuildOptions, build_from_files
-from spdrank.slates import read_slates
 
 LOGGER = "spdrank.datasets.sequences"
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from spdrank.baselines import CooccurrenceRanker, PopularityRanker
 from spdrank.commands import data as data_command
+from spdrank.core.slates import SlateError, load_slates
 from spdrank.datasets import sequences as seqmod
 from spdrank.datasets.sequences import (
     BuildOptions,
@@ -27,7 +27,7 @@ from spdrank.datasets.sequences import (
     split_users,
     validation_users,
 )
-from spdrank.slates import SlateError, load_slates
+from spdrank.rankers.baselines import CooccurrenceRanker, PopularityRanker
 
 OUTPUTS = ("train.jsonl", "eval.jsonl", "manifest.json")
 
@@ -871,7 +871,7 @@ def _listed(tmp_path: Path, lists: list[str], **options):
 
 
 def test_users_without_a_list_still_count_in_features_and_baselines(tmp_path):
-    from spdrank.rankers import fit_rankers
+    from spdrank.commands.rankers import fit_rankers
 
     result = _listed(tmp_path, ["u1 c y e", "u2 d c e", "u3 c a e", "u4 c d e"], features=True)
     slates = {s.query.qid: s for s in _slates(result.out_dir)}
@@ -893,8 +893,8 @@ def test_users_without_a_list_still_count_in_features_and_baselines(tmp_path):
 
 
 def test_a_scored_candidate_file_gives_each_candidate_the_retrievers_score(tmp_path):
-    from spdrank.baselines import make_baseline
-    from spdrank.features import FeatureNormalizer
+    from spdrank.core.features import FeatureNormalizer
+    from spdrank.rankers.baselines import make_baseline
 
     result = _listed(tmp_path, ["u1 c:0.9 y:0.5 e:-1.5", "u2 e:0.8 a:0.25", "u3 c:2 a:1e-3",
                                 "u4 y:3 e:2.5 c:1"])
@@ -936,8 +936,8 @@ def test_inserted_targets_are_warned_about(tmp_path, caplog):
 
 
 def test_without_insertion_a_missed_target_stays_out_and_counts_as_a_miss(tmp_path, capsys):
-    from spdrank.baselines import PopularityRanker as Popularity
-    from spdrank.evaluate import evaluate
+    from spdrank.eval.evaluate import evaluate
+    from spdrank.rankers.baselines import PopularityRanker as Popularity
 
     result = _listed(tmp_path, ["u1 c y e", "u2 e a", "u3 a e", "u4 c d e", "u5"],
                      insert_target=False)

@@ -11,16 +11,11 @@ from pathlib import Path
 import ir_measures
 import pytest
 
-from spdrank.bm25 import BM25Ranker
-from spdrank.datasets.search import (
-    read_corpus,
-    read_qrels,
-    read_run,
-    slates_from_retrieve_results,
-    slates_from_run,
-)
-from spdrank.rankers import build_rankers
-from spdrank.slates import Slate, SlateError, read_slates
+from spdrank.commands.rankers import build_rankers
+from spdrank.core.slates import Slate, SlateError, read_slates
+from spdrank.core.trec import read_corpus, read_qrels, read_run
+from spdrank.datasets.search import slates_from_retrieve_results, slates_from_run
+from spdrank.rankers.bm25 import BM25Ranker
 
 SHARED = Path(__file__).resolve().parents[3] / "shared" / "data" / "trec-dl19"
 

@@ -4,9 +4,9 @@ import math
 
 import pytest
 
+from spdrank.core.slates import load_slates
 from spdrank.datasets.sequences import BuildOptions, build_from_files
 from spdrank.datasets.title_similarity import TitleSimilarity, tokens
-from spdrank.slates import load_slates
 
 CATALOGUE = [
     "Maybelline Great Lash Mascara, Black",

@@ -1,4 +1,4 @@
-"""The ranking methods (spdrank.methods): the registry, each method's contract, and a method
+"""The ranking methods (spdrank.methods.base): the registry, each method's contract, and a method
 added from outside the package being used by the model, training and the CLI untouched."""
 
 from __future__ import annotations
@@ -11,11 +11,10 @@ import pytest
 import torch
 from torch import nn
 
-from spdrank.backbone import BackboneConfig
-from spdrank.decode import expected_positions
-from spdrank.heads import HEADS, HeadConfig
-from spdrank.listnet import listnet_loss
-from spdrank.methods import (
+from spdrank.backbone.load import BackboneConfig
+from spdrank.backbone.prompt import LETTERS, PromptSettings
+from spdrank.core.slates import load_slates
+from spdrank.methods.base import (
     RankingMethod,
     head_kinds,
     method_for,
@@ -23,14 +22,15 @@ from spdrank.methods import (
     register,
     unregister,
 )
-from spdrank.methods.first import FirstMethod, first_prompt
-from spdrank.methods.scalar import ScalarMethod
-from spdrank.methods.spd import SPDMethod
-from spdrank.model import SPDConfig, SPDRanker
-from spdrank.prompt import LETTERS, PromptSettings
-from spdrank.sinkhorn import log_sinkhorn, permutation_cross_entropy
-from spdrank.slates import load_slates
-from spdrank.train import TrainConfig, train
+from spdrank.methods.first.method import FirstMethod, first_prompt
+from spdrank.methods.heads import HEADS, HeadConfig
+from spdrank.methods.scalar.loss import listnet_loss
+from spdrank.methods.scalar.method import ScalarMethod
+from spdrank.methods.spd.decode import expected_positions
+from spdrank.methods.spd.loss import log_sinkhorn, permutation_cross_entropy
+from spdrank.methods.spd.method import SPDMethod
+from spdrank.model.ranker import SPDConfig, SPDRanker
+from spdrank.training.train import TrainConfig, train
 from tests.helpers import train_config as config
 
 
@@ -140,7 +140,7 @@ def test_what_each_method_can_cache_load_and_train_frozen():
     assert not spd.reads_logits and not scalar.reads_logits and first.reads_logits
     plain = SPDConfig(head=HeadConfig(kind="first"))
     assert first.frozen_refusal(plain) == "FIRST's only weights are the backbone's"
-    from spdrank.features import FeatureNormalizer
+    from spdrank.core.features import FeatureNormalizer
 
     plain.features = FeatureNormalizer(("pop",), (0.0,), (1.0,))
     assert first.frozen_refusal(plain) is None
@@ -197,7 +197,7 @@ class WorstFirst(RankingMethod):
         return first_prompt(settings)
 
     def build_head(self, config, backbone, tokenizer, features):
-        from spdrank.backbone import hidden_size
+        from spdrank.backbone.load import hidden_size
 
         return ReverseHead(hidden_size(backbone))
 
@@ -246,7 +246,7 @@ def test_a_registered_method_trains_saves_loads_and_ranks_through_the_model(
 
 
 def test_a_registered_method_is_a_choice_of_spdrank_train(toy):
-    from spdrank.cli import build_parser
+    from spdrank.commands.cli import build_parser
 
     args = build_parser().parse_args(["train", "--slates", "s", "--out", "o", "--head", "reverse"])
     assert args.head == "reverse"
@@ -259,7 +259,7 @@ def test_a_registered_method_is_a_choice_of_spdrank_train(toy):
 def test_a_method_reading_logits_gets_the_backbone_with_its_lm_head(
     tiny_backbone, toy, monkeypatch, reads_logits
 ):
-    from spdrank.model import _backbone_and_tokenizer
+    from spdrank.model.ranker import _backbone_and_tokenizer
 
     monkeypatch.setattr(toy, "reads_logits", reads_logits)
     backbone, _ = _backbone_and_tokenizer(SPDConfig(

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from spdrank.model import SPDRanker
+from spdrank.model.ranker import SPDRanker
 from tests.helpers import tiny_config
 
 

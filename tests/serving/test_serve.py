@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from spdrank.model import SPDRanker
-from spdrank.ranking import STAGES
+from spdrank.core.ranking import STAGES
+from spdrank.model.ranker import SPDRanker
 from spdrank.serving import ServeSettings, create_app
 from tests.helpers import save_features_only_model
 
@@ -286,7 +286,7 @@ def test_health_metrics_docs_and_unknown_routes(client):
 def test_serve_command_wires_the_flags(served, monkeypatch):
     import uvicorn
 
-    from spdrank.cli import build_parser
+    from spdrank.commands.cli import build_parser
 
     seen = {}
     monkeypatch.setattr(uvicorn, "run", lambda app, **kw: seen.update(app=app, **kw))
@@ -398,7 +398,7 @@ def test_features_come_with_slates_and_are_checked_before_queueing(features_serv
 def test_serve_command_warms_up_a_features_model(features_served, monkeypatch):
     import uvicorn
 
-    from spdrank.cli import build_parser
+    from spdrank.commands.cli import build_parser
 
     seen = {}
     monkeypatch.setattr(uvicorn, "run", lambda app, **kw: seen.update(app=app))
@@ -413,7 +413,7 @@ def test_serve_command_warms_up_a_features_model(features_served, monkeypatch):
 def test_every_serve_setting_is_a_flag_with_its_default(served):
     import dataclasses
 
-    from spdrank.cli import build_parser
+    from spdrank.commands.cli import build_parser
     from spdrank.commands.serve import settings_from_args
 
     parser = build_parser()
@@ -431,9 +431,9 @@ def test_every_serve_setting_is_a_flag_with_its_default(served):
 
 
 def test_rerank_and_rank_build_the_same_slate(served):
+    from spdrank.core.slates import Candidate, Query, Slate
     from spdrank.serving.engine import Engine
     from spdrank.serving.intake import admit, rerank_request, rerank_slate
-    from spdrank.slates import Candidate, Query, Slate
 
     engine = Engine(served[0], "tiny-spd")
     texts = ["argan hair oil", "rose shampoo"]
@@ -453,14 +453,14 @@ def test_one_fallback_score_for_a_ranking_without_scores(served):
 
     import numpy as np
 
-    from spdrank.methods.spd import SPDMethod
-    from spdrank.ranking import Ranking, rank_scores
-    from spdrank.results import result_record, write_trec_lines
+    from spdrank.core.outputs import result_record, write_trec_lines
+    from spdrank.core.ranking import Ranking, rank_scores
+    from spdrank.core.slates import Candidate, Query, Slate
+    from spdrank.methods.spd.method import SPDMethod
     from spdrank.serving.batcher import Done
     from spdrank.serving.engine import Ranked
     from spdrank.serving.replies import rerank_reply
     from spdrank.serving.schemas import RerankRequest
-    from spdrank.slates import Candidate, Query, Slate
 
     n = 4
     want = [1.0 - r / n for r in range(n)]

@@ -16,11 +16,11 @@ import numpy as np
 import pytest
 import uvicorn
 
+from spdrank.core.slates import Candidate, Query, Slate
 from spdrank.serving import ServeSettings, create_app
 from spdrank.serving.batcher import InferenceError, MicroBatcher, QueueFullError
 from spdrank.serving.engine import Engine
 from spdrank.serving.policy import padding_waste, plan_prefills, resolve_policy
-from spdrank.slates import Candidate, Query, Slate
 
 # -- the batcher alone ------------------------------------------------------------------------
 

@@ -19,7 +19,7 @@ import pytest
 import uvicorn
 from fastapi.testclient import TestClient
 
-from spdrank.cli import build_parser, main
+from spdrank.commands.cli import build_parser, main
 from spdrank.serving import ServeSettings, create_app
 from spdrank.serving.auth import ENV_VAR, MAX_KEY_BYTES, load_api_key
 from spdrank.serving.deadlines import HeaderDeadlineProtocol, uvicorn_options

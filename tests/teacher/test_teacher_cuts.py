@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from spdrank.cli import main
-from spdrank.slates import Slate, write_slates
+from spdrank.commands.cli import main
+from spdrank.core.slates import Slate, write_slates
 from spdrank.teacher.prompt import CutTally, TeacherPromptSettings, build_messages
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -45,7 +45,7 @@ def test_a_ranker_teacher_reads_no_text_and_says_nothing_of_cuts(tmp_path, capsy
 
 
 def test_without_a_budget_search_fits_the_context_and_recommendation_keeps_32() -> None:
-    from spdrank.prompt import fitted_item_tokens
+    from spdrank.backbone.prompt import fitted_item_tokens
 
     fitted = TeacherPromptSettings(max_item_tokens=None, context=4096)
     assert fitted.item_budget(20) == fitted_item_tokens(4096, 20, 512)

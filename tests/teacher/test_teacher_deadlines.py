@@ -17,8 +17,8 @@ from typing import Self
 
 import pytest
 
-from spdrank.cli import main
-from spdrank.slates import write_slates
+from spdrank.commands.cli import main
+from spdrank.core.slates import write_slates
 from spdrank.teacher import openai_api
 from tests.helpers import make_slates, records
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from spdrank.slates import Slate, SlateError
+from spdrank.core.slates import Slate, SlateError
 from spdrank.teacher.backends import FileBackend, Job, read_rankings
 
 SLATE = Slate.from_dict({

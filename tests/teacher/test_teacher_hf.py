@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from spdrank.cli import main
-from spdrank.slates import Candidate, Query, Slate, load_slates, write_slates
+from spdrank.commands.cli import main
+from spdrank.core.slates import Candidate, Query, Slate, load_slates, write_slates
 from spdrank.teacher.parse import parse_response
 from spdrank.teacher.prompt import build_messages
 from tests.helpers import make_slates, records

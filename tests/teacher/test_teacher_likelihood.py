@@ -4,8 +4,8 @@ changes nothing, and the run records a full ranking with its scores."""
 import pytest
 import torch
 
-from spdrank.cli import main
-from spdrank.slates import Candidate, Query, Slate, load_slates, write_slates
+from spdrank.commands.cli import main
+from spdrank.core.slates import Candidate, Query, Slate, load_slates, write_slates
 from tests.helpers import make_slates, records
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")

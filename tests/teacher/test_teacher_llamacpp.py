@@ -21,10 +21,10 @@ from pathlib import Path
 
 import pytest
 
-from spdrank.backbone import bundled_gguf
-from spdrank.cli import main
-from spdrank.metrics import is_valid_permutation
-from spdrank.slates import Slate, load_slates, write_slates
+from spdrank.backbone.load import bundled_gguf
+from spdrank.commands.cli import main
+from spdrank.core.slates import Slate, load_slates, write_slates
+from spdrank.eval.metrics import is_valid_permutation
 from spdrank.teacher.parse import parse_response
 from tests.helpers import make_slates, records
 

@@ -16,8 +16,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from spdrank.cli import main
-from spdrank.slates import load_slates, write_slates
+from spdrank.commands.cli import main
+from spdrank.core.slates import load_slates, write_slates
 from tests.helpers import make_slates, records
 
 

@@ -4,8 +4,8 @@ import random
 
 import pytest
 
-from spdrank.prompt import PromptBuilder, PromptSettings, render_text
-from spdrank.slates import Candidate, Query, Slate
+from spdrank.backbone.prompt import PromptBuilder, PromptSettings, render_text
+from spdrank.core.slates import Candidate, Query, Slate
 from spdrank.teacher.prompt import (
     CHARS_PER_TOKEN,
     TeacherPromptSettings,

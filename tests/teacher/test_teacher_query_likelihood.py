@@ -5,9 +5,9 @@ under the recommendation template its prompts are today's."""
 import pytest
 import torch
 
-from spdrank.cli import main
-from spdrank.prompt_templates import RECOMMENDATION, SEARCH
-from spdrank.slates import Candidate, Query, Slate, load_slates, write_slates
+from spdrank.backbone.templates import RECOMMENDATION, SEARCH
+from spdrank.commands.cli import main
+from spdrank.core.slates import Candidate, Query, Slate, load_slates, write_slates
 from tests.helpers import records
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -82,7 +82,7 @@ def test_each_prompt_holds_its_passage_as_plain_text(backend):
 
 def test_recommendation_keeps_todays_item_prompts(tiny_backbone):
     """The item kind's history and neutral prompts, from the texts it always used."""
-    from spdrank.prompt import template_around
+    from spdrank.backbone.prompt import template_around
     from spdrank.teacher.likelihood import LikelihoodBackend
 
     backend = LikelihoodBackend(tiny_backbone, device="cpu", template=RECOMMENDATION)

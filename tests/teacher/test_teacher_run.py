@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from spdrank.baselines import CooccurrenceRanker, FeatureRanker, PopularityRanker
-from spdrank.cli import main
-from spdrank.slates import Slate, load_slates, write_slates
+from spdrank.commands.cli import main
+from spdrank.core.slates import Slate, load_slates, write_slates
+from spdrank.rankers.baselines import CooccurrenceRanker, FeatureRanker, PopularityRanker
 from spdrank.teacher.labels import LabelStore
 from tests.helpers import SRC, make_slates, records
 

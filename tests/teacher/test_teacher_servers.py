@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from spdrank.cli import main
+from spdrank.commands.cli import main
 from spdrank.teacher.servers import Server, ServerPool, collect_base_urls
 
 

@@ -39,7 +39,7 @@ def add_trust_remote_code(p: argparse.ArgumentParser | argparse._ArgumentGroup) 
 
 def add_window_arguments(p: argparse.ArgumentParser) -> None:
     """``--window W`` and ``--window-stride S``: rank slates of more candidates than a model's K
-    by RankGPT's sliding windows (:mod:`spdrank.windows`), one prefill a window."""
+    by RankGPT's sliding windows (:mod:`spdrank.rankers.windows`), one prefill a window."""
     p.add_argument(
         "--window",
         type=int_at_least(2),
@@ -59,9 +59,9 @@ def add_window_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def windows_from_args(args: argparse.Namespace) -> object | None:
-    """The :class:`spdrank.windows.Windows` the flags ask for, or None."""
+    """The :class:`spdrank.rankers.windows.Windows` the flags ask for, or None."""
     if getattr(args, "window", None) is None:
         return None
-    from spdrank.windows import Windows
+    from spdrank.rankers.windows import Windows
 
     return Windows(args.window, args.window_stride or max(args.window // 2, 1))

@@ -13,7 +13,7 @@ of each SPD checkpoint at the ``--latency-sizes``.
 
 Every row is also compared with one reference row, slate by slate (``--reference``, by default
 the first SPD decoder row): the mean paired difference per metric with a bootstrap 95%
-interval (:mod:`spdrank.paired`). So one checkpoint under four decoders is the paper's decoder
+interval (:mod:`spdrank.eval.paired`). So one checkpoint under four decoders is the paper's decoder
 ablation, and checkpoints trained differently are the other ablations (benchmarks/ablation_*.sh).
 
 The folder gets ``report.md``, ``results.json`` (the evaluation's JSON plus ``teachers``,
@@ -31,8 +31,8 @@ from typing import Any
 
 from spdrank.commands.argtypes import positive_int
 from spdrank.commands.ranker_args import add_ranker_arguments
-from spdrank.defaults import LATENCY_SIZES
-from spdrank.paired import RESAMPLES
+from spdrank.core.defaults import LATENCY_SIZES
+from spdrank.eval.paired import RESAMPLES
 
 log = logging.getLogger(__name__)
 
@@ -141,8 +141,10 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from spdrank.bench.plots import require_matplotlib
-    from spdrank.bench.report import (
+    from spdrank.commands.ranker_args import checked_inputs, named_files, rankers_from_args
+    from spdrank.commands.rankers import fit_rankers
+    from spdrank.compare.plots import require_matplotlib
+    from spdrank.compare.report import (
         DECOMPOSITION_PLOT,
         QUALITY_PLOT,
         STAGES_PLOT,
@@ -150,12 +152,10 @@ def run(args: argparse.Namespace) -> int:
         table_metrics,
         write_report,
     )
-    from spdrank.commands.ranker_args import checked_inputs, named_files, rankers_from_args
-    from spdrank.evaluate import evaluate, format_table
-    from spdrank.files import check_outputs
-    from spdrank.paired import compare
-    from spdrank.rankers import fit_rankers
-    from spdrank.slates import SlateError, load_slates, read_slates
+    from spdrank.core.files import check_outputs
+    from spdrank.core.slates import SlateError, load_slates, read_slates
+    from spdrank.eval.evaluate import evaluate, format_table
+    from spdrank.eval.paired import compare
 
     slates_path, train, progress = checked_inputs(args)
     require_matplotlib()
@@ -197,7 +197,7 @@ def run(args: argparse.Namespace) -> int:
     latency = []
     t0 = time.perf_counter()
     if args.latency:
-        from spdrank.bench.latency import decompose
+        from spdrank.compare.latency import decompose
 
         timed = load_slates(slates_path, limit=args.latency_slates)
         for model, sizes in timed_models:
@@ -242,7 +242,7 @@ def latency_models(spd_models: list, sizes: list[int]) -> list[tuple[Any, list[i
     benchmark never ends without the figure it was asked for; one checkpoint's K below it
     only leaves that checkpoint out there (a K=64 student next to a K=160 one, or FIRST,
     whose single-letter identifiers stop at 52)."""
-    from spdrank.bench.latency import check_sizes
+    from spdrank.compare.latency import check_sizes
 
     timed = []
     for model in spd_models:
@@ -273,8 +273,8 @@ def _decoder_rows(rankers: list[Any], decoders: list[str] | None) -> tuple[list[
     spd = [r for r in rankers if getattr(r, "matrix", False)]
     if not spd:
         return list(rankers), []
-    from spdrank.bench.decoders import decoder_rows
-    from spdrank.decode import DECODERS
+    from spdrank.compare.decoders import decoder_rows
+    from spdrank.methods.spd.decode import DECODERS
 
     names = decoders or list(DECODERS)
     rows: list[Any] = []
@@ -286,7 +286,7 @@ def _decoder_rows(rankers: list[Any], decoders: list[str] | None) -> tuple[list[
 def _reference(rows: list[Any], requested: str | None) -> str | None:
     """The row the others are compared with: ``requested``, checked before anything is measured;
     by default the first SPD decoder row, else the first row; None when there is one row only."""
-    from spdrank.bench.decoders import DecodedRanker
+    from spdrank.compare.decoders import DecodedRanker
 
     names = [r.name for r in rows]
     if requested is not None:

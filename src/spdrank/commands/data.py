@@ -17,7 +17,7 @@ from spdrank.datasets.sequences import (
     BuildOptions,
     BuildResult,
 )
-from spdrank.sasrec_config import SASRecConfig
+from spdrank.rankers.sasrec_config import SASRecConfig
 
 
 def _fraction(text: str) -> float:
@@ -210,8 +210,8 @@ def build_fresh(
     A non-empty ``--out`` is refused without ``--overwrite``, and so is one that holds an input
     or the working directory (replacing it would delete them).
     """
-    from spdrank.atomic_dir import atomic_directory
-    from spdrank.files import check_outputs
+    from spdrank.core.atomic_dir import atomic_directory
+    from spdrank.core.files import check_outputs
 
     out = Path(args.out)
     check_outputs(inputs, {}, folders={"--out": out})

@@ -15,7 +15,7 @@ import argparse
 from typing import Any
 
 from spdrank.commands.argtypes import int_at_least, positive_int
-from spdrank.judged import DEFAULT_REL_LEVEL
+from spdrank.eval.judged import DEFAULT_REL_LEVEL
 
 
 def register(sub: Any) -> None:
@@ -70,9 +70,9 @@ def register(sub: Any) -> None:
 
 
 def run_windows(args: argparse.Namespace) -> int:
+    from spdrank.core.files import check_outputs
+    from spdrank.core.slates import read_unique_slates, write_slates
     from spdrank.datasets.search import training_windows
-    from spdrank.files import check_outputs
-    from spdrank.slates import read_unique_slates, write_slates
 
     check_outputs({"--slates": args.slates}, {"--out": args.out})
     if args.stride > args.window:
@@ -86,14 +86,10 @@ def run_windows(args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from spdrank.datasets.search import (
-        read_qrels,
-        slates_from_retrieve_results,
-        slates_from_run,
-        summarize,
-    )
-    from spdrank.files import check_outputs
-    from spdrank.slates import write_slates
+    from spdrank.core.files import check_outputs
+    from spdrank.core.slates import write_slates
+    from spdrank.core.trec import read_qrels
+    from spdrank.datasets.search import slates_from_retrieve_results, slates_from_run, summarize
 
     check_outputs(
         {f"--{name}": getattr(args, name)

@@ -128,7 +128,7 @@ class Steps:
 
 
 def run(args: argparse.Namespace) -> int:
-    from spdrank.cli import main
+    from spdrank.commands.cli import main
 
     scale = TINY if args.tiny else FULL
     root = Path(args.dir)
@@ -276,7 +276,7 @@ def finish(directory: Path, settings: dict[str, Any]) -> None:
 
 def take_first_lines(src: Path, dst: Path, n: int) -> None:
     """The first ``n`` slates of ``src`` into ``dst``."""
-    from spdrank.slates import atomic_writer
+    from spdrank.core.slates import atomic_writer
 
     dst.parent.mkdir(parents=True, exist_ok=True)
     with src.open(encoding="utf-8") as fin, atomic_writer(dst) as fout:

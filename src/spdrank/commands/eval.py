@@ -9,7 +9,7 @@ defaults to ``train.jsonl`` (or ``train.jsonl.gz``) beside the ``--slates`` file
 sequences of users who make no slate (``extra_sequences.txt`` beside it); a feature
 ranker (``title_similarity``, ``feature:NAME``) reads the slates' own features and needs no
 training file. No torch is imported here: model-backed rankers are built inside
-:func:`spdrank.rankers.build_rankers` on demand.
+:func:`spdrank.commands.rankers.build_rankers` on demand.
 """
 
 from __future__ import annotations
@@ -33,11 +33,11 @@ from spdrank.commands.ranker_args import (
     named_files,
     rankers_from_args,
 )
-from spdrank.judged import DEFAULT_REL_LEVEL
-from spdrank.ranking import Ranker, Ranking
+from spdrank.core.ranking import Ranker, Ranking
+from spdrank.eval.judged import DEFAULT_REL_LEVEL
 
 if TYPE_CHECKING:
-    from spdrank.slates import Slate
+    from spdrank.core.slates import Slate
 
 log = logging.getLogger(__name__)
 
@@ -121,8 +121,8 @@ def cutoffs(text: str) -> tuple[int, ...]:
 def checked_slates(path: Path, rankers: list[Ranker]) -> Iterator[Slate]:
     """The file's slates, a repeated qid refused, each checked with its ``file:line`` against
     every SPD model's limits (K, features): the checks ``spdrank rank`` and the server make."""
-    from spdrank.slates import iter_slates, unique_qids
-    from spdrank.validation import check_fits_model
+    from spdrank.core.slates import iter_slates, unique_qids
+    from spdrank.core.validation import check_fits_model
 
     # An SPD model is recognised by its config (importing its class would import torch); one
     # run over sliding windows takes slates of any size, so only its features are checked.
@@ -155,7 +155,7 @@ def slate_total(path: Path, limit: int | None) -> int | None:
     """How many slates the evaluation ranks, for its progress and time left: a plain file's
     non-blank lines (read without parsing, a fraction of the evaluation's own read), or
     ``limit`` for a gzipped one, whose count would cost a decompression."""
-    from spdrank.files import gzipped, iter_lines
+    from spdrank.core.files import gzipped, iter_lines
 
     if gzipped(path):
         return limit
@@ -175,8 +175,8 @@ def trec_writers(
 ) -> Callable[[Ranker, Slate, Ranking], None]:
     """One TREC run file a ranker under ``folder`` (written atomically, so a failed
     evaluation replaces none), and the callback that writes each ranking to its file."""
-    from spdrank.files import atomic_writer
-    from spdrank.results import write_trec_lines
+    from spdrank.core.files import atomic_writer
+    from spdrank.core.outputs import write_trec_lines
 
     files = {}
     for r in rankers:
@@ -192,11 +192,11 @@ def trec_writers(
 
 def run(args: argparse.Namespace) -> int:
     from spdrank.commands.rank import check_prompt
-    from spdrank.datasets.search import read_qrels
-    from spdrank.evaluate import evaluate, format_table, write_per_slate
-    from spdrank.files import atomic_writer, check_outputs
-    from spdrank.rankers import fit_rankers, split_named
-    from spdrank.slates import SlateError
+    from spdrank.commands.rankers import fit_rankers, split_named
+    from spdrank.core.files import atomic_writer, check_outputs
+    from spdrank.core.slates import SlateError
+    from spdrank.core.trec import read_qrels
+    from spdrank.eval.evaluate import evaluate, format_table, write_per_slate
 
     slates_path, train, progress = checked_inputs(args)
     check_outputs(

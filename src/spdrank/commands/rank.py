@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from spdrank.slates import Slate
+    from spdrank.core.slates import Slate
 
 #: The backbone dtypes ``--dtype`` takes (torch is not imported to list them).
 DTYPES = ("float32", "bfloat16", "float16", "auto")
@@ -44,7 +44,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def add_prompt_argument(p: argparse.ArgumentParser) -> None:
     """``--prompt`` where a checkpoint ranks (rank, eval, serve): a check, never a choice."""
-    from spdrank.prompt_templates import MODEL_PROMPT_HELP
+    from spdrank.backbone.templates import MODEL_PROMPT_HELP
 
     p.add_argument("--prompt", metavar="NAME|FILE", help=MODEL_PROMPT_HELP)
 
@@ -54,21 +54,21 @@ def check_prompt(model: str, asked: str | None) -> None:
     the model loads: a model always ranks with the template it was trained on."""
     if asked is None:
         return
-    from spdrank.model import CONFIG_NAME, checkpoint_dir, read_config
-    from spdrank.prompt_templates import check_model_template
+    from spdrank.backbone.templates import check_model_template
+    from spdrank.model.ranker import CONFIG_NAME, checkpoint_dir, read_config
 
     config = read_config(checkpoint_dir(model) / CONFIG_NAME)
     check_model_template(config.prompt.template, asked, model)
 
 
 def run(args: argparse.Namespace) -> int:
-    from spdrank.backbone import resolve_device
+    from spdrank.backbone.load import resolve_device
     from spdrank.commands.argtypes import windows_from_args
-    from spdrank.files import atomic_writer, check_outputs, output_target
-    from spdrank.model import SPDRanker
-    from spdrank.progress import Progress
-    from spdrank.results import result_record, write_trec_lines
-    from spdrank.slates import SlateError, batched
+    from spdrank.core.files import atomic_writer, check_outputs, output_target
+    from spdrank.core.outputs import result_record, write_trec_lines
+    from spdrank.core.progress import Progress
+    from spdrank.core.slates import SlateError, batched
+    from spdrank.model.ranker import SPDRanker
 
     if args.batch_size < 1:
         raise ValueError("--batch-size must be at least 1")
@@ -125,7 +125,7 @@ class CountingRanker:
         self.slates += len(slates)
         if self.windows is None:
             return self._rank(slates)
-        from spdrank.windows import rank_windowed
+        from spdrank.rankers.windows import rank_windowed
 
         return [rank_windowed(s, self.windows, lambda part: self._rank([part])[0])
                 for s in slates]
@@ -149,9 +149,9 @@ def checked_slates(
 
     A repeated qid is refused (the outputs are keyed by it); slates without a qid are not.
     """
-    from spdrank.results import check_trec_ids
-    from spdrank.slates import iter_slates, unique_qids
-    from spdrank.validation import check_fits_model
+    from spdrank.core.outputs import check_trec_ids
+    from spdrank.core.slates import iter_slates, unique_qids
+    from spdrank.core.validation import check_fits_model
 
     located = unique_qids(iter_slates(args.input, model.config.text_fields), allow_blank=True)
     for where, slate in located:

@@ -6,14 +6,14 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from spdrank.baselines import BASELINES, FEATURE_PREFIX, baseline_factory, baseline_names
 from spdrank.commands.argtypes import (
     add_trust_remote_code,
     add_window_arguments,
     windows_from_args,
 )
-from spdrank.rankers import build_rankers, default_train_path, is_search
-from spdrank.ranking import Ranker
+from spdrank.commands.rankers import build_rankers, default_train_path, is_search
+from spdrank.core.ranking import Ranker
+from spdrank.rankers.baselines import BASELINES, FEATURE_PREFIX, baseline_factory, baseline_names
 
 
 def add_ranker_arguments(p: argparse.ArgumentParser) -> None:
@@ -79,7 +79,7 @@ def add_ranker_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def baseline_name(text: str) -> str:
-    """``--ranker``'s type: a name :func:`spdrank.baselines.make_baseline` knows."""
+    """``--ranker``'s type: a name :func:`spdrank.rankers.baselines.make_baseline` knows."""
     try:
         baseline_factory(text)
     except ValueError as exc:
@@ -89,7 +89,7 @@ def baseline_name(text: str) -> str:
 
 def rankers_from_args(args: argparse.Namespace) -> list[Ranker]:
     """The rankers the command line asks for, unfitted, in the order given
-    (:func:`spdrank.rankers.build_rankers`); a command without a flag passes none of it."""
+    (:func:`spdrank.commands.rankers.build_rankers`); a command without a flag passes none of it."""
     return build_rankers(
         args.ranker,
         seed=args.seed,
@@ -108,14 +108,14 @@ def rankers_from_args(args: argparse.Namespace) -> list[Ranker]:
 def named_files(args: argparse.Namespace, option: str) -> list[str]:
     """The files a ``--labels`` or ``--run`` option (``[NAME=]FILE``, repeatable) names:
     inputs, which no output may overwrite."""
-    from spdrank.rankers import split_named
+    from spdrank.commands.rankers import split_named
 
     return [split_named(spec)[1] for spec in getattr(args, option, None) or ()]
 
 
 def checked_inputs(args: argparse.Namespace) -> tuple[Path, Path, bool | None]:
     """The slate file (which must exist), the training file and the progress-bar mode."""
-    from spdrank.slates import SlateError
+    from spdrank.core.slates import SlateError
 
     slates_path = Path(args.slates)
     if not slates_path.exists():

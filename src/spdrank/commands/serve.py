@@ -121,10 +121,10 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(
             f"spdrank serve needs FastAPI and uvicorn ({exc}): pip install 'spdrank[serve]'"
         ) from None
-    from spdrank.backbone import resolve_device
-    from spdrank.model import SPDRanker
+    from spdrank.backbone.load import resolve_device
+    from spdrank.core.slates import SCORE_FEATURE, Candidate, Query, Slate
+    from spdrank.model.ranker import SPDRanker
     from spdrank.serving.routes import DOCS_PATH
-    from spdrank.slates import SCORE_FEATURE, Candidate, Query, Slate
 
     check_prompt(args.model, args.prompt)
     model = SPDRanker.from_pretrained(

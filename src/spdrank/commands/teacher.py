@@ -44,8 +44,8 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from spdrank.backbone.templates import PROMPT_HELP
 from spdrank.commands.argtypes import add_trust_remote_code, positive_int
-from spdrank.prompt_templates import PROMPT_HELP
 from spdrank.teacher.grammar import GUIDED
 
 if TYPE_CHECKING:
@@ -169,7 +169,7 @@ def register(subparsers: Any) -> None:
 def teacher_prompt(args: argparse.Namespace, template: Any) -> TeacherPromptSettings:
     """The teacher's prompt settings; without --max-item-tokens, recommendation's 32 tokens a
     title, else a budget fitted to each slate's N in the teacher model's context."""
-    from spdrank.defaults import DEFAULT_ITEM_TOKENS
+    from spdrank.core.defaults import DEFAULT_ITEM_TOKENS
     from spdrank.teacher.prompt import TeacherPromptSettings
 
     budget = args.max_item_tokens
@@ -188,7 +188,7 @@ SERVER_CONTEXT = 8192
 
 def model_context(model: str) -> int:
     """A local teacher model's positions, from its config (no weights read)."""
-    from spdrank.backbone import read_json, resolve_path
+    from spdrank.backbone.load import read_json, resolve_path
 
     config = read_json(Path(resolve_path(model)) / "config.json")
     value = config.get("max_position_embeddings") if isinstance(config, dict) else None
@@ -206,8 +206,8 @@ def build_backend(args: argparse.Namespace, slates: Path) -> Any:
                          constrained=args.constrained, layers=args.layers,
                          trust_remote_code=args.trust_remote_code)
     if spec == "likelihood":
-        from spdrank.prompt import fitted_item_tokens
-        from spdrank.prompt_templates import load_template
+        from spdrank.backbone.prompt import fitted_item_tokens
+        from spdrank.backbone.templates import load_template
         from spdrank.teacher.likelihood import LikelihoodBackend
 
         # Each passage is read alone: its budget is the context less the query's.
@@ -223,7 +223,7 @@ def build_backend(args: argparse.Namespace, slates: Path) -> Any:
 
         tokenizer = None
         if args.tokenizer:
-            from spdrank.backbone import load_tokenizer
+            from spdrank.backbone.load import load_tokenizer
 
             tokenizer = load_tokenizer(args.tokenizer, args.trust_remote_code)  # 'bundled' too
         return OpenAIBackend(
@@ -236,8 +236,8 @@ def build_backend(args: argparse.Namespace, slates: Path) -> Any:
             guided=(args.guided or "llama") if args.constrained else None,
         )
     if spec.startswith("ranker:"):
-        from spdrank.baselines import make_baseline
-        from spdrank.rankers import default_train_path, fit_rankers
+        from spdrank.commands.rankers import default_train_path, fit_rankers
+        from spdrank.rankers.baselines import make_baseline
         from spdrank.teacher.backends import RankerBackend
 
         name = spec.split(":", 1)[1]
@@ -263,7 +263,7 @@ def server_urls(args: argparse.Namespace) -> list[str]:
 
 
 def _write_json(path: str, data: dict[str, Any]) -> None:
-    from spdrank.files import atomic_writer
+    from spdrank.core.files import atomic_writer
 
     with atomic_writer(path) as fh:
         json.dump(data, fh, indent=2, ensure_ascii=False)
@@ -271,8 +271,8 @@ def _write_json(path: str, data: dict[str, Any]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from spdrank.files import check_outputs
-    from spdrank.prompt_templates import load_template
+    from spdrank.backbone.templates import load_template
+    from spdrank.core.files import check_outputs
     from spdrank.teacher.run import (
         RunOptions,
         Shard,
@@ -321,7 +321,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def run_merge(args: argparse.Namespace) -> int:
-    from spdrank.files import check_outputs
+    from spdrank.core.files import check_outputs
     from spdrank.teacher.merge import format_merge, merge_labels
     from spdrank.teacher.run import default_slates_out
 

@@ -7,13 +7,14 @@ import dataclasses
 import json
 from typing import TYPE_CHECKING
 
-from spdrank.defaults import FEATURES_ONLY_HEAD, HISTORY_READOUT, OTHER_READOUT, TRAIN_HEAD
-from spdrank.prompt_templates import PROMPT_HELP
-from spdrank.targets import POSITION_WEIGHTS, TARGETS
-from spdrank.train_config import CACHE_DTYPES
+from spdrank.backbone.templates import PROMPT_HELP
+from spdrank.core.defaults import FEATURES_ONLY_HEAD, HISTORY_READOUT, OTHER_READOUT, TRAIN_HEAD
+from spdrank.methods.spd import POSITION_WEIGHTS
+from spdrank.training.config import CACHE_DTYPES
+from spdrank.training.targets import TARGETS
 
 if TYPE_CHECKING:
-    from spdrank.train_config import TrainConfig
+    from spdrank.training.config import TrainConfig
 
 _HELP = {
     "slates": "training slates (JSONL, .gz too)",
@@ -100,7 +101,7 @@ _SKIP = {"extra", "progress"}
 
 def _head_help() -> str:
     """``--head``'s help: each ranking method's own, for every method registered."""
-    from spdrank.methods import methods
+    from spdrank.methods.base import methods
 
     each = "; ".join(method.help for method in methods())
     return f"{each} (default: {TRAIN_HEAD}; {FEATURES_ONLY_HEAD} with --features-only)"
@@ -108,8 +109,8 @@ def _head_help() -> str:
 
 def register(sub: argparse._SubParsersAction) -> None:
     from spdrank.commands.argtypes import add_trust_remote_code
-    from spdrank.methods import head_kinds
-    from spdrank.train_config import TrainConfig
+    from spdrank.methods.base import head_kinds
+    from spdrank.training.config import TrainConfig
 
     helps = _HELP | {"head": _head_help()}
     choices = _CHOICES | {"head": head_kinds()}
@@ -160,7 +161,7 @@ def config_argv(cfg: TrainConfig) -> list[str]:
 
 def config_from_args(args: argparse.Namespace) -> TrainConfig:
     """The training settings parsed ``spdrank train`` arguments describe."""
-    from spdrank.train_config import TrainConfig
+    from spdrank.training.config import TrainConfig
 
     values = {
         f.name: getattr(args, f.name)
@@ -176,8 +177,8 @@ def check_labels_template(cfg: TrainConfig) -> None:
     The first slate speaks for the file (``spdrank teacher`` labels a file under one
     template, and warns when a label file mixes them). Clicks alone read no teacher label.
     """
-    from spdrank.prompt_templates import check_labels_template as check
-    from spdrank.slates import iter_slates
+    from spdrank.backbone.templates import check_labels_template as check
+    from spdrank.core.slates import iter_slates
 
     if "teacher" not in cfg.target.split("+"):
         return
@@ -196,7 +197,7 @@ def run(args: argparse.Namespace) -> int:
     if args.num_processes < 1:
         raise ValueError(f"--num-processes must be at least 1, got {args.num_processes}")
     if args.num_processes > 1:
-        from spdrank.launch import launch, launched
+        from spdrank.training.launch import launch, launched
 
         if launched():
             raise ValueError(
@@ -212,7 +213,7 @@ def run(args: argparse.Namespace) -> int:
 
     from accelerate import PartialState
 
-    from spdrank.train import train
+    from spdrank.training.train import train
 
     summary = train(cfg, trust_remote_code=args.trust_remote_code)
     if not PartialState().is_main_process:

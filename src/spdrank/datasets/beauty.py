@@ -18,6 +18,7 @@ import os
 from importlib.resources import files
 from importlib.resources.abc import Traversable
 
+from spdrank.core.slates import SlateError
 from spdrank.datasets.sequences import (
     BuildOptions,
     BuildResult,
@@ -26,7 +27,6 @@ from spdrank.datasets.sequences import (
     clean_title,
     parse_sequences,
 )
-from spdrank.slates import SlateError
 
 SEQUENCES = "user_sequence.txt"
 ITEM_MAP = "item_id_to_int.json"

@@ -1,7 +1,7 @@
 """Per-candidate features from the training interactions: popularity, co-occurrence, transition.
 
 They are the statistics of the popularity and co-occurrence baselines
-(:mod:`spdrank.baselines`), fitted the way those baselines fit: on each training slate's
+(:mod:`spdrank.rankers.baselines`), fitted the way those baselines fit: on each training slate's
 sequence (its history, then its target), with the baselines' own defaults. A model trained
 with ``--features popularity,cooccurrence`` can therefore be compared with those baselines on
 the same evidence, and a features-only model shows what the statistics alone are worth.
@@ -34,8 +34,8 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 
-from spdrank.baselines import CooccurrenceRanker
-from spdrank.slates import Slate
+from spdrank.core.slates import Slate
+from spdrank.rankers.baselines import CooccurrenceRanker
 
 #: The feature names, as they appear in a candidate's ``features``.
 FEATURES: tuple[str, ...] = ("popularity", "cooccurrence", "transition")

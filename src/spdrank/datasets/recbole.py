@@ -26,7 +26,7 @@ import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
-from spdrank.slates import SlateError
+from spdrank.core.slates import SlateError
 
 #: The column types of RecBole's atomic files.
 ATOMIC_TYPES: tuple[str, ...] = ("token", "token_seq", "float", "float_seq")

@@ -32,11 +32,11 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from spdrank.sasrec_config import SASREC, SASRecConfig
+from spdrank.rankers.sasrec_config import SASREC, SASRecConfig
 
 if TYPE_CHECKING:
     from spdrank.datasets.sequences import BuildOptions, CandidateLists, InteractionLog
-    from spdrank.sasrec import SASRec
+    from spdrank.rankers.sasrec import SASRec
 
 logger = logging.getLogger(__name__)
 
@@ -45,7 +45,7 @@ DECIMALS = 6
 
 #: How the manifest describes the SASRec feature and retriever, when a build uses them.
 SASREC_POLICY = (
-    "SASRec (Kang & McAuley 2018, spdrank.sasrec) fitted on the training users' sequences "
+    "SASRec (Kang & McAuley 2018, spdrank.rankers.sasrec) fitted on the training users' sequences "
     "without their last item (never a slate's target; validation and eval users not at all), "
     "vocabulary: the log's items; a candidate's score is its logit after the slate's history, "
     "rounded to 6 decimals; the retriever takes the top-N items outside the user's earlier "
@@ -68,7 +68,7 @@ class SASRecScores:
         ``train_sequences``: the training users' items without their last one;
         ``histories``: each user's slate history, by user id.
         """
-        from spdrank.sasrec import SASRec, default_cache_dir
+        from spdrank.rankers.sasrec import SASRec, default_cache_dir
 
         t0 = time.perf_counter()
         self.model: SASRec = SASRec.fit(

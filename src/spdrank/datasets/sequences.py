@@ -96,6 +96,16 @@ from pathlib import Path
 from typing import IO, Any
 
 from spdrank import __version__
+from spdrank.core.features import TITLE_SIMILARITY
+from spdrank.core.files import atomic_writer, sha256_file
+from spdrank.core.slates import (
+    NOT_RETRIEVED,
+    Candidate,
+    Query,
+    Slate,
+    SlateError,
+    dumps_slate,
+)
 from spdrank.datasets import recbole
 from spdrank.datasets.interaction_features import FEATURES as INTERACTION_FEATURES
 from spdrank.datasets.interaction_features import InteractionFeatures
@@ -106,17 +116,8 @@ from spdrank.datasets.sasrec_features import (
     retrieval_counts,
     retriever_lists,
 )
-from spdrank.datasets.title_similarity import TITLE_SIMILARITY, TitleSimilarity
-from spdrank.files import atomic_writer, sha256_file
-from spdrank.sasrec_config import SASREC, SASREC_FIT, SASRecConfig
-from spdrank.slates import (
-    NOT_RETRIEVED,
-    Candidate,
-    Query,
-    Slate,
-    SlateError,
-    dumps_slate,
-)
+from spdrank.datasets.title_similarity import TitleSimilarity
+from spdrank.rankers.sasrec_config import SASREC, SASREC_FIT, SASRecConfig
 
 logger = logging.getLogger(__name__)
 
@@ -800,7 +801,7 @@ def build_slates(
     ``titles`` maps item ids to cleaned titles (``""`` for an item known to have none);
     ``inputs`` describes the input files for the manifest (``{"name": {"sha256": ...}}``);
     ``progress``: a tqdm bar on stderr always (True), never (False), or on a terminal and
-    log lines elsewhere (None, :func:`spdrank.progress.track`).
+    log lines elsewhere (None, :func:`spdrank.core.progress.track`).
     On any error nothing in ``out_dir`` changes: bad input raises :class:`SlateError` /
     :class:`ValueError` before writing, and files are renamed into place only at the end.
     With candidate lists, users without one make no slate but are counted like training
@@ -1065,7 +1066,7 @@ def _write_slates(
 ) -> dict[str, dict[str, Any]]:
     """Write each user's slate to its split's file; per file, the manifest's entry: slates,
     candidates and the sha256 of what was written."""
-    from spdrank.progress import track
+    from spdrank.core.progress import track
 
     digests = {name: hashlib.sha256() for name in handles}
     written = {name: {"slates": 0, "candidates": 0} for name in handles}

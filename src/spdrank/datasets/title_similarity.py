@@ -22,9 +22,6 @@ import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 
-#: The feature's name, as it appears in a candidate's ``features``.
-TITLE_SIMILARITY = "title_similarity"
-
 _TOKEN = re.compile(r"[^\W_]+")
 
 

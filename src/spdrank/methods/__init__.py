@@ -1,161 +1,27 @@
 """Ranking methods: what one way of ranking owns, behind one interface, found by head kind.
 
-SPD and its single-pass peers share the backbone, the prompt, the training loop and the
-checkpoint format; they differ in what their head scores, how it learns, and how its scores
-become an order. Each method says all of that in one module of this package (as peft keeps
-each tuner under ``tuners/<method>/``): :mod:`.spd` (an N x K item-position matrix, decoded by
+Each method is a package here (as peft keeps each tuner under ``tuners/<method>/``) owning its
+heads, its loss and its decoding: :mod:`.spd` (an N x K item-position matrix, decoded by
 assignment), :mod:`.scalar` (one score per item, sorted) and :mod:`.first` (FIRST: the LM's
-first-token logits over candidate letters, sorted). The model, the training loop, the state
-cache and the commands ask the method of a head kind (:func:`method_for`) rather than test
-the kind, so a new method is one module: a :class:`RankingMethod` subclass passed to
-:func:`register`.
-
-Nothing here imports torch at module level: the CLI lists the head kinds, and the training
-settings build their prompt, without loading it.
+first-token logits over candidate letters, sorted). :mod:`.base` holds the interface and the
+registry; importing this package registers the built-in methods, so a new method is one
+package whose :class:`~spdrank.methods.base.RankingMethod` is passed to
+:func:`~spdrank.methods.base.register`.
 """
 
-from __future__ import annotations
+from spdrank.methods.base import (
+    RankingMethod,
+    head_kinds,
+    method_for,
+    methods,
+    register,
+    unregister,
+)
+from spdrank.methods.first.method import FirstMethod
+from spdrank.methods.scalar.method import ScalarMethod
+from spdrank.methods.spd.method import SPDMethod
 
-from abc import ABC, abstractmethod
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, ClassVar
+for _method in (SPDMethod(), ScalarMethod(), FirstMethod()):
+    register(_method)
 
-if TYPE_CHECKING:
-    import numpy as np
-    import torch
-    from torch import nn
-
-    from spdrank.model import SPDConfig
-    from spdrank.prompt import PromptSettings
-    from spdrank.train_config import TrainConfig
-
-
-class RankingMethod(ABC):
-    """One ranking method: its heads, prompt, loss, decoding, and what it cannot do."""
-
-    #: The method's own name, and how messages call it ("SPD", "FIRST").
-    name: ClassVar[str]
-    title: ClassVar[str]
-    #: The head kinds (``HeadConfig.kind``, ``--head``) it serves, in the order ``--help``
-    #: lists them; a kind belongs to one method.
-    kinds: ClassVar[tuple[str, ...]]
-    #: ``--head``'s help for these kinds.
-    help: ClassVar[str]
-    #: Its head scores an N x K item-position matrix, each slate decoded by a named decoder
-    #: (:mod:`spdrank.decode`); otherwise it scores one value per item.
-    matrix: ClassVar[bool]
-    #: Its head reads the LM's last-token logits rather than the items' hidden states: the
-    #: backbone is loaded with its LM head.
-    reads_logits: ClassVar[bool] = False
-    #: Why its backbone states cannot be cached for training (``--cache-states``); None when
-    #: they can.
-    cache_refusal: ClassVar[str | None] = None
-    #: The most rank positions (K) it can score; None: no limit of its own.
-    max_positions: ClassVar[int | None] = None
-
-    @property
-    def caches_states(self) -> bool:
-        """Whether a frozen backbone's states can stand in for its prefill."""
-        return self.cache_refusal is None
-
-    def model_name(self, kind: str) -> str:
-        """A model's default name in tables and the server (e.g. ``spd-attn``)."""
-        return kind
-
-    def positions(self, asked: int) -> int:
-        """The rank positions a model of this method gets when ``asked`` for K."""
-        return asked if self.max_positions is None else min(asked, self.max_positions)
-
-    def prompt(self, settings: PromptSettings) -> PromptSettings:
-        """The prompt settings this method needs, from those asked for."""
-        return settings
-
-    def check(self, config: SPDConfig) -> None:
-        """Raise ValueError when ``config`` describes a model this method cannot be."""
-
-    def build_head(
-        self, config: SPDConfig, backbone: nn.Module, tokenizer: Any, features: int
-    ) -> nn.Module:
-        """A fresh head for ``config`` over ``backbone`` reading ``features`` features: by
-        default the head kind of :func:`spdrank.heads.build_head` over the backbone's hidden
-        states (none for a features-only model)."""
-        from spdrank.backbone import hidden_size
-        from spdrank.heads import build_head
-
-        hidden = 0 if config.features_only else hidden_size(backbone)
-        return build_head(hidden, config.head, features)
-
-    def frozen_refusal(self, config: SPDConfig) -> str | None:
-        """Why a model of ``config`` has nothing to train with its backbone frozen (its head
-        has no weights of its own); None when it has."""
-        return None
-
-    @abstractmethod
-    def loss(
-        self, scores: torch.Tensor, target: torch.Tensor, sizes: torch.Tensor, cfg: TrainConfig
-    ) -> torch.Tensor:
-        """The [B] per-slate losses of a batch's ``scores`` against its [B, P, P] item-position
-        ``target`` matrices, with ``sizes`` [B] real items a slate."""
-
-    @abstractmethod
-    def order(self, scores: np.ndarray, decoder: str) -> np.ndarray:
-        """Item indices best first from one slate's scores ([n, K] or [n])."""
-
-    def orders(self, scores: np.ndarray, sizes: Sequence[int], decoder: str) -> list[np.ndarray]:
-        """Each slate's order from a padded batch of scores, ``sizes`` real items a slate."""
-        return [self.order(scores[i, :n], decoder) for i, n in enumerate(sizes)]
-
-    @abstractmethod
-    def ranked_scores(self, scores: np.ndarray, order: np.ndarray) -> list[float]:
-        """The scores a :class:`~spdrank.ranking.Ranking` reports, best first, for a slate
-        ranked in ``order`` from its ``scores`` (padded items may follow the real ones)."""
-
-
-_METHODS: dict[str, RankingMethod] = {}
-
-
-def register(method: RankingMethod) -> RankingMethod:
-    """Serve ``method``'s head kinds from now on; a kind another method serves is refused."""
-    taken = [k for k in method.kinds if k in _METHODS and _METHODS[k] is not method]
-    if taken:
-        raise ValueError(f"head kind(s) {taken} already belong to another ranking method")
-    for kind in method.kinds:
-        _METHODS[kind] = method
-    return method
-
-
-def unregister(method: RankingMethod) -> None:
-    """Stop serving ``method``'s head kinds (a method registered for a while, e.g. a test's)."""
-    for kind in method.kinds:
-        if _METHODS.get(kind) is method:
-            del _METHODS[kind]
-
-
-def method_for(kind: str) -> RankingMethod:
-    """The method serving head ``kind``; a ValueError listing the kinds for any other."""
-    try:
-        return _METHODS[kind]
-    except KeyError:
-        raise ValueError(f"unknown head {kind!r}: choose one of {sorted(_METHODS)}") from None
-
-
-def head_kinds() -> list[str]:
-    """Every head kind served, grouped by method in the order they were registered."""
-    return list(_METHODS)
-
-
-def methods() -> list[RankingMethod]:
-    """The registered methods, in the order they were registered."""
-    return list(dict.fromkeys(_METHODS.values()))
-
-
-def _register_builtin() -> None:
-    from spdrank.methods.first import FirstMethod
-    from spdrank.methods.scalar import ScalarMethod
-    from spdrank.methods.spd import SPDMethod
-
-    for method in (SPDMethod(), ScalarMethod(), FirstMethod()):
-        register(method)
-
-
-_register_builtin()
+__all__ = ["RankingMethod", "head_kinds", "method_for", "methods", "register", "unregister"]

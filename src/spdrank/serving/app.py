@@ -23,6 +23,7 @@ from fastapi.responses import JSONResponse, Response
 from fastapi_offline import FastAPIOffline
 
 from spdrank import __version__
+from spdrank.core.slates import Slate
 from spdrank.serving.batcher import Done, MicroBatcher
 from spdrank.serving.engine import Engine, Ranked
 from spdrank.serving.errors import ApiError, batcher_errors, install_error_handlers
@@ -45,10 +46,9 @@ from spdrank.serving.routes import (
 )
 from spdrank.serving.schemas import RerankResponse
 from spdrank.serving.settings import ServeSettings
-from spdrank.slates import Slate
 
 if TYPE_CHECKING:
-    from spdrank.model import SPDRanker
+    from spdrank.model.ranker import SPDRanker
 
 __all__ = ["ApiError", "ServeSettings", "create_app"]
 

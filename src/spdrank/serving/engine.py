@@ -5,7 +5,7 @@ two threads at once (fast tokenizers raise "Already borrowed" when they are).
 
 How a batch shares prefills is the batch policy's (``policy.py``). A slate over the model's K,
 admitted only when the server ranks by sliding windows, is ranked alone, one prefill a window
-(:mod:`spdrank.windows`).
+(:mod:`spdrank.rankers.windows`).
 """
 
 from __future__ import annotations
@@ -15,7 +15,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from spdrank.ranking import Ranking
+from spdrank.core.ranking import Ranking
+from spdrank.core.slates import Slate
+from spdrank.core.validation import check_fits_model
+from spdrank.rankers.windows import Windows, rank_windowed
 from spdrank.serving.policy import (
     DEFAULT_BATCH_POLICY,
     DEFAULT_MAX_PADDING,
@@ -23,13 +26,10 @@ from spdrank.serving.policy import (
     plan_prefills,
     resolve_policy,
 )
-from spdrank.slates import Slate
-from spdrank.validation import check_fits_model
-from spdrank.windows import Windows, rank_windowed
 
 if TYPE_CHECKING:
-    from spdrank.model import SPDRanker
-    from spdrank.prompt import EncodedPrompt
+    from spdrank.backbone.prompt import EncodedPrompt
+    from spdrank.model.ranker import SPDRanker
 
 
 @dataclass

@@ -15,18 +15,18 @@ from typing import Any
 from fastapi import Request
 from pydantic import ValidationError
 
+from spdrank.core.slates import Slate, SlateError
+from spdrank.core.validation import loads
 from spdrank.serving.engine import Engine
 from spdrank.serving.errors import ApiError
 from spdrank.serving.schemas import RerankRequest, format_validation_error
-from spdrank.slates import Slate, SlateError
-from spdrank.validation import loads
 
 log = logging.getLogger(__name__)
 
 
 async def json_body(request: Request) -> Any:
     """Parse the body as JSON, whatever its Content-Type, through the gate slate files pass
-    (:func:`spdrank.validation.loads`): 400 for what is not JSON, 422 naming the field for
+    (:func:`spdrank.core.validation.loads`): 400 for what is not JSON, 422 naming the field for
     values spdrank cannot carry (lone surrogates, numbers beyond the float range)."""
     body = await request.body()
     if not body.strip():

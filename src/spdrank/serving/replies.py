@@ -9,12 +9,12 @@ from typing import Any
 
 from fastapi import Request
 
-from spdrank.results import result_record
+from spdrank.core.outputs import result_record
+from spdrank.core.slates import Slate
 from spdrank.serving.batcher import Done
 from spdrank.serving.engine import Ranked
 from spdrank.serving.gate import START_KEY
 from spdrank.serving.schemas import RerankRequest
-from spdrank.slates import Slate
 
 
 def serve_meta(request: Request, done: Done[Ranked]) -> dict[str, Any]:

@@ -22,7 +22,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from spdrank.validation import is_blank
+from spdrank.core.validation import is_blank
 
 _CHECK = "spdrank_check"  # error type of the hand-written checks: their message is complete
 

@@ -25,9 +25,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from spdrank.files import iter_json_lines, iter_lines
-from spdrank.ranking import Ranker
-from spdrank.slates import Slate, SlateError
+from spdrank.core.files import iter_json_lines, iter_lines
+from spdrank.core.ranking import Ranker
+from spdrank.core.slates import Slate, SlateError
 from spdrank.teacher.parse import render_ids
 
 
@@ -95,7 +95,7 @@ def default_max_new_tokens(n: int, mode: str) -> int:
 
 
 class RankerBackend:
-    """Any :class:`~spdrank.ranking.Ranker` (fitted already) as the teacher; 0 decode passes.
+    """Any :class:`~spdrank.core.ranking.Ranker` (fitted already) as the teacher; 0 decode passes.
 
     The ranking's scores go along only when the ranker says its scores alone decide its order
     (``ranks_by_scores``): the co-occurrence ranker breaks its score ties by popularity, so
@@ -175,7 +175,7 @@ def _from_docids(slate: Slate, docids: list[str], latency_ms: float, text: str |
 def read_rankings(path: Path) -> dict[str, list[str]]:
     """qid -> docids, best first, from any of the files :class:`FileBackend` reads."""
     if is_trec_run(path):
-        from spdrank.datasets.search import read_run
+        from spdrank.core.trec import read_run
 
         return {qid: [d for d, _ in ranked] for qid, ranked in read_run(path).items()}
     out: dict[str, list[str]] = {}

@@ -1,7 +1,7 @@
 """The ``hf`` teacher: a local transformers model, greedy, batched with left padding.
 
 Any Hugging Face id or path works; ``bundled`` is the bundled SmolLM2 (through
-:func:`spdrank.backbone.resolve_path`). The model's chat template wraps the messages, rendered
+:func:`spdrank.backbone.load.resolve_path`). The model's chat template wraps the messages, rendered
 around a sentinel as the student's prompt is: only the template's own text is parsed for
 special tokens, so a title holding ``<|im_end|>`` stays plain text and cannot end the turn.
 Reasoning models whose template takes ``enable_thinking`` (Qwen3) get it set from the mode.
@@ -24,8 +24,8 @@ import time
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from spdrank.prompt import template_around
-from spdrank.slates import batched
+from spdrank.backbone.prompt import template_around
+from spdrank.core.slates import batched
 from spdrank.teacher.backends import Generation, Job, Outcome, default_max_new_tokens
 from spdrank.teacher.constrained import PermutationLogitsProcessor, Pieces, build_pieces
 from spdrank.teacher.lm import load_causal_lm

@@ -16,7 +16,7 @@ A record: ``qid``, ``status``, ``issues``, ``n``, ``raw`` (the answer text), ``p
 ``ranking``, non-increasing) when the teacher ranks by a score alone, so that its equal scores
 reach the labelled slates as ties (``teacher_scores``). Records without ``scores`` (LLM
 teachers, older files) are read as before. ``prompt``: the prompt template the labels were
-made under (:mod:`spdrank.prompt_templates`, its name and texts), absent for the default
+made under (:mod:`spdrank.backbone.templates`, its name and texts), absent for the default
 ``recommendation`` one (so its files are what they always were, and older files read as
 made under it); the labelled slates carry it as ``teacher_prompt``, which training checks.
 """
@@ -30,14 +30,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from spdrank.prompt_templates import (
+from spdrank.backbone.templates import (
     DEFAULT_TEMPLATE,
     TEACHER_PROMPT_FIELD,
     PromptTemplate,
     record_of,
     template_from_record,
 )
-from spdrank.slates import Slate, SlateError, check_teacher_scores
+from spdrank.core.slates import Slate, SlateError, check_teacher_scores
 from spdrank.teacher.backends import Generation
 from spdrank.teacher.parse import judge_ids, parse_response
 

@@ -26,7 +26,7 @@ not seen yet. Titles are cut to ``max_item_tokens`` tokens and tokenized alone, 
 special-token strings split, as the student's prompt does; the history keeps its last
 ``max_query_tokens`` tokens. Latency is each slate's own wall time.
 
-The prompt template (:mod:`spdrank.prompt_templates`) holds the texts, and its
+The prompt template (:mod:`spdrank.backbone.templates`) holds the texts, and its
 ``likelihood`` kind says what is scored. ``item`` is the above. ``query`` is query likelihood,
 as UPR scores it (Sachan et al. 2022): a passage is as relevant as the query is likely after
 it, ``score(p) = log p(query | prompt(p))``, where the template's scoring text holds the
@@ -44,9 +44,9 @@ from dataclasses import dataclass
 
 import torch
 
-from spdrank.prompt import CHARS_PER_TOKEN_BOUND, template_around
-from spdrank.prompt_templates import DEFAULT_TEMPLATE, PromptTemplate
-from spdrank.slates import Slate
+from spdrank.backbone.prompt import CHARS_PER_TOKEN_BOUND, template_around
+from spdrank.backbone.templates import DEFAULT_TEMPLATE, PromptTemplate
+from spdrank.core.slates import Slate
 from spdrank.teacher.backends import Generation, Job, Outcome
 from spdrank.teacher.lm import load_causal_lm
 from spdrank.teacher.parse import render_ids

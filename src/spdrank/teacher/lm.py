@@ -1,6 +1,6 @@
 """Load a causal LM for an in-process teacher (``hf``, ``likelihood``), optionally cut short.
 
-:func:`spdrank.backbone.load_backbone` serves the student (LoRA, no cache, hidden states);
+:func:`spdrank.backbone.load.load_backbone` serves the student (LoRA, no cache, hidden states);
 a teacher needs the LM head and the KV cache, and nothing else. ``layers`` keeps the first
 ``L`` transformer layers, cut in the config before loading so only their weights are read:
 a weaker but much cheaper teacher, and what lets tests run the real weights quickly. A model
@@ -23,7 +23,7 @@ def load_causal_lm(
     """The model (eval mode, on its device), its tokenizer, and the resolved device."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from spdrank.backbone import (
+    from spdrank.backbone.load import (
         check_loadable,
         load_errors,
         load_tokenizer,

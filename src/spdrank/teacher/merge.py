@@ -20,8 +20,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from spdrank.files import atomic_writer
-from spdrank.slates import dumps_slate, read_unique_slates
+from spdrank.core.files import atomic_writer
+from spdrank.core.slates import dumps_slate, read_unique_slates
 from spdrank.teacher.labels import (
     Label,
     LabelError,

@@ -1,14 +1,14 @@
 """The listwise teacher's chat prompt, RankGPT-style: user context, numbered candidates, answer.
 
 The body (instruction, ``User history:``, ``Candidates (N):`` and the ``[i] title`` lines) is
-:func:`spdrank.prompt.render_text`, the very text the student's prompt tokenizes, so the
+:func:`spdrank.backbone.prompt.render_text`, the very text the student's prompt tokenizes, so the
 teacher ranks exactly what the student will see; only the answer instruction differs. Titles
 are cut to the student's per-candidate token budget with the teacher's tokenizer when one is
 known (``hf`` backend, or ``--tokenizer``), else to a character budget (about 4 characters a
 token), so a 10,000-character title cannot blow the teacher's context either.
 
 The texts (the body's instruction and headers, the system message, the answer instruction)
-are the settings' prompt template (:mod:`spdrank.prompt_templates`), the student's own.
+are the settings' prompt template (:mod:`spdrank.backbone.templates`), the student's own.
 
 Two modes: ``direct`` asks for the ranking only (few decode passes); ``reasoning`` asks the
 model to think first and put the ranking on its last line (many passes; the paper's slower,
@@ -21,9 +21,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from spdrank.prompt import CHARS_PER_TOKEN_BOUND, fitted_item_tokens, render_text
-from spdrank.prompt_templates import DEFAULT_TEMPLATE, PromptTemplate
-from spdrank.slates import Slate
+from spdrank.backbone.prompt import CHARS_PER_TOKEN_BOUND, fitted_item_tokens, render_text
+from spdrank.backbone.templates import DEFAULT_TEMPLATE, PromptTemplate
+from spdrank.core.slates import Slate
 
 MODES: tuple[str, ...] = ("direct", "reasoning")
 

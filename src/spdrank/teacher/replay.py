@@ -14,8 +14,8 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
-from spdrank.ranking import Ranking
-from spdrank.slates import Slate, SlateError
+from spdrank.core.ranking import Ranking
+from spdrank.core.slates import Slate, SlateError
 from spdrank.teacher.labels import Label, read_labels
 
 #: The docid standing for an id the teacher wrote that names no candidate (e.g. ``[57]`` of 50).

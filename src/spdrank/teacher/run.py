@@ -26,8 +26,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from spdrank.prompt_templates import DEFAULT_TEMPLATE, PromptTemplate
-from spdrank.slates import Slate, read_unique_slates, write_slates
+from spdrank.backbone.templates import DEFAULT_TEMPLATE, PromptTemplate
+from spdrank.core.slates import Slate, read_unique_slates, write_slates
 from spdrank.teacher.backends import Backend, Job
 from spdrank.teacher.labels import LabelStore, apply_label, make_record
 from spdrank.teacher.parse import OK, STATUSES
@@ -87,7 +87,7 @@ class RunOptions:
     shard: Shard | None = None
     #: Stop after this many failed slates (0: never stop).
     max_failures: int = 10
-    #: None: a progress bar on a terminal, log lines elsewhere (:mod:`spdrank.progress`).
+    #: None: a progress bar on a terminal, log lines elsewhere (:mod:`spdrank.core.progress`).
     progress: bool | None = None
 
 
@@ -106,7 +106,7 @@ class RunSummary:
     wall_s: float = 0.0
     backend: str | None = None
     mode: str = "direct"
-    #: The prompt template's name (:mod:`spdrank.prompt_templates`).
+    #: The prompt template's name (:mod:`spdrank.backbone.templates`).
     prompt: str = "recommendation"
     shard: str | None = None
     limit: int | None = None
@@ -162,7 +162,7 @@ def run_teacher(options: RunOptions, make_backend: Callable[[], Backend]) -> Run
 def _label(
     options: RunOptions, backend: Backend, store: LabelStore, total: int, summary: RunSummary
 ) -> None:
-    from spdrank.progress import Progress
+    from spdrank.core.progress import Progress
 
     tally = getattr(backend, "tally", None) or (CutTally() if backend.needs_prompt else None)
 

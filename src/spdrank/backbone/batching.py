@@ -1,0 +1,169 @@
+"""Padded batches: every slate's rows, right-padded into one :class:`Batch`, in one place.
+
+Two things build batches. :func:`collate` pads encoded prompts (token ids, readout indices,
+history spans, features) for a prefill; :func:`states_batch` pads readout states computed
+earlier (:mod:`spdrank.training.state_cache`) for the head alone. Both pad with :func:`pad_rows` and
+mask with :func:`lengths_mask`, so a slate's rows sit at the same places, with the same
+padding, whichever way its batch was made.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from spdrank.backbone.prompt import EncodedPrompt
+
+
+@dataclass
+class Batch:
+    """A padded batch of encoded slates, ready for one prefill.
+
+    With ``states`` (readout states computed earlier, e.g. by :mod:`spdrank.training.state_cache`),
+    the prefill is skipped and the token tensors may be empty: the head reads ``states``.
+    """
+
+    input_ids: torch.Tensor  # [B, T]
+    attention_mask: torch.Tensor  # [B, T]
+    readout: torch.Tensor  # [B, N] token index per item (0 for padded items)
+    item_mask: torch.Tensor  # [B, N] True for real items
+    sizes: torch.Tensor  # [B] items per slate
+    features: torch.Tensor | None = None  # [B, N, F] normalised upstream features (padded: 0)
+    states: torch.Tensor | None = None  # [B, N, D] readout states instead of a prefill
+    first: torch.Tensor | None = None  # [B, N] first token of each item's text
+    history_first: torch.Tensor | None = None  # [B, H] first token of each history item
+    history_last: torch.Tensor | None = None  # [B, H] last token of each history item
+    history_mask: torch.Tensor | None = None  # [B, H] True for real history items
+    history_states: torch.Tensor | None = None  # [B, H, D] history states instead of a prefill
+    #: With the "tokens" readout, cached states are [B, N, W, D] / [B, H, W, D]; these say how
+    #: many of each item's W token slots are real.
+    token_lengths: torch.Tensor | None = None  # [B, N]
+    history_token_lengths: torch.Tensor | None = None  # [B, H]
+
+    def to(self, device: torch.device | str) -> Batch:
+        tensors = (getattr(self, f.name) for f in dataclasses.fields(self))
+        return Batch(*(None if t is None else t.to(device) for t in tensors))
+
+
+def pad_rows(
+    rows: Sequence[Any],
+    width: int,
+    inner: tuple[int, ...] = (),
+    fill: float = 0,
+    dtype: type | np.dtype = np.int64,
+) -> torch.Tensor:
+    """Slates' rows [n_i, *inner] as one tensor [B, width, *inner], each right-padded with
+    ``fill``.
+
+    A row is anything numpy assigns from: a list of ints (token ids, readout indices), an
+    array, or a CPU tensor (cached states). The padding is built in numpy and handed to torch
+    without a copy: converting a prompt's thousands of Python ints costs less there, and each
+    torch operation on a small tensor costs more than its data.
+    """
+    out = np.full((len(rows), width, *inner), fill, dtype=dtype)
+    for i, row in enumerate(rows):
+        out[i, : len(row)] = row
+    return torch.from_numpy(out)
+
+
+def lengths_mask(
+    lengths: Sequence[int] | np.ndarray, size: int, dtype: type = np.bool_
+) -> torch.Tensor:
+    """[B, size] of ``dtype``: true (1) at the first ``lengths[b]`` entries of row b."""
+    lengths = np.asarray(lengths, dtype=np.int64)
+    return torch.from_numpy((np.arange(size) < lengths[:, None]).astype(dtype, copy=False))
+
+
+def pad_features(features: Sequence[np.ndarray | None], n: int) -> torch.Tensor | None:
+    """Slates' [n_i, F] feature arrays padded to [B, n, F] with zeros; None when none has any."""
+    if all(f is None for f in features):
+        return None
+    if any(f is None for f in features):
+        raise ValueError("some prompts carry features and others do not: encode them all alike")
+    return pad_rows(features, n, (features[0].shape[1],), dtype=np.float32)
+
+
+def collate(encoded: Sequence[EncodedPrompt], pad_id: int) -> Batch:
+    """Right-pad token ids, item spans and history spans; indices are unaffected by right padding.
+
+    The features travel with the prompts, so whatever encodes slates and collates them (the
+    training loop, ``rank_batch``, the server) hands them to the head without knowing of them.
+    """
+    t = max(len(e.input_ids) for e in encoded)
+    n = max(len(e.readout) for e in encoded)
+    sizes = np.array([len(e.readout) for e in encoded], dtype=np.int64)
+    batch = Batch(
+        input_ids=pad_rows([e.input_ids for e in encoded], t, fill=pad_id),
+        attention_mask=lengths_mask([len(e.input_ids) for e in encoded], t, np.int64),
+        readout=pad_rows([e.readout for e in encoded], n),
+        item_mask=lengths_mask(sizes, n),
+        sizes=torch.from_numpy(sizes),
+        features=pad_features([e.features for e in encoded], n),
+        first=pad_rows([e.first if e.first is not None else e.readout for e in encoded], n),
+    )
+    if any(e.history is not None for e in encoded):
+        spans = [e.history or [] for e in encoded]
+        h = max(1, max(len(x) for x in spans))
+        batch.history_first = pad_rows([[a for a, _ in x] for x in spans], h)
+        batch.history_last = pad_rows([[z for _, z in x] for x in spans], h)
+        batch.history_mask = lengths_mask([len(x) for x in spans], h)
+    return batch
+
+
+@dataclass
+class SlateStates:
+    """The readout states of a batch's slates, one entry per slate, before padding.
+
+    ``items[b]`` is [n_b, D] ([n_b, W, D] with a per-token readout, then ``item_tokens[b]``
+    [n_b] says how many of the W slots are real); ``history`` and ``history_tokens`` the same
+    for the slates' history items, for a head that reads them.
+    """
+
+    items: Sequence[torch.Tensor]
+    item_tokens: Sequence[torch.Tensor] | None = None
+    history: Sequence[torch.Tensor] | None = None
+    history_tokens: Sequence[torch.Tensor] | None = None
+
+
+def states_batch(states: SlateStates, features: Sequence[np.ndarray | None]) -> Batch:
+    """The batch a head reads for slates whose readout states were computed earlier: the
+    states and token counts padded as :func:`collate` pads prompts, no tokens to prefill, and
+    the slates' normalised ``features`` ([n_b, F] each, or all None)."""
+    items, item_mask, token_lengths = _pad_states(states.items, states.item_tokens)
+    b, n = item_mask.shape
+    batch = Batch(
+        input_ids=torch.zeros((b, 0), dtype=torch.long),
+        attention_mask=torch.zeros((b, 0), dtype=torch.long),
+        readout=torch.zeros((b, n), dtype=torch.long),
+        item_mask=item_mask,
+        sizes=item_mask.sum(1),
+        features=pad_features(features, n),
+        states=items,
+        token_lengths=token_lengths,
+    )
+    if states.history is not None:
+        history, history_mask, history_lengths = _pad_states(states.history, states.history_tokens)
+        batch.history_states, batch.history_mask = history, history_mask
+        batch.history_token_lengths = history_lengths
+    return batch
+
+
+def _pad_states(
+    rows: Sequence[torch.Tensor], tokens: Sequence[torch.Tensor] | None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """Slates' float32 states [n_b, *inner] padded to [B, max(1, max n_b), *inner] with
+    zeros, the mask of real rows and, with per-token states, each row's token count (0 where
+    padded). Per-token states keep as many token slots as the longest row uses, as a live
+    readout does, so a head computes on cached states exactly as on live ones."""
+    sizes = [len(r) for r in rows]
+    width = max(1, max(sizes))
+    padded = pad_rows(rows, width, tuple(rows[0].shape[1:]), dtype=np.float32)
+    lengths = None if tokens is None else pad_rows(tokens, width)
+    if lengths is not None:
+        padded = padded[:, :, : max(1, int(lengths.max()))].contiguous()
+    return padded, lengths_mask(sizes, width), lengths

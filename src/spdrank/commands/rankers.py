@@ -1,0 +1,185 @@
+"""Rankers by name: the baselines, teacher label files and trained checkpoints a command names,
+built in one place and fitted on training slates.
+
+``spdrank eval``, ``spdrank bench`` and the teacher's ``ranker:NAME`` backend all rank with
+what is built and fitted here, so a ranker means the same thing in each. No torch is imported
+at module level: a model-backed ranker imports its modules only when one is asked for.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from itertools import chain
+from pathlib import Path
+from typing import Any
+
+from spdrank.core.ranking import Ranker
+from spdrank.rankers.baselines import BASELINES, SEARCH_DEFAULTS, make_baseline
+
+log = logging.getLogger(__name__)
+
+
+def split_named(spec: str) -> tuple[str | None, str]:
+    """``NAME=PATH`` -> (NAME, PATH); a plain path (even one holding '=') -> (None, PATH)."""
+    name, sep, path = spec.partition("=")
+    if not sep or not name or "/" in name or Path(spec).exists():
+        return None, spec
+    return name, path
+
+
+def default_train_path(slates: str | Path) -> Path:
+    """``train.jsonl`` beside the evaluation slates (``train.jsonl.gz`` if only that exists)."""
+    base = Path(slates).parent
+    plain = base / "train.jsonl"
+    gz = base / "train.jsonl.gz"
+    return gz if not plain.exists() and gz.exists() else plain
+
+
+def build_rankers(
+    names: Sequence[str] | None,
+    *,
+    seed: int = 0,
+    labels: Sequence[str] = (),
+    models: Sequence[str] = (),
+    runs: Sequence[str] = (),
+    device: str = "auto",
+    dtype: str | None = None,
+    decoder: str | None = None,
+    trust_remote_code: bool = False,
+    search: bool = False,
+    windows: Any = None,
+) -> list[Ranker]:
+    """The rankers named, unfitted, in the order given: baselines (``names``; without any,
+    and without labels or models, every baseline), then label files replayed (``labels``),
+    then TREC runs replayed (``runs``), then trained checkpoints (``models``); labels, runs and
+    models are ``[NAME=]PATH``.
+
+    ``seed`` seeds the random baseline; ``device`` and ``dtype`` load the checkpoints, and
+    ``decoder``, when given, replaces each checkpoint's own; ``trust_remote_code`` lets a
+    checkpoint's backbone run its folder's Python (the user's choice, never a checkpoint's).
+    ``search``: the slates' queries carry no history, so the default baselines are search's
+    (:data:`~spdrank.rankers.baselines.SEARCH_DEFAULTS`) and every ranker that learns from histories
+    is left out with a note (:func:`without_history`). ``windows``
+    (:class:`spdrank.rankers.windows.Windows`) runs every checkpoint over sliding windows.
+    """
+    defaults = SEARCH_DEFAULTS if search else tuple(BASELINES)
+    names = names or ([] if models or labels or runs else list(defaults))
+    rankers: list[Ranker] = []
+    for name in dict.fromkeys(names):  # a name repeated counts once
+        kwargs: dict[str, Any] = {"seed": seed} if name == "random" else {}
+        rankers.append(make_baseline(name, **kwargs))
+    for spec in labels:
+        from spdrank.teacher.replay import LabelReplayRanker
+
+        name, path = split_named(spec)
+        rankers.append(LabelReplayRanker(path, name=name))
+    for spec in runs:
+        from spdrank.rankers.run_ranker import RunRanker
+
+        name, path = split_named(spec)
+        rankers.append(RunRanker(path, name=name))
+    if models:
+        from spdrank.backbone.load import resolve_device
+        from spdrank.methods.spd.decode import get_decoder
+        from spdrank.model.ranker import SPDRanker
+
+        for spec in models:
+            name, path = split_named(spec)
+            model = SPDRanker.from_pretrained(
+                path, device=resolve_device(device), dtype=dtype,
+                trust_remote_code=trust_remote_code,
+            )
+            if decoder:
+                get_decoder(decoder)  # an unknown name fails before any ranking
+                model.config.decoder = decoder
+            if name:
+                model.name = name
+            elif len(models) > 1:
+                model.name = f"spd:{Path(path).name}"
+            if windows is not None:
+                from spdrank.rankers.windows import WindowedRanker
+
+                if windows.window > model.config.head.positions:
+                    raise ValueError(
+                        f"--window {windows.window} is over {path}'s K "
+                        f"({model.config.head.positions})"
+                    )
+                rankers.append(WindowedRanker(model, windows))
+            else:
+                rankers.append(model)
+    return without_history(rankers) if search else rankers
+
+
+def without_history(rankers: Sequence[Ranker]) -> list[Ranker]:
+    """The rankers that can rank slates without a user history; the others (popularity,
+    co-occurrence, SASRec learn from interaction logs) are logged as skipped, by name."""
+    kept = [r for r in rankers if not getattr(r, "needs_history", False)]
+    skipped = [r.name for r in rankers if getattr(r, "needs_history", False)]
+    if skipped:
+        log.warning(
+            "skipped %s: they learn from users' histories, and these slates' queries carry none "
+            "(search slates)", ", ".join(skipped),
+        )
+    return kept
+
+
+def is_search(path: str | Path) -> bool:
+    """Whether a slate file holds search slates: its first slate has neither a history (a
+    recommendation builder always writes one, empty or not) nor clicks, the interactions that
+    popularity and co-occurrence count."""
+    from spdrank.core.slates import read_slates
+
+    first = next(iter(read_slates(path)), None)
+    return first is not None and first.query.history is None and first.clicked is None
+
+
+def fit_rankers(
+    rankers: list[Ranker],
+    train: Path | None,
+    progress: bool | None = None,
+    extra: Path | None = None,
+) -> dict[str, float]:
+    """Fit every ranker that needs training data, one streamed pass each; seconds per ranker.
+
+    Rankers that count sequences (popularity, co-occurrence) also count ``extra``, the
+    sequences of users who make no slate (default: ``extra_sequences.txt`` beside ``train``).
+    A ranker that can load what the build of ``train`` fitted for it (``fit_build``: SASRec,
+    which the build's ``sasrec`` feature fitted) does so rather than fit again, unless
+    ``extra`` names other sequences than the build's.
+    """
+    from spdrank.core.progress import track
+    from spdrank.core.slates import read_slates, training_sequence
+    from spdrank.datasets.sequences import default_extra_sequences, iter_extra_sequences
+
+    needing = [r for r in rankers if getattr(r, "needs_train", False)]
+    if not needing:
+        return {}
+    if train is None or not train.exists():
+        raise FileNotFoundError(
+            f"ranker(s) {', '.join(r.name for r in needing)} need training slates, but "
+            f"{train} does not exist; pass --train FILE"
+        )
+    builds = extra is None  # the build's own sequences: what its fits learned from
+    extra = extra or default_extra_sequences(train)
+    if extra is not None and not extra.is_file():
+        raise FileNotFoundError(f"no such extra sequences file: {extra}")
+    seconds: dict[str, float] = {}
+    for ranker in needing:
+        t0 = time.perf_counter()
+        if builds and hasattr(ranker, "fit_build") and ranker.fit_build(train):
+            seconds[ranker.name] = time.perf_counter() - t0
+            continue
+        stream = track(read_slates(train), f"fit {ranker.name}", unit="slate", mode=progress)
+        counts_extra = extra is not None and hasattr(ranker, "fit_sequences")
+        if counts_extra:
+            ranker.fit_sequences(  # type: ignore[attr-defined]
+                chain(map(training_sequence, stream), iter_extra_sequences(extra))
+            )
+        else:
+            ranker.fit(stream)
+        seconds[ranker.name] = time.perf_counter() - t0
+        also = f" and {extra}" if counts_extra else ""
+        log.info("fitted %s on %s%s in %.1f s", ranker.name, train, also, seconds[ranker.name])
+    return seconds

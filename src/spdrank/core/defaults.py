@@ -1,0 +1,44 @@
+"""The decoder and head kind each setting takes when none is named, each defined here once.
+
+Several modules read these (the model config, the decoders, the training settings, the CLI's
+help), and a default written twice drifts apart. Nothing here imports numpy, scipy or torch:
+the CLI builds its flags from these without loading them.
+"""
+
+from __future__ import annotations
+
+#: The decoder ``spdrank train`` saves with a checkpoint unless told another: expected rank
+#: reads the whole Sinkhorn matrix rather than one assignment (the decoders compared:
+#: benchmarks/results/quality-beauty-cpu; docs/architecture.md).
+TRAIN_DECODER = "expected_rank"
+
+#: The decoder where none is named: a model config without the ``decoder`` field (built in
+#: code, or read from a checkpoint's config.json that lacks it: such a checkpoint ranks with
+#: this one), and :func:`spdrank.methods.spd.decode.decode` called without a name. The exact assignment,
+#: the paper's decoder.
+UNNAMED_DECODER = "hungarian"
+
+#: The head ``spdrank train`` fits unless told another: it reads the history items' states
+#: too, the head that learned its teachers best.
+TRAIN_HEAD = "history"
+
+#: The head ``spdrank train --features-only`` fits unless told another: without a backbone
+#: there are no history states for the history head to read.
+FEATURES_ONLY_HEAD = "attn"
+
+#: The head of a head config that names no kind.
+UNNAMED_HEAD = "attn"
+
+#: How the history head reads items unless told another: one state per word of each title,
+#: matched with the history items' words as a soft TF-IDF cosine (the recipe that learned
+#: its teachers best). The other heads read one state per item, its tokens' mean.
+HISTORY_READOUT = "words"
+OTHER_READOUT = "mean"
+UNIT_MATCH = "tfidf"
+
+#: The recommendation template's per-candidate token budget: titles are short, and a student
+#: can only match the words the prompt keeps (docs/architecture.md, "The token budget").
+DEFAULT_ITEM_TOKENS = 32
+
+#: The slate sizes N at which ``spdrank bench --latency`` decomposes a model's latency.
+LATENCY_SIZES = (20, 50, 150)

@@ -1,0 +1,250 @@
+"""The one gate every JSON input passes: slate files, label files and HTTP bodies alike.
+
+A line of a slate file and the body of a request are parsed by :func:`loads` and nothing
+else, so the CLI and the server refuse the same inputs with the same words; the server only
+adds an HTTP status. :func:`loads` refuses, naming the field (``candidates[3].doc.title``):
+
+- text that is not JSON, or JSON nested deeper than :data:`MAX_DEPTH` (Python's parser would
+  otherwise hit its recursion limit);
+- ``NaN``, ``Infinity`` and ``-Infinity`` (Python's parser accepts them; JSON does not);
+- numbers that no float holds: ``1e999`` (parsed as infinity), integers of more digits than
+  Python converts (:data:`MAX_INT_DIGITS`);
+- strings (values or keys) holding a lone UTF-16 surrogate (``"\\ud800"`` is valid JSON but
+  not text: no tokenizer reads it and no UTF-8 writer writes it back).
+
+These hold for every field, extra fields included, because spdrank writes extra fields back
+out (result records, labelled slates, HTTP answers) and must be able to. What a field must be
+(a string, a number within float range) is :class:`~spdrank.core.slates.Slate`'s to check;
+what a model can read (at most K candidates, features it can normalise) is
+:func:`check_fits_model`'s, which the server and ``spdrank rank`` both call.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import sys
+import unicodedata
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from spdrank.core.features import FeatureNormalizer
+    from spdrank.core.slates import Slate
+
+#: Containers nested deeper than this are refused: slates need 4 levels, extras a few more.
+MAX_DEPTH = 64
+
+#: The most digits Python converts between int and str (its int_max_str_digits limit).
+MAX_INT_DIGITS = sys.get_int_max_str_digits() or 4300
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+class SlateError(ValueError):
+    """An input that cannot be used, with where it came from (``file:line``) when known.
+
+    ``field`` names the offending field (``query.qid``) when one is to blame, which the server
+    reports as the error's ``param``; ``syntax`` marks input that is not JSON at all.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        where: str | None = None,
+        field: str | None = None,
+        syntax: bool = False,
+    ) -> None:
+        self.where = where
+        self.field = field
+        self.syntax = syntax
+        self.detail = message
+        super().__init__(f"{where}: {message}" if where else message)
+
+
+class _Constant:
+    """``NaN`` / ``Infinity`` / ``-Infinity`` as parsed, kept to be refused with their field."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+
+class _HugeInt:
+    """An integer literal of more digits than Python converts, kept to be refused by field."""
+
+    def __init__(self, digits: str) -> None:
+        self.digits = len(digits.lstrip("-"))
+
+
+def _parse_int(digits: str) -> int | _HugeInt:
+    return _HugeInt(digits) if len(digits) > MAX_INT_DIGITS else int(digits)
+
+
+def loads(data: bytes | str, where: str | None = None) -> Any:
+    """Parse one JSON document and refuse what spdrank cannot carry (see the module doc)."""
+    if isinstance(data, bytes):
+        try:
+            data = data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise SlateError(
+                f"not UTF-8 text (byte {exc.start + 1} of the line)", where, syntax=True
+            ) from None
+    try:
+        value = json.loads(data, parse_constant=_Constant, parse_int=_parse_int)
+    except json.JSONDecodeError as exc:
+        raise SlateError(
+            f"invalid JSON ({exc.msg} at line {exc.lineno}, column {exc.colno})"
+            if exc.lineno > 1 else f"invalid JSON ({exc.msg} at column {exc.colno})",
+            where,
+            syntax=True,
+        ) from None
+    except RecursionError:
+        raise SlateError(
+            f"invalid JSON: nested too deeply (at most {MAX_DEPTH} levels)", where, syntax=True
+        ) from None
+    check_tree(value, where)
+    return value
+
+
+def field_path(parent: str, key: str | int) -> str:
+    """``candidates`` + 3 -> ``candidates[3]``; ``doc`` + ``title`` -> ``doc.title``."""
+    if isinstance(key, int):
+        return f"{parent}[{key}]"
+    return f"{parent}.{key}" if parent else key
+
+
+def check_tree(value: Any, where: str | None = None) -> None:
+    """Refuse, naming the field, anything in ``value`` that spdrank could not write back.
+
+    Walked with an explicit stack, so no input's depth can exhaust Python's.
+    """
+    stack: list[tuple[Any, str, int]] = [(value, "", 0)]
+    while stack:
+        node, path, depth = stack.pop()
+        label = path or "the value"
+        if isinstance(node, str):
+            check_text(node, label, where)
+        elif isinstance(node, float):
+            if not math.isfinite(node):
+                _refuse(where, path, f"{label} is beyond the float range (a literal like 1e999?)")
+        elif isinstance(node, _Constant):
+            _refuse(where, path, f"{label}: {node.name} is not valid JSON (numbers must be finite)",
+                    syntax=True)
+        elif isinstance(node, _HugeInt):
+            _refuse(where, path, f"{label} is an integer of {node.digits} digits, more than the "
+                    f"{MAX_INT_DIGITS} spdrank reads (give ids as strings)")
+        elif isinstance(node, (dict, list)):
+            if depth >= MAX_DEPTH:
+                short = path if len(path) <= 60 else path[:60] + "..."
+                _refuse(where, short, f"{short} is nested too deeply (at most {MAX_DEPTH} levels)")
+            items = list(node.items() if isinstance(node, dict) else enumerate(node))
+            for key, child in reversed(items):  # popped in document order
+                child_path = field_path(path, key)
+                if isinstance(key, str) and (problem := surrogate_problem(key)):
+                    _refuse(where, path, f"a key of {label} {problem}")
+                stack.append((child, child_path, depth + 1))
+
+
+def surrogate_problem(text: str) -> str | None:
+    """What is wrong with ``text`` if it holds a lone UTF-16 surrogate, else None."""
+    if text.isascii() or not (m := _SURROGATE.search(text)):
+        return None
+    return (
+        f"holds a lone UTF-16 surrogate (U+{ord(m.group()):04X} at character {m.start() + 1}): "
+        "not valid Unicode text"
+    )
+
+
+#: The Unicode categories of characters that show nothing: controls, format characters (zero
+#: widths, joiners, bidi marks, U+FEFF) and separators.
+INVISIBLE_CATEGORIES = frozenset({"Cc", "Cf", "Zs", "Zl", "Zp"})
+
+
+def is_blank(text: str) -> bool:
+    """Whether ``text`` shows nothing: only whitespace, controls and format characters.
+
+    ``str.strip`` keeps a zero-width space or a bidi mark, so a title of those alone would
+    pass as text and give the model an item with nothing to read. The scan stops at the first
+    visible character, so an ordinary text costs one look.
+    """
+    return all(c.isspace() or unicodedata.category(c) in INVISIBLE_CATEGORIES for c in text)
+
+
+def check_text(text: str, label: str, where: str | None = None, field: str | None = None) -> None:
+    """Refuse a string holding a lone UTF-16 surrogate: it is not text any encoder writes."""
+    if problem := surrogate_problem(text):
+        raise SlateError(f"{label} {problem}", where, field=field or label)
+
+
+def _refuse(where: str | None, path: str, message: str, syntax: bool = False) -> None:
+    raise SlateError(message, where, field=path or None, syntax=syntax)
+
+
+def as_float(value: Any, label: str, where: str | None = None, field: str | None = None) -> float:
+    """A JSON number as a finite float; a boolean, or an integer beyond float range, is refused.
+
+    ``label`` names the value in the message (``candidates[0].score (docid 'a')``), ``field``
+    is its bare path (``candidates[0].score``, the server's ``param``; default: ``label``).
+    """
+    field = field or label
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        raise SlateError(
+            f"{label} must be a number, got {type(value).__name__}", where, field=field
+        )
+    try:
+        out = float(value)
+    except OverflowError:
+        raise SlateError(
+            f"{label} is an integer of {len(str(abs(value)))} digits, beyond the float range "
+            "(about 1.8e308)", where, field=field,
+        ) from None
+    if not math.isfinite(out):
+        raise SlateError(f"{label} must be finite, got {out}", where, field=field)
+    return out
+
+
+def as_id(value: Any, label: str, where: str | None = None, field: str | None = None) -> str:
+    """An id (qid, docid, history item) given as a string or an integer; never a boolean."""
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        raise SlateError(
+            f"{label} must be a string, got {type(value).__name__}", where, field=field or label
+        )
+    return str(value)
+
+
+@contextmanager
+def located(where: str | None) -> Iterator[None]:
+    """Add ``where`` (``file:line``) to a :class:`SlateError` raised without one."""
+    try:
+        yield
+    except SlateError as exc:
+        if exc.where is not None or where is None:
+            raise
+        raise SlateError(exc.detail, where, field=exc.field) from None
+
+
+def check_fits_model(
+    slate: Slate,
+    positions: int,
+    features: FeatureNormalizer | None,
+    where: str | None = None,
+) -> None:
+    """Refuse a slate the model cannot rank: more candidates than its K, a feature missing,
+    or a feature value its normalisation cannot hold (``1.7e308`` overflows to infinity).
+
+    The server calls this before queueing a request and ``spdrank rank`` before ranking a
+    line, so the model only ever sees slates it can rank and errors name the request's field
+    or the file's line, never a broken score matrix.
+    """
+    if len(slate) > positions:
+        raise SlateError(
+            f"slate {slate.query.qid!r} has {len(slate)} candidates; this model ranks at most "
+            f"{positions} (its K)",
+            where,
+            field="candidates",
+        )
+    if features is not None:
+        with located(where):
+            features(slate)

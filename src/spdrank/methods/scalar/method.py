@@ -1,0 +1,43 @@
+"""The pointwise peer: one score per candidate, ranked by sorting.
+
+The classic reranker on SPD's backbone and prompt: its head (:class:`spdrank.methods.heads.ScalarHead`)
+maps each candidate's state to one score, training fits those scores with ListNet against the
+same item-position targets SPD learns from (:mod:`spdrank.methods.scalar.loss`), and ranking sorts them.
+There are no positions, so there is no decoder to choose, and a ranking reports the scores
+themselves. :mod:`.first` scores, trains and ranks the same way from other scores.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from spdrank.methods.base import RankingMethod
+
+if TYPE_CHECKING:
+    import numpy as np
+    import torch
+
+    from spdrank.training.config import TrainConfig
+
+
+class ScalarMethod(RankingMethod):
+    name = "scalar"
+    title = "scalar"
+    kinds = ("scalar",)
+    help = "scalar (a single-pass peer: one score per item + argsort, ListNet)"
+    matrix = False
+
+    def loss(
+        self, scores: torch.Tensor, target: torch.Tensor, sizes: torch.Tensor, cfg: TrainConfig
+    ) -> torch.Tensor:
+        from spdrank.methods.scalar.loss import listnet_loss
+
+        return listnet_loss(scores, target, sizes, reduction="none")
+
+    def order(self, scores: np.ndarray, decoder: str) -> np.ndarray:
+        from spdrank.methods.spd.decode import sort_scores
+
+        return sort_scores(scores)
+
+    def ranked_scores(self, scores: np.ndarray, order: np.ndarray) -> list[float]:
+        return scores[order].astype(float).tolist()

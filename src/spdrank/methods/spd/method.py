@@ -1,0 +1,72 @@
+"""SPD: each candidate's state -> a row of N x K item-position scores -> an assignment.
+
+The head (:mod:`spdrank.methods.heads`: linear, attn, slot, history) scores every item at every rank
+position. Training runs the matrix through log-Sinkhorn into a soft permutation and takes its
+cross-entropy against the target permutation, rows weighted as ``--position-weights`` says;
+ranking decodes each matrix with the checkpoint's decoder (Hungarian, greedy, expected rank,
+...), so every answer is a valid permutation. The entries of M are not comparable across
+positions; a ranking reports each item's relevance under the Sinkhorn-normalised matrix
+(one minus its expected position over n), which can be compared across items.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from spdrank.methods.base import RankingMethod
+
+if TYPE_CHECKING:
+    import numpy as np
+    import torch
+
+    from spdrank.training.config import TrainConfig
+
+
+class SPDMethod(RankingMethod):
+    name = "spd"
+    title = "SPD"
+    kinds = ("attn", "linear", "slot", "history")
+    help = (
+        "SPD heads: attn (2-layer self-attention), linear (probe), slot (slot-query), "
+        "history (attention that also reads the history items' states: candidates matched "
+        "with and attending to what the user chose before; reads the user context one item "
+        "a line)"
+    )
+    matrix = True
+
+    def model_name(self, kind: str) -> str:
+        return f"spd-{kind}"
+
+    def loss(
+        self, scores: torch.Tensor, target: torch.Tensor, sizes: torch.Tensor, cfg: TrainConfig
+    ) -> torch.Tensor:
+        from spdrank.methods.spd.loss import log_sinkhorn, permutation_cross_entropy
+
+        log_s = log_sinkhorn(scores, sizes, tau=cfg.tau, iters=cfg.sinkhorn_iters)
+        return permutation_cross_entropy(
+            log_s, target, sizes, reduction="none", position_weights=cfg.position_weights
+        )
+
+    def order(self, scores: np.ndarray, decoder: str) -> np.ndarray:
+        from spdrank.methods.spd.decode import decode
+
+        return decode(scores, decoder)
+
+    def orders(self, scores: np.ndarray, sizes: Sequence[int], decoder: str) -> list[np.ndarray]:
+        from spdrank.methods.spd.decode import decode_batch
+
+        return decode_batch(scores, sizes, decoder)
+
+    def ranked_scores(self, scores: np.ndarray, order: np.ndarray) -> list[float]:
+        """Each ranked item's :func:`~spdrank.methods.spd.decode.relevance` (1 - its expected position
+        over n), best first, as a running minimum down the ranking: exactly the relevance
+        under ``expected_rank``, whose order it sorts by, and never rising down the list under
+        a decoder that orders otherwise (an assignment can place an item above one the soft
+        assignment expects higher)."""
+        import numpy as np
+
+        from spdrank.methods.spd.decode import relevance
+
+        ranked = relevance(scores[: len(order)])[order]
+        return np.minimum.accumulate(ranked).tolist()

@@ -1,0 +1,517 @@
+"""Training the SPD student: Sinkhorn cross-entropy against a target permutation per slate.
+
+The loop runs through accelerate, so ``accelerate launch`` or ``spdrank train
+--num-processes N`` spreads it over processes as data-parallel training: each process takes
+its share of every global batch of ``batch_size`` slates, and the loss is weighted so that
+DDP's gradient mean is the gradient of the global batch's mean loss, as one process would
+compute it. Only the main process writes checkpoints, state and logs.
+
+Slates are read from the file as they are needed (:mod:`spdrank.training.slate_source`), so the
+training file may be larger than memory. The run is resumable: every ``save_every`` steps it
+writes a training state (model, optimizer, scheduler, step, each process's random-number
+state) under ``OUT/state`` with no pickles; rerunning the same command continues from there.
+The data order is a pure function of the seed and the epoch, so a resumed run sees exactly
+the batches an uninterrupted one would have, and the same seed gives the same weights.
+
+With a frozen backbone and ``cache_states``, the readout states of the training and eval
+slates are computed once (:mod:`spdrank.training.state_cache`) and every step reads them instead of
+running the backbone: the head, targets, loss, data order and checkpoint are those of a live
+run, and the upstream features still come from the slates.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import time
+from dataclasses import asdict
+from itertools import islice
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from accelerate.logging import get_logger
+from safetensors.torch import load_file, save_file
+
+from spdrank.backbone.load import resolve_device
+from spdrank.core.atomic_dir import atomic_directory
+from spdrank.core.features import FeatureNormalizer, parse_feature_names
+from spdrank.core.progress import Progress
+from spdrank.core.slates import Slate, load_slates, read_slates
+from spdrank.eval.metrics import aggregate, slate_metrics
+from spdrank.model.ranker import Batch, SPDRanker, collate
+from spdrank.training.config import TrainConfig
+from spdrank.training.slate_source import SkipSlate, open_slate_source
+from spdrank.training.state_cache import StateCache, open_state_cache
+from spdrank.training.targets import RELEVANCE_TARGETS, has_relevant_candidate, target_matrix
+from spdrank.training.warm_start import warm_start
+
+#: Logs from the main process only, so N processes do not print every line N times.
+log = get_logger(__name__)
+
+#: The targets that read clicks: a slate without a clicked item gives them nothing to learn.
+CLICK_TARGETS = ("clicks", "teacher+clicks")
+
+STATE_DIR = "state"
+SUMMARY_NAME = "train.json"
+LOG_NAME = "log.jsonl"
+
+
+# -- optimizer state without pickles ----------------------------------------------------------
+
+
+def _save_optimizer(optimizer: torch.optim.Optimizer, path: Path) -> dict[str, Any]:
+    """Tensors to safetensors, the rest (hyper-parameters) returned for the JSON state."""
+    sd = optimizer.state_dict()
+    tensors: dict[str, torch.Tensor] = {}
+    scalars: dict[str, dict[str, Any]] = {}
+    for idx, st in sd["state"].items():
+        for key, value in st.items():
+            if torch.is_tensor(value):
+                tensors[f"{idx}.{key}"] = value.detach().contiguous().cpu()
+            else:
+                scalars.setdefault(str(idx), {})[key] = value
+    save_file(tensors, str(path))
+    return {"param_groups": sd["param_groups"], "scalars": scalars}
+
+
+def _load_optimizer(optimizer: torch.optim.Optimizer, path: Path, meta: dict[str, Any]) -> None:
+    tensors = load_file(str(path))
+    state: dict[int, dict[str, Any]] = {}
+    for name, value in tensors.items():
+        idx, key = name.split(".", 1)
+        state.setdefault(int(idx), {})[key] = value
+    for idx, extra in meta["scalars"].items():
+        state.setdefault(int(idx), {}).update(extra)
+    optimizer.load_state_dict({"state": state, "param_groups": meta["param_groups"]})
+
+
+# -- the loop ---------------------------------------------------------------------------------
+
+
+#: The learning-rate warm-up when ``--warmup-steps`` is not given, in steps...
+DEFAULT_WARMUP = 20
+#: ...or this share of a run too short for it.
+DEFAULT_WARMUP_SHARE = 0.1
+
+
+def warmup_steps(asked: int | None, total: int) -> int:
+    """The warm-up of a run of ``total`` steps: ``asked``, else the default, cut to a tenth of
+    the run (at least one step), since 20 steps of a 16-step run would end it before the
+    learning rate ever reached its value."""
+    if asked is not None:
+        return asked
+    return min(DEFAULT_WARMUP, max(1, math.ceil(total * DEFAULT_WARMUP_SHARE)))
+
+
+def _lr_lambda(warmup: int, total: int):
+    def f(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / warmup
+        progress = (step - warmup) / max(1, total - warmup)
+        return 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
+
+    return f
+
+
+def share(start: int, stop: int, process: int, processes: int) -> range:
+    """Process ``process``'s contiguous part of the global batch at positions ``start:stop``.
+
+    A full batch splits into equal parts; the short last batch of an epoch into parts whose
+    sizes differ by at most one (some empty when it holds fewer slates than processes).
+    """
+    size, extra = divmod(stop - start, processes)
+    first = start + process * size + min(process, extra)
+    return range(first, first + size + (process < extra))
+
+
+def _dropout_seed(seed: int, process: int) -> int:
+    """The seed of one process's dropout stream: distinct per process and from the init seed."""
+    return int(np.random.SeedSequence([seed, process]).generate_state(1)[0])
+
+
+def evaluate_model(
+    model: SPDRanker, slates: list[Slate], batch_size: int = 4, cache: StateCache | None = None
+) -> dict[str, float | None]:
+    """Mean metrics of the model on ``slates`` (clicks or graded judgements, and teacher
+    agreement when labelled);
+    ``cache``: the slates' cached states, read instead of running the backbone."""
+    per_slate = []
+    for i in range(0, len(slates), batch_size):
+        chunk = slates[i : i + batch_size]
+        batch = None if cache is None else cache.batch(range(i, i + len(chunk)), chunk, model)
+        for slate, ranking in zip(chunk, model.rank_batch(chunk, batch=batch)):
+            per_slate.append(slate_metrics(
+                ranking.docids, slate.docids, slate.clicked, slate.teacher,
+                teacher_scores=slate.teacher_scores, judgements=slate.relevance,
+            ))
+    return {name: s.mean for name, s in aggregate(per_slate).items()}
+
+
+def fit_feature_normalizer(cfg: TrainConfig) -> FeatureNormalizer | None:
+    """The ``--features`` normalisation of a run, fitted in one streamed pass over its training
+    slates (the same ``--limit`` of them it trains on); None without features."""
+    if cfg.features is None:
+        return None
+    names = parse_feature_names(cfg.features)
+    return FeatureNormalizer.fit(names, islice(read_slates(cfg.slates), cfg.limit))
+
+
+class Trainer:
+    """Owns one training run (in one process of it): data, model, optimizer, state files."""
+
+    def __init__(self, cfg: TrainConfig, trust_remote_code: bool = False) -> None:
+        from accelerate import Accelerator
+        from accelerate.utils import set_seed
+
+        #: When this run began: its wall time counts loading and the state cache too.
+        self.started = time.perf_counter()
+        self.cfg = cfg
+        self.out = Path(cfg.out)
+        self.accelerator = Accelerator(cpu=resolve_device(cfg.device) == "cpu")
+        self.processes = self.accelerator.num_processes
+        cfg.check(self.processes)
+        set_seed(cfg.seed)  # every process builds the same initial weights
+        model_config = self.model_config = cfg.model_config(fit_feature_normalizer(cfg))
+        self.positions = model_config.head.positions
+        self.source = open_slate_source(
+            cfg.slates, seed=cfg.seed, check=self.check_slate, limit=cfg.limit
+        )
+        if self.source.skipped:
+            if cfg.cache_states:
+                raise ValueError(
+                    f"--cache-states caches every slate of {cfg.slates} in file order, but "
+                    f"{self.source.skipped} have nothing to train on for --target "
+                    f"{cfg.target} (the first: {self.source.skip_reason}): remove them from "
+                    "the file, or pass --require-clicks to see each"
+                )
+            log.warning(
+                "left out %d slates with nothing to train on for --target %s (the first: %s); "
+                "--require-clicks refuses such a file",
+                self.source.skipped, cfg.target, self.source.skip_reason,
+            )
+        evaluates = cfg.eval_slates and self.accelerator.is_main_process  # the others train only
+        self.eval_slates = load_slates(cfg.eval_slates, limit=cfg.eval_limit) if evaluates else []
+        self.model = SPDRanker.build(
+            model_config, device=self.accelerator.device, trust_remote_code=trust_remote_code
+        )
+        if cfg.init_from:
+            fresh = warm_start(self.model, cfg.init_from)
+            log.info("starting from %s%s", cfg.init_from,
+                     f" (new at zero: {', '.join(fresh)})" if fresh else "")
+        steps_per_epoch = math.ceil(len(self.source) / cfg.batch_size)
+        self.total_steps = cfg.max_steps or max(1, math.ceil(cfg.epochs * steps_per_epoch))
+        self.steps_per_epoch = steps_per_epoch
+        head_params = list(self.model.head.parameters())
+        backbone_params = [p for p in self.model.backbone.parameters() if p.requires_grad]
+        frozen = model_config.backbone.lora is None
+        refusal = self.model.method.frozen_refusal(model_config) if frozen else None
+        if refusal is not None:
+            raise ValueError(
+                f"--head {cfg.head} with --frozen has nothing to train ({refusal}): drop "
+                "--frozen to train LoRA adapters"
+            )
+        groups = [
+            {"params": params, "lr": lr}
+            for params, lr in ((head_params, cfg.head_lr), (backbone_params, cfg.lr))
+            if params
+        ]
+        self.optimizer = torch.optim.AdamW(groups, weight_decay=cfg.weight_decay)
+        self.warmup_steps = warmup_steps(cfg.warmup_steps, self.total_steps)
+        self.report_warmup()
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, _lr_lambda(self.warmup_steps, self.total_steps)
+        )
+        self.model, self.optimizer = self.accelerator.prepare(self.model, self.optimizer)
+        # Each process sees other slates, so each draws its own dropout masks.
+        torch.manual_seed(_dropout_seed(cfg.seed, self.accelerator.process_index))
+        self.step = 0
+        #: The cached states of the training and eval slates (with ``cache_states``).
+        self.cache: StateCache | None = None
+        self.eval_cache: StateCache | None = None
+        #: (step, metrics) of the latest evaluation, so the final one is not run twice.
+        self.last_eval: tuple[int, dict[str, float | None]] | None = None
+        #: Seconds spent opening (building or completing) the state caches.
+        self.cache_s = 0.0
+
+    def report_warmup(self) -> None:
+        """Say when the warm-up was cut to the run, or cannot end within it."""
+        asked, total = self.cfg.warmup_steps, self.total_steps
+        if asked is None and self.warmup_steps < DEFAULT_WARMUP:
+            log.info(
+                "warming up over %d steps, a tenth of this run's %d (the default %d would not "
+                "end before the run does); --warmup-steps N to choose",
+                self.warmup_steps, total, DEFAULT_WARMUP,
+            )
+        elif asked is not None and asked >= total:
+            log.warning(
+                "--warmup-steps %d is not below this run's %d steps: the learning rate never "
+                "reaches its value (leave --warmup-steps out to warm up over a tenth of the run)",
+                asked, total,
+            )
+
+    @property
+    def spd(self) -> SPDRanker:
+        return self.accelerator.unwrap_model(self.model)
+
+    def check_slate(self, slate: Slate) -> None:
+        """What training needs of a slate beyond its format: it fits K and has its labels."""
+        if len(slate) > self.positions:
+            raise ValueError(
+                f"slate {slate.query.qid!r} has {len(slate)} candidates, more than the model's "
+                f"{self.positions} rank positions (--positions)"
+            )
+        unclicked = not slate.clicked and self.cfg.target in CLICK_TARGETS
+        unjudged = self.cfg.target in RELEVANCE_TARGETS and not has_relevant_candidate(slate)
+        if (unclicked or unjudged) and not self.cfg.require_clicks:
+            what = "clicked item" if unclicked else "relevant candidate"
+            raise SkipSlate(f"slate {slate.query.qid!r} has no {what}")
+        target_matrix(slate, self.cfg.target)  # raises when the target's labels are missing
+
+    # -- state -----------------------------------------------------------------------------
+
+    def _state_meta(self) -> dict[str, Any]:
+        return {
+            "config": asdict(self.cfg) | {"stop_after": None, "progress": None},
+            "processes": self.processes,
+        }
+
+    def save_state(self) -> None:
+        """Write the resumable state; every process must call it (it gathers their RNG states)."""
+        rng = self.accelerator.gather(torch.get_rng_state().unsqueeze(0))
+        if not self.accelerator.is_main_process:
+            return
+        with atomic_directory(self.out / STATE_DIR) as tmp:
+            self.spd.save_pretrained(tmp / "model")
+            opt = _save_optimizer(self.optimizer, tmp / "optimizer.safetensors")
+            save_file({"torch": rng.contiguous()}, str(tmp / "rng.safetensors"))
+            meta = self._state_meta() | {
+                "step": self.step,
+                "optimizer": opt,
+                "scheduler": self.scheduler.state_dict(),
+            }
+            (tmp / "trainer.json").write_text(json.dumps(meta, indent=1))
+
+    def maybe_resume(self) -> bool:
+        state = self.out / STATE_DIR
+        if not (state / "trainer.json").exists():
+            return False
+        meta = json.loads((state / "trainer.json").read_text())
+        # A setting added since the run was saved held its default then.
+        defaults = asdict(TrainConfig(slates=self.cfg.slates, out=self.cfg.out))
+        saved = defaults | meta["config"]
+        current = self._state_meta()["config"]
+        if saved != current:
+            changed = sorted(k for k in saved.keys() | current.keys()
+                             if saved.get(k) != current.get(k))
+            raise ValueError(
+                f"{state} holds a run with different settings ({', '.join(changed)}); "
+                "use another --out or delete that directory to start over"
+            )
+        if meta["processes"] != self.processes:
+            raise ValueError(
+                f"{state} holds a run on {meta['processes']} processes, not {self.processes}: "
+                f"resume it on {meta['processes']} (each process's dropout stream was saved), "
+                "or use another --out"
+            )
+        from peft import set_peft_model_state_dict
+        from safetensors.torch import load_file as load_st
+
+        spd = self.spd
+        spd.head.load_state_dict(load_st(str(state / "model" / "head.safetensors")))
+        if spd.config.backbone.lora is not None:
+            adapter = load_st(str(state / "model" / "adapter" / "adapter_model.safetensors"))
+            set_peft_model_state_dict(spd.backbone, adapter)
+        _load_optimizer(self.optimizer, state / "optimizer.safetensors", meta["optimizer"])
+        self.scheduler.load_state_dict(meta["scheduler"])
+        rng = load_file(str(state / "rng.safetensors"))["torch"]
+        # A copy: set_rng_state reads a row view from its storage's start (torch 2.13).
+        torch.set_rng_state(rng[self.accelerator.process_index].clone())
+        self.step = meta["step"]
+        log.info("resumed from %s at step %d/%d", state, self.step, self.total_steps)
+        return True
+
+    def open_caches(self) -> None:
+        """Open (building or completing first) the state caches, with ``cache_states``."""
+        cfg = self.cfg
+        if not cfg.cache_states:
+            return
+        t0 = time.perf_counter()
+        settings = {
+            "storage": cfg.cache_dtype, "batch_size": cfg.cache_batch_size,
+            "progress": cfg.progress,
+        }
+        root = Path(cfg.cache_states)
+        self.cache = open_state_cache(
+            root / "train", self.spd, cfg.slates, len(self.source), **settings
+        )
+        if self.eval_slates:
+            self.eval_cache = open_state_cache(
+                root / "eval", self.spd, cfg.eval_slates, len(self.eval_slates), **settings
+            )
+        self.cache_s = time.perf_counter() - t0
+
+    # -- steps -----------------------------------------------------------------------------
+
+    def batch_span(self, step: int) -> tuple[int, int, int]:
+        """``(epoch, start, stop)``: the global batch at ``step`` is positions start:stop."""
+        epoch, within = divmod(step, self.steps_per_epoch)
+        start = within * self.cfg.batch_size
+        return epoch, start, min(start + self.cfg.batch_size, len(self.source))
+
+    def batch(self, numbered: list[tuple[int, Slate]]) -> Batch:
+        """The model's input for these slates (each with its place in the file): their padded
+        prompts for one prefill, or their cached states."""
+        slates = [slate for _, slate in numbered]
+        if self.cache is not None:
+            batch = self.cache.batch([i for i, _ in numbered], slates, self.spd)
+        else:
+            batch = collate([self.spd.encode(s) for s in slates], self.spd.tokenizer.pad_token_id)
+        return batch.to(self.accelerator.device)
+
+    def slate_losses(self, numbered: list[tuple[int, Slate]]) -> torch.Tensor:
+        """The [B] per-slate losses of the slates (each with its place in the file), as the
+        model's ranking method scores them against their targets."""
+        slates = [slate for _, slate in numbered]
+        batch = self.batch(numbered)
+        scores = self.model(batch).float()
+        width = int(batch.sizes.max())
+        target = torch.zeros((len(slates), width, width))
+        for row, slate in enumerate(slates):
+            t = target_matrix(slate, self.cfg.target)
+            target[row, : t.shape[0], : t.shape[1]] = torch.from_numpy(t)
+        return self.spd.method.loss(scores, target.to(scores.device), batch.sizes, self.cfg)
+
+    def loss_at(self, step: int) -> torch.Tensor:
+        """This process's term of the global batch's mean loss at ``step``, ready for DDP.
+
+        DDP averages gradients over the P processes, so a process holding slates S of a batch
+        of B returns P/B * sum of its losses: the mean of those terms is the batch's mean loss.
+        """
+        epoch, start, stop = self.batch_span(step)
+        part = share(start, stop, self.accelerator.process_index, self.processes)
+        if not part:
+            # Fewer slates than processes: this one still joins the gradient all-reduce, with
+            # a zero-weighted pass over the batch's first slate.
+            return self.slate_losses(self.source.take_numbered(epoch, start, start + 1)).sum() * 0.0
+        losses = self.slate_losses(self.source.take_numbered(epoch, part.start, part.stop))
+        return losses.sum() * (self.processes / (stop - start))
+
+    def evaluate(self) -> dict[str, float | None]:
+        """Metrics on the eval slice at the current step (computed once per step)."""
+        if self.last_eval is None or self.last_eval[0] != self.step:
+            metrics = evaluate_model(self.spd, self.eval_slates, cache=self.eval_cache)
+            self.last_eval = (self.step, metrics)
+        return self.last_eval[1]
+
+    def log_event(self, event: dict[str, Any]) -> None:
+        if self.accelerator.is_main_process:
+            self.out.mkdir(parents=True, exist_ok=True)
+            with open(self.out / LOG_NAME, "a", encoding="utf-8") as fh:
+                fh.write(json.dumps(event) + "\n")
+
+    def run(self) -> dict[str, Any]:
+        cfg = self.cfg
+        self.open_caches()
+        self.maybe_resume()
+        self.model.train()
+        start_step, started = self.step, time.perf_counter()
+        bar = Progress(
+            "train",
+            unit="step",
+            total=self.total_steps,
+            initial=self.step,
+            # A bar on a terminal, log lines elsewhere; the other processes stay quiet.
+            mode=None if cfg.progress and self.accelerator.is_main_process else False,
+        )
+        loss_ema: float | None = None
+        stop_at = self.total_steps if cfg.stop_after is None else min(
+            self.total_steps, self.step + cfg.stop_after
+        )
+        while self.step < stop_at:
+            value = self.train_step()
+            loss_ema = value if loss_ema is None else 0.95 * loss_ema + 0.05 * value
+            rate = (self.step - start_step) * cfg.batch_size / (time.perf_counter() - started)
+            bar.update(1, loss=f"{loss_ema:.4f}", slates_s=f"{rate:.2f}")
+            if self.step % 10 == 0 or self.step == stop_at:
+                self.log_event({"step": self.step, "loss": value, "loss_ema": loss_ema, "lr": self.scheduler.get_last_lr()})
+            if self.eval_slates and cfg.eval_every and self.step % cfg.eval_every == 0:
+                metrics = self.evaluate()
+                self.model.train()
+                self.log_event({"step": self.step, "eval": metrics})
+                bar.write(f"step {self.step}: " + ", ".join(f"{k} {v:.4f}" for k, v in metrics.items() if v is not None))
+            if cfg.save_every and self.step % cfg.save_every == 0 and self.step < self.total_steps:
+                self.save_state()
+        bar.close()
+        if self.step < self.total_steps:
+            self.save_state()
+            return {"finished": False, "step": self.step, "total_steps": self.total_steps}
+        return self.finish(time.perf_counter() - self.started)
+
+    def train_step(self) -> float:
+        """One optimizer step on the batch of the current step; the global batch's loss.
+
+        The whole of one step of :meth:`run` (benchmarks/train_step.py times exactly this).
+        """
+        cfg = self.cfg
+        loss = self.loss_at(self.step)
+        self.accelerator.backward(loss)
+        if cfg.max_grad_norm:
+            self.accelerator.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm)
+        self.optimizer.step()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.step += 1
+        # The mean of the processes' terms is the global batch's loss (see loss_at).
+        value = float(self.accelerator.reduce(loss.detach(), "mean"))
+        if not math.isfinite(value):
+            raise FloatingPointError(f"loss became {value} at step {self.step}; lower --lr")
+        return value
+
+    def finish(self, wall_s: float) -> dict[str, Any]:
+        summary: dict[str, Any] = {
+            "finished": True,
+            "step": self.step,
+            "total_steps": self.total_steps,
+            "train_slates": len(self.source),
+            "skipped_slates": self.source.skipped,
+            "processes": self.processes,
+            "wall_s_this_run": round(wall_s, 1),
+            "warmup_steps": self.warmup_steps,
+            "config": asdict(self.cfg),
+        }
+        if self.cfg.cache_states:
+            summary["state_cache_s"] = round(self.cache_s, 1)
+        cuts = self.spd.cuts
+        if cuts.queries:  # prompts this run encoded (once a slate from a cache, else per epoch)
+            summary["cut"] = {"candidates": cuts.candidates_cut, "of_candidates": cuts.candidates,
+                              "queries": cuts.queries_cut, "of_queries": cuts.queries,
+                              "max_item_tokens": self.spd.config.prompt.max_item_tokens}
+            log.info("%s, over the prompts this run encoded",
+                     cuts.summary(self.spd.config.prompt.max_item_tokens))
+        if self.eval_slates:
+            summary["eval"] = self.evaluate()
+            summary["eval_slates"] = len(self.eval_slates)
+        if self.accelerator.is_main_process:
+            self.spd.save_pretrained(self.out / "model")
+            (self.out / SUMMARY_NAME).write_text(json.dumps(summary, indent=2) + "\n")
+            shutil.rmtree(self.out / STATE_DIR, ignore_errors=True)
+        return summary
+
+
+def train(cfg: TrainConfig, trust_remote_code: bool = False) -> dict[str, Any]:
+    """Train (or resume) a run; the finished model lands in ``OUT/model``.
+
+    ``trust_remote_code`` lets a backbone whose folder holds its own Python run it; it is no
+    setting of the run, so neither the checkpoint nor ``train.json`` records it.
+
+    In a data-parallel run every process calls this and gets the summary; only the main
+    process writes files.
+    """
+    trainer = Trainer(cfg, trust_remote_code)
+    try:
+        return trainer.run()
+    finally:
+        trainer.accelerator.end_training()  # leaves the process group of a launched run

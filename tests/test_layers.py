@@ -1,0 +1,188 @@
+"""The package's layers, read from its source: each folder imports only the folders below it,
+and no modules import each other in a circle.
+
+An import inside ``if TYPE_CHECKING:`` is a type annotation's reference, not a dependency (it
+never runs), and is left out; every other import counts, at module level or inside a function,
+since a function-level import is how a circle hides.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "src" / "spdrank"
+
+#: Top to bottom: a folder may import its own modules and those of any folder on a lower row;
+#: folders on one row are independent of each other. ``spdrank/__init__.py`` (the lazy
+#: ``SPDRanker``) and ``__main__`` sit above them all.
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("commands",),
+    ("serving", "compare"),
+    ("training",),
+    ("teacher",),
+    ("datasets",),
+    ("rankers",),
+    ("model",),
+    ("methods",),
+    ("backbone",),
+    ("eval",),
+    ("core",),
+)
+TOP = ("__init__", "__main__")
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _modules() -> dict[str, Path]:
+    return {_module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def _is_type_checking(node: ast.If) -> bool:
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _imported(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
+    """The package's modules that module ``name`` imports when it runs."""
+    found: set[str] = set()
+
+    def add(target: str) -> None:
+        while target not in modules and "." in target:
+            target = target.rsplit(".", 1)[0]
+        if target in modules and target != name and target != "spdrank":
+            found.add(target)
+
+    def visit(node: ast.AST) -> None:
+        if isinstance(node, ast.If) and _is_type_checking(node):
+            for child in node.orelse:
+                visit(child)
+            return
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.startswith("spdrank."):
+                    add(alias.name)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                here = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+                base = ".".join(here[: len(here) - node.level + 1] + ([base] if base else []))
+            if base == "spdrank" or base.startswith("spdrank."):
+                for alias in node.names:
+                    add(f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base)
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(ast.parse(path.read_text(), str(path)))
+    return found
+
+
+def _graph() -> dict[str, set[str]]:
+    modules = _modules()
+    return {name: _imported(name, path, modules) for name, path in modules.items()}
+
+
+def _folder(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def _row(folder: str) -> int:
+    if folder in TOP:
+        return -1
+    for row, folders in enumerate(LAYERS):
+        if folder in folders:
+            return row
+    raise AssertionError(f"spdrank/{folder} is in no layer: add it to LAYERS in {__file__}")
+
+
+def test_every_folder_is_in_a_layer() -> None:
+    for module in _modules():
+        _row(_folder(module))
+
+
+def test_folders_import_only_the_layers_below() -> None:
+    wrong = []
+    for module, imported in sorted(_graph().items()):
+        here = _folder(module)
+        for target in sorted(imported):
+            there = _folder(target)
+            if there != here and _row(there) <= _row(here):
+                wrong.append(f"{module} imports {target} ({there} is not below {here})")
+    assert not wrong, "\n".join(wrong)
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def connect(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in sorted(graph.get(node, ())):
+            if nxt not in index:
+                connect(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            connect(node)
+    return found
+
+
+def test_no_import_circles() -> None:
+    circles = _cycles(_graph())
+    assert not circles, "\n".join(" <-> ".join(c) for c in circles)
+
+
+@pytest.mark.parametrize(
+    ("graph", "expected"),
+    [
+        ({"a": {"b"}, "b": {"a"}}, [["a", "b"]]),
+        ({"a": {"b"}, "b": {"c"}, "c": set()}, []),
+        ({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}, [["a", "b", "c"]]),
+    ],
+)
+def test_cycles_are_found(graph: dict[str, set[str]], expected: list[list[str]]) -> None:
+    assert _cycles(graph) == expected
+
+
+def test_imports_are_read_as_python_runs_them(tmp_path: Path) -> None:
+    """A function-level import counts; one under TYPE_CHECKING does not."""
+    source = tmp_path / "probe.py"
+    source.write_text(
+        "from typing import TYPE_CHECKING\n"
+        "from spdrank.core import slates\n"
+        "if TYPE_CHECKING:\n    from spdrank.model.ranker import SPDRanker\n"
+        "def f():\n    from spdrank.methods.spd.decode import decode\n"
+    )
+    modules = _modules()
+    assert _imported("spdrank.core.probe", source, modules) == {
+        "spdrank.core.slates", "spdrank.methods.spd.decode"
+    }
