@@ -95,7 +95,8 @@ def build_model(args: argparse.Namespace) -> Any:
     from spdrank.backbone.load import BackboneConfig, resolve_device
     from spdrank.backbone.prompt import PromptSettings
     from spdrank.methods.heads import HeadConfig
-    from spdrank.model.ranker import SPDConfig, SPDRanker
+    from spdrank.model.config import SPDConfig
+    from spdrank.model.ranker import SPDRanker
 
     device = resolve_device(args.device)
     if args.model:

@@ -45,7 +45,8 @@ from spdrank.backbone.load import resolve_dtype
 from spdrank.core.ranking import Ranking
 from spdrank.core.slates import Slate, load_slates
 from spdrank.eval.metrics import kendall_tau, top1_agreement
-from spdrank.model.ranker import CONFIG_NAME, SPDRanker, checkpoint_dir, read_config
+from spdrank.model.checkpoint import CONFIG_NAME, checkpoint_dir, read_config
+from spdrank.model.ranker import SPDRanker
 
 DTYPES = ("float32", "bfloat16")
 DEFAULT_OUT = ROOT / "benchmarks" / "results" / "bf16-agreement-cpu"

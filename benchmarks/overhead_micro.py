@@ -30,13 +30,14 @@ from typing import Any
 
 import torch
 
-import spdrank.model.ranker
+import spdrank.backbone.load
 from spdrank.backbone.batching import Batch
 from spdrank.backbone.load import last_hidden
+from spdrank.backbone.readout import HeadInputs
 from spdrank.compare.latency import resize_slates
 from spdrank.core.slates import Slate, load_slates
 from spdrank.methods.spd.decode import decode_batch
-from spdrank.model.ranker import HeadInputs, SPDRanker
+from spdrank.model.ranker import SPDRanker
 
 
 def timed(fn: Callable[[int], object], count: int, reps: int) -> dict[str, float]:
@@ -55,12 +56,12 @@ def timed(fn: Callable[[int], object], count: int, reps: int) -> dict[str, float
 def read(model: SPDRanker, batch: Batch, hidden: torch.Tensor) -> HeadInputs:
     """``model.read(batch)`` with the backbone's forward replaced by its output ``hidden``:
     the readout alone, timed the same way on any version of the code."""
-    forward = spdrank.model.ranker.last_hidden
-    spdrank.model.ranker.last_hidden = lambda *_: hidden
+    forward = spdrank.backbone.load.last_hidden
+    spdrank.backbone.load.last_hidden = lambda *_: hidden
     try:
         return model.read(batch)
     finally:
-        spdrank.model.ranker.last_hidden = forward
+        spdrank.backbone.load.last_hidden = forward
 
 
 def around(model: SPDRanker, slate: Slate, hidden: torch.Tensor) -> object:

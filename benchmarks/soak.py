@@ -105,7 +105,9 @@ def build_model(path: Path, seed: int) -> Path:
     from spdrank.backbone.load import BackboneConfig
     from spdrank.core.features import FeatureNormalizer
     from spdrank.methods.heads import HeadConfig
-    from spdrank.model.ranker import NoBackbone, NoTokenizer, SPDConfig, SPDRanker
+    from spdrank.model.config import SPDConfig
+    from spdrank.model.parts import NoBackbone, NoTokenizer
+    from spdrank.model.ranker import SPDRanker
 
     torch.manual_seed(seed)
     config = SPDConfig(

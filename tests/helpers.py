@@ -16,7 +16,7 @@ from spdrank.backbone.prompt import PromptSettings
 from spdrank.core.ranking import Ranking
 from spdrank.core.slates import Candidate, Query, Slate
 from spdrank.methods.heads import HeadConfig
-from spdrank.model.ranker import SPDConfig
+from spdrank.model.config import SPDConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 SRC = ROOT / "src"
@@ -187,7 +187,8 @@ def save_features_only_model(
     and 0.5, deviations ``std``), saved to ``path``: it loads in milliseconds, so input-handling
     tests can run the real CLI and server around it."""
     from spdrank.core.features import FeatureNormalizer
-    from spdrank.model.ranker import NoBackbone, NoTokenizer, SPDRanker
+    from spdrank.model.parts import NoBackbone, NoTokenizer
+    from spdrank.model.ranker import SPDRanker
 
     config = SPDConfig(
         backbone=BackboneConfig(lora=None),

@@ -14,7 +14,8 @@ from spdrank.backbone.load import BackboneConfig
 from spdrank.backbone.prompt import PromptSettings
 from spdrank.core.ranking import STAGES
 from spdrank.methods.heads import HeadConfig
-from spdrank.model.ranker import SPDConfig, SPDRanker
+from spdrank.model.config import SPDConfig
+from spdrank.model.ranker import SPDRanker
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -71,24 +72,25 @@ def test_training_keeps_a_frozen_prefill_out_of_autograd(model, slates):
 
 
 def test_each_stage_is_timed_around_its_own_work(model, slates, monkeypatch):
-    import spdrank.model.ranker as model_module
+    import spdrank.backbone.load as load_module
+    import spdrank.backbone.readout as readout_module
 
-    forward, pool, score = model_module.last_hidden, model.readout, model.score
+    forward, pool, score = load_module.last_hidden, readout_module.read_items, model.score
 
     def slow_forward(*args):
         time.sleep(0.05)
         return forward(*args)
 
-    def slow_pool(batch, hidden):
+    def slow_pool(*args):
         time.sleep(0.1)
-        return pool(batch, hidden)
+        return pool(*args)
 
     def slow_score(inputs, batch):
         time.sleep(0.2)
         return score(inputs, batch)
 
-    monkeypatch.setattr(model_module, "last_hidden", slow_forward)
-    monkeypatch.setattr(model, "readout", slow_pool)
+    monkeypatch.setattr(load_module, "last_hidden", slow_forward)
+    monkeypatch.setattr(readout_module, "read_items", slow_pool)
     monkeypatch.setattr(model, "score", slow_score)
     ranking = model.rank_batch(slates[:2])[0]
     timings = ranking.timings

@@ -13,8 +13,11 @@ from spdrank.core.features import FeatureNormalizer
 from spdrank.core.ranking import STAGES
 from spdrank.core.slates import SlateError
 from spdrank.eval.metrics import is_valid_permutation
+from spdrank.methods.first.method import first_prompt
 from spdrank.methods.heads import HeadConfig
-from spdrank.model.ranker import NoBackbone, NoTokenizer, SPDConfig, SPDRanker, first_prompt
+from spdrank.model.config import SPDConfig
+from spdrank.model.parts import NoBackbone, NoTokenizer
+from spdrank.model.ranker import SPDRanker
 from tests.helpers import make_slate, tiny_config
 
 
@@ -144,8 +147,8 @@ def test_ranking_leaves_training_mode_and_thread_count_as_they_were(tiny_backbon
 
 
 def test_collate_pads_ids_spans_and_masks():
+    from spdrank.backbone.batching import collate
     from spdrank.backbone.prompt import EncodedPrompt
-    from spdrank.model.ranker import collate
 
     a = EncodedPrompt([5, 6, 7, 8], [1, 3], [False, False], first=[0, 2], history=[(0, 0)],
                       features=np.ones((2, 1), dtype=np.float32))
@@ -240,8 +243,8 @@ def test_features_only_builds_saves_loads_and_ranks_without_the_backbone(
     def no_llm(*args, **kwargs):
         raise AssertionError("a features-only model must not load the LLM")
 
-    monkeypatch.setattr("spdrank.model.ranker.load_backbone", no_llm)
-    monkeypatch.setattr("spdrank.model.ranker.load_tokenizer", no_llm)
+    monkeypatch.setattr("spdrank.model.parts.load_backbone", no_llm)
+    monkeypatch.setattr("spdrank.model.parts.load_tokenizer", no_llm)
     torch.manual_seed(0)
     slates = with_features(slates)
     model = SPDRanker.build(feature_config("no/such/backbone", "attn", features_only=True))
@@ -263,7 +266,7 @@ def test_first_cannot_run_on_features_alone(slates):
 
 
 def test_mean_readout_pools_every_token_of_a_span():
-    from spdrank.backbone.load import pool_spans
+    from spdrank.backbone.readout import pool_spans
 
     hidden = torch.randn(2, 7, 3)
     first = torch.tensor([[1, 4], [0, 6]])

@@ -19,7 +19,7 @@ from spdrank.backbone.templates import (
 )
 from spdrank.commands.cli import main
 from spdrank.core.slates import Candidate, Query, Slate, load_slates, write_slates
-from spdrank.model.ranker import SPDConfig
+from spdrank.model.config import SPDConfig
 from spdrank.teacher.labels import LabelError, read_labels
 from spdrank.teacher.prompt import TeacherPromptSettings, answer_instruction, build_messages
 from tests.helpers import make_slates, records

@@ -11,7 +11,8 @@ from spdrank.backbone.load import BackboneConfig
 from spdrank.backbone.prompt import PromptSettings
 from spdrank.core.slates import load_slates, write_slates
 from spdrank.methods.heads import HeadConfig
-from spdrank.model.ranker import SPDConfig, SPDRanker
+from spdrank.model.config import SPDConfig
+from spdrank.model.ranker import SPDRanker
 from spdrank.training.state_cache import open_state_cache, shard_name
 from tests.helpers import make_slates
 

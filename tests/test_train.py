@@ -197,8 +197,8 @@ def test_features_only_trains_resumes_ranks_and_evals_without_the_backbone(
     def no_llm(*args, **kwargs):
         raise AssertionError("--features-only must not load the LLM")
 
-    monkeypatch.setattr("spdrank.model.ranker.load_backbone", no_llm)
-    monkeypatch.setattr("spdrank.model.ranker.load_tokenizer", no_llm)
+    monkeypatch.setattr("spdrank.model.parts.load_backbone", no_llm)
+    monkeypatch.setattr("spdrank.model.parts.load_tokenizer", no_llm)
     train_file, eval_file = signal_files
     out = tmp_path / "run"
     args = [
@@ -309,7 +309,7 @@ def test_training_from_cache_fits_the_teacher_permutations(tmp_path, tiny_backbo
 def test_training_from_cache_learns_features_and_runs_no_prefill_once_cached(
     tmp_path, tiny_backbone, signal_files, monkeypatch
 ):
-    from spdrank.model import ranker as model_module
+    from spdrank.backbone import load as model_module
 
     prefills = []
     real = model_module.last_hidden

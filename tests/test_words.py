@@ -6,7 +6,8 @@ import re
 import pytest
 import torch
 
-from spdrank.backbone.words import WordSplitter, pool_words
+from spdrank.backbone.readout import pool_words
+from spdrank.backbone.words import WordSplitter
 
 WORD = re.compile(r"[^\W_]+")
 

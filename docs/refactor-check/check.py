@@ -144,7 +144,9 @@ def refusals(root: Path) -> None:
     from spdrank.backbone.load import BackboneConfig
     from spdrank.core.features import FeatureNormalizer
     from spdrank.methods.heads import HeadConfig
-    from spdrank.model.ranker import NoBackbone, NoTokenizer, SPDConfig, SPDRanker
+    from spdrank.model.config import SPDConfig
+    from spdrank.model.parts import NoBackbone, NoTokenizer
+    from spdrank.model.ranker import SPDRanker
 
     cases = {
         "first frozen": {"head": "first", "frozen": True},
@@ -172,7 +174,7 @@ def refusals(root: Path) -> None:
         print("model_config", head, positions, json.dumps(model_config.to_dict(), sort_keys=True)
               .replace(str(root), "ROOT"))
     from spdrank.backbone.prompt import PromptSettings
-    from spdrank.model.ranker import first_prompt
+    from spdrank.methods.first.method import first_prompt
 
     for positions in (4, 60):
         first = SPDConfig(

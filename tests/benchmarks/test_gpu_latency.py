@@ -21,7 +21,8 @@ from spdrank.compare.latency import STAGES, decompose
 from spdrank.compare.report import latency_table
 from spdrank.core.slates import write_slates
 from spdrank.eval.metrics import is_valid_permutation
-from spdrank.model.ranker import SPDConfig, SPDRanker
+from spdrank.model.config import SPDConfig
+from spdrank.model.ranker import SPDRanker
 from tests.helpers import ROOT, load_benchmark, make_slate, tiny_config, tiny_qwen3
 from tests.helpers import dry_run_commands as dry_run_script
 

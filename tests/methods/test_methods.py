@@ -29,7 +29,8 @@ from spdrank.methods.scalar.method import ScalarMethod
 from spdrank.methods.spd.decode import expected_positions
 from spdrank.methods.spd.loss import log_sinkhorn, permutation_cross_entropy
 from spdrank.methods.spd.method import SPDMethod
-from spdrank.model.ranker import SPDConfig, SPDRanker
+from spdrank.model.config import SPDConfig
+from spdrank.model.ranker import SPDRanker
 from spdrank.training.train import TrainConfig, train
 from tests.helpers import train_config as config
 
@@ -259,10 +260,10 @@ def test_a_registered_method_is_a_choice_of_spdrank_train(toy):
 def test_a_method_reading_logits_gets_the_backbone_with_its_lm_head(
     tiny_backbone, toy, monkeypatch, reads_logits
 ):
-    from spdrank.model.ranker import _backbone_and_tokenizer
+    from spdrank.model.parts import backbone_and_tokenizer
 
     monkeypatch.setattr(toy, "reads_logits", reads_logits)
-    backbone, _ = _backbone_and_tokenizer(SPDConfig(
+    backbone, _ = backbone_and_tokenizer(SPDConfig(
         backbone=BackboneConfig(name_or_path=tiny_backbone, lora=None),
         head=HeadConfig(kind="reverse", positions=9),
     ), "cpu")

@@ -34,7 +34,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from safetensors.torch import load_file
 from torch import nn
 
@@ -662,60 +661,6 @@ def last_hidden(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch
     return _last_hidden(model, input_ids, attention_mask)
 
 
-def pool_spans(
-    hidden: torch.Tensor, first: torch.Tensor, last: torch.Tensor, how: str = "last"
-) -> torch.Tensor:
-    """One vector per token span: the state at ``last``, or the mean over ``first..last``.
-
-    ``hidden``: [B, T, D]; ``first``/``last``: [B, M] inclusive token indices (padded spans may
-    point anywhere valid, e.g. 0..0). Returns [B, M, D]. The mean reads only the spans'
-    tokens (:func:`span_means`).
-    """
-    if how == "last":
-        return torch.gather(hidden, 1, last.unsqueeze(-1).expand(-1, -1, hidden.size(-1)))
-    if how != "mean":
-        raise ValueError(f"unknown readout {how!r}: use last or mean")
-    b, m = first.shape
-    rows = span_means(hidden, torch.arange(b, device=first.device).repeat_interleave(m),
-                      first.reshape(-1), last.reshape(-1))
-    return rows.view(b, m, -1).to(hidden.dtype)
-
-
-def span_means(
-    hidden: torch.Tensor, row: torch.Tensor, first: torch.Tensor, last: torch.Tensor
-) -> torch.Tensor:
-    """The float32 mean of ``hidden[row[s], first[s]..last[s]]`` for each span s: [S, D].
-
-    Only the spans' own tokens are read (gathered once, summed into their spans), so the cost
-    follows the spans' tokens, not the prompt's length. An empty span (last < first) reads
-    its first token.
-    """
-    lengths = (last - first + 1).clamp(min=1)
-    span = torch.arange(len(lengths), device=lengths.device).repeat_interleave(lengths)
-    starts = torch.cumsum(lengths, 0) - lengths
-    offset = torch.arange(len(span), device=span.device) - starts[span]
-    index = row[span] * hidden.size(1) + first[span] + offset
-    flat = hidden.reshape(-1, hidden.size(-1))
-    if flat.dtype != torch.float32:  # averaged in float32: gather the tokens, then widen
-        flat = flat.index_select(0, index).float()
-        index = torch.arange(len(index), device=index.device)
-    return F.embedding_bag(index, flat, starts, mode="mean")
-
-
-def span_tokens(
-    hidden: torch.Tensor, first: torch.Tensor, last: torch.Tensor, width: int
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Every token state of each span, padded: [B, M, width, D], and each span's length [B, M]
-    (at most ``width``; a span's padded slots repeat its last token and are masked by length)."""
-    steps = torch.arange(width, device=hidden.device)
-    index = torch.minimum(first.unsqueeze(-1) + steps, last.unsqueeze(-1))
-    b, m = first.shape
-    d = hidden.size(-1)
-    flat = index.reshape(b, m * width, 1).expand(-1, -1, d)
-    states = torch.gather(hidden, 1, flat).reshape(b, m, width, d)
-    return states, (last - first + 1).clamp(min=1, max=width)
-
-
 def last_token_logits(
     model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor
 ) -> torch.Tensor:
@@ -726,3 +671,9 @@ def last_token_logits(
     hidden = _last_hidden(model, input_ids, attention_mask)
     last = attention_mask.sum(1) - 1  # right padding: the last real token
     return lm_head(hidden[torch.arange(hidden.size(0), device=hidden.device), last])
+
+
+def context_length(backbone: nn.Module) -> int | None:
+    """The backbone's positions (``max_position_embeddings``), or None when it names none."""
+    value = getattr(getattr(backbone, "config", None), "max_position_embeddings", None)
+    return value if isinstance(value, int) and value > 0 else None

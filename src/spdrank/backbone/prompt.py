@@ -515,3 +515,23 @@ PROMPT_OVERHEAD = 192
 LABEL_TOKENS = 6
 MIN_FITTED_TOKENS = 8
 MAX_FITTED_TOKENS = 512
+
+
+class Cuts:
+    """Running counts of encoded candidates and queries, and of those cut to their budget."""
+
+    def __init__(self) -> None:
+        self.candidates = self.candidates_cut = self.queries = self.queries_cut = 0
+
+    def add(self, encoded: EncodedPrompt) -> None:
+        self.candidates += len(encoded.truncated)
+        self.candidates_cut += sum(encoded.truncated)
+        self.queries += 1
+        self.queries_cut += bool(encoded.query_truncated)
+
+    def summary(self, budget: int) -> str:
+        """One line for a user: how much was cut, and by which budget."""
+        return (
+            f"cut to the token budget: {self.candidates_cut} of {self.candidates} candidates "
+            f"(at {budget} tokens), {self.queries_cut} of {self.queries} queries"
+        )

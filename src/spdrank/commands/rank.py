@@ -55,7 +55,7 @@ def check_prompt(model: str, asked: str | None) -> None:
     if asked is None:
         return
     from spdrank.backbone.templates import check_model_template
-    from spdrank.model.ranker import CONFIG_NAME, checkpoint_dir, read_config
+    from spdrank.model.checkpoint import CONFIG_NAME, checkpoint_dir, read_config
 
     config = read_config(checkpoint_dir(model) / CONFIG_NAME)
     check_model_template(config.prompt.template, asked, model)

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -521,3 +521,25 @@ def batched(items: Iterable[T], size: int) -> Iterator[list[T]]:
             batch = []
     if batch:
         yield batch
+
+
+def as_slate(query: str | Query | Slate, candidates: Sequence[Any] | None) -> Slate:
+    """Accept a Slate, or a query plus candidates given as strings, dicts or Candidates."""
+    if isinstance(query, Slate):
+        if candidates is not None:
+            raise ValueError("pass either a Slate or a query with candidates, not both")
+        return query
+    if candidates is None:
+        raise ValueError("rank() needs candidates")
+    q = query if isinstance(query, Query) else Query(qid="", text=str(query))
+    cands: list[Candidate] = []
+    for i, c in enumerate(candidates):
+        if isinstance(c, Candidate):
+            cands.append(c)
+        elif isinstance(c, str):
+            cands.append(Candidate(docid=str(i), doc={"text": c}))
+        elif isinstance(c, dict):
+            cands.append(Slate.from_dict({"query": "", "candidates": [c]}).candidates[0])
+        else:
+            raise TypeError(f"candidate {i} must be a string, a dict or a Candidate")
+    return Slate(query=q, candidates=cands)

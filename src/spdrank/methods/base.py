@@ -21,8 +21,13 @@ if TYPE_CHECKING:
     import torch
     from torch import nn
 
-    from spdrank.backbone.prompt import PromptSettings
-    from spdrank.model.ranker import SPDConfig
+    from spdrank.backbone.batching import Batch
+    from spdrank.backbone.prompt import EncodedPrompt, PromptSettings
+    from spdrank.backbone.readout import HeadInputs
+    from spdrank.core.clock import StageClock
+    from spdrank.core.slates import Slate
+    from spdrank.model.config import SPDConfig
+    from spdrank.model.ranker import SPDRanker
     from spdrank.training.config import TrainConfig
 
 
@@ -46,6 +51,9 @@ class RankingMethod(ABC):
     #: Why its backbone states cannot be cached for training (``--cache-states``); None when
     #: they can.
     cache_refusal: ClassVar[str | None] = None
+    #: The head kinds among :attr:`kinds` that read the history items' states as well as the
+    #: candidates': their prompt spans each history item.
+    history_kinds: ClassVar[tuple[str, ...]] = ()
     #: The most rank positions (K) it can score; None: no limit of its own.
     max_positions: ClassVar[int | None] = None
 
@@ -85,6 +93,34 @@ class RankingMethod(ABC):
         """Why a model of ``config`` has nothing to train with its backbone frozen (its head
         has no weights of its own); None when it has."""
         return None
+
+    # -- how the backbone reads a slate: by default, one prompt holding every candidate -----
+    # A method that reads the candidates otherwise (one sequence each) overrides the three.
+
+    def encode(self, model: SPDRanker, slate: Slate) -> EncodedPrompt:
+        """The backbone's input for ``slate``: one prompt with its user context and every
+        candidate's text."""
+        texts = slate.candidate_texts(model.config.text_fields)
+        return model.prompts.encode(slate.query.text, texts)
+
+    def collate(self, model: SPDRanker, encoded: Sequence[EncodedPrompt]) -> Batch:
+        """Encoded slates right-padded into one batch for one prefill."""
+        from spdrank.backbone.batching import collate
+
+        return collate(encoded, model.tokenizer.pad_token_id)
+
+    def read(self, model: SPDRanker, batch: Batch, clock: StageClock | None = None) -> HeadInputs:
+        """One prefill of ``batch``, pooled as the prompt's ``readout`` says (the ``prefill``
+        and ``readout`` stages of ``clock``)."""
+        from spdrank.backbone.load import last_hidden
+        from spdrank.backbone.readout import read_items
+        from spdrank.core.clock import timed
+
+        with timed(clock, "prefill", model.synchronize):
+            hidden = last_hidden(model.backbone, batch.input_ids, batch.attention_mask)
+        with timed(clock, "readout", model.synchronize):
+            return read_items(batch, hidden, model.config.prompt, model.words,
+                              model.reads_history)
 
     @abstractmethod
     def loss(

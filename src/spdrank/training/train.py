@@ -35,13 +35,14 @@ import torch
 from accelerate.logging import get_logger
 from safetensors.torch import load_file, save_file
 
+from spdrank.backbone.batching import Batch
 from spdrank.backbone.load import resolve_device
 from spdrank.core.atomic_dir import atomic_directory
 from spdrank.core.features import FeatureNormalizer, parse_feature_names
 from spdrank.core.progress import Progress
 from spdrank.core.slates import Slate, load_slates, read_slates
 from spdrank.eval.metrics import aggregate, slate_metrics
-from spdrank.model.ranker import Batch, SPDRanker, collate
+from spdrank.model.ranker import SPDRanker
 from spdrank.training.config import TrainConfig
 from spdrank.training.slate_source import SkipSlate, open_slate_source
 from spdrank.training.state_cache import StateCache, open_state_cache
@@ -368,7 +369,7 @@ class Trainer:
         if self.cache is not None:
             batch = self.cache.batch([i for i, _ in numbered], slates, self.spd)
         else:
-            batch = collate([self.spd.encode(s) for s in slates], self.spd.tokenizer.pad_token_id)
+            batch = self.spd.method.collate(self.spd, [self.spd.encode(s) for s in slates])
         return batch.to(self.accelerator.device)
 
     def slate_losses(self, numbered: list[tuple[int, Slate]]) -> torch.Tensor:

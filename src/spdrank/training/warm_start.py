@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING
 import torch
 
 if TYPE_CHECKING:
-    from spdrank.model.ranker import SPDConfig, SPDRanker
+    from spdrank.model.config import SPDConfig
+    from spdrank.model.ranker import SPDRanker
 
 #: Head parameters that project the upstream features (see :mod:`spdrank.methods.heads`).
 FEATURE_PREFIX = "features."
@@ -70,7 +71,7 @@ def warm_start(model: SPDRanker, path: str | Path) -> list[str]:
     """
     from safetensors.torch import load_file
 
-    from spdrank.model.ranker import (
+    from spdrank.model.checkpoint import (
         ADAPTER_DIR,
         CONFIG_NAME,
         HEAD_NAME,

@@ -20,7 +20,11 @@ from spdrank.methods.scalar.method import ScalarMethod
 if TYPE_CHECKING:
     from torch import nn
 
-    from spdrank.model.ranker import SPDConfig
+    from spdrank.backbone.batching import Batch
+    from spdrank.backbone.readout import HeadInputs
+    from spdrank.core.clock import StageClock
+    from spdrank.model.config import SPDConfig
+    from spdrank.model.ranker import SPDRanker
 
 
 def first_prompt(settings: PromptSettings) -> PromptSettings:
@@ -78,6 +82,16 @@ class FirstMethod(ScalarMethod):
         from spdrank.methods.heads import FirstHead
 
         return FirstHead(letter_token_ids(tokenizer, config.head.positions), features)
+
+    def read(self, model: SPDRanker, batch: Batch, clock: StageClock | None = None) -> HeadInputs:
+        """One prefill of ``batch``: the LM's next-token logits at each prompt's end [B, V]."""
+        from spdrank.backbone.load import last_token_logits
+        from spdrank.backbone.readout import HeadInputs
+        from spdrank.core.clock import timed
+
+        with timed(clock, "prefill", model.synchronize):
+            logits = last_token_logits(model.backbone, batch.input_ids, batch.attention_mask)
+        return HeadInputs(logits.float())
 
     def frozen_refusal(self, config: SPDConfig) -> str | None:
         return None if config.features is not None else "FIRST's only weights are the backbone's"
