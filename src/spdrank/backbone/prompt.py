@@ -36,7 +36,7 @@ from spdrank.backbone.templates import (
     record_of,
     template_from_record,
 )
-from spdrank.core.defaults import DEFAULT_ITEM_TOKENS
+from spdrank.core.defaults import DEFAULT_ITEM_TOKENS, UNNAMED_READOUT
 
 if TYPE_CHECKING:
     import numpy as np
@@ -85,11 +85,12 @@ class PromptSettings:
     labels: str = "numbers"
     #: Text appended after the assistant turn opens (FIRST appends "[" and reads the next token).
     answer_prefix: str = ""
-    #: How an item's token states reach the head: "last" (the paper's readout), "mean" (every
-    #: token of the item's text, averaged), "tokens" (all of them, up to ``max_item_tokens``:
-    #: the history head then matches candidates with history items token by token) or
-    #: "words" (one mean per word of the text, :mod:`spdrank.backbone.words`: matched word by word).
-    readout: str = "last"
+    #: How an item's token states reach the head (the readout): "last" (the paper's),
+    #: "mean" (every token of the item's text, averaged), "tokens" (all of them, up to
+    #: ``max_item_tokens``: the history head then matches candidates with history items token
+    #: by token) or "words" (one mean per word of the text, :mod:`spdrank.backbone.words`:
+    #: matched word by word).
+    readout: str = UNNAMED_READOUT
     #: Read the user context as items: each non-empty line is one history item (a leading
     #: ``"3. "`` list number excluded), cut to ``max_item_tokens`` and spanned like a
     #: candidate, so a head can compare candidates with what the user chose before.

@@ -33,6 +33,9 @@ UNNAMED_HEAD = "attn"
 #: matched with the history items' words as a soft TF-IDF cosine (the recipe that learned
 #: its teachers best). The other heads read one state per item, its tokens' mean.
 HISTORY_READOUT = "words"
+#: The readout of prompt settings that name none (built in code, or a checkpoint's config
+#: without the field): the last token of each item's text, the paper's readout.
+UNNAMED_READOUT = "last"
 OTHER_READOUT = "mean"
 UNIT_MATCH = "tfidf"
 
