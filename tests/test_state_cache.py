@@ -9,7 +9,8 @@ from spdrank.backbone.load import BackboneConfig, LoraSettings
 from spdrank.backbone.prompt import PromptSettings
 from spdrank.core.slates import load_slates, write_slates
 from spdrank.methods.heads import HeadConfig
-from spdrank.model.ranker import SPDConfig, SPDRanker
+from spdrank.model.config import SPDConfig
+from spdrank.model.ranker import SPDRanker
 from spdrank.training.state_cache import open_state_cache, shard_name
 from tests.helpers import tiny_config
 
@@ -138,8 +139,11 @@ def test_a_copied_slate_file_is_the_same_data(tmp_path, frozen, train_file):
 
 
 def test_states_that_change_in_training_cannot_be_cached(tmp_path, tiny_backbone, train_file):
-    with pytest.raises(ValueError, match="only a frozen backbone's readout states"):
+    # The refusal spdrank train --cache-states gives, whichever way the cache is opened.
+    with pytest.raises(ValueError, match="--cache-states needs --frozen: LoRA changes"):
         cache_of(build(tiny_backbone, lora=True), train_file, tmp_path / "c")
+    with pytest.raises(ValueError, match="unknown --cache-dtype 'int8'"):
+        cache_of(build(tiny_backbone), train_file, tmp_path / "c", storage="int8")
     assert not (tmp_path / "c").exists()
 
 

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import MISSING, Field, dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from spdrank.backbone.prompt import READOUTS
+from spdrank.backbone.templates import PROMPT_HELP
 from spdrank.core.defaults import (
     DEFAULT_ITEM_TOKENS,
     FEATURES_ONLY_HEAD,
@@ -14,17 +17,59 @@ from spdrank.core.defaults import (
     TRAIN_HEAD,
     UNIT_MATCH,
 )
+from spdrank.methods.spd import POSITION_WEIGHTS
 from spdrank.training.targets import TARGETS
 
 if TYPE_CHECKING:
     from spdrank.backbone.load import LoraSettings
     from spdrank.backbone.templates import PromptTemplate
     from spdrank.core.features import FeatureNormalizer
-    from spdrank.model.ranker import SPDConfig
+    from spdrank.methods.base import RankingMethod
+    from spdrank.model.config import SPDConfig
 
 
 #: How --cache-states may store states.
 CACHE_DTYPES = ("float16", "float32")
+#: How it stores them unless told: half of float32's disk.
+DEFAULT_CACHE_DTYPE = "float16"
+#: Slates per prefill while a state cache is built, unless told.
+DEFAULT_CACHE_BATCH_SIZE = 8
+
+
+def setting(
+    default: Any = MISSING, *, help: str, choices: Sequence[str] | None = None
+) -> Any:
+    """A :class:`TrainConfig` field with its ``spdrank train`` flag's help, and the values the
+    flag may take (``choices``), kept with the field so that each is written once.
+
+    ``spdrank train`` adds ``(default: ...)`` to a help itself, for a default other than None
+    (a None default means "decided later", and its help says how). A flag's name is the
+    field's (``--max-steps``); a bool that defaults to True is the flag ``--no-NAME``, and its
+    help is that flag's. An empty help: the flag's name and its default say what it does.
+    """
+    return field(default=default, metadata=_flag_metadata(help, choices))
+
+
+def _flag_metadata(
+    help: str, choices: Sequence[str] | None = None, flag: bool = True
+) -> dict[str, Any]:
+    """A field's ``metadata``: its flag's help and choices, and whether it has a flag."""
+    return {"help": help, "choices": None if choices is None else list(choices), "flag": flag}
+
+
+def flag_help(f: Field[Any]) -> str:
+    """The help of the ``spdrank train`` flag of TrainConfig field ``f``."""
+    return f.metadata["help"]
+
+
+def flag_choices(f: Field[Any]) -> list[str] | None:
+    """The values the flag of TrainConfig field ``f`` may take; None: any."""
+    return f.metadata["choices"]
+
+
+def is_flag(f: Field[Any]) -> bool:
+    """Whether ``spdrank train`` has a flag that sets TrainConfig field ``f``."""
+    return f.metadata["flag"]
 
 
 @dataclass
@@ -32,12 +77,12 @@ class TrainConfig:
     """The settings of one training run: one flat record, one field per ``spdrank train`` flag.
 
     It is flat, as Hugging Face's ``TrainingArguments`` is, because three readers need one
-    field per setting: ``spdrank train`` generates a flag from each field
-    (:mod:`spdrank.commands.train`), a run saves them as one flat record (``config`` in
-    ``train.json`` and in the resumable state, which a rerun compares to resume), and
-    ``benchmarks/retrain_command.py`` rebuilds a run from that record. The nested settings of
-    the model it trains (backbone, head, prompt, features) are built from these by
-    :meth:`model_config`.
+    field per setting: ``spdrank train`` generates a flag from each field, its help and choices
+    from the field's :func:`setting` (:mod:`spdrank.commands.train`), a run saves them as one
+    flat record (``config`` in ``train.json`` and in the resumable state, which a rerun
+    compares to resume), and ``benchmarks/retrain_command.py`` rebuilds a run from that
+    record. The nested settings of the model it trains (backbone, head, prompt, features) are
+    built from these by :meth:`model_config`.
 
     It holds settings and reads nothing but the ``--prompt`` template's file, when it names
     one: the feature normalisation fitted on the training slates is given to
@@ -46,110 +91,199 @@ class TrainConfig:
     """
 
     # -- data ------------------------------------------------------------------------------
-    slates: str
-    out: str
-    eval_slates: str | None = None
-    #: The teacher's permutations: SPD distils a teacher (``spdrank teacher`` labels slates).
-    target: str = "teacher"
-    #: With a clicks target, refuse a file holding a slate without a clicked item (by
-    #: default such slates, impressions nobody clicked, are left out and counted).
-    require_clicks: bool = False
+    slates: str = setting(help="training slates (JSONL, .gz too)")
+    out: str = setting(
+        help="run directory: the model lands in OUT/model; OUT/state makes the run resumable"
+    )
+    eval_slates: str | None = setting(
+        None, help="slates for periodic evaluation (a slice: --eval-limit)"
+    )
+    # SPD distils a teacher (``spdrank teacher`` labels slates): its permutations by default.
+    target: str = setting(
+        "teacher",
+        help="what to imitate: the teacher's ranking, clicks first, or both; relevance: the "
+        "slates' graded judgements, higher grades first (teacher+relevance: the teacher's "
+        "order within each grade)",
+        choices=TARGETS,
+    )
+    require_clicks: bool = setting(
+        False,
+        help="with --target clicks (or teacher+clicks, relevance, teacher+relevance): refuse a "
+        "file holding a slate without a clicked item (or a candidate graded above 0) "
+        "(default: leave such slates out, and count them)",
+    )
 
     # -- ranking method, backbone & LoRA ---------------------------------------------------
-    #: None: :data:`~spdrank.core.defaults.TRAIN_HEAD`, or with --features-only
-    #: :data:`~spdrank.core.defaults.FEATURES_ONLY_HEAD`.
-    head: str | None = None
-    frozen: bool = False
-    backbone: str = "bundled"
-    layers: int | None = None
-    lora_r: int = 64
-    lora_alpha: int = 64
-    #: The modules LoRA adapts: "all-linear" (the paper) or comma-separated module names
-    #: (``q_proj,v_proj``: the original LoRA's attention-only choice).
-    lora_modules: str = "all-linear"
+    # The kinds, and the help before this one, are the registered methods' own
+    # (:func:`spdrank.methods.base.head_kinds`): a method registered later is a choice too.
+    head: str | None = setting(
+        None, help=f"(default: {TRAIN_HEAD}; {FEATURES_ONLY_HEAD} with --features-only)"
+    )
+    frozen: bool = setting(False, help="freeze the backbone (no LoRA): only the head learns")
+    backbone: str = setting(
+        "bundled",
+        help="Hugging Face model id or local path; 'bundled' = SmolLM2-135M-Instruct; "
+        "'config:PATH' = the shape of the Hugging Face config.json at PATH with RANDOM weights "
+        "(seeded; for timing only, nothing downloaded; tokenizer: PATH's folder's, else "
+        "SmolLM2's)",
+    )
+    layers: int | None = setting(
+        None, help="keep only the first L transformer layers (early exit)"
+    )
+    lora_r: int = setting(64, help="")
+    lora_alpha: int = setting(64, help="")
+    lora_modules: str = setting(
+        "all-linear",
+        help="the modules LoRA adapts: all-linear (the paper), or comma-separated module names "
+        "such as q_proj,v_proj",
+    )
 
     # -- head ------------------------------------------------------------------------------
-    positions: int = 64
-    head_width: int = 256
-    head_layers: int = 2
-    head_dropout: float = 0.1
+    positions: int = setting(64, help="K, the number of rank positions (>= the largest slate)")
+    head_width: int = setting(256, help="")
+    head_layers: int = setting(2, help="")
+    head_dropout: float = setting(0.1, help="")
 
     # -- prompt & readout ------------------------------------------------------------------
-    #: The prompt template: a built-in's name (recommendation, search) or a JSON template
-    #: file (:func:`spdrank.backbone.templates.load_template`); the checkpoint holds its texts.
-    prompt: str = "recommendation"
-    #: None: the template's budget (recommendation: 32 tokens, titles), or for a template
-    #: without one (search) what lets K candidates fit the backbone's context, computed when
-    #: the model is built (:func:`spdrank.backbone.prompt.fitted_item_tokens`) and saved as a number.
-    max_item_tokens: int | None = None
-    max_query_tokens: int = 512
-    #: How an item's token states reach the head: "words" (one mean per word of its text),
-    #: "mean" (over the item's tokens), "last" (the paper's last token) or "tokens" (every
-    #: one). None: "words" for the history head, which matches them with the history items'
-    #: words (the recipe that learned its teachers best), "mean" for the others.
-    readout: str | None = None
-    #: How the history head compares a candidate's words or tokens with a history item's:
-    #: "tfidf" or "maxsim" (see :class:`spdrank.methods.heads.HeadConfig`).
-    match: str = UNIT_MATCH
+    # A template's texts are saved in the checkpoint (:func:`spdrank.backbone.templates.load_template`).
+    prompt: str = setting(
+        "recommendation",
+        help=f"{PROMPT_HELP}. Slates a teacher labelled under another template are refused "
+        "(its template is in their teacher_prompt)",
+    )
+    # Without a budget of its own, computed when the model is built
+    # (:func:`spdrank.backbone.prompt.fitted_item_tokens`).
+    max_item_tokens: int | None = setting(
+        None,
+        help=f"token budget per candidate text (default: the template's, {DEFAULT_ITEM_TOKENS} "
+        "for recommendation; for search, what lets --positions candidates and the query fit "
+        "the backbone's context, saved in the checkpoint as a number)",
+    )
+    max_query_tokens: int = setting(
+        512, help="token budget for the user context (its end is kept)"
+    )
+    # The default for a head that reads the history is the recipe that learned its teachers
+    # best (:mod:`spdrank.core.defaults`).
+    readout: str | None = setting(
+        None,
+        help="how an item's token states reach the head: last (its last token's, the paper), "
+        "mean (the mean over its text's tokens), tokens (every one, for --head history: "
+        "candidates matched with history items token by token) or words (one mean per word "
+        "of the text, for --head history: matched word by word) (default: "
+        f"{HISTORY_READOUT} with --head history, {OTHER_READOUT} otherwise)",
+        choices=READOUTS,
+    )
+    # See :class:`spdrank.methods.heads.HeadConfig`.
+    match: str = setting(
+        UNIT_MATCH,
+        help="with --readout tokens or words, how --head history compares a candidate with a "
+        "history item: maxsim (each candidate unit's best cosine with the item's, averaged "
+        "with learned weights) or tfidf (a soft TF-IDF cosine: every pair of units, weighted "
+        "on both sides, through a sharp learned kernel)",
+    )
 
     # -- features & warm start -------------------------------------------------------------
-    #: Upstream features the head reads, comma-separated (``score,popularity``); None: none.
-    features: str | None = None
-    #: Read the features alone, without the backbone (no prefill): what the LLM adds is the
-    #: difference to a run with the same features and the backbone.
-    features_only: bool = False
-    #: A trained checkpoint to start from (:mod:`spdrank.training.warm_start`): e.g. a student
-    #: distilled from a teacher, fine-tuned on clicks with features added.
-    init_from: str | None = None
+    features: str | None = setting(
+        None,
+        help="upstream features the head reads next to the hidden states, comma-separated "
+        "names from the candidates' 'features' ('score' reads their score field); z-scored "
+        "with the training slates' mean and std, saved in the checkpoint",
+    )
+    features_only: bool = setting(
+        False,
+        help="train the head on --features alone, without the backbone (no prefill): the "
+        "ablation that shows the LLM's own contribution; the model ranks without the LLM",
+    )
+    # Read by :mod:`spdrank.training.warm_start`.
+    init_from: str | None = setting(
+        None,
+        help="start from this trained checkpoint (a model directory or a run's): its head, "
+        "and its LoRA adapters if it has any. It must read the states this run reads (same "
+        "backbone, layers, prompt and head); a run may add --features to a checkpoint that "
+        "reads none, their weights starting at zero: e.g. fine-tune a student distilled from "
+        "a teacher on clicks with popularity and co-occurrence",
+    )
 
-    # -- state cache -----------------------------------------------------------------------
-    #: With --frozen: a directory where the backbone's readout states of the training (and
-    #: eval) slates are computed once and read back at every step (:mod:`spdrank.training.state_cache`).
-    cache_states: str | None = None
-    #: How cached states are stored: float16 (half the disk) or float32.
-    cache_dtype: str = "float16"
-    #: Slates per prefill while the cache is built.
-    cache_batch_size: int = 8
+    # -- state cache (:mod:`spdrank.training.state_cache`) --------------------------------
+    cache_states: str | None = setting(
+        None,
+        help="with --frozen: compute the backbone's readout states of the training (and eval) "
+        "slates once into DIR (resumable, checked against the settings) and train the head "
+        "from them; the model saved is an ordinary checkpoint",
+    )
+    cache_dtype: str = setting(
+        DEFAULT_CACHE_DTYPE, help="how cached states are stored", choices=CACHE_DTYPES
+    )
+    cache_batch_size: int = setting(
+        DEFAULT_CACHE_BATCH_SIZE, help="slates per prefill while the state cache is built"
+    )
 
     # -- steps & optimisation --------------------------------------------------------------
-    limit: int | None = None
-    epochs: float = 1.0
-    max_steps: int | None = None
-    batch_size: int = 1
-    lr: float = 2e-4
-    head_lr: float = 1e-3
-    weight_decay: float = 0.0
-    #: Learning-rate warm-up steps; None: 20, or a tenth of a run too short for 20.
-    warmup_steps: int | None = None
-    max_grad_norm: float = 1.0
+    limit: int | None = setting(None, help="use only the first N training slates")
+    epochs: float = setting(1.0, help="passes over the training slates (fractions allowed)")
+    max_steps: int | None = setting(
+        None, help="train for exactly this many steps (overrides --epochs)"
+    )
+    batch_size: int = setting(1, help="slates per optimizer step (padded into one prefill)")
+    lr: float = setting(2e-4, help="learning rate of the LoRA adapters")
+    head_lr: float = setting(1e-3, help="learning rate of the head")
+    weight_decay: float = setting(0.0, help="")
+    # None: :func:`spdrank.training.train.warmup_steps` decides.
+    warmup_steps: int | None = setting(
+        None,
+        help="steps over which the learning rates rise to their values (default: 20, or a "
+        "tenth of the run's steps when that is fewer, so a short run still reaches them)",
+    )
+    max_grad_norm: float = setting(1.0, help="")
 
     # -- loss & decoder --------------------------------------------------------------------
-    tau: float = 1.0
-    sinkhorn_iters: int = 20
-    #: How the permutation cross-entropy weighs target positions (``uniform``: the paper).
-    position_weights: str = "uniform"
-    #: The checkpoint's decoder: what evaluation during training, rank, eval and serve use.
-    decoder: str = TRAIN_DECODER
+    tau: float = setting(1.0, help="Sinkhorn temperature")
+    sinkhorn_iters: int = setting(20, help="Sinkhorn iterations")
+    position_weights: str = setting(
+        "uniform",
+        help="how the Sinkhorn cross-entropy weighs each target position: uniform (the paper: "
+        "every row alike) or dcg (a row by 1/log2(2+j) of its target position j, so the top "
+        "counts as the metrics count it; ours). Scalar and FIRST peers use ListNet, "
+        "DCG-weighted either way",
+        choices=POSITION_WEIGHTS,
+    )
+    decoder: str = setting(
+        TRAIN_DECODER,
+        help="the decoder saved with the model, used by its evaluations here and by rank, eval "
+        "and serve unless they name another: expected_rank (Sinkhorn, then items by expected "
+        "position), hungarian (the paper's exact assignment), greedy, argsort, or a "
+        "registered one",
+    )
 
     # -- evaluation, checkpoints & seed ----------------------------------------------------
-    eval_every: int = 200
-    eval_limit: int = 100
-    save_every: int = 100
-    seed: int = 0
+    eval_every: int = setting(200, help="evaluate every N steps (0: only at the end)")
+    eval_limit: int = setting(100, help="number of eval slates used")
+    save_every: int = setting(100, help="write the resumable state every N steps")
+    seed: int = setting(0, help="")
 
     # -- runtime ---------------------------------------------------------------------------
-    device: str = "auto"
-    dtype: str = "auto"
-    #: Stop this run after this many steps (the state is kept; rerun to continue).
-    stop_after: int | None = None
-    progress: bool = True
-    extra: dict[str, Any] = field(default_factory=dict)
+    device: str = setting("auto", help="cpu, cuda, or auto")
+    dtype: str = setting(
+        "auto",
+        help="float32, bfloat16, float16, or auto (to train: bfloat16 on CUDA, float32 on a "
+        "CPU; saved as auto, the model ranks in bfloat16 on a CPU with native bfloat16 units)",
+    )
+    stop_after: int | None = setting(
+        None, help="stop this run after N steps, keeping the state (rerun to continue)"
+    )
+    progress: bool = setting(True, help="no progress bar")
+    extra: dict[str, Any] = field(
+        default_factory=dict,
+        metadata=_flag_metadata(
+            "free-form notes a caller saves with the run's settings (in train.json)", flag=False
+        ),
+    )
 
     def __post_init__(self) -> None:
         if self.head is None:
             self.head = FEATURES_ONLY_HEAD if self.features_only else TRAIN_HEAD
         if self.readout is None:
-            self.readout = HISTORY_READOUT if self.head == "history" else OTHER_READOUT
+            self.readout = HISTORY_READOUT if _reads_history(self.head) else OTHER_READOUT
 
     def check(self, processes: int = 1) -> None:
         """Refuse settings that cannot train, before anything is loaded or written; a run on
@@ -207,7 +341,7 @@ class TrainConfig:
         from spdrank.backbone.prompt import UNIT_READOUTS, PromptSettings
         from spdrank.methods.base import method_for
         from spdrank.methods.heads import HeadConfig
-        from spdrank.model.ranker import SPDConfig
+        from spdrank.model.config import SPDConfig
 
         method = method_for(self.head)
         prompt = method.prompt(PromptSettings(
@@ -215,8 +349,8 @@ class TrainConfig:
             max_item_tokens=self.item_tokens(),
             max_query_tokens=self.max_query_tokens,
             readout=self.readout,
-            # The history head reads each history item's states: the prompt must span them.
-            history_items=self.head == "history",
+            # A head that reads each history item's states needs a prompt that spans them.
+            history_items=self.head in method.history_kinds,
         ))
         positions = method.positions(self.positions)
         return SPDConfig(
@@ -256,23 +390,49 @@ class TrainConfig:
         )
 
     def _check_cache_settings(self) -> None:
-        """Cached states stand for a prefill only when the prefill never changes."""
         from spdrank.methods.base import method_for
 
-        if self.cache_states is None:
-            return
-        if self.features_only:
-            raise ValueError("--features-only runs no backbone, so it has no states to cache: "
-                             "drop --cache-states")
-        refusal = method_for(self.head).cache_refusal
-        if refusal is not None:
-            raise ValueError(refusal)
-        if not self.frozen:
-            raise ValueError("--cache-states needs --frozen: LoRA changes the backbone's states "
-                             "at every step, so cached ones would be stale")
-        if self.cache_dtype not in CACHE_DTYPES:
-            raise ValueError(
-                f"unknown --cache-dtype {self.cache_dtype!r}: use one of {list(CACHE_DTYPES)}"
+        if self.cache_states is not None:
+            check_cacheable(
+                method_for(self.head),
+                frozen=self.frozen,
+                features_only=self.features_only,
+                dtype=self.cache_dtype,
+                batch_size=self.cache_batch_size,
             )
-        if self.cache_batch_size < 1:
-            raise ValueError(f"--cache-batch-size must be at least 1, got {self.cache_batch_size}")
+
+
+def check_cacheable(
+    method: RankingMethod, *, frozen: bool, features_only: bool, dtype: str, batch_size: int
+) -> None:
+    """Refuse to cache states that would not stand for the prefill, or to cache them as asked.
+
+    Cached states stand for a prefill only when the prefill never changes and is what the
+    head reads: the one check that both ``spdrank train --cache-states``
+    (:meth:`TrainConfig.check`) and :func:`spdrank.training.state_cache.open_state_cache`
+    run, so a refusal reads alike from either. A method says why its own heads' states cannot
+    be cached (:attr:`~spdrank.methods.base.RankingMethod.cache_refusal`).
+    """
+    if features_only:
+        raise ValueError("--features-only runs no backbone, so it has no states to cache: "
+                         "drop --cache-states")
+    if method.cache_refusal is not None:
+        raise ValueError(method.cache_refusal)
+    if not frozen:
+        raise ValueError("--cache-states needs --frozen: LoRA changes the backbone's states "
+                         "at every step, so cached ones would be stale")
+    if dtype not in CACHE_DTYPES:
+        raise ValueError(f"unknown --cache-dtype {dtype!r}: use one of {list(CACHE_DTYPES)}")
+    if batch_size < 1:
+        raise ValueError(f"--cache-batch-size must be at least 1, got {batch_size}")
+
+
+def _reads_history(kind: str) -> bool:
+    """Whether head ``kind`` reads the history items' states, as its method says; False for a
+    kind no method serves, so that a saved record still loads (the run refuses the kind)."""
+    from spdrank.methods.base import method_for
+
+    try:
+        return kind in method_for(kind).history_kinds
+    except ValueError:
+        return False

@@ -69,7 +69,12 @@ from spdrank.core.files import atomic_write_bytes, atomic_writer
 from spdrank.core.progress import Progress
 from spdrank.core.slates import Slate, batched, read_slates
 from spdrank.model.ranker import SPDRanker
-from spdrank.training.config import CACHE_DTYPES
+from spdrank.training.config import (
+    CACHE_DTYPES,
+    DEFAULT_CACHE_BATCH_SIZE,
+    DEFAULT_CACHE_DTYPE,
+    check_cacheable,
+)
 
 log = logging.getLogger(__name__)
 
@@ -128,8 +133,6 @@ def cache_key(
 ) -> dict[str, Any]:
     """Everything the cached states of the first ``count`` slates of ``slates_path`` depend on;
     ``texts``: their :func:`text_digests` entry for ``count``, when already computed."""
-    if storage not in STORAGE_DTYPES:
-        raise ValueError(f"unknown --cache-dtype {storage!r}: use one of {list(STORAGE_DTYPES)}")
     config = model.config
     first = next(read_slates(slates_path), None)
     if first is None:
@@ -312,8 +315,8 @@ def open_state_cache(
     model: SPDRanker,
     slates_path: str | os.PathLike[str],
     count: int,
-    storage: str = "float16",
-    batch_size: int = 8,
+    storage: str = DEFAULT_CACHE_DTYPE,
+    batch_size: int = DEFAULT_CACHE_BATCH_SIZE,
     shard_size: int = SHARD_SIZE,
     progress: bool = True,
 ) -> StateCache:
@@ -324,14 +327,15 @@ def open_state_cache(
     Raises ValueError naming the settings that differ when ``directory`` holds a cache made
     with others, and for a model whose states cannot be cached.
     """
-    frozen = model.config.backbone.lora is None
-    if not model.method.caches_states or model.config.features_only or not frozen:
-        raise ValueError(
-            "only a frozen backbone's readout states can be cached (no LoRA, no --head first, "
-            "not --features-only)"
-        )
-    if batch_size < 1 or shard_size < 1:
-        raise ValueError(f"batch and shard sizes must be at least 1, got {batch_size}, {shard_size}")
+    check_cacheable(
+        model.method,
+        frozen=model.config.backbone.lora is None,
+        features_only=model.config.features_only,
+        dtype=storage,
+        batch_size=batch_size,
+    )
+    if shard_size < 1:
+        raise ValueError(f"the shard size must be at least 1, got {shard_size}")
     directory = Path(directory)
     meta_path = directory / KEY_NAME
     meta = json.loads(meta_path.read_text(encoding="utf-8")) if meta_path.exists() else None
