@@ -1,0 +1,86 @@
+"""The pointwise peer: each candidate in its own sequence with the user context, N prefills.
+
+The reranker a team would otherwise deploy on the same backbone (monoT5, RankLLaMA, a
+cross-encoder): a slate becomes one sequence a candidate (:mod:`.prompt`: the model's own
+prompt, holding that candidate alone), the sequences are batched into one padded pass
+(:mod:`.batching`, :mod:`.read`), and each candidate's score is one linear map of its
+sequence's last state (:mod:`.head`). It trains on the same targets with the scalar peer's
+ListNet and ranks by sorting, as the scalar peer does: the two differ only in how the
+backbone reads the candidates, N sequences with the context each against one prompt with
+all of them, so a comparison between them, and with SPD, measures that and nothing else.
+
+A frozen backbone's state for a candidate is still a pure function of the slate's texts, so
+``--cache-states`` caches them as it caches SPD's: the cache reads through this method's
+encode, collate and read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from spdrank.backbone.prompt import UNIT_READOUTS
+from spdrank.methods.scalar.method import ScalarMethod
+
+if TYPE_CHECKING:
+    from torch import nn
+
+    from spdrank.backbone.batching import Batch
+    from spdrank.backbone.prompt import EncodedPrompt
+    from spdrank.backbone.readout import HeadInputs
+    from spdrank.core.clock import StageClock
+    from spdrank.core.slates import Slate
+    from spdrank.methods.pointwise.prompt import CandidatePrompts
+    from spdrank.model.config import SPDConfig
+    from spdrank.model.ranker import SPDRanker
+
+
+class PointwiseMethod(ScalarMethod):
+    name = "pointwise"
+    title = "pointwise"
+    kinds = ("pointwise",)
+    help = (
+        "pointwise (the cross-encoder peer: each candidate in its own sequence with the user "
+        "context, batched; one linear score from its last state; ListNet)"
+    )
+
+    def check(self, config: SPDConfig) -> None:
+        if config.features_only:
+            raise ValueError(
+                "the pointwise method reads each candidate's text with the user context, so "
+                "it cannot run on features alone: choose --head scalar for --features-only"
+            )
+        if config.prompt.readout in UNIT_READOUTS:
+            raise ValueError(
+                f"the pointwise head scores one state a candidate: use --readout last or mean, "
+                f"not {config.prompt.readout}"
+            )
+
+    def build_head(
+        self, config: SPDConfig, backbone: nn.Module, tokenizer: Any, features: int
+    ) -> nn.Module:
+        from spdrank.backbone.load import hidden_size
+        from spdrank.methods.pointwise.head import PointwiseHead
+
+        return PointwiseHead(hidden_size(backbone), features)
+
+    def encode(self, model: SPDRanker, slate: Slate) -> CandidatePrompts:
+        """One sequence a candidate: the user context, then that candidate alone."""
+        from spdrank.methods.pointwise.prompt import encode_candidates
+
+        texts = slate.candidate_texts(model.config.text_fields)
+        return encode_candidates(model.prompts, slate.query.text, texts)
+
+    def collate(self, model: SPDRanker, encoded: Sequence[EncodedPrompt]) -> Batch:
+        """Every candidate's sequence a row, right-padded into one batch."""
+        from spdrank.methods.pointwise.batching import collate_candidates
+
+        return collate_candidates(encoded, model.tokenizer.pad_token_id)
+
+    def read(self, model: SPDRanker, batch: Batch, clock: StageClock | None = None) -> HeadInputs:
+        """The candidates' states from their own sequences' prefills, [B, N, D]."""
+        from spdrank.methods.pointwise.read import read_candidates
+
+        return read_candidates(
+            model.backbone, batch, model.config.prompt.readout, clock, model.synchronize
+        )
