@@ -49,7 +49,7 @@ from spdrank.backbone.load import (
 from spdrank.backbone.prompt import PromptBuilder, PromptSettings
 from spdrank.backbone.templates import SEARCH
 from spdrank.datasets.beauty import load_titles
-from spdrank.datasets.sequences import render_history
+from spdrank.datasets.titles import render_history
 from spdrank.rankers.windows import Windows
 
 DEFAULT_OUT = ROOT / "benchmarks" / "results" / "prefill-cost-cpu"

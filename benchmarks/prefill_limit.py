@@ -60,7 +60,7 @@ from spdrank.backbone.load import (
 )
 from spdrank.backbone.prompt import PromptBuilder, PromptSettings
 from spdrank.datasets.beauty import load_titles
-from spdrank.datasets.sequences import render_history
+from spdrank.datasets.titles import render_history
 
 DEFAULT_OUT = ROOT / "benchmarks" / "results" / "prefill-limit-cpu"
 #: The goal: a prefill within this factor of its matrix products alone.

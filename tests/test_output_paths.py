@@ -27,7 +27,7 @@ import pytest
 
 from spdrank.commands.cli import TERMINATED, main
 from spdrank.core.files import check_outputs, output_target
-from spdrank.datasets.sequences import read_titles
+from spdrank.datasets.titles import read_titles
 from tests.helpers import save_features_only_model, subprocess_env
 
 K = 4

@@ -15,7 +15,8 @@ import torch
 from spdrank.commands import data as data_command
 from spdrank.commands import eval as eval_command
 from spdrank.core.slates import NOT_RETRIEVED, load_slates
-from spdrank.datasets.sequences import BuildOptions, build_from_files
+from spdrank.datasets.build import build_from_files
+from spdrank.datasets.options import BuildOptions
 from spdrank.rankers.sasrec import CONFIG_FILE, SASRec, SASRecRanker, cache_key
 from spdrank.rankers.sasrec_config import SASRecConfig
 

@@ -15,7 +15,8 @@ import torch
 
 from spdrank.commands.cli import main
 from spdrank.core.slates import read_slates
-from spdrank.datasets.sequences import BuildOptions, build_from_files
+from spdrank.datasets.build import build_from_files
+from spdrank.datasets.options import BuildOptions
 from spdrank.rankers.sasrec import SASRec, SASRecRanker
 from spdrank.rankers.sasrec_config import SASREC, SASREC_FIT, SASRecConfig
 

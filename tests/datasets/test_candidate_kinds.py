@@ -12,9 +12,11 @@ import pytest
 
 from spdrank.commands.cli import main
 from spdrank.core.slates import read_slates
-from spdrank.datasets.sequences import BuildOptions, build_from_files
+from spdrank.datasets.build import build_from_files
+from spdrank.datasets.options import BuildOptions
 
-LOGGER = "spdrank.datasets.sequences"
+#: The module that says how many targets were inserted.
+LOGGER = "spdrank.datasets.candidates"
 
 
 def write_inputs(folder: Path, lists: list[str]) -> dict[str, Path]:

@@ -14,19 +14,15 @@ from pathlib import Path
 import pytest
 
 from spdrank.commands import data as data_command
+from spdrank.core.files import sha256_file
 from spdrank.core.slates import SlateError, load_slates
-from spdrank.datasets import sequences as seqmod
-from spdrank.datasets.sequences import (
-    BuildOptions,
-    build_from_files,
-    clean_title,
-    eval_count,
-    read_candidate_lists,
-    read_sequences,
-    read_titles,
-    split_users,
-    validation_users,
-)
+from spdrank.datasets import build as build_module
+from spdrank.datasets.build import build_from_files
+from spdrank.datasets.candidates import read_candidate_lists
+from spdrank.datasets.log import read_sequences
+from spdrank.datasets.options import BuildOptions
+from spdrank.datasets.split import eval_count, split_users, validation_users
+from spdrank.datasets.titles import clean_title, read_titles
 from spdrank.rankers.baselines import CooccurrenceRanker, PopularityRanker
 
 OUTPUTS = ("train.jsonl", "eval.jsonl", "manifest.json")
@@ -102,11 +98,11 @@ def test_counts_and_manifest(tmp_path):
     assert manifest["parameters"] == {
         "history": 10, "candidates": 10, "negatives": "uniform", "seed": 0, "eval_fraction": 0.05,
     }
-    assert manifest["inputs"]["sequences"]["sha256"] == seqmod.sha256_file(tmp_path / "seq.txt")
-    assert manifest["inputs"]["titles"]["sha256"] == seqmod.sha256_file(tmp_path / "titles.tsv")
+    assert manifest["inputs"]["sequences"]["sha256"] == sha256_file(tmp_path / "seq.txt")
+    assert manifest["inputs"]["titles"]["sha256"] == sha256_file(tmp_path / "titles.tsv")
     for name in ("train.jsonl", "eval.jsonl"):
         out = manifest["outputs"][name]
-        assert out["sha256"] == seqmod.sha256_file(tmp_path / "out" / name)
+        assert out["sha256"] == sha256_file(tmp_path / "out" / name)
         assert out["candidates"] == 10 * out["slates"]
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == sorted(OUTPUTS)
 
@@ -398,7 +394,7 @@ def test_input_error_leaves_previous_output(tmp_path):
 def test_error_half_way_leaves_previous_output(tmp_path, monkeypatch):
     _build(tmp_path)
     before = _snapshot(tmp_path / "out")
-    real = seqmod.dumps_slate
+    real = build_module.dumps_slate
     calls = {"n": 0}
 
     def flaky(slate):
@@ -407,7 +403,7 @@ def test_error_half_way_leaves_previous_output(tmp_path, monkeypatch):
             raise OSError("disk full")
         return real(slate)
 
-    monkeypatch.setattr(seqmod, "dumps_slate", flaky)
+    monkeypatch.setattr(build_module, "dumps_slate", flaky)
     with pytest.raises(OSError, match="disk full"):
         _build(tmp_path, seed=5)
     assert calls["n"] == 25
@@ -416,7 +412,7 @@ def test_error_half_way_leaves_previous_output(tmp_path, monkeypatch):
 
 def test_error_on_a_fresh_directory_leaves_no_files(tmp_path, monkeypatch):
     _inputs(tmp_path)
-    monkeypatch.setattr(seqmod, "dumps_slate", lambda slate: 1 / 0)
+    monkeypatch.setattr(build_module, "dumps_slate", lambda slate: 1 / 0)
     with pytest.raises(ZeroDivisionError):
         _build(tmp_path, out="fresh")
     assert list((tmp_path / "fresh").iterdir()) == []
@@ -591,7 +587,8 @@ def test_features_are_byte_identical_across_rebuilds_and_hash_seeds(tmp_path):
     _inputs(tmp_path, seq_lines=_log(n_items=25))
     _build(tmp_path, out="a", history=3, features=True)
     code = (
-        "import sys; from spdrank.datasets.sequences import BuildOptions, build_from_files; "
+        "import sys; from spdrank.datasets.build import build_from_files; "
+        "from spdrank.datasets.options import BuildOptions; "
         "build_from_files(sys.argv[1], sys.argv[2], sys.argv[3], "
         "BuildOptions(candidates=10, history=3, features=True), progress=False)"
     )
@@ -638,7 +635,7 @@ def test_validation_moves_whole_training_users_out_of_train(tmp_path):
     assert manifest["parameters"]["validation"] == 5
     assert "valid.jsonl" in manifest["policies"]["validation"]
     assert manifest["outputs"]["valid.jsonl"] == {
-        "slates": 5, "candidates": 50, "sha256": seqmod.sha256_file(split.valid_path),
+        "slates": 5, "candidates": 50, "sha256": sha256_file(split.valid_path),
     }
     assert "validation" not in plain.manifest["parameters"] and "valid" not in plain.counts
     assert plain.valid_path is None and not (tmp_path / "plain" / "valid.jsonl").exists()
@@ -926,7 +923,7 @@ def test_a_scored_candidate_file_must_score_every_candidate(tmp_path):
 
 
 def test_inserted_targets_are_warned_about(tmp_path, caplog):
-    with caplog.at_level("WARNING", logger="spdrank.datasets.sequences"):
+    with caplog.at_level("WARNING", logger="spdrank.datasets.candidates"):
         result = _listed(tmp_path, ["u1 c y e", "u2 e a", "u3 a e", "u4 c d e"])
     assert result.counts["targets_added"] == 2
     warned = [r.getMessage() for r in caplog.records if "inserted" in r.getMessage()]
@@ -973,7 +970,7 @@ def test_without_insertion_a_missed_target_stays_out_and_counts_as_a_miss(tmp_pa
 
 def test_a_small_eval_split_is_warned_about_with_a_fraction_that_fixes_it(tmp_path, caplog):
     _inputs(tmp_path, seq_lines=_log(n_users=4000))
-    with caplog.at_level("WARNING", logger="spdrank.datasets.sequences"):
+    with caplog.at_level("WARNING", logger="spdrank.datasets.split"):
         result = _build(tmp_path, candidates=3, eval_fraction=0.05)
     assert result.counts["eval"] == 200
     (message,) = [r.getMessage() for r in caplog.records]
@@ -982,7 +979,7 @@ def test_a_small_eval_split_is_warned_about_with_a_fraction_that_fixes_it(tmp_pa
     assert message.endswith("--eval-fraction 0.25 would give about 1,000")
     assert eval_count(4000, 0.25) == 1000
     caplog.clear()
-    with caplog.at_level("WARNING", logger="spdrank.datasets.sequences"):
+    with caplog.at_level("WARNING", logger="spdrank.datasets.split"):
         _build(tmp_path, candidates=3, eval_fraction=0.25)
         _build(tmp_path, candidates=3, eval_fraction=0.0)
     assert caplog.records == []

@@ -5,7 +5,8 @@ import math
 import pytest
 
 from spdrank.core.slates import load_slates
-from spdrank.datasets.sequences import BuildOptions, build_from_files
+from spdrank.datasets.build import build_from_files
+from spdrank.datasets.options import BuildOptions
 from spdrank.datasets.title_similarity import TitleSimilarity, tokens
 
 CATALOGUE = [

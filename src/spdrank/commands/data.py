@@ -9,13 +9,13 @@ from pathlib import Path
 from typing import Any
 
 from spdrank.commands.argtypes import int_at_least
-from spdrank.datasets.sequences import (
+from spdrank.datasets.build import BuildResult
+from spdrank.datasets.options import (
     ALL_FEATURES,
     CANDIDATE_KINDS,
     NEGATIVES,
     RETRIEVERS,
     BuildOptions,
-    BuildResult,
 )
 from spdrank.rankers.sasrec_config import SASRecConfig
 
@@ -164,7 +164,7 @@ def _check_retriever(args: argparse.Namespace) -> None:
 
 
 def run_sequences(args: argparse.Namespace) -> int:
-    from spdrank.datasets.sequences import build_from_files
+    from spdrank.datasets.build import build_from_files
 
     if args.candidate_file and args.negatives:
         raise ValueError("--negatives and --candidate-file exclude each other: choose one")

@@ -151,7 +151,7 @@ def fit_rankers(
     """
     from spdrank.core.progress import track
     from spdrank.core.slates import read_slates, training_sequence
-    from spdrank.datasets.sequences import default_extra_sequences, iter_extra_sequences
+    from spdrank.datasets.extra_sequences import default_extra_sequences, iter_extra_sequences
 
     needing = [r for r in rankers if getattr(r, "needs_train", False)]
     if not needing:

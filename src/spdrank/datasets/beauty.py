@@ -4,7 +4,7 @@
 order), ``item_id_to_int.json`` (``{asin: int}``) and ``products_lookup.csv``
 (``,global_product_id,name``); see its ``PROVENANCE.md``. Titles are joined as
 ``asin -> item_id_to_int.json -> products_lookup.csv name`` and the slates are built by the
-generic :mod:`spdrank.datasets.sequences` builder: item ids are ASINs, query ids reviewer ids.
+generic :mod:`spdrank.datasets.build` builder: item ids are ASINs, query ids reviewer ids.
 With the defaults that gives 21,245 train and 1,118 eval slates of 50 candidates.
 """
 
@@ -19,14 +19,10 @@ from importlib.resources import files
 from importlib.resources.abc import Traversable
 
 from spdrank.core.slates import SlateError
-from spdrank.datasets.sequences import (
-    BuildOptions,
-    BuildResult,
-    InteractionLog,
-    build_slates,
-    clean_title,
-    parse_sequences,
-)
+from spdrank.datasets.build import BuildResult, build_slates
+from spdrank.datasets.log import InteractionLog, parse_sequences
+from spdrank.datasets.options import BuildOptions
+from spdrank.datasets.titles import clean_title
 
 SEQUENCES = "user_sequence.txt"
 ITEM_MAP = "item_id_to_int.json"

@@ -21,7 +21,7 @@ candidate has an embedding; items no training user touched are only ever sampled
 A candidate's score is the model's logit for it after the slate's own history (the items the
 slate shows, oldest first), rounded to 6 decimals like the other features. The retriever
 returns the ``candidates`` best-scored items outside everything the user did before the
-target; the target is not added when missed (:mod:`spdrank.datasets.sequences` keeps such a
+target; the target is not added when missed (:mod:`spdrank.datasets.build` keeps such a
 slate, without a clicked item, as a retrieval miss).
 """
 
@@ -32,10 +32,13 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
+from spdrank.datasets.candidates import CandidateLists
+from spdrank.datasets.log import InteractionLog
+from spdrank.datasets.options import BuildOptions
+from spdrank.datasets.split import history_and_target, split_users, validation_users
 from spdrank.rankers.sasrec_config import SASREC, SASRecConfig
 
 if TYPE_CHECKING:
-    from spdrank.datasets.sequences import BuildOptions, CandidateLists, InteractionLog
     from spdrank.rankers.sasrec import SASRec
 
 logger = logging.getLogger(__name__)
@@ -116,13 +119,11 @@ def fit_for_build(
     ``users``: every user that makes a slate (``(user, items)``, oldest first); ``catalogue``:
     every item a slate may show (the vocabulary).
     """
-    from spdrank.datasets.sequences import _history_and_target
-
     train = set(train_users)
     return SASRecScores(
         [items[:-1] for user, items in users if user in train] + [list(s) for s in extra],
         catalogue,
-        {user: _history_and_target(items, options.history)[0] for user, items in users},
+        {user: history_and_target(items, options.history)[0] for user, items in users},
         options.sasrec,
     )
 
@@ -136,8 +137,6 @@ def retriever_lists(
     splits the log's users exactly as the builder will (every user gets a list: one whose
     earlier items are the whole catalogue, leaving nothing to retrieve, is an error).
     """
-    from spdrank.datasets.sequences import CandidateLists, split_users, validation_users
-
     users = log.users
     held_out = split_users((u for u, _ in users), options.eval_fraction, options.seed)
     held_out |= validation_users(

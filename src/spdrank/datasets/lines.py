@@ -1,0 +1,55 @@
+"""Numbered lines of the text inputs a build reads (logs, titles, candidate lists).
+
+Every reader of a build's inputs goes through here, so each of them reports a bad byte, a
+repeated user or a misplaced header the same way: a :class:`SlateError` naming ``file:line``.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+from pathlib import Path
+
+from spdrank.core.slates import SlateError
+
+
+def numbered_lines(path: Path) -> Iterator[tuple[int, str]]:
+    """Numbered lines of a UTF-8 text file (a BOM is dropped), with errors naming file:line."""
+    if not path.is_file():
+        raise FileNotFoundError(f"no such file: {path}")
+    with open(path, "rb") as fh:  # decoded line by line, so a decoding error names its line
+        for lineno, raw in enumerate(fh, start=1):
+            if lineno == 1 and raw.startswith(b"\xef\xbb\xbf"):
+                raw = raw[3:]
+            try:
+                yield lineno, raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise SlateError(f"not UTF-8 text ({exc.reason})", f"{path}:{lineno}") from None
+
+
+def first_line(
+    lines: Iterator[tuple[int, str]],
+) -> tuple[str | None, Iterator[tuple[int, str]]]:
+    """The first non-blank line's text (None if there is none), and all the lines again.
+
+    A reader looks at it to tell the file's format (a RecBole header, a TSV header) before
+    reading the lines as that format.
+    """
+    held: list[tuple[int, str]] = []
+    for numbered in lines:
+        held.append(numbered)
+        if numbered[1].strip():
+            return numbered[1], itertools.chain(held, lines)
+    return None, iter(held)
+
+
+def record_user_line(user: str, seen: dict[str, int], lineno: int, where: str) -> None:
+    """Record that ``user``'s line is ``lineno``; a SlateError at ``where`` naming the first
+    line when the user already had one (a user's items, or list, must be on one line)."""
+    if user in seen:
+        raise SlateError(
+            f"duplicate user {user!r} (first seen at line {seen[user]}): "
+            "each user must be on one line",
+            where,
+        )
+    seen[user] = lineno
