@@ -39,9 +39,18 @@ UNNAMED_READOUT = "last"
 OTHER_READOUT = "mean"
 UNIT_MATCH = "tfidf"
 
+#: The match of a head config that names none (built in code, or read from a checkpoint's
+#: config.json saved before the field existed: such a checkpoint matches with this one).
+UNNAMED_MATCH = "maxsim"
+
 #: The recommendation template's per-candidate token budget: titles are short, and a student
 #: can only match the words the prompt keeps (docs/architecture.md, "The token budget").
 DEFAULT_ITEM_TOKENS = 32
+
+#: The learning-rate warm-up when ``--warmup-steps`` is not given, in steps...
+DEFAULT_WARMUP = 20
+#: ...or this share of a run too short for it.
+DEFAULT_WARMUP_SHARE = 0.1
 
 #: The slate sizes N at which ``spdrank bench --latency`` decomposes a model's latency.
 LATENCY_SIZES = (20, 50, 150)

@@ -10,6 +10,8 @@ from spdrank.backbone.prompt import READOUTS
 from spdrank.backbone.templates import PROMPT_HELP
 from spdrank.core.defaults import (
     DEFAULT_ITEM_TOKENS,
+    DEFAULT_WARMUP,
+    DEFAULT_WARMUP_SHARE,
     FEATURES_ONLY_HEAD,
     HISTORY_READOUT,
     OTHER_READOUT,
@@ -231,8 +233,9 @@ class TrainConfig:
     # None: :func:`spdrank.training.train.warmup_steps` decides.
     warmup_steps: int | None = setting(
         None,
-        help="steps over which the learning rates rise to their values (default: 20, or a "
-        "tenth of the run's steps when that is fewer, so a short run still reaches them)",
+        help="steps over which the learning rates rise to their values (default: "
+        f"{DEFAULT_WARMUP}, or {DEFAULT_WARMUP_SHARE:.0%} of the run's steps when that is "
+        "fewer, so a short run still reaches them)",
     )
     max_grad_norm: float = setting(1.0, help="")
 

@@ -38,6 +38,7 @@ from safetensors.torch import load_file, save_file
 from spdrank.backbone.batching import Batch
 from spdrank.backbone.load import resolve_device
 from spdrank.core.atomic_dir import atomic_directory
+from spdrank.core.defaults import DEFAULT_WARMUP, DEFAULT_WARMUP_SHARE
 from spdrank.core.features import FeatureNormalizer, parse_feature_names
 from spdrank.core.progress import Progress
 from spdrank.core.slates import Slate, load_slates, read_slates
@@ -92,10 +93,6 @@ def _load_optimizer(optimizer: torch.optim.Optimizer, path: Path, meta: dict[str
 # -- the loop ---------------------------------------------------------------------------------
 
 
-#: The learning-rate warm-up when ``--warmup-steps`` is not given, in steps...
-DEFAULT_WARMUP = 20
-#: ...or this share of a run too short for it.
-DEFAULT_WARMUP_SHARE = 0.1
 
 
 def warmup_steps(asked: int | None, total: int) -> int:
