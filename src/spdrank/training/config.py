@@ -132,8 +132,8 @@ class TrainConfig:
     layers: int | None = setting(
         None, help="keep only the first L transformer layers (early exit)"
     )
-    lora_r: int = setting(64, help="")
-    lora_alpha: int = setting(64, help="")
+    lora_r: int = setting(64, help="rank of the LoRA adapters on the backbone's linear layers")
+    lora_alpha: int = setting(64, help="LoRA scaling: the adapters' update is multiplied by alpha / r")
     lora_modules: str = setting(
         "all-linear",
         help="the modules LoRA adapts: all-linear (the paper), or comma-separated module names "
@@ -142,9 +142,9 @@ class TrainConfig:
 
     # -- head ------------------------------------------------------------------------------
     positions: int = setting(64, help="K, the number of rank positions (>= the largest slate)")
-    head_width: int = setting(256, help="")
-    head_layers: int = setting(2, help="")
-    head_dropout: float = setting(0.1, help="")
+    head_width: int = setting(256, help="width of the head's layers (the backbone's states are projected to it)")
+    head_layers: int = setting(2, help="layers of the head's attention stack (heads that have one)")
+    head_dropout: float = setting(0.1, help="dropout inside the head while training")
 
     # -- prompt & readout ------------------------------------------------------------------
     # A template's texts are saved in the checkpoint (:func:`spdrank.backbone.templates.load_template`).
@@ -229,7 +229,7 @@ class TrainConfig:
     batch_size: int = setting(1, help="slates per optimizer step (padded into one prefill)")
     lr: float = setting(2e-4, help="learning rate of the LoRA adapters")
     head_lr: float = setting(1e-3, help="learning rate of the head")
-    weight_decay: float = setting(0.0, help="")
+    weight_decay: float = setting(0.0, help="AdamW weight decay of every trained weight")
     # None: :func:`spdrank.training.train.warmup_steps` decides.
     warmup_steps: int | None = setting(
         None,
@@ -237,7 +237,7 @@ class TrainConfig:
         f"{DEFAULT_WARMUP}, or {DEFAULT_WARMUP_SHARE:.0%} of the run's steps when that is "
         "fewer, so a short run still reaches them)",
     )
-    max_grad_norm: float = setting(1.0, help="")
+    max_grad_norm: float = setting(1.0, help="gradients are clipped to this global norm")
 
     # -- loss & decoder --------------------------------------------------------------------
     tau: float = setting(1.0, help="Sinkhorn temperature")
@@ -262,7 +262,7 @@ class TrainConfig:
     eval_every: int = setting(200, help="evaluate every N steps (0: only at the end)")
     eval_limit: int = setting(100, help="number of eval slates used")
     save_every: int = setting(100, help="write the resumable state every N steps")
-    seed: int = setting(0, help="")
+    seed: int = setting(0, help="seed of the head's initial weights, the data order and dropout")
 
     # -- runtime ---------------------------------------------------------------------------
     device: str = setting("auto", help="cpu, cuda, or auto")
