@@ -868,7 +868,7 @@ def _listed(tmp_path: Path, lists: list[str], **options):
 
 
 def test_users_without_a_list_still_count_in_features_and_baselines(tmp_path):
-    from spdrank.commands.rankers import fit_rankers
+    from spdrank.commands.named_rankers import fit_rankers
 
     result = _listed(tmp_path, ["u1 c y e", "u2 d c e", "u3 c a e", "u4 c d e"], features=True)
     slates = {s.query.qid: s for s in _slates(result.out_dir)}

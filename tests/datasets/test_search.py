@@ -11,7 +11,7 @@ from pathlib import Path
 import ir_measures
 import pytest
 
-from spdrank.commands.rankers import build_rankers
+from spdrank.commands.named_rankers import build_rankers
 from spdrank.core.slates import Slate, SlateError, read_slates
 from spdrank.core.trec import read_corpus, read_qrels, read_run
 from spdrank.datasets.search import slates_from_retrieve_results, slates_from_run

@@ -141,8 +141,8 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from spdrank.commands.named_rankers import fit_rankers
     from spdrank.commands.ranker_args import checked_inputs, named_files, rankers_from_args
-    from spdrank.commands.rankers import fit_rankers
     from spdrank.compare.plots import require_matplotlib
     from spdrank.compare.report import (
         DECOMPOSITION_PLOT,

@@ -9,7 +9,7 @@ defaults to ``train.jsonl`` (or ``train.jsonl.gz``) beside the ``--slates`` file
 sequences of users who make no slate (``extra_sequences.txt`` beside it); a feature
 ranker (``title_similarity``, ``feature:NAME``) reads the slates' own features and needs no
 training file. No torch is imported here: model-backed rankers are built inside
-:func:`spdrank.commands.rankers.build_rankers` on demand.
+:func:`spdrank.commands.named_rankers.build_rankers` on demand.
 """
 
 from __future__ import annotations
@@ -191,8 +191,8 @@ def trec_writers(
 
 
 def run(args: argparse.Namespace) -> int:
+    from spdrank.commands.named_rankers import fit_rankers, split_named
     from spdrank.commands.rank import check_prompt
-    from spdrank.commands.rankers import fit_rankers, split_named
     from spdrank.core.files import atomic_writer, check_outputs
     from spdrank.core.slates import SlateError
     from spdrank.core.trec import read_qrels

@@ -11,7 +11,7 @@ from spdrank.commands.argtypes import (
     add_window_arguments,
     windows_from_args,
 )
-from spdrank.commands.rankers import build_rankers, default_train_path, is_search
+from spdrank.commands.named_rankers import build_rankers, default_train_path, is_search
 from spdrank.core.ranking import Ranker
 from spdrank.rankers.baselines import BASELINES, FEATURE_PREFIX, baseline_factory, baseline_names
 
@@ -89,7 +89,7 @@ def baseline_name(text: str) -> str:
 
 def rankers_from_args(args: argparse.Namespace) -> list[Ranker]:
     """The rankers the command line asks for, unfitted, in the order given
-    (:func:`spdrank.commands.rankers.build_rankers`); a command without a flag passes none of it."""
+    (:func:`spdrank.commands.named_rankers.build_rankers`); a command without a flag passes none of it."""
     return build_rankers(
         args.ranker,
         seed=args.seed,
@@ -108,7 +108,7 @@ def rankers_from_args(args: argparse.Namespace) -> list[Ranker]:
 def named_files(args: argparse.Namespace, option: str) -> list[str]:
     """The files a ``--labels`` or ``--run`` option (``[NAME=]FILE``, repeatable) names:
     inputs, which no output may overwrite."""
-    from spdrank.commands.rankers import split_named
+    from spdrank.commands.named_rankers import split_named
 
     return [split_named(spec)[1] for spec in getattr(args, option, None) or ()]
 

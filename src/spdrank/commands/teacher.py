@@ -236,7 +236,7 @@ def build_backend(args: argparse.Namespace, slates: Path) -> Any:
             guided=(args.guided or "llama") if args.constrained else None,
         )
     if spec.startswith("ranker:"):
-        from spdrank.commands.rankers import default_train_path, fit_rankers
+        from spdrank.commands.named_rankers import default_train_path, fit_rankers
         from spdrank.rankers.baselines import make_baseline
         from spdrank.teacher.backends import RankerBackend
 
