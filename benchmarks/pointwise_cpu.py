@@ -4,13 +4,15 @@
         [--latency-slates 10] [--teacher-slates 3] [--note TEXT] [--dry-run]
 
 Every model reads SmolLM2's first 2 layers, frozen, in the same prompt settings (12-token
-titles, the last-token readout). SPD (the paper's attention head, one prompt a slate) and the
+titles). SPD (the paper's attention head over last-token states, one prompt a slate), the
 pointwise peer (each candidate in its own sequence with the user context, one linear score
-from its last state: ``--head pointwise``) are trained by the same ``spdrank train`` command
-but for the head, on the same lexical teacher's labels (``ranker:title_similarity``, made by
-``benchmarks/fidelity_beauty_cpu.py``), from a state cache of the same slates. FIRST has no
-weights of its own with the backbone frozen (its letters' logits are the LM's), so it enters
-untrained: its speed is FIRST's, its fidelity a zero-shot one.
+from its last state: ``--head pointwise``) and SPD with the project's history head (on mean
+states, the fidelity report's recipe) are trained by the same ``spdrank train`` command but
+for the head (and the history head's readout), on the same lexical teacher's labels
+(``ranker:title_similarity``, made by ``benchmarks/fidelity_beauty_cpu.py``), each from a
+state cache of the same slates. FIRST has no weights of its own with the backbone frozen (its
+letters' logits are the LM's), so it enters untrained: its speed is FIRST's, its fidelity a
+zero-shot one.
 
 Three measurements, written to ``benchmarks/results/pointwise-cpu/``:
 
@@ -60,6 +62,7 @@ class Row:
     name: str
     head: str
     what: str
+    readout: str = "last"
 
     def run_dir(self, work: Path) -> Path:
         return work / "runs" / self.name
@@ -73,6 +76,9 @@ ROWS = (
         "candidates' last-token states, decoded by expected rank"),
     Row("pointwise", "pointwise", "pointwise: each candidate in its own sequence with the "
         "user context (one row of a batched prefill), one linear score from its last state"),
+    Row("spd-history", "history", "SPD with the project's history head (candidates matched "
+        "with the history items' states) on mean states: the recipe of the fidelity report",
+        readout="mean"),
 )
 
 
@@ -87,7 +93,7 @@ def train_command(row: Row, args: argparse.Namespace) -> list[str]:
         "--slates", str(args.labels / "train.labels.slates.jsonl"),
         "--out", str(row.run_dir(args.work)), "--target", "teacher", "--head", row.head,
         "--backbone", args.backbone, "--frozen", "--layers", str(args.layers),
-        "--readout", "last", "--max-item-tokens", str(ITEM_TOKENS),
+        "--readout", row.readout, "--max-item-tokens", str(ITEM_TOKENS),
         "--positions", str(max(args.sizes)), "--dtype", "bfloat16",
         "--cache-states", str(row.states(args.work)),
         "--limit", str(args.train_slates), "--epochs", str(args.epochs),
@@ -302,8 +308,9 @@ def write_report(args: argparse.Namespace, meta: dict[str, Any], lat: list[dict[
         f"What else ran: {args.note or 'not recorded'}",
         "",
         (f"Backbone: {args.backbone}, its first {args.layers} layers, frozen; "
-         f"{ITEM_TOKENS}-token titles, the last-token readout. Training: the same "
-         f"`spdrank train` command but for `--head` (attn: SPD; pointwise), "
+         f"{ITEM_TOKENS}-token titles, the last-token readout (spd-history: the mean). "
+         "Training: the same `spdrank train` command but for `--head` (spd: attn; pointwise; "
+         "spd-history: history) and that readout, "
          f"{args.train_slates} slates of the lexical teacher's labels, {args.epochs:g} epochs "
          "of batches of 16 at head lr 1e-3 after 10 warm-up steps, from a bfloat16 state "
          "cache of the frozen backbone; FIRST untrained (its weights are the backbone's)."),

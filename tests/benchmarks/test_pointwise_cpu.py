@@ -28,7 +28,7 @@ def test_train_bench_time_and_report(tmp_path, tiny_backbone, monkeypatch, one_t
     results = json.loads((out / "results.json").read_text())
     latency = results["latency"]
     assert [(r["n"], r["model"]) for r in latency] == [
-        (n, m) for n in (4, 8) for m in ("spd", "pointwise", "first")]
+        (n, m) for n in (4, 8) for m in ("spd", "pointwise", "spd-history", "first")]
     by = {(r["n"], r["model"]): r for r in latency}
     for n in (4, 8):
         # The pointwise peer reads the context once a candidate: more tokens than one prompt.
@@ -38,7 +38,8 @@ def test_train_bench_time_and_report(tmp_path, tiny_backbone, monkeypatch, one_t
     assert [t["n"] for t in results["teacher"]] == [4, 8]
     assert all(t["decode_passes"][0] > 1 for t in results["teacher"])
     bench = json.loads((out / "fidelity" / "results.json").read_text())
-    assert set(bench["rankers"]) == {"spd:expected_rank", "pointwise", "first"}
+    assert set(bench["rankers"]) == {"spd:expected_rank", "pointwise",
+                                     "spd-history:expected_rank", "first"}
     report = (out / "report.md").read_text()
     assert "| 8 | pointwise |" in report and "What else ran: nothing else" in report
     assert "| pointwise |" in report.split("## Fidelity after the same training")[1]
