@@ -1,25 +1,21 @@
-"""Does the heads' inference path pay on the whole ranking call? And the head's one-thread switch?
+"""Does the head's one-thread switch pay on the whole ranking call?
 
 Times ``model.rank(slate)`` (what a user waits for: tokenize, prefill, readout, head, decode)
 at N candidates for two students on the bundled backbone (SmolLM2-135M-Instruct, its first
 ``--layers`` layers, frozen): the demo's (the history head matching the words of the titles,
 ``spdrank demo``'s recipe) and the paper's attention head. Each is saved and loaded back as a
 user loads a checkpoint (``dtype: auto``: bfloat16 on a CPU with bfloat16 units), and also
-loaded in float32. Four settings are compared on every slate, one after the other and in an
-order that alternates from slate to slate, so a slow spell of a shared machine falls on all
-of them alike:
-
-- ``fast``: the head's inference path on or off (off: the heads' nn modules, as training
-  runs them, under ``torch.inference_mode``);
-- ``serial``: :mod:`spdrank.model.ranker`'s switch to one thread for a small head
-  (``HEAD_SERIAL_ROWS``) on or off.
+loaded in float32. :mod:`spdrank.model.ranker`'s switch to one thread for a small head
+(``HEAD_SERIAL_ROWS``) is on or off, the two compared on every slate, one after the other and
+in an order that alternates from slate to slate, so a slow spell of a shared machine falls on
+both alike.
 
 Slates are Beauty users (the bundled log and titles): the ten items before a user's last one
 as the history, the last item and N - 1 others drawn at random as the candidates. The heads
-are untrained (their timing does not depend on their weights), and each setting's scores are
-compared with the reference modules' (``fast`` off) on the same slate.
+are untrained (their timing does not depend on their weights), and the scores of the two
+settings are compared on the same slate.
 
-    .venv/bin/python benchmarks/head_path.py --out benchmarks/results/head-path-cpu
+    .venv/bin/python benchmarks/head_path.py --out benchmarks/results/head-path-cpu/serial
 """
 
 from __future__ import annotations
@@ -37,7 +33,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-SETTINGS = [(fast, serial) for fast in (True, False) for serial in (True, False)]
+#: Whether the head runs on one thread: the switch on, then off.
+SETTINGS = [True, False]
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -114,57 +111,50 @@ def student(head: str, layers: int, folder: Path, dtype: str) -> Any:
 
 
 @contextlib.contextmanager
-def setting(fast: bool, serial: bool) -> Iterator[None]:
-    """The head's inference path and the model's one-thread switch as asked, then restored."""
-    from spdrank.methods import heads
+def setting(serial: bool) -> Iterator[None]:
+    """The model's one-thread switch for a small head as asked, then restored."""
     from spdrank.model import ranker
 
-    saved = (heads.SelfAttentionHead.infers, heads.HistoryAttentionHead.infer,
-             ranker.HEAD_SERIAL_ROWS)
-    if not fast:
-        heads.SelfAttentionHead.infers = lambda self, h: False  # type: ignore[method-assign]
-        heads.HistoryAttentionHead.infer = heads.HistoryAttentionHead.reference  # type: ignore[method-assign]
+    saved = ranker.HEAD_SERIAL_ROWS
     if not serial:
         ranker.HEAD_SERIAL_ROWS = 0
     try:
         yield
     finally:
-        (heads.SelfAttentionHead.infers, heads.HistoryAttentionHead.infer,
-         ranker.HEAD_SERIAL_ROWS) = saved
+        ranker.HEAD_SERIAL_ROWS = saved
 
 
-def name(fast: bool, serial: bool) -> str:
-    return f"fast={'on' if fast else 'off'} serial={'on' if serial else 'off'}"
+def name(serial: bool) -> str:
+    return f"serial={'on' if serial else 'off'}"
 
 
 def time_model(model: Any, slates: list[Any]) -> dict[str, Any]:
     """Per setting: every slate's whole ``rank`` call in ms, and its scores' largest distance
-    from the reference modules' (and whether the order differs) on the same slate."""
+    from the switch-on scores (and whether the order differs) on the same slate."""
     import numpy as np
 
-    for fast, serial in SETTINGS:  # warm-up: the first call at a shape pays its allocations
-        with setting(fast, serial):
+    for serial in SETTINGS:  # warm-up: the first call at a shape pays its allocations
+        with setting(serial):
             model.rank(slates[0])
-    ms: dict[str, list[float]] = {name(*s): [] for s in SETTINGS}
-    diff = {name(*s): 0.0 for s in SETTINGS}
-    reordered = {name(*s): 0 for s in SETTINGS}
+    ms: dict[str, list[float]] = {name(s): [] for s in SETTINGS}
+    diff = {name(s): 0.0 for s in SETTINGS}
+    reordered = {name(s): 0 for s in SETTINGS}
     for i, slate in enumerate(slates):
-        order = SETTINGS if i % 2 == 0 else SETTINGS[::-1]
         got = {}
-        for fast, serial in order:
-            with setting(fast, serial):
+        for serial in SETTINGS if i % 2 == 0 else SETTINGS[::-1]:
+            with setting(serial):
                 start = time.perf_counter()
                 ranking = model.rank(slate)
-                ms[name(fast, serial)].append(1e3 * (time.perf_counter() - start))
-            got[name(fast, serial)] = ranking
-        ref = got[name(False, True)]
+                ms[name(serial)].append(1e3 * (time.perf_counter() - start))
+            got[name(serial)] = ranking
+        ref = got[name(True)]
         ref_scores = dict(zip(ref.docids, ref.scores))
         for key, ranking in got.items():
             d = max(abs(s - ref_scores[docid]) for docid, s in zip(ranking.docids, ranking.scores))
             diff[key] = max(diff[key], d)
             reordered[key] += ranking.docids != ref.docids
     rng = np.random.default_rng(0)
-    base = np.array(ms[name(False, True)])
+    base = np.array(ms[name(True)])
     out = {}
     for key, v in ms.items():
         # Each slate's time under this setting over the reference's on the same slate: the
@@ -183,7 +173,7 @@ def time_model(model: Any, slates: list[Any]) -> dict[str, Any]:
             "p50_ms": float(np.median(v)),
             "p90_ms": float(np.percentile(v, 90)),
             "mean_ms": float(np.mean(v)),
-            "max_score_diff_vs_modules": diff[key],
+            "max_score_diff_vs_serial": diff[key],
             "slates_ordered_differently": reordered[key],
         }
         for key, v in ms.items()
@@ -255,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
                 for setting_name, r in record["results"][key].items():
                     print(f"  {setting_name}: p50 {r['p50_ms']:.1f} ms, paired ratio "
                           f"{r['paired_median_ratio']:.3f} {r['paired_ratio_ci95']}, "
-                          f"max |score diff| {r['max_score_diff_vs_modules']:.2e}", flush=True)
+                          f"max |score diff| {r['max_score_diff_vs_serial']:.2e}", flush=True)
                 del model
     record["machine_after"] = machine()
     record["busy_after"] = busy_processes()

@@ -1,12 +1,22 @@
+"""Every method's heads: shapes, padding, permutation equivariance, features, old checkpoints."""
+
 import pytest
 import torch
 
-from spdrank.methods.heads import HEADS, FirstHead, HeadConfig, build_head
+from spdrank.methods.first.head import FirstHead
+from spdrank.methods.heads import HeadConfig
+from spdrank.methods.scalar.head import ScalarHead
+from spdrank.methods.spd.method import SPDMethod
 
-#: Heads that read the candidates alone; the history head has its own tests below.
-MATRIX_HEADS = sorted(
-    k for k, cls in HEADS.items() if cls.matrix and not getattr(cls, "reads_history", False)
-)
+#: SPD's heads that read the candidates alone; the history head has its own tests below.
+MATRIX_HEADS = sorted(k for k in SPDMethod.kinds if k not in SPDMethod.history_kinds)
+
+
+def build_head(hidden: int, cfg: HeadConfig, features: int = 0) -> torch.nn.Module:
+    """The head of ``cfg.kind`` over ``hidden`` states (0: none), as its method builds it."""
+    if cfg.kind == "scalar":
+        return ScalarHead(hidden, cfg, features)
+    return SPDMethod().head(cfg, hidden, features)
 
 
 @pytest.mark.parametrize("kind", MATRIX_HEADS)
@@ -61,9 +71,9 @@ def test_scores_depend_on_position(kind):
     assert _learned_positions(head, target, h, mask) == target.tolist()
 
 
-def test_unknown_head():
-    with pytest.raises(ValueError, match="unknown head 'mlp'"):
-        build_head(8, HeadConfig(kind="mlp"))
+def test_spd_builds_only_its_own_heads():
+    with pytest.raises(ValueError, match=r"'scalar' is no SPD head: choose one of \['attn', "):
+        SPDMethod().head(HeadConfig(kind="scalar"), 8)
 
 
 def test_scalar_head_gives_one_score_per_item_independent_of_padding():
@@ -78,7 +88,7 @@ def test_scalar_head_gives_one_score_per_item_independent_of_padding():
 
 # -- upstream features -----------------------------------------------------------------------
 
-ALL_HEADS = sorted(k for k, cls in HEADS.items() if not getattr(cls, "reads_history", False))
+ALL_HEADS = [*MATRIX_HEADS, "scalar"]
 
 
 @pytest.mark.parametrize("kind", ALL_HEADS)

@@ -4,6 +4,7 @@ added from outside the package being used by the model, training and the CLI unt
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -23,7 +24,7 @@ from spdrank.methods.base import (
     unregister,
 )
 from spdrank.methods.first.method import FirstMethod, first_prompt
-from spdrank.methods.heads import HEADS, HeadConfig
+from spdrank.methods.heads import HeadConfig
 from spdrank.methods.scalar.loss import listnet_loss
 from spdrank.methods.scalar.method import ScalarMethod
 from spdrank.methods.spd.decode import expected_positions
@@ -46,9 +47,32 @@ def test_each_head_kind_is_served_by_its_method():
         method_for("mlp")
 
 
-def test_every_head_module_is_served_and_scores_as_its_method_decodes():
-    for kind, cls in HEADS.items():
-        assert method_for(kind).matrix == cls.matrix, kind
+class _Backbone(nn.Module):
+    """What a method reads of a backbone to build a head: its hidden size."""
+
+    config = SimpleNamespace(hidden_size=8)
+
+
+def _one_token_each(text: str, add_special_tokens: bool = True) -> dict[str, list[int]]:
+    return {"input_ids": [ord(text)]}
+
+
+def test_every_kind_is_built_by_its_method_and_scores_as_its_method_decodes():
+    built = {}
+    for method in methods():
+        for kind in method.kinds:
+            config = SPDConfig(head=HeadConfig(kind=kind, positions=4, width=16, heads=2),
+                               prompt=method.prompt(PromptSettings()))
+            head = method.build_head(config, _Backbone(), _one_token_each, 0)
+            assert head.matrix == method.matrix, kind
+            built[kind] = type(head).__name__
+    expected = {
+        "attn": "SelfAttentionHead", "linear": "LinearProbe", "slot": "SlotQueryHead",
+        "history": "HistoryAttentionHead", "scalar": "ScalarHead", "first": "FirstHead",
+    }
+    assert {kind: built[kind] for kind in expected} == expected
+    with pytest.raises(ValueError, match="'scalar' is no SPD head"):
+        SPDMethod().head(HeadConfig(kind="scalar"), 8)
 
 
 def test_a_kind_belongs_to_one_method():

@@ -77,17 +77,13 @@ class RankingMethod(ABC):
     def check(self, config: SPDConfig) -> None:
         """Raise ValueError when ``config`` describes a model this method cannot be."""
 
+    @abstractmethod
     def build_head(
         self, config: SPDConfig, backbone: nn.Module, tokenizer: Any, features: int
     ) -> nn.Module:
-        """A fresh head for ``config`` over ``backbone`` reading ``features`` features: by
-        default the head kind of :func:`spdrank.methods.heads.build_head` over the backbone's hidden
-        states (none for a features-only model)."""
-        from spdrank.backbone.load import hidden_size
-        from spdrank.methods.heads import build_head
-
-        hidden = 0 if config.features_only else hidden_size(backbone)
-        return build_head(hidden, config.head, features)
+        """A fresh head of ``config.head.kind`` (one of :attr:`kinds`) for a model over
+        ``backbone`` reading ``features`` features: each method builds the heads it serves
+        (a head over the backbone's states reads :func:`state_size` of them)."""
 
     def frozen_refusal(self, config: SPDConfig) -> str | None:
         """Why a model of ``config`` has nothing to train with its backbone frozen (its head
@@ -141,6 +137,14 @@ class RankingMethod(ABC):
     def ranked_scores(self, scores: np.ndarray, order: np.ndarray) -> list[float]:
         """The scores a :class:`~spdrank.core.ranking.Ranking` reports, best first, for a slate
         ranked in ``order`` from its ``scores`` (padded items may follow the real ones)."""
+
+
+def state_size(config: SPDConfig, backbone: nn.Module) -> int:
+    """The width D of the states a head of ``config`` reads of ``backbone``: its hidden size,
+    or 0 for a features-only model, whose head reads the features alone."""
+    from spdrank.backbone.load import hidden_size
+
+    return 0 if config.features_only else hidden_size(backbone)
 
 
 _METHODS: dict[str, RankingMethod] = {}

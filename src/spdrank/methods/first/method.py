@@ -2,7 +2,7 @@
 
 Each candidate is labelled by one letter token and the prompt's answer opens with "[", so the
 logit of a candidate's letter at the last position is its score: the backbone's own LM head
-does the ranking (:class:`spdrank.methods.heads.FirstHead` only picks the letters' logits, plus a
+does the ranking (:class:`~spdrank.methods.first.head.FirstHead` only picks the letters' logits, plus a
 linear map of the features when the model reads any). So the backbone is loaded with its LM
 head, its states are never what the head reads (nothing to cache), K is at most the number of
 letters, and with the backbone frozen and no features there is nothing to train. Scores are
@@ -79,7 +79,7 @@ class FirstMethod(ScalarMethod):
     def build_head(
         self, config: SPDConfig, backbone: nn.Module, tokenizer: Any, features: int
     ) -> nn.Module:
-        from spdrank.methods.heads import FirstHead
+        from spdrank.methods.first.head import FirstHead
 
         return FirstHead(letter_token_ids(tokenizer, config.head.positions), features)
 

@@ -1,6 +1,6 @@
 """The pointwise peer: one score per candidate, ranked by sorting.
 
-The classic reranker on SPD's backbone and prompt: its head (:class:`spdrank.methods.heads.ScalarHead`)
+The classic reranker on SPD's backbone and prompt: its head (:class:`~spdrank.methods.scalar.head.ScalarHead`)
 maps each candidate's state to one score, training fits those scores with ListNet against the
 same item-position targets SPD learns from (:mod:`spdrank.methods.scalar.loss`), and ranking sorts them.
 There are no positions, so there is no decoder to choose, and a ranking reports the scores
@@ -9,14 +9,16 @@ themselves. :mod:`.first` scores, trains and ranks the same way from other score
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from spdrank.methods.base import RankingMethod
+from spdrank.methods.base import RankingMethod, state_size
 
 if TYPE_CHECKING:
     import numpy as np
     import torch
+    from torch import nn
 
+    from spdrank.model.config import SPDConfig
     from spdrank.training.config import TrainConfig
 
 
@@ -26,6 +28,13 @@ class ScalarMethod(RankingMethod):
     kinds = ("scalar",)
     help = "scalar (a single-pass peer: one score per item + argsort, ListNet)"
     matrix = False
+
+    def build_head(
+        self, config: SPDConfig, backbone: nn.Module, tokenizer: Any, features: int
+    ) -> nn.Module:
+        from spdrank.methods.scalar.head import ScalarHead
+
+        return ScalarHead(state_size(config, backbone), config.head, features)
 
     def loss(
         self, scores: torch.Tensor, target: torch.Tensor, sizes: torch.Tensor, cfg: TrainConfig

@@ -1,5 +1,6 @@
 """SPD: an N x K item-position matrix from one prefill, trained through log-Sinkhorn and decoded
-by assignment (:mod:`.method`, with its loss in :mod:`.loss` and its decoders in :mod:`.decode`).
+by assignment (:mod:`.method`, with its heads in :mod:`.heads` and :mod:`.history`, its loss in
+:mod:`.loss` and its decoders in :mod:`.decode`).
 """
 
 #: How the loss weighs a target's positions (:func:`.loss.permutation_cross_entropy`); named

@@ -1,7 +1,7 @@
 """SPD: each candidate's state -> a row of N x K item-position scores -> an assignment.
 
-The head (:mod:`spdrank.methods.heads`: linear, attn, slot, history) scores every item at every rank
-position. Training runs the matrix through log-Sinkhorn into a soft permutation and takes its
+The head (:mod:`.heads`: linear, attn, slot; :mod:`.history`: history) scores every item at every
+rank position. Training runs the matrix through log-Sinkhorn into a soft permutation and takes its
 cross-entropy against the target permutation, rows weighted as ``--position-weights`` says;
 ranking decodes each matrix with the checkpoint's decoder (Hungarian, greedy, expected rank,
 ...), so every answer is a valid permutation. The entries of M are not comparable across
@@ -12,14 +12,17 @@ positions; a ranking reports each item's relevance under the Sinkhorn-normalised
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from spdrank.methods.base import RankingMethod
+from spdrank.methods.base import RankingMethod, state_size
 
 if TYPE_CHECKING:
     import numpy as np
     import torch
+    from torch import nn
 
+    from spdrank.methods.heads import HeadConfig
+    from spdrank.model.config import SPDConfig
     from spdrank.training.config import TrainConfig
 
 
@@ -34,9 +37,29 @@ class SPDMethod(RankingMethod):
         "a line)"
     )
     matrix = True
+    history_kinds = ("history",)
 
     def model_name(self, kind: str) -> str:
         return f"spd-{kind}"
+
+    def build_head(
+        self, config: SPDConfig, backbone: nn.Module, tokenizer: Any, features: int
+    ) -> nn.Module:
+        return self.head(config.head, state_size(config, backbone), features)
+
+    def head(self, cfg: HeadConfig, hidden: int, features: int = 0) -> nn.Module:
+        """A fresh SPD head of ``cfg.kind`` over D = ``hidden`` states (0: the features
+        alone) and ``features`` features."""
+        from spdrank.methods.spd.heads import LinearProbe, SelfAttentionHead, SlotQueryHead
+        from spdrank.methods.spd.history import HistoryAttentionHead
+
+        classes: dict[str, type[nn.Module]] = {
+            "attn": SelfAttentionHead, "linear": LinearProbe, "slot": SlotQueryHead,
+            "history": HistoryAttentionHead,
+        }
+        if cfg.kind not in classes:
+            raise ValueError(f"{cfg.kind!r} is no SPD head: choose one of {list(self.kinds)}")
+        return classes[cfg.kind](hidden, cfg, features)
 
     def loss(
         self, scores: torch.Tensor, target: torch.Tensor, sizes: torch.Tensor, cfg: TrainConfig
