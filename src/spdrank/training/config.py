@@ -234,7 +234,7 @@ class TrainConfig:
     warmup_steps: int | None = setting(
         None,
         help="steps over which the learning rates rise to their values (default: "
-        f"{DEFAULT_WARMUP}, or {DEFAULT_WARMUP_SHARE:.0%} of the run's steps when that is "
+        f"{DEFAULT_WARMUP}, or {DEFAULT_WARMUP_SHARE * 100:.0f}%% of the run's steps when that is "
         "fewer, so a short run still reaches them)",
     )
     max_grad_norm: float = setting(1.0, help="gradients are clipped to this global norm")
