@@ -141,7 +141,6 @@ def main() -> int:
     if args.out:
         write_figures(args.out, {
             "model": args.model, "dtype": args.dtype or model.config.backbone.dtype,
-            "head_compute_dtype": str(getattr(model.head, "compute_dtype", None)),
             "reps": args.reps}, rows, lines)
     return 0
 

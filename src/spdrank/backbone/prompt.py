@@ -166,6 +166,12 @@ class EncodedPrompt:
     #: and reused.
     context_end: int = 0
 
+    @property
+    def longest(self) -> int:
+        """The longest sequence the backbone reads of this input at once (here all of it):
+        what must fit its positions."""
+        return len(self.input_ids)
+
 
 #: A cached text's tokens: its token ids cut to the budget, and whether the cut removed any.
 Tokens = tuple[tuple[int, ...], bool]

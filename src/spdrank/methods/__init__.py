@@ -18,10 +18,11 @@ from spdrank.methods.base import (
     unregister,
 )
 from spdrank.methods.first.method import FirstMethod
+from spdrank.methods.pointwise.method import PointwiseMethod
 from spdrank.methods.scalar.method import ScalarMethod
 from spdrank.methods.spd.method import SPDMethod
 
-for _method in (SPDMethod(), ScalarMethod(), FirstMethod()):
+for _method in (SPDMethod(), ScalarMethod(), FirstMethod(), PointwiseMethod()):
     register(_method)
 
 __all__ = ["RankingMethod", "head_kinds", "method_for", "methods", "register", "unregister"]

@@ -192,23 +192,7 @@ class SPDRanker(nn.Module):
         load_head(model.head, path / HEAD_NAME)
         model.to(device)
         model.eval()
-        model.match_head_precision()
         return model
-
-    def match_head_precision(self) -> None:
-        """Run the head's matrix products in bfloat16 when the backbone runs in it on a CPU.
-
-        There the head's cost is its products, and a CPU with bfloat16 units (AMX,
-        AVX512-BF16) does them at a fraction of float32's time; whoever chose bfloat16 for the
-        backbone has chosen its precision. On an accelerator the head is not bound by its
-        arithmetic, so it keeps its float32 products. Heads without an inference path in
-        another dtype are left alone.
-        """
-        if not hasattr(self.head, "compute_dtype") or self.config.features_only:
-            return
-        weight = next(self.backbone.parameters(), None)
-        cpu_bf16 = self.device.type == "cpu" and weight is not None and weight.dtype == torch.bfloat16
-        self.head.compute_dtype = torch.bfloat16 if cpu_bf16 else None
 
     def save_pretrained(self, path: str | os.PathLike[str]) -> None:
         """Write the checkpoint (:func:`spdrank.model.checkpoint.save_checkpoint`)."""
@@ -243,11 +227,11 @@ class SPDRanker(nn.Module):
     def check_context(self, slate: Slate, encoded: EncodedPrompt) -> None:
         """Refuse a prompt longer than the backbone's positions, with its numbers: the backbone
         would read it wrongly or fail, and nothing may be cut silently to make it fit."""
-        if self.context_length is None or len(encoded.input_ids) <= self.context_length:
+        if self.context_length is None or encoded.longest <= self.context_length:
             return
         prompt = self.config.prompt
         raise SlateError(
-            f"slate {slate.query.qid!r}: its prompt is {len(encoded.input_ids)} tokens, more "
+            f"slate {slate.query.qid!r}: its prompt is {encoded.longest} tokens, more "
             f"than the backbone's {self.context_length} positions ({len(slate)} candidates at "
             f"up to {prompt.max_item_tokens} tokens each, a query of up to "
             f"{prompt.max_query_tokens}): rank it by sliding windows (--window), or train "
