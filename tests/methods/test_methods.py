@@ -25,6 +25,7 @@ from spdrank.methods.base import (
 )
 from spdrank.methods.first.method import FirstMethod, first_prompt
 from spdrank.methods.heads import HeadConfig
+from spdrank.methods.pointwise.method import PointwiseMethod
 from spdrank.methods.scalar.loss import listnet_loss
 from spdrank.methods.scalar.method import ScalarMethod
 from spdrank.methods.spd.decode import expected_positions
@@ -39,10 +40,10 @@ from tests.helpers import train_config as config
 def test_each_head_kind_is_served_by_its_method():
     assert {k: type(method_for(k)) for k in head_kinds()} == {
         "attn": SPDMethod, "linear": SPDMethod, "slot": SPDMethod, "history": SPDMethod,
-        "scalar": ScalarMethod, "first": FirstMethod,
+        "scalar": ScalarMethod, "first": FirstMethod, "pointwise": PointwiseMethod,
     }
-    assert head_kinds() == ["attn", "linear", "slot", "history", "scalar", "first"]
-    assert [m.name for m in methods()] == ["spd", "scalar", "first"]
+    assert head_kinds() == ["attn", "linear", "slot", "history", "scalar", "first", "pointwise"]
+    assert [m.name for m in methods()] == ["spd", "scalar", "first", "pointwise"]
     with pytest.raises(ValueError, match=r"unknown head 'mlp': choose one of \['attn', "):
         method_for("mlp")
 
@@ -276,8 +277,7 @@ def test_a_registered_method_is_a_choice_of_spdrank_train(toy):
     args = build_parser().parse_args(["train", "--slates", "s", "--out", "o", "--head", "reverse"])
     assert args.head == "reverse"
     train_parser = build_parser()._subparsers._group_actions[0].choices["train"]
-    assert "reverse (a test's toy)" in train_parser.format_help().replace("\n", " ").replace(
-        "  ", " ")
+    assert "reverse (a test's toy)" in " ".join(train_parser.format_help().split())
 
 
 @pytest.mark.parametrize("reads_logits", [False, True])
