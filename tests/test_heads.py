@@ -12,11 +12,14 @@ from spdrank.methods.spd.method import SPDMethod
 MATRIX_HEADS = sorted(k for k in SPDMethod.kinds if k not in SPDMethod.history_kinds)
 
 
-def build_head(hidden: int, cfg: HeadConfig, features: int = 0) -> torch.nn.Module:
-    """The head of ``cfg.kind`` over ``hidden`` states (0: none), as its method builds it."""
+def build_head(
+    hidden: int, cfg: HeadConfig, features: int = 0, units: bool = False
+) -> torch.nn.Module:
+    """The head of ``cfg.kind`` over ``hidden`` states (0: none), as its method builds it;
+    ``units``: several states per item (the tokens or words readout)."""
     if cfg.kind == "scalar":
         return ScalarHead(hidden, cfg, features)
-    return SPDMethod().head(cfg, hidden, features)
+    return SPDMethod().head(cfg, hidden, features, units)
 
 
 @pytest.mark.parametrize("kind", MATRIX_HEADS)
@@ -221,9 +224,8 @@ def test_history_head_ranks_a_slate_without_history():
 
 def _token_head(match: str = "maxsim"):
     torch.manual_seed(0)
-    cfg = HeadConfig(kind="history", positions=12, width=16, heads=2, dropout=0.0, tokens=True,
-                     match=match)
-    return build_head(24, cfg).eval()
+    cfg = HeadConfig(kind="history", positions=12, width=16, heads=2, dropout=0.0, match=match)
+    return build_head(24, cfg, units=True).eval()
 
 
 def test_tfidf_match_is_a_weighted_sum_over_pairs_of_units_through_the_kernel():
@@ -260,7 +262,7 @@ def test_tfidf_match_of_an_item_with_itself_is_one():
     # Kernel 1 on the diagonal, below 1 elsewhere: at least the weights' unit norm.
     assert stats[0, 0, 0] >= 1.0 - 1e-5
     with pytest.raises(ValueError, match="unknown match"):
-        HeadConfig(kind="history", tokens=True, match="bm25")
+        HeadConfig(kind="history", match="bm25")
 
 
 def test_token_match_is_the_weighted_mean_of_each_tokens_best_cosine():
@@ -309,3 +311,26 @@ def test_token_head_ignores_padded_token_slots_items_and_history(match):
     torch.testing.assert_close(padded[0, :3], alone[0], rtol=1e-5, atol=1e-5)
     with pytest.raises(ValueError, match="matches tokens"):
         head(h.mean(2), mask, None, hist.mean(2), hmask)
+
+
+# -- the head's record in config.json --------------------------------------------------------
+
+
+@pytest.mark.parametrize(("readout", "units"), [("last", False), ("mean", False), ("words", True)])
+def test_config_json_states_units_from_the_readout_and_refuses_a_record_that_disagrees(
+    readout, units
+):
+    from spdrank.backbone.load import ConfigError
+    from spdrank.backbone.prompt import PromptSettings
+    from spdrank.model.config import SPDConfig
+
+    config = SPDConfig(head=HeadConfig(kind="history"), prompt=PromptSettings(readout=readout))
+    record = config.to_dict()
+    assert record["head"]["tokens"] is units
+    assert list(record["head"]).index("tokens") == list(record["head"]).index("match") - 1
+    assert SPDConfig.from_dict(record).head == config.head
+    del record["head"]["tokens"]
+    assert SPDConfig.from_dict(record).head == config.head
+    record["head"]["tokens"] = not units
+    with pytest.raises(ConfigError, match=f"head.tokens is {not units}.*{readout!r}"):
+        SPDConfig.from_dict(record)

@@ -89,8 +89,8 @@ def _history_head(match: str | None, features: int = 0) -> HistoryAttentionHead:
     null slot) is trivially zero."""
     torch.manual_seed(0)
     cfg = HeadConfig(kind="history", positions=12, width=16, heads=2, layers=2,
-                     tokens=match is not None, match=match or "maxsim", match_width=8)
-    head = HistoryAttentionHead(24, cfg, features).eval()
+                     match=match or "maxsim", match_width=8)
+    head = HistoryAttentionHead(24, cfg, features, units=match is not None).eval()
     with torch.no_grad():
         for p in head.parameters():
             p.add_(0.1 * torch.randn_like(p))

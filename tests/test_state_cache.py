@@ -184,8 +184,7 @@ def test_history_states_are_cached_with_the_candidates(tmp_path, tiny_backbone, 
     torch.manual_seed(0)
     config = SPDConfig(
         backbone=BackboneConfig(name_or_path=tiny_backbone, lora=None),
-        head=HeadConfig(kind="history", positions=16, width=32, dropout=0.0,
-                        tokens=readout != "mean"),
+        head=HeadConfig(kind="history", positions=16, width=32, dropout=0.0),
         prompt=PromptSettings(max_item_tokens=8, readout=readout, history_items=True),
     )
     model = SPDRanker.build(config).eval()

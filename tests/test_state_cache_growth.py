@@ -26,7 +26,7 @@ def frozen(tiny_backbone) -> SPDRanker:
     torch.manual_seed(0)
     return SPDRanker.build(SPDConfig(
         backbone=BackboneConfig(name_or_path=tiny_backbone, lora=None),
-        head=HeadConfig(kind="history", positions=16, width=32, dropout=0.0, tokens=True),
+        head=HeadConfig(kind="history", positions=16, width=32, dropout=0.0),
         prompt=PromptSettings(max_item_tokens=8, readout="words", history_items=True),
     )).eval()
 

@@ -19,7 +19,7 @@ def checkpoint(tmp_path, tiny_backbone):
     from spdrank.backbone.prompt import PromptSettings
 
     config = tiny_config(tiny_backbone, kind="history", frozen=True, positions=12,
-                         tokens=True, match="tfidf", match_width=8)
+                         match="tfidf", match_width=8)
     config.prompt = PromptSettings(max_item_tokens=8, readout="words", history_items=True)
     SPDRanker.build(config).save_pretrained(tmp_path / "ckpt")
     return tmp_path / "ckpt"

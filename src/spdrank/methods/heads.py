@@ -58,10 +58,8 @@ class HeadConfig:
     layers: int = 2
     heads: int = 4
     dropout: float = 0.1
-    #: The history head reads several states per item (its tokens or its words: the "tokens"
-    #: and "words" readouts) and matches candidates with history items unit by unit.
-    tokens: bool = False
-    #: How units are matched (with ``tokens``): "maxsim" (late interaction: each candidate
+    #: How the history head matches units, when the prompt's readout keeps several states per
+    #: item (its tokens or its words: :data:`~spdrank.backbone.prompt.UNIT_READOUTS`): "maxsim" (late interaction: each candidate
     #: unit's best cosine with the item's units, averaged with learned weights) or "tfidf"
     #: (every pair of units through a sharp kernel, weighted on both sides: the shape of a
     #: TF-IDF cosine, whose matches also go straight to the position scores). Unnamed:
@@ -92,8 +90,8 @@ class HeadConfig:
         if self.width % self.heads:
             raise ValueError(f"head.width ({self.width}) must be a multiple of head.heads "
                              f"({self.heads}): each attention head takes an equal share")
-        if not isinstance(self.kind, str) or not isinstance(self.tokens, bool):
-            raise ConfigError("head.kind must be a name and head.tokens true or false")
+        if not isinstance(self.kind, str):
+            raise ConfigError(f"head.kind must be a name, got {self.kind!r}")
         dropout = self.dropout
         if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) \
                 or not 0 <= dropout < 1:
@@ -115,6 +113,32 @@ class HeadConfig:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> HeadConfig:
         return cls(**data)
+
+
+class ItemHead(nn.Module):
+    """A head whose items enter as their projected states plus their projected features.
+
+    Every head over the candidates' states starts alike: the states [B, N, D] and the features
+    [B, N, F] are each mapped to the head's ``width`` (:func:`state_projection`,
+    :func:`feature_projection`) and summed (:meth:`item_inputs`). With ``history``, the
+    history items' states get a map of their own (``history_proj``). The layers are built in
+    this order, so a head's initial weights follow from the seed alone.
+    """
+
+    #: Its scores are an N x K matrix (else one score per item).
+    matrix: bool = True
+
+    def __init__(self, hidden: int, width: int, features: int, history: bool = False) -> None:
+        super().__init__()
+        check_inputs(hidden, features)
+        self.proj = state_projection(hidden, width)
+        if history:
+            self.history_proj = state_projection(hidden, width)
+        self.features = feature_projection(features, width)
+
+    def item_inputs(self, h: torch.Tensor | None, features: torch.Tensor | None) -> torch.Tensor:
+        """The items' inputs [B, N, width]: projected states plus projected features."""
+        return item_inputs(self.proj, h, self.features, features)
 
 
 def state_projection(hidden: int, width: int) -> nn.Module | None:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from spdrank.backbone.load import BackboneConfig, ConfigError, bounded_int
-from spdrank.backbone.prompt import PromptSettings
+from spdrank.backbone.prompt import UNIT_READOUTS, PromptSettings
 from spdrank.core.defaults import UNNAMED_DECODER
 from spdrank.core.features import FeatureNormalizer
 from spdrank.core.slates import TEXT_FIELDS
@@ -43,7 +43,7 @@ class SPDConfig:
             "format": "spdrank",
             "format_version": FORMAT_VERSION,
             "backbone": self.backbone.to_dict(),
-            "head": self.head.to_dict(),
+            "head": _head_record(self.head, self.prompt),
             "prompt": self.prompt.to_dict(),
             "decoder": self.decoder,
             "text_fields": list(self.text_fields),
@@ -76,7 +76,7 @@ class SPDConfig:
             _check_features(data["features"])
         return cls(
             backbone=BackboneConfig.from_dict(data["backbone"]),
-            head=HeadConfig.from_dict(data["head"]),
+            head=_read_head(data["head"], prompt),
             prompt=prompt,
             decoder=data.get("decoder", UNNAMED_DECODER),
             text_fields=tuple(data.get("text_fields", TEXT_FIELDS)),
@@ -85,6 +85,38 @@ class SPDConfig:
             ),
             features_only=bool(data.get("features_only", False)),
         )
+
+
+#: The head record's field that restates whether the prompt's readout keeps several states per
+#: item. The readout is what says it; the field is written for the spdrank versions that read
+#: it from the head, and checked against the readout when read.
+UNITS_FIELD = "tokens"
+
+
+def _head_record(head: HeadConfig, prompt: PromptSettings) -> dict[str, Any]:
+    """The head's settings as config.json holds them, with :data:`UNITS_FIELD` in its place
+    (before ``match``, whose use it gates)."""
+    record: dict[str, Any] = {}
+    for name, value in head.to_dict().items():
+        if name == "match":
+            record[UNITS_FIELD] = prompt.readout in UNIT_READOUTS
+        record[name] = value
+    return record
+
+
+def _read_head(data: Any, prompt: PromptSettings) -> HeadConfig:
+    """The head's settings from config.json, refusing a :data:`UNITS_FIELD` that disagrees
+    with the prompt's readout."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"head must be an object of settings, got {data!r}")
+    data = dict(data)
+    units = data.pop(UNITS_FIELD, None)
+    if units is not None and units is not (prompt.readout in UNIT_READOUTS):
+        raise ConfigError(
+            f"head.{UNITS_FIELD} is {units!r} but the prompt's readout {prompt.readout!r} "
+            f"{'keeps one state' if units else 'keeps several states'} per item"
+        )
+    return HeadConfig.from_dict(data)
 
 
 def _check_features(data: Any) -> None:

@@ -101,14 +101,14 @@ class SPDRanker(nn.Module):
         self.method.check(config)
         self.head = self.method.build_head(config, backbone, tokenizer, n_features)
         #: The head compares candidates with the user's history items (their own states).
-        self.reads_history = bool(getattr(self.head, "reads_history", False))
+        self.reads_history = config.head.kind in self.method.history_kinds
         if self.reads_history and not config.prompt.history_items:
             raise ValueError(
                 f"head {config.head.kind!r} reads the history items' states: build the prompt "
                 "with history_items=True (spdrank train sets it for this head)"
             )
         units = config.prompt.readout in UNIT_READOUTS
-        if units and not (self.reads_history and config.head.tokens):
+        if units and not self.reads_history:
             raise ValueError(
                 f"the {config.prompt.readout} readout keeps several states per item: only the "
                 "history head built for it (--head history, which spdrank train sets up) can "

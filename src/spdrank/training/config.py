@@ -341,7 +341,7 @@ class TrainConfig:
         """The model these settings train; ``features``: the ``--features`` normalisation,
         fitted on the training slates (:func:`spdrank.training.train.fit_feature_normalizer`)."""
         from spdrank.backbone.load import BackboneConfig
-        from spdrank.backbone.prompt import UNIT_READOUTS, PromptSettings
+        from spdrank.backbone.prompt import PromptSettings
         from spdrank.methods.base import method_for
         from spdrank.methods.heads import HeadConfig
         from spdrank.model.config import SPDConfig
@@ -369,7 +369,6 @@ class TrainConfig:
                 width=self.head_width,
                 layers=self.head_layers,
                 dropout=self.head_dropout,
-                tokens=self.readout in UNIT_READOUTS,
                 match=self.match,
             ),
             prompt=prompt,

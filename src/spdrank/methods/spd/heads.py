@@ -20,26 +20,14 @@ import math
 import torch
 from torch import nn
 
-from spdrank.methods.heads import (
-    HeadConfig,
-    check_inputs,
-    feature_projection,
-    item_inputs,
-    renamed_from,
-    state_projection,
-)
+from spdrank.methods.heads import HeadConfig, ItemHead, renamed_from
 
 
-class LinearProbe(nn.Module):
+class LinearProbe(ItemHead):
     """Each item scored independently: all cross-item context comes from the backbone."""
 
-    matrix = True
-
     def __init__(self, hidden: int, cfg: HeadConfig, features: int = 0) -> None:
-        super().__init__()
-        check_inputs(hidden, features)
-        self.proj = state_projection(hidden, cfg.positions)
-        self.features = feature_projection(features, cfg.positions)
+        super().__init__(hidden, cfg.positions, features)
         self.register_load_state_dict_pre_hook(
             renamed_from({"norm.": "proj.0.", "out.": "proj.1."})
         )
@@ -47,23 +35,17 @@ class LinearProbe(nn.Module):
     def forward(
         self, h: torch.Tensor | None, mask: torch.Tensor, features: torch.Tensor | None = None
     ) -> torch.Tensor:
-        scores = item_inputs(self.proj, h, self.features, features)
-        return scores.masked_fill(~mask.unsqueeze(-1), 0.0)
+        return self.item_inputs(h, features).masked_fill(~mask.unsqueeze(-1), 0.0)
 
 
-class SelfAttentionHead(nn.Module):
+class SelfAttentionHead(ItemHead):
     """The paper's head: L self-attention layers over the items, then a linear map to K scores.
 
     Each item attends to every other real item, an explicit pairwise comparison before scoring.
     """
 
-    matrix = True
-
     def __init__(self, hidden: int, cfg: HeadConfig, features: int = 0) -> None:
-        super().__init__()
-        check_inputs(hidden, features)
-        self.proj = state_projection(hidden, cfg.width)
-        self.features = feature_projection(features, cfg.width)
+        super().__init__(hidden, cfg.width, features)
         layer = nn.TransformerEncoderLayer(
             cfg.width, cfg.heads, 4 * cfg.width, cfg.dropout, batch_first=True, norm_first=True
         )
@@ -75,24 +57,19 @@ class SelfAttentionHead(nn.Module):
     def forward(
         self, h: torch.Tensor | None, mask: torch.Tensor, features: torch.Tensor | None = None
     ) -> torch.Tensor:
-        x = item_inputs(self.proj, h, self.features, features)
+        x = self.item_inputs(h, features)
         x = self.encoder(x, src_key_padding_mask=~mask)
         return self.out(self.norm(x)).masked_fill(~mask.unsqueeze(-1), 0.0)
 
 
-class SlotQueryHead(nn.Module):
+class SlotQueryHead(ItemHead):
     """The dual view: K learned position queries cross-attend over the items ("what fills rank k?").
 
     M[i, k] is the scaled dot product of item i's projection with slot k's output.
     """
 
-    matrix = True
-
     def __init__(self, hidden: int, cfg: HeadConfig, features: int = 0) -> None:
-        super().__init__()
-        check_inputs(hidden, features)
-        self.proj = state_projection(hidden, cfg.width)
-        self.features = feature_projection(features, cfg.width)
+        super().__init__(hidden, cfg.width, features)
         self.slots = nn.Parameter(torch.randn(cfg.positions, cfg.width) * 0.02)
         layer = nn.TransformerDecoderLayer(
             cfg.width, cfg.heads, 4 * cfg.width, cfg.dropout, batch_first=True, norm_first=True
@@ -105,7 +82,7 @@ class SlotQueryHead(nn.Module):
     def forward(
         self, h: torch.Tensor | None, mask: torch.Tensor, features: torch.Tensor | None = None
     ) -> torch.Tensor:
-        items = item_inputs(self.proj, h, self.features, features)
+        items = self.item_inputs(h, features)
         slots = self.slots.unsqueeze(0).expand(items.size(0), -1, -1)
         slots = self.decoder(slots, items, memory_key_padding_mask=~mask)
         scores = torch.einsum("bnd,bkd->bnk", self.item_out(items), self.slot_out(slots))

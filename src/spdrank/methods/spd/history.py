@@ -15,10 +15,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from spdrank.methods.heads import HeadConfig, feature_projection, item_inputs, state_projection
+from spdrank.methods.heads import HeadConfig, ItemHead, state_projection
 
 
-class HistoryAttentionHead(nn.Module):
+class HistoryAttentionHead(ItemHead):
     """The attention head, also reading the states of the user's history items.
 
     In the paper's head a candidate meets the history only through the backbone's causal
@@ -28,7 +28,7 @@ class HistoryAttentionHead(nn.Module):
     - a match: a similarity of the candidate with each history item, summarised per candidate
       as its largest, its mean and the most recent item's (the shape of a retriever's "closest
       item in the history" score), and added to the candidate's input. On pooled states it is
-      the cosine of learned projections; with every token's state (``cfg.tokens``) it is
+      the cosine of learned projections; with every token's state (``units``) it is
       token by token, like a late-interaction retriever: each candidate token's best cosine
       with the history item's tokens, averaged with learned per-token weights (a learned
       IDF: which of the title's words identify it);
@@ -39,22 +39,20 @@ class HistoryAttentionHead(nn.Module):
     on padding.
     """
 
-    matrix = True
-    reads_history = True
-
-    def __init__(self, hidden: int, cfg: HeadConfig, features: int = 0) -> None:
-        super().__init__()
+    def __init__(
+        self, hidden: int, cfg: HeadConfig, features: int = 0, units: bool = False
+    ) -> None:
+        """``units``: the prompt's readout keeps several states per item (its tokens or its
+        words), and the match compares them unit by unit (as ``cfg.match`` says)."""
         if not hidden:
             raise ValueError("the history head compares hidden states: it needs a backbone")
-        self.tokens = cfg.tokens
-        self.proj = state_projection(hidden, cfg.width)
-        self.history_proj = state_projection(hidden, cfg.width)
-        self.features = feature_projection(features, cfg.width)
-        self.tfidf = cfg.tokens and cfg.match == "tfidf"
+        super().__init__(hidden, cfg.width, features, history=True)
+        self.tokens = units
+        self.tfidf = units and cfg.match == "tfidf"
         self.match_query = state_projection(hidden, cfg.match_width if self.tfidf else cfg.width)
         # The tfidf match projects both sides alike (match_query); the others learn a key.
         self.match_key = None if self.tfidf else state_projection(hidden, cfg.width)
-        self.token_weight = nn.Linear(hidden, 1) if cfg.tokens else None
+        self.token_weight = nn.Linear(hidden, 1) if units else None
         if self.tfidf:
             # Kernel sharpness, learned in log space: identical words meet at cosine 1, others
             # fade as exp(sharpness * (cosine - 1)).
@@ -77,9 +75,14 @@ class HistoryAttentionHead(nn.Module):
     ) -> torch.Tensor:
         """Per candidate [B, N, 3]: its largest, mean and most recent cosine with the history
         (0 for a slate without history)."""
-        q = F.normalize(self.match_query(h), dim=-1)
-        k = F.normalize(self.match_key(history), dim=-1)
+        q, k = self._query_and_key(h, history)
         return _summarise(torch.einsum("bnd,bhd->bnh", q, k), history_mask)
+
+    def _query_and_key(
+        self, h: torch.Tensor, history: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The candidates' match queries and the history items' keys, of unit length."""
+        return F.normalize(self.match_query(h), dim=-1), F.normalize(self.match_key(history), dim=-1)
 
     def match_tokens(
         self,
@@ -92,8 +95,7 @@ class HistoryAttentionHead(nn.Module):
         """The match token by token: ``h`` [B, N, W, D] and ``history`` [B, H, W, D] with their
         real token counts; per candidate and history item, the weighted mean over the
         candidate's tokens of each one's best cosine with the item's tokens; summarised [B, N, 3]."""
-        q = F.normalize(self.match_query(h), dim=-1)
-        k = F.normalize(self.match_key(history), dim=-1)
+        q, k = self._query_and_key(h, history)
         sim = torch.einsum("bntd,bhsd->bnths", q, k)
         real_keys = _slots(history_tokens, history.size(2))  # [B, H, W]
         sim = sim.masked_fill(~real_keys[:, None, None], float("-inf")).amax(-1)
@@ -151,7 +153,7 @@ class HistoryAttentionHead(nn.Module):
             h, history = _slot_means(h, item_tokens), _slot_means(history, history_tokens)
         else:
             stats = self.match(h, history, history_mask)
-        items = item_inputs(self.proj, h, self.features, features) + self.match_out(stats)
+        items = self.item_inputs(h, features) + self.match_out(stats)
         b = items.size(0)
         memory = torch.cat([self.null.expand(b, -1, -1), self.history_proj(history)], dim=1)
         memory_mask = torch.cat([history_mask.new_ones(b, 1), history_mask], dim=1)

@@ -45,11 +45,17 @@ class SPDMethod(RankingMethod):
     def build_head(
         self, config: SPDConfig, backbone: nn.Module, tokenizer: Any, features: int
     ) -> nn.Module:
-        return self.head(config.head, state_size(config, backbone), features)
+        from spdrank.backbone.prompt import UNIT_READOUTS
 
-    def head(self, cfg: HeadConfig, hidden: int, features: int = 0) -> nn.Module:
+        units = config.prompt.readout in UNIT_READOUTS
+        return self.head(config.head, state_size(config, backbone), features, units)
+
+    def head(
+        self, cfg: HeadConfig, hidden: int, features: int = 0, units: bool = False
+    ) -> nn.Module:
         """A fresh SPD head of ``cfg.kind`` over D = ``hidden`` states (0: the features
-        alone) and ``features`` features."""
+        alone) and ``features`` features; ``units``: each item comes as several states (its
+        tokens or its words), which the history head matches unit by unit."""
         from spdrank.methods.spd.heads import LinearProbe, SelfAttentionHead, SlotQueryHead
         from spdrank.methods.spd.history import HistoryAttentionHead
 
@@ -59,6 +65,8 @@ class SPDMethod(RankingMethod):
         }
         if cfg.kind not in classes:
             raise ValueError(f"{cfg.kind!r} is no SPD head: choose one of {list(self.kinds)}")
+        if cfg.kind == "history":
+            return HistoryAttentionHead(hidden, cfg, features, units)
         return classes[cfg.kind](hidden, cfg, features)
 
     def loss(
