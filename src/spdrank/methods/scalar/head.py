@@ -1,4 +1,4 @@
-"""The pointwise peer's head: each candidate's state -> one score [B, N], ranked by sorting."""
+"""The scalar peer's head: each candidate's state -> one score [B, N], ranked by sorting."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from spdrank.methods.heads import HeadConfig, ItemHead, renamed_from
 
 
 class ScalarHead(ItemHead):
-    """The classic pointwise peer: one score per item, ranked by sorting (no positions).
+    """One score per item from the slate's one prefill, ranked by sorting (no positions).
 
     Returns [B, N] (padded items 0). Trained with a listwise loss (ListNet), decoded by argsort.
     """

@@ -1,10 +1,11 @@
-"""The pointwise peer: one score per candidate, ranked by sorting.
+"""The scalar peer: one score per candidate from SPD's one prefill, ranked by sorting.
 
-The classic reranker on SPD's backbone and prompt: its head (:class:`~spdrank.methods.scalar.head.ScalarHead`)
+The classic score-and-sort reranker on SPD's backbone and prompt (all candidates in one
+sequence, unlike :mod:`spdrank.methods.pointwise`, which reads each in its own): its head (:class:`~spdrank.methods.scalar.head.ScalarHead`)
 maps each candidate's state to one score, training fits those scores with ListNet against the
 same item-position targets SPD learns from (:mod:`spdrank.methods.scalar.loss`), and ranking sorts them.
 There are no positions, so there is no decoder to choose, and a ranking reports the scores
-themselves. :mod:`.first` scores, trains and ranks the same way from other scores.
+themselves. :mod:`spdrank.methods.first` scores, trains and ranks the same way from other scores.
 """
 
 from __future__ import annotations
