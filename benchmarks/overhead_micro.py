@@ -78,7 +78,8 @@ def stages(model: SPDRanker, slates: list[Slate], reps: int) -> dict[str, dict[s
     n = len(slates[0])
     batches = [model.collate([model.encode(s)]) for s in slates]
     with torch.inference_mode():
-        hidden = [last_hidden(model.backbone, b.input_ids, b.attention_mask) for b in batches]
+        hidden = [last_hidden(model.backbone, b.prompt.input_ids, b.prompt.attention_mask)
+                  for b in batches]
         inputs = [read(model, b, h) for b, h in zip(batches, hidden)]
         scores = [model.score(x, b).cpu().numpy() for x, b in zip(inputs, batches)]
         orders = [decode_batch(s, [n], model.config.decoder) for s in scores]

@@ -3,13 +3,14 @@ and a batch of cached states is padded exactly as a collated one."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import numpy as np
 import pytest
 import torch
 
-from spdrank.backbone.batching import SlateStates, collate, pad_rows, states_batch
+from spdrank.backbone.batching import CachedStates, SlateStates, collate, pad_rows, states_batch
 from spdrank.backbone.load import BackboneConfig
 from spdrank.backbone.prompt import PromptSettings
 from spdrank.core.ranking import STAGES
@@ -100,10 +101,10 @@ def test_each_stage_is_timed_around_its_own_work(model, slates, monkeypatch):
 
 
 def test_cached_states_have_no_prefill_to_time(model, slates):
-    states = model.collate([model.encode(s) for s in slates[:2]])
+    live = model.collate([model.encode(s) for s in slates[:2]])
     with torch.inference_mode():
-        items = model.read(states).items
-    states.states = items
+        items = model.read(live).items
+    states = dataclasses.replace(live, prompt=None, cached=CachedStates(items))
     scores, timings = model.score_batch(slates[:2], batch=states)
     assert set(timings) == set(STAGES[:-1])
     assert timings["prefill"] == 0.0 and timings["readout"] > 0.0
@@ -120,7 +121,8 @@ def test_cached_states_are_padded_as_a_collated_batch_is(model, slates):
     cached = states_batch(SlateStates(per_slate), [None] * len(chosen))
     assert torch.equal(cached.item_mask, live.item_mask)
     assert torch.equal(cached.sizes, live.sizes)
-    assert torch.equal(cached.states, items.masked_fill(~live.item_mask[..., None], 0.0))
+    assert cached.prompt is None and live.cached is None
+    assert torch.equal(cached.cached.items, items.masked_fill(~live.item_mask[..., None], 0.0))
     with torch.inference_mode():
         np.testing.assert_array_equal(model(cached).numpy(), model(live).numpy())
 

@@ -150,20 +150,24 @@ def test_collate_pads_ids_spans_and_masks():
     from spdrank.backbone.batching import collate
     from spdrank.backbone.prompt import EncodedPrompt
 
-    a = EncodedPrompt([5, 6, 7, 8], [1, 3], [False, False], first=[0, 2], history=[(0, 0)],
-                      features=np.ones((2, 1), dtype=np.float32))
-    b = EncodedPrompt([9, 10], [1], [False], history=None,
+    a = EncodedPrompt([5, 6, 7, 8], item_first=[0, 2], item_last=[1, 3], truncated=[False, False],
+                      history=[(0, 0)], features=np.ones((2, 1), dtype=np.float32))
+    b = EncodedPrompt([9, 10], item_first=[1], item_last=[1], truncated=[False], history=None,
                       features=np.full((1, 1), 2.0, dtype=np.float32))
     batch = collate([a, b], pad_id=0)
-    assert batch.input_ids.tolist() == [[5, 6, 7, 8], [9, 10, 0, 0]]
-    assert batch.attention_mask.tolist() == [[1, 1, 1, 1], [1, 1, 0, 0]]
-    assert batch.readout.tolist() == [[1, 3], [1, 0]] and batch.first.tolist() == [[0, 2], [1, 0]]
+    prompt = batch.prompt
+    assert batch.cached is None
+    assert prompt.input_ids.tolist() == [[5, 6, 7, 8], [9, 10, 0, 0]]
+    assert prompt.attention_mask.tolist() == [[1, 1, 1, 1], [1, 1, 0, 0]]
+    assert prompt.item_last.tolist() == [[1, 3], [1, 0]]
+    assert prompt.item_first.tolist() == [[0, 2], [1, 0]]
     assert batch.item_mask.tolist() == [[True, True], [True, False]]
     assert batch.sizes.tolist() == [2, 1] and batch.features[:, :, 0].tolist() == [[1, 1], [2, 0]]
-    assert batch.history_first.tolist() == [[0], [0]] and batch.history_last.tolist() == [[0], [0]]
+    assert prompt.history_first.tolist() == [[0], [0]]
+    assert prompt.history_last.tolist() == [[0], [0]]
     assert batch.history_mask.tolist() == [[True], [False]]
-    for t in (batch.input_ids, batch.attention_mask, batch.readout, batch.first, batch.sizes,
-              batch.history_first, batch.history_last):
+    for t in (prompt.input_ids, prompt.attention_mask, prompt.item_last, prompt.item_first,
+              batch.sizes, prompt.history_first, prompt.history_last):
         assert t.dtype == torch.long
     assert batch.item_mask.dtype == batch.history_mask.dtype == torch.bool
 

@@ -20,10 +20,10 @@ HOSTILE = [
 def check(builder: PromptBuilder, tokenizer, query: str, texts: list[str]):
     enc = builder.encode(query, texts)
     special = set(tokenizer.all_special_ids)
-    assert enc.readout == sorted(enc.readout) and len(set(enc.readout)) == len(texts)
+    assert enc.item_last == sorted(enc.item_last) and len(set(enc.item_last)) == len(texts)
     for i, text in enumerate(texts):
         item = builder.item_tokens(text)
-        end = enc.readout[i]
+        end = enc.item_last[i]
         # The readout is the last token of this candidate's own (budgeted) tokens...
         assert enc.input_ids[end - len(item) + 1 : end + 1] == item
         # ... and no candidate token is a special token, whatever the text says.
@@ -49,9 +49,9 @@ def test_hostile_text_cannot_shift_other_readouts(tokenizer, hostile):
     base = check(builder, tokenizer, "1. mascara", benign)
     texts = benign[:1] + [hostile] + benign[2:]
     enc = check(builder, tokenizer, "1. mascara", texts)
-    assert enc.readout[0] == base.readout[0]
+    assert enc.item_last[0] == base.item_last[0]
     shift = len(builder.item_tokens(hostile)) - len(builder.item_tokens(benign[1]))
-    assert [r - shift for r in enc.readout[2:]] == base.readout[2:]
+    assert [r - shift for r in enc.item_last[2:]] == base.item_last[2:]
     # Hostile text in the query cannot become a control token either.
     check(builder, tokenizer, hostile, benign)
 
@@ -77,7 +77,7 @@ def test_candidate_spans_cover_exactly_their_tokens(tokenizer):
     builder = PromptBuilder(tokenizer, PromptSettings(max_item_tokens=5))
     texts = ["red lipstick matte finish long wear", "", "x"]
     enc = builder.encode("1. a history line", texts)
-    for first, last, text in zip(enc.first, enc.readout, texts):
+    for first, last, text in zip(enc.item_first, enc.item_last, texts):
         item = builder.item_tokens(text)
         if item:
             assert enc.input_ids[first : last + 1] == item
@@ -97,7 +97,7 @@ def test_history_items_are_spanned_one_per_line_without_their_list_number(tokeni
     for (first, last), line in zip(enc.history, lines):
         assert enc.input_ids[first : last + 1] == builder.item_tokens(line)
     assert all(b[0] > a[1] for a, b in zip(enc.history, enc.history[1:]))
-    assert enc.history[-1][1] < enc.first[0]
+    assert enc.history[-1][1] < enc.item_first[0]
 
 
 def test_history_budget_keeps_the_most_recent_whole_lines(tokenizer):
@@ -170,20 +170,21 @@ def reference_encode(tokenizer, s: PromptSettings, query_text: str, texts: list[
         query_truncated = len(query) > s.max_query_tokens
         ids += query[-s.max_query_tokens :] if query_truncated else query
     ids += enc(f"\n\nCandidates ({len(texts)}):")
-    first, readout, truncated = [], [], []
+    item_first, item_last, truncated = [], [], []
     for i, text in enumerate(texts):
         ids += enc(f"\n[{s.label(i)}] ")
         item = enc(text)
         truncated.append(len(item) > s.max_item_tokens)
-        first.append(len(ids) if item else len(ids) - 1)
+        item_first.append(len(ids) if item else len(ids) - 1)
         ids += item[: s.max_item_tokens]
-        readout.append(len(ids) - 1)
+        item_last.append(len(ids) - 1)
     ids += enc("\n") + suffix + enc(s.answer_prefix)
-    return ids, readout, truncated, query_truncated, first, history
+    return ids, item_last, truncated, query_truncated, item_first, history
 
 
 def _fields(enc) -> tuple:
-    return enc.input_ids, enc.readout, enc.truncated, enc.query_truncated, enc.first, enc.history
+    return (enc.input_ids, enc.item_last, enc.truncated, enc.query_truncated, enc.item_first,
+            enc.history)
 
 
 def _varied_slates(seed: int) -> list[tuple[str, list[str]]]:
@@ -270,7 +271,7 @@ def test_the_user_context_is_the_same_prefix_for_every_candidate_set(tokenizer, 
     a = builder.encode(query, ["Burt's Bees Lip Balm", "Neutrogena Wash"])
     b = builder.encode(query, ["Revlon Nail Enamel"] * 7)
     other = builder.encode("1. Olay Regenerist", ["Burt's Bees Lip Balm", "Neutrogena Wash"])
-    assert 0 < a.context_end == b.context_end < min(a.first)
+    assert 0 < a.context_end == b.context_end < min(a.item_first)
     assert a.input_ids[: a.context_end] == b.input_ids[: b.context_end]
     assert a.input_ids[a.context_end :] != b.input_ids[b.context_end :]
     # the context holds the history: another user's differs within it

@@ -37,7 +37,7 @@ def counting(model: SPDRanker, monkeypatch) -> list[int]:
     read = model.read
 
     def counted(batch):
-        seen.append(batch.input_ids.shape[0])
+        seen.append(batch.prompt.input_ids.shape[0])
         return read(batch)
 
     monkeypatch.setattr(model, "read", counted)

@@ -68,10 +68,10 @@ def test_each_sequence_is_the_single_candidate_prompt_cut_after_the_candidate(to
     assert encoded.input_ids == [t for s in sequences for t in s]
     assert encoded.longest == max(encoded.lengths) < len(encoded.input_ids)
     assert encoded.truncated == [False, True, False]
-    for text, seq, first, last in zip(texts, sequences, encoded.first, encoded.readout):
+    for text, seq, first, last in zip(texts, sequences, encoded.item_first, encoded.item_last):
         alone = builder.encode(history, [text])
         # The one-candidate prompt up to the candidate's last token, read there.
-        assert seq == alone.input_ids[: alone.readout[0] + 1] and last == len(seq) - 1
+        assert seq == alone.input_ids[: alone.item_last[0] + 1] and last == len(seq) - 1
         assert seq[first : last + 1] == (builder.item_tokens(text) or seq[last:])
         assert seq[: encoded.context_end] == sequences[0][: encoded.context_end]
     assert tokenizer.decode(sequences[0][encoded.context_end :]).strip().endswith("[1] Top coat")
@@ -82,9 +82,9 @@ def test_a_batch_is_one_row_a_real_candidate_and_reads_as_each_row_alone(frozen)
     slates = [make_slate(rng, 5, qid="a"), make_slate(rng, 3, qid="b")]
     encoded = [frozen.encode(s) for s in slates]
     batch = frozen.collate(encoded)
-    assert batch.input_ids.shape[0] == 8 and batch.readout.shape == (2, 5)
+    assert batch.prompt.input_ids.shape[0] == 8 and batch.prompt.item_last.shape == (2, 5)
     assert batch.item_mask.sum(1).tolist() == [5, 3] and batch.sizes.tolist() == [5, 3]
-    assert int(batch.attention_mask.sum()) == sum(len(e.input_ids) for e in encoded)
+    assert int(batch.prompt.attention_mask.sum()) == sum(len(e.input_ids) for e in encoded)
     with torch.inference_mode():
         whole = frozen.read(batch).items
         # Chunks of one row each: the same states, the padded candidates zeros.
@@ -144,7 +144,7 @@ def test_the_mean_readout_averages_the_candidates_own_tokens(tiny_backbone):
 
         ids = torch.tensor([encoded.input_ids])
         hidden = last_hidden(mean.backbone, ids, torch.ones_like(ids))[0]
-    torch.testing.assert_close(states, hidden[encoded.first[0] :].mean(0), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(states, hidden[encoded.item_first[0] :].mean(0), atol=1e-5, rtol=1e-5)
 
 
 @pytest.mark.parametrize("frozen_backbone", [True, False])

@@ -1,8 +1,8 @@
 """Padded batches: every slate's rows, right-padded into one :class:`Batch`, in one place.
 
-Two things build batches. :func:`collate` pads encoded prompts (token ids, readout indices,
-history spans, features) for a prefill; :func:`states_batch` pads readout states computed
-earlier (:mod:`spdrank.training.state_cache`) for the head alone. Both pad with :func:`pad_rows` and
+Two things build batches. :func:`collate` pads encoded prompts (token ids, item and history
+spans, features) for a prefill; :func:`states_batch` pads readout states computed earlier
+(:mod:`spdrank.training.state_cache`) for the head alone. Both pad with :func:`pad_rows` and
 mask with :func:`lengths_mask`, so a slate's rows sit at the same places, with the same
 padding, whichever way its batch was made.
 """
@@ -12,42 +12,82 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
 
 from spdrank.backbone.prompt import EncodedPrompt
 
+_T = TypeVar("_T")
+
+
+@dataclass
+class PromptTensors:
+    """A batch's prompts, padded for one prefill: what the backbone reads and where each
+    item's tokens sit in it.
+
+    Kept apart from :class:`CachedStates` because a batch holds one or the other: the head
+    reads a prefill of these, or states computed earlier, never both.
+    """
+
+    input_ids: torch.Tensor  # [B, T] (pointwise: [R, T], one row a real candidate)
+    attention_mask: torch.Tensor  # [B, T]
+    #: [B, N] first and last token of each candidate's text (inclusive; 0 for padded items).
+    #: A pointwise batch indexes each candidate's own row.
+    item_first: torch.Tensor
+    item_last: torch.Tensor
+    #: [B, H] first and last token of each history item (prompts read as history items only).
+    history_first: torch.Tensor | None = None
+    history_last: torch.Tensor | None = None
+
+
+@dataclass
+class CachedStates:
+    """Readout states computed earlier (:mod:`spdrank.training.state_cache`), padded as a
+    prefill's readout is, so the head reads them in place of one.
+
+    The fields are those of :class:`~spdrank.backbone.readout.HeadInputs`, which a batch of
+    these becomes without a prefill.
+    """
+
+    items: torch.Tensor  # [B, N, D]; with a per-unit readout [B, N, W, D]
+    history: torch.Tensor | None = None  # [B, H, D] / [B, H, W, D], for a head that reads it
+    #: With a per-unit readout ("tokens", "words"), how many of each item's W slots are real.
+    item_tokens: torch.Tensor | None = None  # [B, N]
+    history_tokens: torch.Tensor | None = None  # [B, H]
+
 
 @dataclass
 class Batch:
-    """A padded batch of encoded slates, ready for one prefill.
+    """A padded batch of slates: what every batch has (the items' mask and count, their
+    features, the history items' mask), and either the ``prompt`` to prefill or the
+    ``cached`` states to read instead.
 
-    With ``states`` (readout states computed earlier, e.g. by :mod:`spdrank.training.state_cache`),
-    the prefill is skipped and the token tensors may be empty: the head reads ``states``.
+    :func:`collate` sets ``prompt``, :func:`states_batch` sets ``cached``; a reader asks
+    ``batch.cached is not None`` to know which it has.
     """
 
-    input_ids: torch.Tensor  # [B, T]
-    attention_mask: torch.Tensor  # [B, T]
-    readout: torch.Tensor  # [B, N] token index per item (0 for padded items)
     item_mask: torch.Tensor  # [B, N] True for real items
     sizes: torch.Tensor  # [B] items per slate
     features: torch.Tensor | None = None  # [B, N, F] normalised upstream features (padded: 0)
-    states: torch.Tensor | None = None  # [B, N, D] readout states instead of a prefill
-    first: torch.Tensor | None = None  # [B, N] first token of each item's text
-    history_first: torch.Tensor | None = None  # [B, H] first token of each history item
-    history_last: torch.Tensor | None = None  # [B, H] last token of each history item
     history_mask: torch.Tensor | None = None  # [B, H] True for real history items
-    history_states: torch.Tensor | None = None  # [B, H, D] history states instead of a prefill
-    #: With the "tokens" readout, cached states are [B, N, W, D] / [B, H, W, D]; these say how
-    #: many of each item's W token slots are real.
-    token_lengths: torch.Tensor | None = None  # [B, N]
-    history_token_lengths: torch.Tensor | None = None  # [B, H]
+    prompt: PromptTensors | None = None
+    cached: CachedStates | None = None
 
     def to(self, device: torch.device | str) -> Batch:
-        tensors = (getattr(self, f.name) for f in dataclasses.fields(self))
-        return Batch(*(None if t is None else t.to(device) for t in tensors))
+        """The batch with every tensor, its prompt's and cached states' too, on ``device``."""
+        return _moved(self, device)
+
+
+def _moved(value: _T, device: torch.device | str) -> _T:
+    """``value`` with its tensors on ``device``: a tensor, None, or a dataclass of them."""
+    if isinstance(value, torch.Tensor):
+        return value.to(device)
+    if dataclasses.is_dataclass(value):
+        fields = dataclasses.fields(value)
+        return type(value)(**{f.name: _moved(getattr(value, f.name), device) for f in fields})
+    return value
 
 
 def pad_rows(
@@ -60,7 +100,7 @@ def pad_rows(
     """Slates' rows [n_i, *inner] as one tensor [B, width, *inner], each right-padded with
     ``fill``.
 
-    A row is anything numpy assigns from: a list of ints (token ids, readout indices), an
+    A row is anything numpy assigns from: a list of ints (token ids, token indices), an
     array, or a CPU tensor (cached states). The padding is built in numpy and handed to torch
     without a copy: converting a prompt's thousands of Python ints costs less there, and each
     torch operation on a small tensor costs more than its data.
@@ -95,22 +135,25 @@ def collate(encoded: Sequence[EncodedPrompt], pad_id: int) -> Batch:
     training loop, ``rank_batch``, the server) hands them to the head without knowing of them.
     """
     t = max(len(e.input_ids) for e in encoded)
-    n = max(len(e.readout) for e in encoded)
-    sizes = np.array([len(e.readout) for e in encoded], dtype=np.int64)
-    batch = Batch(
+    n = max(len(e.item_last) for e in encoded)
+    sizes = np.array([len(e.item_last) for e in encoded], dtype=np.int64)
+    prompt = PromptTensors(
         input_ids=pad_rows([e.input_ids for e in encoded], t, fill=pad_id),
         attention_mask=lengths_mask([len(e.input_ids) for e in encoded], t, np.int64),
-        readout=pad_rows([e.readout for e in encoded], n),
+        item_first=pad_rows([e.item_first for e in encoded], n),
+        item_last=pad_rows([e.item_last for e in encoded], n),
+    )
+    batch = Batch(
         item_mask=lengths_mask(sizes, n),
         sizes=torch.from_numpy(sizes),
         features=pad_features([e.features for e in encoded], n),
-        first=pad_rows([e.first if e.first is not None else e.readout for e in encoded], n),
+        prompt=prompt,
     )
     if any(e.history is not None for e in encoded):
         spans = [e.history or [] for e in encoded]
         h = max(1, max(len(x) for x in spans))
-        batch.history_first = pad_rows([[a for a, _ in x] for x in spans], h)
-        batch.history_last = pad_rows([[z for _, z in x] for x in spans], h)
+        prompt.history_first = pad_rows([[a for a, _ in x] for x in spans], h)
+        prompt.history_last = pad_rows([[z for _, z in x] for x in spans], h)
         batch.history_mask = lengths_mask([len(x) for x in spans], h)
     return batch
 
@@ -132,25 +175,23 @@ class SlateStates:
 
 def states_batch(states: SlateStates, features: Sequence[np.ndarray | None]) -> Batch:
     """The batch a head reads for slates whose readout states were computed earlier: the
-    states and token counts padded as :func:`collate` pads prompts, no tokens to prefill, and
-    the slates' normalised ``features`` ([n_b, F] each, or all None)."""
-    items, item_mask, token_lengths = _pad_states(states.items, states.item_tokens)
-    b, n = item_mask.shape
-    batch = Batch(
-        input_ids=torch.zeros((b, 0), dtype=torch.long),
-        attention_mask=torch.zeros((b, 0), dtype=torch.long),
-        readout=torch.zeros((b, n), dtype=torch.long),
+    states and token counts padded as :func:`collate` pads prompts (its ``cached``; no
+    ``prompt``, since there is nothing to prefill), and the slates' normalised ``features``
+    ([n_b, F] each, or all None)."""
+    items, item_mask, item_tokens = _pad_states(states.items, states.item_tokens)
+    cached = CachedStates(items, item_tokens=item_tokens)
+    history_mask = None
+    if states.history is not None:
+        cached.history, history_mask, cached.history_tokens = _pad_states(
+            states.history, states.history_tokens
+        )
+    return Batch(
         item_mask=item_mask,
         sizes=item_mask.sum(1),
-        features=pad_features(features, n),
-        states=items,
-        token_lengths=token_lengths,
+        features=pad_features(features, item_mask.shape[1]),
+        history_mask=history_mask,
+        cached=cached,
     )
-    if states.history is not None:
-        history, history_mask, history_lengths = _pad_states(states.history, states.history_tokens)
-        batch.history_states, batch.history_mask = history, history_mask
-        batch.history_token_lengths = history_lengths
-    return batch
 
 
 def _pad_states(

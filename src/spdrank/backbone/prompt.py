@@ -1,4 +1,4 @@
-"""One prompt per slate, as token ids, plus the readout index of every candidate.
+"""One prompt per slate, as token ids, plus the token span of every candidate's text.
 
 The prompt holds an instruction, the user context and the numbered candidates, wrapped in the
 model's chat template when it has one; their wording (instruction and headers) is the
@@ -11,7 +11,7 @@ That is why the prompt is assembled from separately tokenized pieces instead of 
 one long string: a candidate's tokens are produced from its own text alone (truncated to a
 per-candidate budget), with special-token strings split into ordinary tokens. A title holding
 ``[3]``, newlines, ``<|im_end|>`` or 10,000 characters can therefore neither move another
-candidate's readout nor become a control token. The chat template's own text (before and
+candidate's span nor become a control token. The chat template's own text (before and
 after the user message) is the only place special tokens are parsed.
 
 Catalogues repeat: the same titles come back slate after slate, and tokenizing one costs far
@@ -147,17 +147,21 @@ class PromptSettings:
 
 @dataclass
 class EncodedPrompt:
+    """A slate's prompt as token ids, and where each candidate's text sits in them: the span
+    ``item_first..item_last`` (inclusive) that the readout pools."""
+
     input_ids: list[int]
+    #: Index in ``input_ids`` of the first token of each candidate's text (a text without
+    #: tokens: its marker's last token, as ``item_last``).
+    item_first: list[int]
     #: Index in ``input_ids`` of the last token of each candidate's text.
-    readout: list[int]
+    item_last: list[int]
     #: Which candidates were cut to ``max_item_tokens``.
     truncated: list[bool]
     query_truncated: bool = False
     #: The candidates' normalised upstream features [n, F], for a model that reads them (the
     #: prompt builder leaves this None; :meth:`spdrank.model.ranker.SPDRanker.encode` fills it in).
     features: np.ndarray | None = None
-    #: Index of the first token of each candidate's text (its span ends at ``readout``).
-    first: list[int] | None = None
     #: ``(first, last)`` token indices of each history item, oldest first (``history_items``).
     history: list[tuple[int, int]] | None = None
     #: Where the user context ends: ``input_ids[:context_end]`` (template head, instruction,
@@ -363,20 +367,20 @@ class PromptBuilder:
         header = s.template.render("candidates_header", n=len(candidate_texts))
         ids += self._literal(f"\n\n{header}")
         n = len(items)
-        first: list[int] = [0] * n
-        readout: list[int] = [0] * n
+        item_first: list[int] = [0] * n
+        item_last: list[int] = [0] * n
         truncated: list[bool] = [False] * n
         for i, (label, (item, cut)) in enumerate(zip(self._label_ids(n), items)):
             ids += label
             truncated[i] = cut
             # Text that yields no tokens is read out at its marker's last token.
-            first[i] = len(ids) if item else len(ids) - 1
+            item_first[i] = len(ids) if item else len(ids) - 1
             ids += item
-            readout[i] = len(ids) - 1
+            item_last[i] = len(ids) - 1
         ids += self._tail
         return EncodedPrompt(
-            ids, readout, truncated, query_truncated, first=first, history=history,
-            context_end=context_end,
+            ids, item_first=item_first, item_last=item_last, truncated=truncated,
+            query_truncated=query_truncated, history=history, context_end=context_end,
         )
 
     def _history(
@@ -414,7 +418,8 @@ class PromptBuilder:
         return spans, len(kept) < len(lines)
 
     def item_tokens(self, text: str) -> list[int]:
-        """The tokens a candidate's text contributes (after the budget): its readout is the last."""
+        """The tokens a candidate's text contributes (after the budget): what its
+        ``item_first..item_last`` span in a prompt holds."""
         items, _ = self._item_tokens([text])
         return list(items[0][0])
 

@@ -51,15 +51,15 @@ def read_items(
     """The items' (and, with ``history``, the history items') float32 states from one
     prefill's ``hidden`` [B, T, D], pooled as ``settings.readout`` says (``words`` splits an
     item's tokens into words for the ``words`` readout)."""
-    first = batch.first if batch.first is not None else batch.readout
-    spans = [(first, batch.readout)]
-    if history and batch.history_first is not None:
-        spans.append((batch.history_first, batch.history_last))
+    prompt = batch.prompt
+    spans = [(prompt.item_first, prompt.item_last)]
+    if history and prompt.history_first is not None:
+        spans.append((prompt.history_first, prompt.history_last))
     how = settings.readout
     if how in UNIT_READOUTS:
         width = settings.max_item_tokens
         if words is not None:
-            read = pool_words(hidden, batch.input_ids, spans, width, words)
+            read = pool_words(hidden, prompt.input_ids, spans, width, words)
         else:
             read = [span_tokens(hidden, a, z, width) for a, z in spans]
         states = [x.float() for x, _ in read]

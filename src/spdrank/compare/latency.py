@@ -184,7 +184,8 @@ class BarePrefill:
         model.synchronize()
         t0 = time.perf_counter()
         with torch.inference_mode():
-            model.backbone(input_ids=batch.input_ids, attention_mask=batch.attention_mask)
+            model.backbone(input_ids=batch.prompt.input_ids,
+                           attention_mask=batch.prompt.attention_mask)
         model.synchronize()
         return (time.perf_counter() - t0) * 1e3
 

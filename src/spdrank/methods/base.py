@@ -113,7 +113,7 @@ class RankingMethod(ABC):
         from spdrank.core.clock import timed
 
         with timed(clock, "prefill", model.synchronize):
-            hidden = last_hidden(model.backbone, batch.input_ids, batch.attention_mask)
+            hidden = last_hidden(model.backbone, batch.prompt.input_ids, batch.prompt.attention_mask)
         with timed(clock, "readout", model.synchronize):
             return read_items(batch, hidden, model.config.prompt, model.words,
                               model.reads_history)

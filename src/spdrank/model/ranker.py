@@ -217,7 +217,8 @@ class SPDRanker(nn.Module):
         features = self.slate_features(slate)
         if self.prompts is None:  # features only: no text is read
             n = len(slate)
-            return EncodedPrompt([], readout=[0] * n, truncated=[False] * n, features=features)
+            return EncodedPrompt([], item_first=[0] * n, item_last=[0] * n,
+                                 truncated=[False] * n, features=features)
         encoded = self.method.encode(self, slate)
         self.check_context(slate, encoded)
         self.cuts.add(encoded)
@@ -292,12 +293,12 @@ class SPDRanker(nn.Module):
         given, times the ``prefill`` and ``readout`` stages."""
         if self.config.features_only:
             return HeadInputs(None)
-        if batch.states is not None:
+        cached = batch.cached
+        if cached is not None:
             with timed(clock, "readout", self.synchronize):
-                history = batch.history_states.float() \
-                    if batch.history_states is not None else None
-                return HeadInputs(batch.states.float(), history, batch.token_lengths,
-                                  batch.history_token_lengths)
+                history = cached.history.float() if cached.history is not None else None
+                return HeadInputs(cached.items.float(), history, cached.item_tokens,
+                                  cached.history_tokens)
         return self.method.read(self, batch, clock)
 
     def order(self, scores: np.ndarray, decoder: str | None = None) -> np.ndarray:

@@ -150,7 +150,7 @@ def cache_key(
         "prompt": config.prompt.to_dict(),
         "text_fields": list(config.text_fields),
         "first_prompt": hashlib.sha256(
-            json.dumps([prompt.input_ids, prompt.readout]).encode()
+            json.dumps([prompt.input_ids, prompt.item_last]).encode()
         ).hexdigest(),
         "slates": {"path": str(slates_path), "texts": texts, "count": count},
         "storage": storage,

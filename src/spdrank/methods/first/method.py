@@ -90,7 +90,8 @@ class FirstMethod(ScalarMethod):
         from spdrank.core.clock import timed
 
         with timed(clock, "prefill", model.synchronize):
-            logits = last_token_logits(model.backbone, batch.input_ids, batch.attention_mask)
+            prompt = batch.prompt
+            logits = last_token_logits(model.backbone, prompt.input_ids, prompt.attention_mask)
         return HeadInputs(logits.float())
 
     def frozen_refusal(self, config: SPDConfig) -> str | None:

@@ -26,10 +26,10 @@ from spdrank.backbone.prompt import EncodedPrompt, PromptBuilder
 class CandidatePrompts(EncodedPrompt):
     """A slate as one sequence a candidate.
 
-    ``input_ids`` holds the sequences back to back, ``lengths`` their lengths; ``readout`` and
-    ``first`` index into each candidate's *own* sequence (its text's last and first tokens;
-    the last is its sequence's last token); ``context_end`` is where the user context ends in
-    every sequence (they all start with the same tokens up to there).
+    ``input_ids`` holds the sequences back to back, ``lengths`` their lengths; ``item_first``
+    and ``item_last`` index into each candidate's *own* sequence (its text's first and last
+    tokens; the last is its sequence's last token); ``context_end`` is where the user context
+    ends in every sequence (they all start with the same tokens up to there).
     """
 
     lengths: list[int] = field(default_factory=list)
@@ -58,22 +58,22 @@ def encode_candidates(
     """
     ids: list[int] = []
     lengths: list[int] = []
-    readout: list[int] = []
-    first: list[int] = []
+    item_first: list[int] = []
+    item_last: list[int] = []
     truncated: list[bool] = []
     query_truncated = False
     context_end = 0
     for text in candidate_texts:
         one = builder.encode(query_text, [text])
-        end = one.readout[0] + 1
+        end = one.item_last[0] + 1
         ids += one.input_ids[:end]
         lengths.append(end)
-        readout.append(end - 1)
-        first.append(one.first[0] if one.first is not None else end - 1)
+        item_first.append(one.item_first[0])
+        item_last.append(end - 1)
         truncated.append(one.truncated[0])
         query_truncated = one.query_truncated
         context_end = one.context_end
     return CandidatePrompts(
-        ids, readout, truncated, query_truncated, first=first, context_end=context_end,
-        lengths=lengths,
+        ids, item_first=item_first, item_last=item_last, truncated=truncated,
+        query_truncated=query_truncated, context_end=context_end, lengths=lengths,
     )

@@ -35,15 +35,16 @@ def read_candidates(
     "mean"); padded candidates are zeros. ``clock`` times the backbone's forwards as the
     ``prefill`` stage and the pooling as ``readout``."""
     mask = batch.item_mask
-    first = batch.first[mask]  # [R]: the real candidates, slate after slate, as the rows
-    last = batch.readout[mask]
-    rows = batch.input_ids.size(0)
+    prompt = batch.prompt
+    first = prompt.item_first[mask]  # [R]: the real candidates, slate after slate, as the rows
+    last = prompt.item_last[mask]
+    rows = prompt.input_ids.size(0)
     if rows != len(last):
         raise ValueError(
             f"a pointwise batch holds one token row a real candidate: {rows} rows for "
             f"{len(last)} candidates"
         )
-    lengths = batch.attention_mask.sum(1)
+    lengths = prompt.attention_mask.sum(1)
     pooled = []
     start = 0
     while start < rows:
@@ -54,14 +55,15 @@ def read_candidates(
             stop += 1
         with timed(clock, "prefill", sync):
             hidden = last_hidden(
-                backbone, batch.input_ids[start:stop, :width], batch.attention_mask[start:stop, :width]
+                backbone, prompt.input_ids[start:stop, :width],
+                prompt.attention_mask[start:stop, :width],
             )
         with timed(clock, "readout", sync):
             span = slice(start, stop)
             pooled.append(pool_spans(hidden, first[span, None], last[span, None], how)[:, 0])
         start = stop
     with timed(clock, "readout", sync):
-        states = torch.cat(pooled).float() if pooled else batch.input_ids.new_zeros((0, 0)).float()
+        states = torch.cat(pooled).float() if pooled else prompt.input_ids.new_zeros((0, 0)).float()
         items = states.new_zeros((*mask.shape, states.size(-1)))
         items[mask] = states
     return HeadInputs(items)
