@@ -32,6 +32,22 @@ TRUST_REMOTE_CODE_HELP = (
 )
 
 
+#: The backbone dtypes a ranking command takes.
+DTYPES = ("float32", "bfloat16", "float16", "auto")
+
+
+def add_dtype_argument(p: argparse.ArgumentParser, whose: str = "the backbone's") -> None:
+    """``--dtype``, for a command that ranks with a checkpoint; ``whose`` names what it sets."""
+    p.add_argument(
+        "--dtype",
+        choices=DTYPES,
+        help=f"{whose} dtype: float32, bfloat16, float16 or auto (bfloat16 on CUDA and on a "
+        "CPU with native bfloat16 matrix units, AMX or AVX512-BF16; float32 elsewhere) "
+        "(default: the checkpoint's own, auto unless trained with another); heads run in "
+        "float32 whatever the backbone's dtype",
+    )
+
+
 def add_trust_remote_code(p: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
     """``--trust-remote-code``, for a command that loads a backbone or an LM."""
     p.add_argument("--trust-remote-code", action="store_true", help=TRUST_REMOTE_CODE_HELP)

@@ -13,11 +13,14 @@ if TYPE_CHECKING:
     from spdrank.core.slates import Slate
 
 #: The backbone dtypes ``--dtype`` takes (torch is not imported to list them).
-DTYPES = ("float32", "bfloat16", "float16", "auto")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from spdrank.commands.argtypes import add_trust_remote_code, add_window_arguments
+    from spdrank.commands.argtypes import (
+        add_dtype_argument,
+        add_trust_remote_code,
+        add_window_arguments,
+    )
 
     p = sub.add_parser("rank", help="rank slates with a trained model", description=__doc__)
     p.add_argument("--model", required=True, help="checkpoint directory (or a training run's OUT)")
@@ -27,14 +30,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--tag", default="spdrank", help="run tag for the TREC file")
     p.add_argument("--batch-size", type=int, default=1, help="slates per prefill")
     p.add_argument("--decoder", help="override the model's decoder (hungarian, greedy, ...)")
-    p.add_argument(
-        "--dtype",
-        choices=DTYPES,
-        help="the backbone's dtype: float32, bfloat16, float16 or auto (bfloat16 on CUDA and "
-        "on a CPU with native bfloat16 units, AMX or AVX512-BF16; float32 elsewhere) "
-        "(default: the checkpoint's own, auto unless trained with another); in bfloat16 on a "
-        "CPU the head's products run in it too",
-    )
+    add_dtype_argument(p)
     p.add_argument("--device", default="auto", help="cpu, cuda or auto")
     add_window_arguments(p)
     add_prompt_argument(p)

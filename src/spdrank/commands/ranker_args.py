@@ -7,6 +7,7 @@ import argparse
 from pathlib import Path
 
 from spdrank.commands.argtypes import (
+    add_dtype_argument,
     add_trust_remote_code,
     add_window_arguments,
     windows_from_args,
@@ -68,12 +69,7 @@ def add_ranker_arguments(p: argparse.ArgumentParser) -> None:
     )
     add_window_arguments(p)
     p.add_argument("--device", default="auto", help="device for --model rankers: cpu, cuda, auto")
-    p.add_argument(
-        "--dtype",
-        help="backbone dtype for --model rankers: float32, bfloat16, float16 or auto "
-        "(bfloat16 on CUDA and on a CPU with native bfloat16 units, float32 elsewhere) "
-        "(default: the checkpoint's own)",
-    )
+    add_dtype_argument(p, "the --model rankers' backbone")
     add_trust_remote_code(p)
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 

@@ -23,7 +23,7 @@ from typing import Any
 # Plain Python, imported when the command line is parsed (spdrank.serving loads its app,
 # FastAPI and torch only when asked for them): the settings are the one source of the
 # server's flags, their defaults, choices and help.
-from spdrank.commands.rank import DTYPES, add_prompt_argument, check_prompt
+from spdrank.commands.rank import add_prompt_argument, check_prompt
 from spdrank.serving.auth import ENV_VAR, load_api_key
 from spdrank.serving.settings import ServeSettings
 
@@ -31,7 +31,7 @@ _TYPES = {"int": int, "float": float, "str": str}
 
 
 def register(sub: Any) -> None:
-    from spdrank.commands.argtypes import add_trust_remote_code
+    from spdrank.commands.argtypes import add_dtype_argument, add_trust_remote_code
 
     p = sub.add_parser(
         "serve",
@@ -55,14 +55,7 @@ def register(sub: Any) -> None:
             help=f"{f.metadata['help']} (default: {f.default})",
         )
     p.add_argument("--device", default="auto", help="cpu, cuda or auto")
-    p.add_argument(
-        "--dtype",
-        choices=DTYPES,
-        help="the backbone's dtype: float32, bfloat16, float16 or auto (bfloat16 on CUDA and "
-        "on a CPU with native bfloat16 units, AMX or AVX512-BF16; float32 elsewhere) "
-        "(default: the checkpoint's own, auto unless trained with another); in bfloat16 on a "
-        "CPU the head's products run in it too",
-    )
+    add_dtype_argument(p)
     add_prompt_argument(p)
     p.add_argument(
         "--api-key-file",

@@ -243,6 +243,24 @@ def _backbone_fields(model: SPDRanker) -> dict[str, Any]:
     return {"backbone": backbone.name_or_path, "random_weights": backbone.random_weights}
 
 
+def _timing_fields(
+    stages: dict[str, list[float]],
+    totals: list[float],
+    around: list[float],
+    bare_ms: list[float],
+) -> dict[str, Any]:
+    """A row's timings from its calls' own: each stage's median, the whole call's median and
+    p95, the bare prefill's median, the median time around the prefill, and the paired ratio
+    of each call to its bare prefill."""
+    return {
+        "stages_ms": {k: _median(v) for k, v in stages.items()},
+        "total_ms": {"median": _median(totals), "p95": float(percentile(totals, 95) or 0.0)},
+        "bare_prefill_ms": _median(bare_ms),
+        "overhead_ms": _median(around),
+        "paired_ratio": _paired_ratio(totals, bare_ms),
+    }
+
+
 def _single_row(
     model: SPDRanker,
     bare: BarePrefill,
@@ -271,11 +289,7 @@ def _single_row(
         model=model.name,
         n=n,
         slates=len(records),
-        stages_ms={k: _median(v) for k, v in stages.items()},
-        total_ms={"median": _median(totals), "p95": float(percentile(totals, 95) or 0.0)},
-        bare_prefill_ms=_median(bare_ms),
-        overhead_ms=_median(around),
-        paired_ratio=_paired_ratio(totals, bare_ms),
+        **_timing_fields(stages, totals, around, bare_ms),
         batch_size=batch_size,
         throughput=slates_per_s,
         peak_memory_mb=memory_mb,
@@ -313,11 +327,7 @@ def _batched_row(
         model=model.name,
         n=len(sized[0]),
         slates=len(calls) * size,
-        stages_ms={k: _median(v) for k, v in stages.items()},
-        total_ms={"median": _median(totals), "p95": float(percentile(totals, 95) or 0.0)},
-        bare_prefill_ms=_median(bare_ms),
-        overhead_ms=_median(around),
-        paired_ratio=_paired_ratio(totals, bare_ms),
+        **_timing_fields(stages, totals, around, bare_ms),
         batch_size=size,
         throughput=len(calls) * size / (sum(totals) / 1e3),
         peak_memory_mb=memory_mb,
