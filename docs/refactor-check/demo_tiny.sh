@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# `spdrank demo --tiny` on the code before the redesign (REV, default 1ee8fff: main before the
+# `spdrank demo --tiny` on the code of an earlier commit (REV, default 1ee8fff: main before the
 # ranking methods moved into spdrank.methods.base) and on the working tree; prints each run's
-# results table without its latencies, then whether the two are identical.
+# results table without its latencies, then whether the two are identical. Both run as
+# `python -m spdrank`, so the earlier code's own entry point is the one that runs.
 #
 #   bash docs/refactor-check/demo_tiny.sh > docs/refactor-check/demo-tiny.txt
 set -euo pipefail
@@ -23,7 +24,7 @@ PY
 }
 for side in before after; do
   src=$([ "$side" = before ] && echo "$WORK/src" || echo src)
-  OMP_NUM_THREADS=2 PYTHONPATH=$src .venv/bin/spdrank demo --tiny --dir "$WORK/demo-$side" \
+  OMP_NUM_THREADS=2 PYTHONPATH=$src .venv/bin/python -m spdrank demo --tiny --dir "$WORK/demo-$side" \
     --device cpu > "$WORK/$side.log" 2>&1
   table "$WORK/demo-$side/report/results.json" > "$WORK/$side.txt"
   echo "## $side ($([ "$side" = before ] && echo "$REV" || echo "working tree at $(git rev-parse --short HEAD)"))"
