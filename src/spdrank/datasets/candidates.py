@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from spdrank.core.slates import SlateError
-from spdrank.datasets.lines import numbered_lines, record_user_line
+from spdrank.datasets.lines import numbered_lines, user_lines
 from spdrank.datasets.log import InteractionLog
 from spdrank.datasets.options import BuildOptions
 
@@ -76,16 +76,8 @@ def read_candidate_lists(path: str | os.PathLike[str]) -> CandidateLists:
     """
     path = Path(path)
     out = CandidateLists(source=str(path))
-    seen: dict[str, int] = {}
-    for lineno, line in numbered_lines(path):
-        out.lines += 1
-        fields = line.split()
-        if not fields:
-            out.empty_lines += 1
-            continue
-        where = f"{path}:{lineno}"
+    for fields, lineno, where in user_lines(numbered_lines(path), str(path), out):
         user = fields[0]
-        record_user_line(user, seen, lineno, where)
         if out.scores is None and fields[1:] and _scored(fields[1]) is not None:
             out.scores, out.scored_from = {}, lineno
         candidates = _candidates(fields[1:], out, where)

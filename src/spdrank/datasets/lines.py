@@ -7,8 +7,9 @@ repeated user or a misplaced header the same way: a :class:`SlateError` naming `
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import Protocol
 
 from spdrank.core.slates import SlateError
 
@@ -43,13 +44,36 @@ def first_line(
     return None, iter(held)
 
 
-def record_user_line(user: str, seen: dict[str, int], lineno: int, where: str) -> None:
-    """Record that ``user``'s line is ``lineno``; a SlateError at ``where`` naming the first
-    line when the user already had one (a user's items, or list, must be on one line)."""
-    if user in seen:
-        raise SlateError(
-            f"duplicate user {user!r} (first seen at line {seen[user]}): "
-            "each user must be on one line",
-            where,
-        )
-    seen[user] = lineno
+class LineCounts(Protocol):
+    """What a reader counts of its file's lines."""
+
+    lines: int
+    empty_lines: int
+
+
+def user_lines(
+    lines: Iterable[tuple[int, str]], source: str, counts: LineCounts
+) -> Iterator[tuple[list[str], int, str]]:
+    """The fields of each non-blank ``user token token ...`` line, with its number and where
+    it is (``source:line``); ``counts`` counts every line and the blank ones.
+
+    A user's second line is a SlateError naming the first: a user's items, or list, must be
+    on one line.
+    """
+    seen: dict[str, int] = {}
+    for lineno, line in lines:
+        counts.lines += 1
+        fields = line.split()
+        if not fields:
+            counts.empty_lines += 1
+            continue
+        where = f"{source}:{lineno}"
+        user = fields[0]
+        if user in seen:
+            raise SlateError(
+                f"duplicate user {user!r} (first seen at line {seen[user]}): "
+                "each user must be on one line",
+                where,
+            )
+        seen[user] = lineno
+        yield fields, lineno, where

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from spdrank.core.slates import SlateError
 from spdrank.datasets import recbole
-from spdrank.datasets.lines import first_line, numbered_lines, record_user_line
+from spdrank.datasets.lines import first_line, numbered_lines, user_lines
 
 
 @dataclass
@@ -55,14 +55,7 @@ def _sequence_rows(
     header field (``user_id:token``), which means an atomic file whose header is not its first
     line (a header first is read as one: :func:`read_sequences`).
     """
-    seen: dict[str, int] = {}
-    for lineno, line in lines:
-        out.lines += 1
-        fields = line.split()
-        if not fields:
-            out.empty_lines += 1
-            continue
-        where = f"{source}:{lineno}"
+    for fields, _, where in user_lines(lines, source, out):
         header = next((f for f in fields if recbole.is_header_field(f)), None)
         if header is not None:
             raise SlateError(
@@ -70,9 +63,7 @@ def _sequence_rows(
                 "an atomic file's header must be its first line",
                 where,
             )
-        user, items = fields[0], fields[1:]
-        record_user_line(user, seen, lineno, where)
-        yield user, items
+        yield fields[0], fields[1:]
 
 
 def _collect(out: InteractionLog, rows: Iterable[tuple[str, list[str]]]) -> InteractionLog:
