@@ -18,6 +18,8 @@ from the bundled Amazon Beauty catalogue, prompts built by spdrank's ``PromptBui
 - the products alone: every layer's projections in a row at the same shapes, median wall ms,
   and each kind's share;
 - their ratio (the goal: at most 1.5x);
+- the prefill under the other attention routes torch and transformers offer (SDPA's math
+  backend, and transformers' eager attention), since the attention kernel is most of the rest;
 - where the rest goes: one profiled prefill (``torch.profiler``), every op's own time put in
   a category by the module it ran in (attention's kernel, norms, rotary, copies and views,
   the embedding, the MLP's activation, residual adds, masks, the Python between ops) and the
@@ -31,6 +33,7 @@ else ran (``--note``, and the load average before and after). Run it alone on th
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import json
 import os
@@ -40,7 +43,7 @@ import statistics
 import sys
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -259,6 +262,32 @@ def profile(backbone: nn.Module, ids: torch.Tensor, mask: torch.Tensor, reps: in
     }
 
 
+# -- the attention routes -------------------------------------------------------------------
+
+
+#: The attention routes timed beside the default one (SDPA's choice: the flash kernel on CPU).
+ROUTES = ("sdpa math", "eager")
+
+
+@contextlib.contextmanager
+def attention_route(backbone: nn.Module, route: str) -> Iterator[None]:
+    """Run the body's prefills through ``route``: SDPA restricted to its math backend, or
+    transformers' eager attention (its own matrix products and softmax); restored after."""
+    if route == "sdpa math":
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        with sdpa_kernel(SDPBackend.MATH):
+            yield
+        return
+    model = getattr(backbone, "get_base_model", lambda: backbone)()
+    before = model.config._attn_implementation
+    model.set_attn_implementation(route)
+    try:
+        yield
+    finally:
+        model.set_attn_implementation(before)
+
+
 # -- one dtype, every size -----------------------------------------------------------------
 
 
@@ -281,6 +310,11 @@ def measure(backbone: nn.Module, dtype: str, ids_by_n: dict[int, list[list[int]]
             alone = median_ms(products.run, args.reps, args.warmup)
             kinds = {kind: median_ms(functools.partial(products.run, kind), args.reps,
                                      args.warmup)["median"] for kind in products.kinds()}
+            routes = {}
+            for route in ROUTES:
+                with attention_route(backbone, route):
+                    routes[route] = median_ms(functools.partial(last_hidden, backbone, ids, mask),
+                                              args.route_reps, 1)["median"]
         del products
         prof = profile(backbone, ids, mask, args.profile_reps, args.top)
         row = {
@@ -288,6 +322,7 @@ def measure(backbone: nn.Module, dtype: str, ids_by_n: dict[int, list[list[int]]
             "prefill_ms": prefill, "products_ms": alone, "products_by_kind_ms": kinds,
             "ratio": prefill["median"] / alone["median"],
             "rest_ms": prefill["median"] - alone["median"], "profile": prof,
+            "routes_ms": routes,
         }
         rows.append(row)
         print(f"{dtype} N={n} T={tokens}: prefill {prefill['median']:.1f} ms, products alone "
@@ -337,6 +372,14 @@ def report(meta: dict[str, Any], rows: list[dict[str, Any]]) -> str:
     for r in rows:
         lines.append(f"| {r['dtype']} | {r['n']} | "
                      + " | ".join(f"{v:.2f}" for v in r["products_by_kind_ms"].values()) + " |")
+    lines += ["", "## The prefill through other attention routes (ms)", "",
+              (f"The default is SDPA's own choice (its flash kernel on a CPU); median of "
+              f"{meta.get('route_reps', '?')} calls after 1."), "",
+              "| dtype | N | default | " + " | ".join(ROUTES) + " |",
+              "|---|---|---|" + "---|" * len(ROUTES)]
+    for r in rows:
+        lines.append(f"| {r['dtype']} | {r['n']} | {r['prefill_ms']['median']:.1f} | "
+                     + " | ".join(f"{r['routes_ms'][k]:.1f}" for k in ROUTES) + " |")
     lines += ["", "## Where a profiled prefill's time goes (ms of own time a prefill)", "",
               ("Each op's own time, put in the module it ran in; the profiler's own cost "
               "inflates the total over the timed prefill."), "",
@@ -385,6 +428,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--reps", type=int, default=20, help="timed calls a figure (default 20)")
     p.add_argument("--warmup", type=int, default=3, help="untimed calls first (default 3)")
     p.add_argument("--profile-reps", type=int, default=3, help="prefills profiled (default 3)")
+    p.add_argument("--route-reps", type=int, default=5,
+                   help="timed calls a figure for the other attention routes (default 5)")
     p.add_argument("--top", type=int, default=15, help="top ops listed (default 15)")
     p.add_argument("--threads", type=int, help="torch's threads (default: torch's own)")
     p.add_argument("--seed", type=int, default=0)
@@ -394,8 +439,10 @@ def main(argv: list[str] | None = None) -> int:
     dtypes = args.dtypes.split(",")
     if not set(dtypes) <= {"float32", "bfloat16", "float16"}:
         p.error(f"--dtypes takes float32, bfloat16 or float16, got {args.dtypes!r}")
-    if args.layers < 0 or args.reps < 1 or args.history < 0 or args.profile_reps < 1:
-        p.error("--layers, --history must be at least 0; --reps, --profile-reps at least 1")
+    if args.layers < 0 or args.reps < 1 or args.history < 0 or args.profile_reps < 1 \
+            or args.route_reps < 1:
+        p.error("--layers, --history must be at least 0; --reps, --profile-reps, "
+                "--route-reps at least 1")
     if args.threads:
         torch.set_num_threads(args.threads)
     settings = PromptSettings(max_item_tokens=args.item_tokens,
@@ -411,6 +458,7 @@ def main(argv: list[str] | None = None) -> int:
             "history": args.history, "item_tokens": args.item_tokens,
             "history_items": not args.no_history_items, "reps": args.reps,
             "warmup": args.warmup, "profile_reps": args.profile_reps, "note": args.note,
+            "route_reps": args.route_reps,
             "profile_n": 50 if 50 in args.sizes else args.sizes[0],
             "load_before": load_average(),
         }

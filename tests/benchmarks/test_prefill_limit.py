@@ -47,6 +47,7 @@ def test_the_script_times_prefill_and_products_and_profiles_the_rest(
         for spent in ("matrix products", "attention kernel", "norms", "embedding"):
             assert prof["categories_ms"][spent] > 0, spent
         assert len(prof["top_ops"]) == 5
+        assert set(r["routes_ms"]) == set(limit.ROUTES) and min(r["routes_ms"].values()) > 0
     # a longer slate is a longer prompt: the prompts come from the builder, not a fixed size
     assert rows[0]["tokens"] < rows[1]["tokens"]
     meta = results["meta"]
@@ -54,6 +55,7 @@ def test_the_script_times_prefill_and_products_and_profiles_the_rest(
     text = (out / "report.md").read_text()
     assert "| float32 | 5 |" in text and "also running: a teacher run" in text
     assert "### Top ops, bfloat16, N = 3" in text
+    assert "| float32 | 3 |" in text.split("other attention routes")[1]
     assert (out / "command.txt").read_text().startswith(
         ".venv/bin/python benchmarks/prefill_limit.py --backbone config:")
 
@@ -104,3 +106,31 @@ def test_bad_sizes_are_refused_in_one_line(limit, capsys):
     with pytest.raises(SystemExit):
         limit.main(["--sizes", "20,x"])
     assert "--sizes takes sizes like 20,50,150, got '20,x'" in capsys.readouterr().err
+
+
+def test_the_eager_route_runs_no_sdpa_and_is_undone(limit, config_backbone, monkeypatch):
+    from spdrank.backbone.load import BackboneConfig, last_hidden, load_backbone
+
+    backbone = load_backbone(BackboneConfig(name_or_path=config_backbone, lora=None))
+    calls = []
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return sdpa(*args, **kwargs)
+
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", counted)
+    ids = torch.tensor([[1, 2, 3, 4]])
+    with torch.inference_mode():
+        default = last_hidden(backbone, ids, torch.ones_like(ids))
+        assert calls
+        calls.clear()
+        with limit.attention_route(backbone, "eager"):
+            eager = last_hidden(backbone, ids, torch.ones_like(ids))
+        assert not calls
+        with limit.attention_route(backbone, "sdpa math"):
+            math = last_hidden(backbone, ids, torch.ones_like(ids))
+        last_hidden(backbone, ids, torch.ones_like(ids))
+    assert calls  # the default route is back
+    torch.testing.assert_close(eager, default, atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(math, default, atol=1e-5, rtol=1e-4)
