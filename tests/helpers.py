@@ -1,15 +1,24 @@
-"""What the tests share, as plain functions: slate factories, tiny-model builders, the benchmark
-scripts' dry runs and the environment of a fresh interpreter. Fixtures live in conftest.py."""
+"""What the tests share, as plain functions: slate factories, tiny-model builders, servers on
+loopback (uvicorn, and a fake OpenAI-compatible API), the benchmark scripts' dry runs and the
+environment of a fresh interpreter. Fixtures live in conftest.py."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
+import re
 import shlex
+import socket
 import subprocess
 import sys
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from spdrank.backbone.load import BackboneConfig, LoraSettings
 from spdrank.backbone.prompt import PromptSettings
@@ -17,6 +26,12 @@ from spdrank.core.ranking import Ranking
 from spdrank.core.slates import Candidate, Query, Slate
 from spdrank.methods.heads import HeadConfig
 from spdrank.model.config import SPDConfig
+from spdrank.serving.engine import Engine
+
+if TYPE_CHECKING:
+    from typing import Self
+
+    import uvicorn
 
 ROOT = Path(__file__).resolve().parents[1]
 SRC = ROOT / "src"
@@ -223,6 +238,109 @@ def train_config(tmp_path: Path, backbone: str, out: str = "run", **kw):
     }
     return TrainConfig(**(base | kw))
 
+
+
+# -- servers on loopback -----------------------------------------------------------------------
+
+
+def free_port() -> int:
+    """A loopback port nobody listens on now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def uvicorn_on_loopback(app, **options) -> Iterator[tuple[int, uvicorn.Server]]:
+    """``app`` on a real uvicorn server (``options`` for its Config) on a free loopback port, in
+    a daemon thread; yields the port and the server once it has started, and stops it after."""
+    import uvicorn
+
+    port = free_port()
+    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", **options)
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not server.started:
+        assert thread.is_alive() and time.monotonic() < deadline, "server did not start"
+        time.sleep(0.02)
+    try:
+        yield port, server
+    finally:
+        server.should_exit = True
+        thread.join(10)
+
+
+class HeldEngine(Engine):
+    """The tiny model, holding every batch until ``release`` is set, so requests pile up
+    behind it however fast or slow they arrive; ``entered`` counts the slates that reached it."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.release = threading.Event()
+        self.entered = 0
+
+    def rank_parts(self, slates):
+        self.entered += len(slates)
+        assert self.release.wait(20), "the test never released the batch"
+        return super().rank_parts(slates)
+
+
+class LoopbackHTTPServer:
+    """A stdlib ThreadingHTTPServer answering with ``handler`` on a free loopback port, served
+    from a daemon thread inside a ``with`` block; ``url`` is its OpenAI-style base (``/v1``)."""
+
+    def __init__(self, handler: type[BaseHTTPRequestHandler]) -> None:
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.httpd.daemon_threads = True
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+
+    def __enter__(self) -> Self:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+class JSONHandler(BaseHTTPRequestHandler):
+    """A request handler that logs nothing (the test's output stays its own) and answers JSON."""
+
+    def log_message(self, *args) -> None:
+        pass
+
+    def send_json(self, code: int, body: dict | bytes, headers: dict[str, str] | None = None) -> None:
+        """``body`` with status ``code``: a dict as JSON, bytes as they are (a broken answer);
+        ``headers`` after the content type, which they may replace."""
+        data = body if isinstance(body, bytes) else json.dumps(body).encode()
+        self.send_response(code)
+        for name, value in {"Content-Type": "application/json", **(headers or {})}.items():
+            self.send_header(name, value)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+
+def reversed_completion(request: dict, completion_id: str = "c", usage: bool = False) -> dict:
+    """The chat completion that answers the ranking prompt in ``request`` with its candidates
+    reversed (``[n] > ... > [1]``), so a test knows the ranking to expect; with ``usage``, 100
+    prompt tokens and 5 completion tokens a candidate."""
+    n = int(re.search(r"Candidates \((\d+)\)", request["messages"][-1]["content"]).group(1))
+    completion = {
+        "id": completion_id, "object": "chat.completion", "created": 0, "model": request["model"],
+        "choices": [{"index": 0, "finish_reason": "stop", "message": {
+            "role": "assistant", "content": " > ".join(f"[{i}]" for i in range(n, 0, -1))}}],
+    }
+    if usage:
+        completion["usage"] = {
+            "prompt_tokens": 100, "completion_tokens": 5 * n, "total_tokens": 100 + 5 * n}
+    return completion
 
 # -- processes and benchmark scripts -----------------------------------------------------------
 

@@ -91,6 +91,32 @@ def copy_checkpoint(src: Path, dst: Path, **backbone) -> Path:
     return dst
 
 
+def tampered_checkpoint(tmp_path: Path, checkpoint: Path) -> tuple[Path, Path, Path]:
+    """A copy of ``checkpoint`` whose backbone is an :func:`evil_folder` in ``tmp_path``: the
+    marker its code writes when it runs, the folder, and the copy."""
+    marker = tmp_path / "MARKER"
+    evil = evil_folder(tmp_path, marker)
+    return marker, evil, copy_checkpoint(checkpoint, tmp_path / "ckpt", name_or_path=str(evil))
+
+
+def rank_tampered(
+    tmp_path: Path, checkpoint: Path, *flags: str, **run
+) -> tuple[Path, Path, subprocess.CompletedProcess[str]]:
+    """``spdrank rank`` of one slate on a :func:`tampered_checkpoint` in a fresh interpreter
+    (with ``flags``; ``run`` for subprocess.run, which says what stdin holds): the marker, the
+    evil folder and the finished process."""
+    marker, evil, ckpt = tampered_checkpoint(tmp_path, checkpoint)
+    slates = tmp_path / "in.jsonl"
+    slates.write_text(json.dumps(SLATE) + "\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "spdrank", "rank", "--model", str(ckpt), "--input", str(slates),
+         "--output", str(tmp_path / "out.jsonl"), *flags],
+        check=False, capture_output=True, text=True, timeout=300,
+        env=subprocess_env() | {"HF_MODULES_CACHE": str(tmp_path / "modules")}, **run,
+    )
+    return marker, evil, done
+
+
 def edit_config(path: Path, edit) -> Path:
     """Apply ``edit`` to the JSON in ``path`` and write it back."""
     data = json.loads(path.read_text())
@@ -118,17 +144,7 @@ def rank_error(tmp_path: Path, model: Path, capsys) -> str:
 def test_a_backbone_that_needs_its_own_code_is_refused_even_when_stdin_says_yes(
     tmp_path, frozen_checkpoint
 ):
-    marker = tmp_path / "MARKER"
-    evil = evil_folder(tmp_path, marker)
-    ckpt = copy_checkpoint(frozen_checkpoint, tmp_path / "ckpt", name_or_path=str(evil))
-    slates = tmp_path / "in.jsonl"
-    slates.write_text(json.dumps(SLATE) + "\n")
-    done = subprocess.run(
-        [sys.executable, "-m", "spdrank", "rank", "--model", str(ckpt), "--input", str(slates),
-         "--output", str(tmp_path / "out.jsonl")],
-        check=False, input="y\n", capture_output=True, text=True, timeout=300,
-        env=subprocess_env() | {"HF_MODULES_CACHE": str(tmp_path / "modules")},
-    )
+    marker, evil, done = rank_tampered(tmp_path, frozen_checkpoint, input="y\n")
     assert not marker.exists()
     assert PROMPT not in done.stdout + done.stderr
     lines = done.stderr.strip().splitlines()
@@ -140,9 +156,7 @@ def test_the_python_api_refuses_it_too_and_never_asks(tmp_path, frozen_checkpoin
                                                       capsys):
     import io
 
-    marker = tmp_path / "MARKER"
-    evil = evil_folder(tmp_path, marker)
-    ckpt = copy_checkpoint(frozen_checkpoint, tmp_path / "ckpt", name_or_path=str(evil))
+    marker, evil, ckpt = tampered_checkpoint(tmp_path, frozen_checkpoint)
     monkeypatch.setattr(sys, "stdin", io.StringIO("y\n"))
     with pytest.raises(ValueError, match="--trust-remote-code") as caught:
         SPDRanker.from_pretrained(ckpt)
@@ -179,17 +193,8 @@ def test_the_teacher_lm_refuses_it(tmp_path, monkeypatch):
 
 def test_trust_remote_code_given_by_the_user_is_what_lets_it_run(tmp_path, frozen_checkpoint):
     """The flag reaches transformers: with it (and only with it) the folder's code runs."""
-    marker = tmp_path / "MARKER"
-    evil = evil_folder(tmp_path, marker)
-    ckpt = copy_checkpoint(frozen_checkpoint, tmp_path / "ckpt", name_or_path=str(evil))
-    slates = tmp_path / "in.jsonl"
-    slates.write_text(json.dumps(SLATE) + "\n")
-    done = subprocess.run(
-        [sys.executable, "-m", "spdrank", "rank", "--model", str(ckpt), "--input", str(slates),
-         "--output", str(tmp_path / "out.jsonl"), "--trust-remote-code"],
-        check=False, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=300,
-        env=subprocess_env() | {"HF_MODULES_CACHE": str(tmp_path / "modules")},
-    )
+    marker, _, done = rank_tampered(tmp_path, frozen_checkpoint, "--trust-remote-code",
+                                    stdin=subprocess.DEVNULL)
     assert marker.exists(), done.stderr  # the user's own choice
     assert PROMPT not in done.stdout + done.stderr and done.returncode != 0
 

@@ -58,69 +58,64 @@ def write_lines(path: Path, lines: list[str]) -> Path:
     return path
 
 
+def edited(old: str, new: str, **extra) -> str:
+    """The JSON line of the good slate ``u2`` (with the ``extra`` top-level fields) with ``old``
+    replaced by ``new``: text no dict dumps to (NaN, a 400-digit number, a lone surrogate)."""
+    return json.dumps(good("u2") | extra).replace(old, new)
+
+
 # Each case: (a JSON line, as written; the field the error must name; a phrase of the error).
 # Line 1 of the file is a good slate, the bad one is line 2.
 HUGE = "9" * 400
 BAD_LINES = {
     "huge_int_score": (
-        json.dumps(good("u2")).replace('"score": 0.9', f'"score": {HUGE}'),
-        "candidates[0].score", "beyond the float range",
+        edited('"score": 0.9', f'"score": {HUGE}'), "candidates[0].score", "beyond the float range",
     ),
     "huge_int_feature": (
-        json.dumps(good("u2")).replace('"pop": 3', f'"pop": {HUGE}'),
-        "features.pop", "beyond the float range",
+        edited('"pop": 3', f'"pop": {HUGE}'), "features.pop", "beyond the float range",
     ),
     "docid_of_5000_digits": (
-        json.dumps(good("u2")).replace('"docid": "a"', '"docid": ' + "7" * 5000),
+        edited('"docid": "a"', '"docid": ' + "7" * 5000),
         "candidates[0].docid", "integer of 5000 digits",
     ),
     "nan_score": (
-        json.dumps(good("u2")).replace('"score": 0.9', '"score": NaN'),
-        "candidates[0].score", "NaN is not valid JSON",
+        edited('"score": 0.9', '"score": NaN'), "candidates[0].score", "NaN is not valid JSON",
     ),
     "infinity_score": (
-        json.dumps(good("u2")).replace('"score": 0.9', '"score": Infinity'),
+        edited('"score": 0.9', '"score": Infinity'),
         "candidates[0].score", "Infinity is not valid JSON",
     ),
     "minus_infinity_feature": (
-        json.dumps(good("u2")).replace('"pop": 3', '"pop": -Infinity'),
+        edited('"pop": 3', '"pop": -Infinity'),
         "candidates[0].features.pop", "-Infinity is not valid JSON",
     ),
     "1e999_score": (
-        json.dumps(good("u2")).replace('"score": 0.9', '"score": 1e999'),
-        "candidates[0].score", "beyond the float range",
+        edited('"score": 0.9', '"score": 1e999'), "candidates[0].score", "beyond the float range",
     ),
     "1e999_extra_field": (
-        json.dumps(good("u2") | {"weight": 1}).replace('"weight": 1', '"weight": 1e999'),
-        "weight", "beyond the float range",
+        edited('"weight": 1', '"weight": 1e999', weight=1), "weight", "beyond the float range",
     ),
     "surrogate_title": (
-        json.dumps(good("u2")).replace("argan oil", "argan \\ud800 oil"),
+        edited("argan oil", "argan \\ud800 oil"),
         "candidates[0].doc.title", "lone UTF-16 surrogate",
     ),
     "surrogate_query": (
-        json.dumps(good("u2")).replace("rose shampoo", "rose \\udfff"),
-        "query.text", "lone UTF-16 surrogate",
+        edited("rose shampoo", "rose \\udfff"), "query.text", "lone UTF-16 surrogate",
     ),
     "surrogate_qid": (
-        json.dumps(good("u2")).replace('"qid": "u2"', '"qid": "u\\ud83d"'),
-        "query.qid", "lone UTF-16 surrogate",
+        edited('"qid": "u2"', '"qid": "u\\ud83d"'), "query.qid", "lone UTF-16 surrogate",
     ),
     "surrogate_key": (
-        json.dumps(good("u2") | {"x": 1}).replace('"x": 1', '"\\ud800": 1'),
-        "a key of the value", "lone UTF-16 surrogate",
+        edited('"x": 1', '"\\ud800": 1', x=1), "a key of the value", "lone UTF-16 surrogate",
     ),
     "boolean_qid": (
-        json.dumps(good("u2")).replace('"qid": "u2"', '"qid": true'),
-        "query.qid", "must be a string, got bool",
+        edited('"qid": "u2"', '"qid": true'), "query.qid", "must be a string, got bool",
     ),
     "boolean_history": (
-        json.dumps(good("u2")).replace('["i1", "i2"]', '["i1", false]'),
-        "query.history[1]", "must be a string, got bool",
+        edited('["i1", "i2"]', '["i1", false]'), "query.history[1]", "must be a string, got bool",
     ),
     "nested_too_deep_extra": (
-        json.dumps(good("u2") | {"deep": 1}).replace('"deep": 1', '"deep": ' + "[" * 80 + "]" * 80),
-        "deep", "nested too deeply",
+        edited('"deep": 1', '"deep": ' + "[" * 80 + "]" * 80, deep=1), "deep", "nested too deeply",
     ),
     "nested_100000_deep": ("[" * 100_000 + "]" * 100_000, None, "nested too deeply"),
 }

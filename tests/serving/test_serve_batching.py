@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -14,13 +13,13 @@ from types import SimpleNamespace
 import httpx
 import numpy as np
 import pytest
-import uvicorn
 
 from spdrank.core.slates import Candidate, Query, Slate
 from spdrank.serving import ServeSettings, create_app
 from spdrank.serving.batcher import InferenceError, MicroBatcher, QueueFullError
 from spdrank.serving.engine import Engine
 from spdrank.serving.policy import padding_waste, plan_prefills, resolve_policy
+from tests.helpers import HeldEngine, uvicorn_on_loopback
 
 # -- the batcher alone ------------------------------------------------------------------------
 
@@ -328,42 +327,11 @@ def test_the_policy_is_wired_through_settings(served):
 # -- a real server ----------------------------------------------------------------------------
 
 
-class HeldEngine(Engine):
-    """The tiny model, holding every batch until ``release`` is set, so requests pile up
-    behind it however fast or slow they arrive; ``entered`` counts the slates that reached it."""
-
-    def __init__(self, *args, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
-        self.release = threading.Event()
-        self.entered = 0
-
-    def rank_parts(self, slates):
-        self.entered += len(slates)
-        assert self.release.wait(20), "the test never released the batch"
-        return super().rank_parts(slates)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @contextlib.contextmanager
 def running(app) -> Iterator[str]:
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "server did not start"
-        time.sleep(0.02)
-    try:
+    """``app`` on a real uvicorn server on loopback; yields its base URL."""
+    with uvicorn_on_loopback(app) as (port, _):
         yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(10)
 
 
 async def fire(url: str, n: int, app=None) -> list[httpx.Response]:

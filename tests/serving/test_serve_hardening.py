@@ -23,34 +23,17 @@ from spdrank.commands.cli import build_parser, main
 from spdrank.serving import ServeSettings, create_app
 from spdrank.serving.auth import ENV_VAR, MAX_KEY_BYTES, load_api_key
 from spdrank.serving.deadlines import HeaderDeadlineProtocol, uvicorn_options
-from tests.serving.test_serve_batching import HeldEngine, free_port
+from tests.helpers import HeldEngine, uvicorn_on_loopback
 
 #: What a deadline may overrun by on a loaded 2-core machine before the test calls it missed.
 SLACK_S = 2.0
 RERANK = {"query": "1. rose shampoo", "documents": ["hair oil", "nail polish", "body lotion"]}
 
 
-@contextlib.contextmanager
-def serving(app) -> Iterator[tuple[int, uvicorn.Server]]:
+def serving(app) -> contextlib.AbstractContextManager[tuple[int, uvicorn.Server]]:
     """``app`` on a real uvicorn server on loopback, under its settings' deadlines (as
     ``spdrank serve`` runs it); yields the port and the server."""
-    port = free_port()
-    config = uvicorn.Config(
-        app, host="127.0.0.1", port=port, log_level="warning",
-        **uvicorn_options(app.state.settings),
-    )
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "server did not start"
-        time.sleep(0.02)
-    try:
-        yield port, server
-    finally:
-        server.should_exit = True
-        thread.join(10)
+    return uvicorn_on_loopback(app, **uvicorn_options(app.state.settings))
 
 
 def connect(port: int) -> socket.socket:
@@ -105,6 +88,20 @@ def trickle(sock: socket.socket, data: bytes, every: float, stop: threading.Even
             return
 
 
+@contextlib.contextmanager
+def trickling(sock: socket.socket, data: bytes, every: float) -> Iterator[None]:
+    """``data`` trickled into ``sock`` (see :func:`trickle`) from a thread for the ``with``
+    block, which is stopped and joined at its end however the block ends."""
+    stop = threading.Event()
+    sender = threading.Thread(target=trickle, args=(sock, data, every, stop))
+    sender.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        sender.join()
+
+
 HEAD = b"POST /v1/rerank HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
 
 
@@ -133,15 +130,8 @@ def test_headers_sent_a_byte_at_a_time_are_cut_at_the_deadline(deadline_server):
     """The deadline is for the whole head, not between bytes: a slowloris client that keeps
     sending is closed all the same."""
     port = deadline_server
-    stop = threading.Event()
-    with connect(port) as sock:
-        sender = threading.Thread(target=trickle, args=(sock, HEAD * 10, 0.05, stop))
-        sender.start()
-        try:
-            response, _ = read_until_closed(sock, 0.5 + SLACK_S)
-        finally:
-            stop.set()
-            sender.join()
+    with connect(port) as sock, trickling(sock, HEAD * 10, 0.05):
+        response, _ = read_until_closed(sock, 0.5 + SLACK_S)
     assert error_in(response, 408)["type"] == "header_timeout"
 
 
@@ -166,16 +156,10 @@ def test_a_half_sent_body_gets_408_within_the_body_deadline(deadline_server):
 
 def test_a_chunked_body_that_keeps_trickling_is_cut_at_the_body_deadline(deadline_server):
     port = deadline_server
-    stop = threading.Event()
     with connect(port) as sock:
         sock.sendall(HEAD + b"Transfer-Encoding: chunked\r\n\r\n")
-        sender = threading.Thread(target=trickle, args=(sock, b"1\r\nx\r\n" * 200, 0.02, stop))
-        sender.start()
-        try:
+        with trickling(sock, b"1\r\nx\r\n" * 200, 0.02):
             response, _ = read_until_closed(sock, 0.5 + SLACK_S)
-        finally:
-            stop.set()
-            sender.join()
     assert error_in(response, 408)["type"] == "body_timeout"
 
 

@@ -2,8 +2,9 @@
 
 Two fakes on loopback: :class:`RawServer` speaks raw TCP (reads each request, then answers a
 byte at a time, or never), for the total deadline of an attempt; :class:`StatusServer` is
-http.server answering a scripted status (with headers) to the first requests and a ranking
-after, noting when each request came, for ``Retry-After`` and the refusals that stop a run.
+http.server (tests.helpers' loopback server) answering a scripted status (with headers) to
+the first requests and a ranking after, noting when each request came, for ``Retry-After`` and
+the refusals that stop a run.
 """
 
 import email.utils
@@ -12,15 +13,13 @@ import re
 import socket
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Self
 
 import pytest
 
 from spdrank.commands.cli import main
-from spdrank.core.slates import write_slates
 from spdrank.teacher import openai_api
-from tests.helpers import make_slates, records
+from tests.helpers import JSONHandler, LoopbackHTTPServer, records, reversed_completion
 
 COMPLETION = json.dumps({
     "id": "c", "object": "chat.completion", "created": 0, "model": "m",
@@ -88,7 +87,7 @@ class RawServer:
         self.sock.close()
 
 
-class StatusServer:
+class StatusServer(LoopbackHTTPServer):
     """Answers the first requests with ``script`` ((status, headers) each, in order), then a
     ranking; ``times`` holds when each chat request arrived (``time.monotonic()``)."""
 
@@ -97,24 +96,12 @@ class StatusServer:
         self.times: list[float] = []
         fake = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args):  # quiet
-                pass
-
-            def _send(self, code: int, body: dict, headers: dict[str, str] | None = None) -> None:
-                data = json.dumps(body).encode()
-                self.send_response(code)
-                for name, value in {"Content-Type": "application/json", **(headers or {})}.items():
-                    self.send_header(name, value)
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
+        class Handler(JSONHandler):
             def do_GET(self):
                 if fake.models_status != 200:
-                    self._send(fake.models_status, {"error": {"message": "no"}})
+                    self.send_json(fake.models_status, {"error": {"message": "no"}})
                     return
-                self._send(200, {"object": "list", "data": [
+                self.send_json(200, {"object": "list", "data": [
                     {"id": "m", "object": "model", "created": 0, "owned_by": "test"}]})
 
             def do_POST(self):
@@ -122,38 +109,11 @@ class StatusServer:
                 fake.times.append(time.monotonic())
                 if len(fake.times) <= len(fake.script):
                     status, headers = fake.script[len(fake.times) - 1]
-                    self._send(status, {"error": {"message": "not now"}}, headers)
+                    self.send_json(status, {"error": {"message": "not now"}}, headers)
                     return
-                n = int(re.search(r"Candidates \((\d+)\)", body["messages"][-1]["content"]).group(1))
-                self._send(200, {
-                    "id": "c", "object": "chat.completion", "created": 0, "model": body["model"],
-                    "choices": [{"index": 0, "finish_reason": "stop", "message": {
-                        "role": "assistant", "content": " > ".join(f"[{i}]" for i in range(n, 0, -1))}}],
-                })
+                self.send_json(200, reversed_completion(body))
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-
-    def __enter__(self) -> Self:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
-
-
-@pytest.fixture
-def slates_file(tmp_path, monkeypatch):
-    for var in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"):
-        monkeypatch.delenv(var, raising=False)
-    write_slates(tmp_path / "slates.jsonl", make_slates(6, seed=3))
-    return tmp_path / "slates.jsonl"
+        super().__init__(Handler)
 
 
 def teacher(slates_file, url, *extra):

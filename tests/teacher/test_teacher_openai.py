@@ -1,27 +1,25 @@
 """The ``openai`` backend against a real OpenAI-compatible HTTP server on loopback.
 
-The server is the Python stdlib's http.server in a thread: ``/v1/models`` and
+The server is the Python stdlib's http.server in a thread (tests.helpers' loopback server): ``/v1/models`` and
 ``/v1/chat/completions``, answering a deterministic ranking (the candidates reversed) with
 usage. Variants fail the first requests with 500 (retries), hang (timeouts), or answer after
 a delay while counting the requests in flight at once (concurrency limits).
 """
 
 import json
-import re
 import socket
 import threading
 import time
 from collections import Counter
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
 from spdrank.commands.cli import main
 from spdrank.core.slates import load_slates, write_slates
-from tests.helpers import make_slates, records
+from tests.helpers import JSONHandler, LoopbackHTTPServer, make_slates, records, reversed_completion
 
 
-class FakeServer:
+class FakeServer(LoopbackHTTPServer):
     def __init__(self, fail_first: int = 0, hang: bool = False, status: int = 500,
                  model: str = "fake-ranker", delay: float = 0.0, bad: str | None = None) -> None:
         self.fail_first, self.hang, self.status = fail_first, hang, status
@@ -33,24 +31,13 @@ class FakeServer:
         self.release = threading.Event()
         fake = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args):  # quiet
-                pass
-
-            def _send(self, code: int, body: dict | bytes) -> None:
-                data = body if isinstance(body, bytes) else json.dumps(body).encode()
-                self.send_response(code)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
+        class Handler(JSONHandler):
             def do_GET(self):
                 if self.path.rstrip("/") == "/v1/models":
-                    self._send(200, {"object": "list", "data": [
+                    self.send_json(200, {"object": "list", "data": [
                         {"id": fake.model, "object": "model", "created": 0, "owned_by": "test"}]})
                 else:
-                    self._send(404, {"error": {"message": "not found"}})
+                    self.send_json(404, {"error": {"message": "not found"}})
 
             def do_POST(self):
                 with fake.lock:
@@ -72,48 +59,22 @@ class FakeServer:
                     fake.release.wait(10)
                     return
                 if count <= fake.fail_first and fake.bad == "json":
-                    self._send(200, b'{"id": "c", "choices": [')
+                    self.send_json(200, b'{"id": "c", "choices": [')
                     return
                 if count <= fake.fail_first and fake.bad == "no_choices":
-                    self._send(200, {"id": "c", "object": "chat.completion", "created": 0,
-                                     "model": body["model"]})
+                    self.send_json(200, {"id": "c", "object": "chat.completion", "created": 0,
+                                         "model": body["model"]})
                     return
                 if count <= fake.fail_first:
-                    self._send(fake.status, {"error": {"message": "try again", "type": "server_error"}})
+                    self.send_json(fake.status, {"error": {"message": "try again", "type": "server_error"}})
                     return
-                n = int(re.search(r"Candidates \((\d+)\)", body["messages"][-1]["content"]).group(1))
-                text = " > ".join(f"[{i}]" for i in range(n, 0, -1))
-                self._send(200, {
-                    "id": f"c{count}", "object": "chat.completion", "created": 0, "model": body["model"],
-                    "choices": [{"index": 0, "finish_reason": "stop",
-                                 "message": {"role": "assistant", "content": text}}],
-                    "usage": {"prompt_tokens": 100, "completion_tokens": 5 * n, "total_tokens": 100 + 5 * n},
-                })
+                self.send_json(200, reversed_completion(body, f"c{count}", usage=True))
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        super().__init__(Handler)
 
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-
-    def __enter__(self):
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.release.set()
-        self.httpd.shutdown()
-        self.httpd.server_close()
-
-
-@pytest.fixture
-def slates_file(tmp_path, monkeypatch):
-    for var in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"):
-        monkeypatch.delenv(var, raising=False)
-    write_slates(tmp_path / "slates.jsonl", make_slates(6, seed=3))
-    return tmp_path / "slates.jsonl"
+    def __exit__(self, *exc) -> None:
+        self.release.set()  # hanging handlers return rather than wait out their 10 s
+        super().__exit__(*exc)
 
 
 def closed_port_urls(n: int = 1) -> list[str]:
