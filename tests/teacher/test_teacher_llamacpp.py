@@ -11,7 +11,6 @@ permutation and its decode passes. A second server shows one run spreading its s
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -26,7 +25,7 @@ from spdrank.commands.cli import main
 from spdrank.core.slates import Slate, load_slates, write_slates
 from spdrank.eval.metrics import is_valid_permutation
 from spdrank.teacher.parse import parse_response
-from tests.helpers import make_slates, records
+from tests.helpers import free_port, make_slates, records
 
 pytest.importorskip("llama_cpp.server", reason="make test installs llama-cpp-python[server]")
 
@@ -57,12 +56,6 @@ def labelled_records(out: Path, slates: list[Slate]) -> dict[str, dict]:
         assert_record_matches_its_answer(rec, slate)
         assert rec["backend"] == "openai:smollm2"
     return recs
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class LlamaServer:
