@@ -47,7 +47,7 @@ class HistoryAttentionHead(ItemHead):
         if not hidden:
             raise ValueError("the history head compares hidden states: it needs a backbone")
         super().__init__(hidden, cfg.width, features, history=True)
-        self.tokens = units
+        self.units = units
         self.tfidf = units and cfg.match == "tfidf"
         self.match_query = state_projection(hidden, cfg.match_width if self.tfidf else cfg.width)
         # The tfidf match projects both sides alike (match_query); the others learn a key.
@@ -144,7 +144,7 @@ class HistoryAttentionHead(ItemHead):
         :class:`~spdrank.backbone.readout.HeadInputs`, with the batch's masks and features)."""
         if h is None or history is None or history_mask is None:
             raise ValueError("this head reads the candidates' and the history items' states")
-        if self.tokens:
+        if self.units:
             if h.dim() != 4 or item_tokens is None or history_tokens is None:
                 raise ValueError("this head matches tokens: it reads every token's state "
                                  "(the tokens readout) and their counts")
