@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from spdrank.core.slates import Slate
-from spdrank.rankers.dense import DenseRanker
+from spdrank.rankers.dense import DenseRanker, length_batches
 
 
 def _tiny_bert(folder: Path) -> Path:
@@ -46,6 +46,45 @@ def test_the_same_text_ranks_first_and_scores_are_cosines(tmp_path: Path) -> Non
     assert all(-1.0 - 1e-6 <= s <= 1.0 + 1e-6 for s in ranking.scores)
     vectors = ranker.embed(["flea", "moon tide"])
     assert torch.allclose(vectors.norm(dim=-1), torch.ones(2), atol=1e-5)
+
+
+def test_length_batches_sort_by_length_and_keep_within_the_budget() -> None:
+    lengths = [5, 2, 9, 2, 30, 4]
+    batches = length_batches(lengths, budget=12)
+    assert sorted(i for b in batches for i in b) == list(range(len(lengths)))
+    # ascending length, equal lengths in the order given; 30 > 12 is a batch alone
+    assert batches == [[1, 3, 5], [0], [2], [4]]
+    assert all(len(b) * max(lengths[i] for i in b) <= 12 for b in batches if len(b) > 1)
+    assert length_batches([], budget=8) == []
+
+
+def test_sorted_batches_embed_each_text_as_it_embeds_alone(tmp_path: Path) -> None:
+    """Sorting and batching by length change no embedding beyond float rounding: each
+    text's vector, in the order given, is the one it gets in a batch of its own."""
+    words = ["flea", "tick", "moon", "tide", "dog", "cat"]
+    texts = [" ".join(words[(i * 7 + j) % 6] for j in range(1 + (i * 5) % 11)) for i in range(23)]
+    ranker = DenseRanker(str(_tiny_bert(tmp_path)), batch_tokens=16)
+    batched = ranker.embed(texts)
+    alone = torch.cat([ranker.embed([t]) for t in texts])
+    assert len({len(t.split()) for t in texts}) > 5  # lengths differ: batches pad
+    assert torch.allclose(batched, alone, atol=1e-5)
+    # ... and one padded batch in the order given (the encoder as sentence-transformers runs it)
+    batch = ranker._tokenizer(texts, padding=True, truncation=True, return_tensors="pt")
+    with torch.inference_mode():
+        states = ranker._encoder(**batch).last_hidden_state
+    mask = batch["attention_mask"].unsqueeze(-1).float()
+    reference = torch.nn.functional.normalize((states * mask).sum(1) / mask.sum(1), dim=-1)
+    assert torch.allclose(batched, reference, atol=1e-5)
+
+
+def test_the_batch_budget_moves_no_score(tmp_path: Path) -> None:
+    folder = _tiny_bert(tmp_path)
+    slate = _slate()
+    small = DenseRanker(str(folder), batch_tokens=1).scores(slate)
+    large = DenseRanker(str(folder)).scores(slate)
+    assert small == pytest.approx(large, abs=1e-6)
+    with pytest.raises(ValueError, match="batch_tokens"):
+        DenseRanker(str(folder), batch_tokens=0)
 
 
 @pytest.mark.slow
