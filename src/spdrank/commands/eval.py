@@ -138,6 +138,29 @@ def checked_slates(path: Path, rankers: list[Ranker]) -> Iterator[Slate]:
         yield slate
 
 
+def trained_models(rankers: list[Ranker]) -> list[Ranker]:
+    """The trained checkpoints among the rankers (run over sliding windows or not), known by
+    their config, so that no torch is imported to tell them."""
+    return [r for r in rankers if hasattr(getattr(getattr(r, "inner", r), "config", None), "head")]
+
+
+def with_first_stage(rankers: list[Ranker]) -> list[Ranker]:
+    """The rankers, plus the candidates' given order when a model reranks a first stage's
+    list (it is anchored to that order, or reads search prompts) and no row stands for that
+    stage: a reranker is judged against the order it was given."""
+    from spdrank.eval.first_stage import FIRST_STAGE, GivenOrder
+
+    if any(r.name in FIRST_STAGE for r in rankers):
+        return rankers
+    for ranker in trained_models(rankers):
+        config = getattr(ranker, "inner", ranker).config
+        if config.head.anchor != "none" or config.prompt.template.likelihood == "query":
+            log.info("eval: the candidates' given order (%s) added as the first stage's row",
+                     GivenOrder.name)
+            return [*rankers, GivenOrder()]
+    return rankers
+
+
 def without_training(rankers: list[Ranker], train: Path) -> list[Ranker]:
     """The default rankers that need no training file, when ``train`` (the default one,
     beside the slates) does not exist: those that do are left out with a note, as a default
@@ -213,6 +236,7 @@ def run(args: argparse.Namespace) -> int:
         rankers = without_training(rankers, train)
     if not rankers:
         raise ValueError("no rankers: pass --ranker NAME (repeatable)")
+    rankers = with_first_stage(rankers)
     extra = Path(args.extra_sequences) if args.extra_sequences else None
     fit_s = fit_rankers(rankers, train, progress, extra)
 
@@ -244,6 +268,12 @@ def run(args: argparse.Namespace) -> int:
         raise SlateError(f"{slates_path} holds no slates")
 
     print(format_table(results))
+    from spdrank.eval.first_stage import results_verdicts
+
+    verdicts = results_verdicts(results, [r.name for r in trained_models(rankers)])
+    for found in verdicts:
+        print(found.line())
+    results.meta["first_stage"] = [found.__dict__ | {"below": found.below} for found in verdicts]
     for ranker in rankers:
         model = getattr(ranker, "inner", ranker)
         cuts = getattr(model, "cuts", None)

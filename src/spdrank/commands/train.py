@@ -148,6 +148,8 @@ def run(args: argparse.Namespace) -> int:
     if not PartialState().is_main_process:
         return 0
     print(json.dumps({k: v for k, v in summary.items() if k != "config"}, indent=2))
+    if "verdict" in summary:
+        print(summary["verdict"])
     if not summary["finished"]:
         print(f"stopped at step {summary['step']}/{summary['total_steps']}; rerun the same "
               "command to continue")

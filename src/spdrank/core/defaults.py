@@ -43,6 +43,13 @@ UNIT_MATCH = "tfidf"
 #: config.json saved before the field existed: such a checkpoint matches with this one).
 UNNAMED_MATCH = "maxsim"
 
+#: What a head may be anchored to (:mod:`spdrank.methods.anchor`): nothing, or the order its
+#: candidates are given in (the first stage's, for search slates and rerank requests).
+ANCHORS = ("none", "order")
+#: The anchor of a head config that names none (built in code, or a checkpoint saved before
+#: the field existed): such a model is not anchored.
+UNNAMED_ANCHOR = "none"
+
 #: The recommendation template's per-candidate token budget: titles are short, and a student
 #: can only match the words the prompt keeps (docs/architecture.md, "The token budget").
 DEFAULT_ITEM_TOKENS = 32

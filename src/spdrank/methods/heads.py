@@ -30,7 +30,7 @@ import torch
 from torch import nn
 
 from spdrank.backbone.load import ConfigError
-from spdrank.core.defaults import UNNAMED_HEAD, UNNAMED_MATCH
+from spdrank.core.defaults import ANCHORS, UNNAMED_ANCHOR, UNNAMED_HEAD, UNNAMED_MATCH
 
 #: How the history head compares a candidate's units with a history item's (``HeadConfig.match``).
 MATCHES = ("maxsim", "tfidf")
@@ -69,10 +69,15 @@ class HeadConfig:
     #: Width of the space where the "tfidf" match compares units: every pair of units meets
     #: there, so it is kept narrower than the head's own layers.
     match_width: int = 64
+    #: What the scores start from (:mod:`spdrank.methods.anchor`): "none", or "order", the
+    #: order the candidates are given in (the first stage's), which the head then corrects.
+    anchor: str = UNNAMED_ANCHOR
 
     def __post_init__(self) -> None:
         if self.match not in MATCHES:
             raise ValueError(f"unknown match {self.match!r}: use one of {list(MATCHES)}")
+        if self.anchor not in ANCHORS:
+            raise ValueError(f"unknown head.anchor {self.anchor!r}: use one of {list(ANCHORS)}")
         self.check_sizes()
 
     def check_sizes(self) -> None:

@@ -33,6 +33,7 @@ from spdrank.backbone.prompt import (
 from spdrank.backbone.readout import HeadInputs
 from spdrank.backbone.words import WordSplitter
 from spdrank.core.clock import StageClock, timed
+from spdrank.core.defaults import DEFAULT_ITEM_TOKENS
 from spdrank.core.ranking import STAGES, Ranking
 from spdrank.core.slates import Query, Slate, SlateError, as_slate
 from spdrank.methods.base import RankingMethod, method_for
@@ -100,6 +101,15 @@ class SPDRanker(nn.Module):
                 raise ValueError("a features-only model has no backbone to adapt: set no LoRA")
         self.method.check(config)
         self.head = self.method.build_head(config, backbone, tokenizer, n_features)
+        #: Scores start from the given order and the head learns a correction to it, its
+        #: output layers starting at zero; the anchor's weight is the head's (saved with it in
+        #: head.safetensors).
+        self.anchored = config.head.anchor != "none"
+        if self.anchored:
+            from spdrank.methods.anchor import FirstStageAnchor, zero_correction
+
+            zero_correction(self.head)
+            self.head.anchor = FirstStageAnchor(self.method.matrix)
         #: The head compares candidates with the user's history items (their own states).
         self.reads_history = config.head.kind in self.method.history_kinds
         if self.reads_history and not config.prompt.history_items:
@@ -144,6 +154,9 @@ class SPDRanker(nn.Module):
         ``auto``, which :meth:`from_pretrained` resolves for the machine that ranks.
         """
         backbone, tokenizer = backbone_and_tokenizer(config, device, None, trust_remote_code)
+        if config.prompt.max_item_tokens is None and config.features_only:
+            # No text is read: the budget is only recorded, and any number will do.
+            config.prompt.max_item_tokens = DEFAULT_ITEM_TOKENS
         if config.prompt.max_item_tokens is None:
             context = context_length(backbone)
             if context is None:
@@ -277,13 +290,16 @@ class SPDRanker(nn.Module):
             return self.score(inputs, batch)
 
     def score(self, inputs: HeadInputs, batch: Batch) -> torch.Tensor:
-        """The head's scores from what :meth:`read` returned for ``batch``."""
+        """The head's scores from what :meth:`read` returned for ``batch`` (anchored to the
+        candidates' given order when the model is)."""
         if self.reads_history:
-            return self.head(
+            scores = self.head(
                 inputs.items, batch.item_mask, batch.features, inputs.history,
                 batch.history_mask, inputs.item_tokens, inputs.history_tokens,
             )
-        return self.head(inputs.items, batch.item_mask, batch.features)
+        else:
+            scores = self.head(inputs.items, batch.item_mask, batch.features)
+        return self.head.anchor(scores, batch.item_mask) if self.anchored else scores
 
     def read(self, batch: Batch, clock: StageClock | None = None) -> HeadInputs:
         """What the head reads, as float32: the batch's cached states, or what the method

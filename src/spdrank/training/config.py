@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from spdrank.backbone.prompt import READOUTS
 from spdrank.backbone.templates import PROMPT_HELP
 from spdrank.core.defaults import (
+    ANCHORS,
     DEFAULT_ITEM_TOKENS,
     DEFAULT_WARMUP,
     DEFAULT_WARMUP_SHARE,
@@ -29,6 +30,9 @@ if TYPE_CHECKING:
     from spdrank.methods.base import RankingMethod
     from spdrank.model.config import SPDConfig
 
+
+#: Which evaluated model a run keeps (``--select``).
+SELECTIONS = ("best", "last")
 
 #: How --cache-states may store states.
 CACHE_DTYPES = ("float16", "float32")
@@ -145,6 +149,16 @@ class TrainConfig:
     head_width: int = setting(256, help="width of the head's layers (the backbone's states are projected to it)")
     head_layers: int = setting(2, help="layers of the head's attention stack (heads that have one)")
     head_dropout: float = setting(0.1, help="dropout inside the head while training")
+    # None: decided by the prompt (:meth:`TrainConfig.head_anchor`).
+    anchor: str | None = setting(
+        None,
+        help="what the scores start from: order (the order the candidates are given in, the "
+        "first stage's: an untrained student ranks exactly as the retriever did and training "
+        "learns a correction to it) or none (default: order with a search prompt, whose "
+        "slates list their passages in the first stage's order; none otherwise, since "
+        "recommendation slates shuffle their candidates)",
+        choices=ANCHORS,
+    )
 
     # -- prompt & readout ------------------------------------------------------------------
     # A template's texts are saved in the checkpoint (:func:`spdrank.backbone.templates.load_template`).
@@ -261,6 +275,14 @@ class TrainConfig:
     # -- evaluation, checkpoints & seed ----------------------------------------------------
     eval_every: int = setting(200, help="evaluate every N steps (0: only at the end)")
     eval_limit: int = setting(100, help="number of eval slates used")
+    select: str = setting(
+        "best",
+        help="with --eval-slates: best keeps the model of the evaluation (every epoch's end, "
+        "every --eval-every steps, and the untrained start of an anchored model, which ranks "
+        "as the first stage) that does best on them, by judged nDCG@10 when they are judged, "
+        "else tau with the teacher; last keeps the last step's",
+        choices=SELECTIONS,
+    )
     save_every: int = setting(100, help="write the resumable state every N steps")
     seed: int = setting(0, help="seed of the head's initial weights, the data order and dropout")
 
@@ -370,12 +392,21 @@ class TrainConfig:
                 layers=self.head_layers,
                 dropout=self.head_dropout,
                 match=self.match,
+                anchor=self.head_anchor(),
             ),
             prompt=prompt,
             features=features,
             features_only=self.features_only,
             decoder=self.decoder,
         )
+
+    def head_anchor(self) -> str:
+        """``--anchor``, else ``order`` for a search prompt (its likelihood teacher scores the
+        query given each passage: the candidates are a first stage's passages, in its order)
+        and ``none`` for any other."""
+        if self.anchor is not None:
+            return self.anchor
+        return "order" if self.template().likelihood == "query" else "none"
 
     def lora_settings(self) -> LoraSettings:
         """--lora-r, --lora-alpha and --lora-modules as the backbone's LoRA settings."""

@@ -42,6 +42,7 @@ from spdrank.core.defaults import DEFAULT_WARMUP, DEFAULT_WARMUP_SHARE
 from spdrank.core.features import FeatureNormalizer, parse_feature_names
 from spdrank.core.progress import Progress
 from spdrank.core.slates import Slate, load_slates, read_slates
+from spdrank.eval.first_stage import selection_metric
 from spdrank.eval.metrics import aggregate, slate_metrics
 from spdrank.model.ranker import SPDRanker
 from spdrank.training.config import TrainConfig
@@ -57,6 +58,9 @@ log = get_logger(__name__)
 CLICK_TARGETS = ("clicks", "teacher+clicks")
 
 STATE_DIR = "state"
+#: Where a run keeps the best model evaluated so far (``--select best``), and what it scored.
+BEST_DIR = "best"
+BEST_NAME = "best.json"
 SUMMARY_NAME = "train.json"
 LOG_NAME = "log.jsonl"
 
@@ -148,6 +152,16 @@ def evaluate_model(
     return {name: s.mean for name, s in aggregate(per_slate).items()}
 
 
+def given_order_metrics(slates: list[Slate]) -> dict[str, float | None]:
+    """Mean metrics of the slates' own order, the first stage's: what a reranker must beat."""
+    per_slate = [
+        slate_metrics(slate.docids, slate.docids, slate.clicked, slate.teacher,
+                      teacher_scores=slate.teacher_scores, judgements=slate.relevance)
+        for slate in slates
+    ]
+    return {name: s.mean for name, s in aggregate(per_slate).items()}
+
+
 def fit_feature_normalizer(cfg: TrainConfig) -> FeatureNormalizer | None:
     """The ``--features`` normalisation of a run, fitted in one streamed pass over its training
     slates (the same ``--limit`` of them it trains on); None without features."""
@@ -233,6 +247,11 @@ class Trainer:
         self.last_eval: tuple[int, dict[str, float | None]] | None = None
         #: Seconds spent opening (building or completing) the state caches.
         self.cache_s = 0.0
+        #: The eval slates' own order scored (the first stage's), and the metric that selects
+        #: the model kept; the best evaluation so far: {step, epoch, value}.
+        self.first_stage = given_order_metrics(self.eval_slates) if self.eval_slates else {}
+        self.metric = selection_metric(k for k, v in self.first_stage.items() if v is not None)
+        self.best: dict[str, Any] | None = self.read_best()
 
     def report_warmup(self) -> None:
         """Say when the warm-up was cut to the run, or cannot end within it."""
@@ -404,6 +423,33 @@ class Trainer:
             self.last_eval = (self.step, metrics)
         return self.last_eval[1]
 
+    @property
+    def selects(self) -> bool:
+        """Whether this run keeps its best evaluated model (``--select best`` with slates to
+        evaluate on and a metric to judge by)."""
+        return self.cfg.select == "best" and bool(self.eval_slates) and self.metric is not None
+
+    def read_best(self) -> dict[str, Any] | None:
+        """The best evaluation a resumed run had kept, if any."""
+        path = self.out / BEST_DIR / BEST_NAME
+        return json.loads(path.read_text()) if path.exists() and self.cfg.select == "best" \
+            else None
+
+    def consider(self, metrics: dict[str, float | None]) -> None:
+        """Keep the model as it is now when it does better on the eval slates than every one
+        kept before (ties keep the earlier, smaller change)."""
+        value = metrics.get(self.metric) if self.metric else None
+        if not self.selects or value is None:
+            return
+        if self.best is not None and value <= self.best["value"]:
+            return
+        self.best = {"step": self.step, "epoch": round(self.step / self.steps_per_epoch, 3),
+                     "metric": self.metric, "value": value}
+        if self.accelerator.is_main_process:
+            with atomic_directory(self.out / BEST_DIR) as tmp:
+                self.spd.save_pretrained(tmp / "model")
+                (tmp / BEST_NAME).write_text(json.dumps(self.best) + "\n")
+
     def log_event(self, event: dict[str, Any]) -> None:
         if self.accelerator.is_main_process:
             self.out.mkdir(parents=True, exist_ok=True)
@@ -413,7 +459,13 @@ class Trainer:
     def run(self) -> dict[str, Any]:
         cfg = self.cfg
         self.open_caches()
-        self.maybe_resume()
+        resumed = self.maybe_resume()
+        if not resumed:  # a best model left by an earlier run is not this run's
+            self.best = None
+            shutil.rmtree(self.out / BEST_DIR, ignore_errors=True)
+        if self.selects and not resumed and self.spd.anchored:
+            # The untrained anchored model ranks as the first stage: a candidate to keep.
+            self.consider(self.evaluate())
         self.model.train()
         start_step, started = self.step, time.perf_counter()
         bar = Progress(
@@ -435,8 +487,11 @@ class Trainer:
             bar.update(1, loss=f"{loss_ema:.4f}", slates_s=f"{rate:.2f}")
             if self.step % 10 == 0 or self.step == stop_at:
                 self.log_event({"step": self.step, "loss": value, "loss_ema": loss_ema, "lr": self.scheduler.get_last_lr()})
-            if self.eval_slates and cfg.eval_every and self.step % cfg.eval_every == 0:
+            periodic = cfg.eval_every and self.step % cfg.eval_every == 0
+            epoch_end = self.selects and self.step % self.steps_per_epoch == 0
+            if self.eval_slates and (periodic or epoch_end):
                 metrics = self.evaluate()
+                self.consider(metrics)
                 self.model.train()
                 self.log_event({"step": self.step, "eval": metrics})
                 bar.write(f"step {self.step}: " + ", ".join(f"{k} {v:.4f}" for k, v in metrics.items() if v is not None))
@@ -489,14 +544,47 @@ class Trainer:
                               "max_item_tokens": self.spd.config.prompt.max_item_tokens}
             log.info("%s, over the prompts this run encoded",
                      cuts.summary(self.spd.config.prompt.max_item_tokens))
+        kept = None
         if self.eval_slates:
             summary["eval"] = self.evaluate()
             summary["eval_slates"] = len(self.eval_slates)
+            summary["first_stage"] = self.first_stage
+            self.consider(summary["eval"])
+            kept = self.report_selection(summary)
         if self.accelerator.is_main_process:
-            self.spd.save_pretrained(self.out / "model")
+            if kept is not None:
+                with atomic_directory(self.out / "model") as tmp:
+                    shutil.copytree(kept, tmp, dirs_exist_ok=True)
+            else:
+                self.spd.save_pretrained(self.out / "model")
             (self.out / SUMMARY_NAME).write_text(json.dumps(summary, indent=2) + "\n")
             shutil.rmtree(self.out / STATE_DIR, ignore_errors=True)
+            shutil.rmtree(self.out / BEST_DIR, ignore_errors=True)
         return summary
+
+    def report_selection(self, summary: dict[str, Any]) -> Path | None:
+        """Say which model the run keeps and where it stands against the first stage on the
+        eval slates (one line, a warning when below); the kept model's folder when it is not
+        the last step's."""
+        if self.metric is None:
+            return None
+        final = summary["eval"].get(self.metric)
+        chosen = self.best if self.selects and self.best is not None else \
+            {"step": self.step, "epoch": round(self.step / self.steps_per_epoch, 3),
+             "metric": self.metric, "value": final}
+        first = self.first_stage.get(self.metric)
+        summary["selected"] = chosen | {"first_stage": first, "of_steps": self.step}
+        if chosen["value"] is None or first is None:
+            return None
+        where = "below" if chosen["value"] < first else "not below"
+        summary["verdict"] = (
+            f"kept the model of step {chosen['step']} of {self.step} (epoch {chosen['epoch']}): "
+            f"{where} the first stage's order on its {len(self.eval_slates)} eval slates, "
+            f"{self.metric} {chosen['value']:.3f} against {first:.3f}"
+        )
+        if chosen["step"] != self.step:
+            return self.out / BEST_DIR / "model"
+        return None
 
 
 def train(cfg: TrainConfig, trust_remote_code: bool = False) -> dict[str, Any]:

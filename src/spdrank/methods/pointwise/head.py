@@ -17,6 +17,8 @@ class PointwiseHead(nn.Module):
     """[B, N, D] states (and [B, N, F] features) -> [B, N] scores, padded items 0."""
 
     matrix = False
+    #: The layers whose outputs are the score (zeroed for an anchored model).
+    correction_layers = ("score", "features")
 
     def __init__(self, hidden: int, features: int = 0) -> None:
         super().__init__()

@@ -15,6 +15,8 @@ class ScalarHead(ItemHead):
     """
 
     matrix = False
+    #: The layer whose output is the score (zeroed for an anchored model).
+    correction_layers = ("out.1",)
 
     def __init__(self, hidden: int, cfg: HeadConfig, features: int = 0) -> None:
         super().__init__(hidden, cfg.width, features)

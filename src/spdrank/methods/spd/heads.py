@@ -26,6 +26,9 @@ from spdrank.methods.heads import HeadConfig, ItemHead, renamed_from
 class LinearProbe(ItemHead):
     """Each item scored independently: all cross-item context comes from the backbone."""
 
+    #: The layers whose outputs are the scores (zeroed for an anchored model).
+    correction_layers = ("proj.1", "features")
+
     def __init__(self, hidden: int, cfg: HeadConfig, features: int = 0) -> None:
         super().__init__(hidden, cfg.positions, features)
         self.register_load_state_dict_pre_hook(
@@ -43,6 +46,8 @@ class SelfAttentionHead(ItemHead):
 
     Each item attends to every other real item, an explicit pairwise comparison before scoring.
     """
+
+    correction_layers = ("out",)
 
     def __init__(self, hidden: int, cfg: HeadConfig, features: int = 0) -> None:
         super().__init__(hidden, cfg.width, features)
@@ -67,6 +72,8 @@ class SlotQueryHead(ItemHead):
 
     M[i, k] is the scaled dot product of item i's projection with slot k's output.
     """
+
+    correction_layers = ("item_out",)
 
     def __init__(self, hidden: int, cfg: HeadConfig, features: int = 0) -> None:
         super().__init__(hidden, cfg.width, features)

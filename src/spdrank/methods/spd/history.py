@@ -39,6 +39,10 @@ class HistoryAttentionHead(ItemHead):
     on padding.
     """
 
+    #: The layers whose outputs are the scores (zeroed for an anchored model): the attention
+    #: stack's map to positions, and the tfidf match's own path to them.
+    correction_layers = ("out", "match_positions")
+
     def __init__(
         self, hidden: int, cfg: HeadConfig, features: int = 0, units: bool = False
     ) -> None:
