@@ -23,6 +23,16 @@ K1 = 0.9
 B = 0.4
 
 
+def tokenize(texts: list[str]) -> list[list[str]]:
+    """Each text's BM25 terms as every BM25 of spdrank reads them: English stopwords dropped,
+    no stemmer (the slate's own passages here, a whole corpus for synthetic queries' filter)."""
+    import bm25s
+
+    # bm25s logs every index it builds at DEBUG: one a slate, nothing a user acts on.
+    logging.getLogger("bm25s").setLevel(logging.WARNING)
+    return bm25s.tokenize(texts, stopwords="en", show_progress=False, return_ids=False)
+
+
 class BM25Ranker:
     """Candidates by BM25 between the query text and each candidate's text."""
 
@@ -41,12 +51,9 @@ class BM25Ranker:
         """BM25 of the query against each candidate, in candidate order."""
         import bm25s
 
-        # bm25s logs every index it builds at DEBUG: one a slate, nothing a user acts on.
-        logging.getLogger("bm25s").setLevel(logging.WARNING)
         texts = slate.candidate_texts(TEXT_FIELDS)
-        corpus = bm25s.tokenize(texts, stopwords="en", show_progress=False, return_ids=False)
-        query = bm25s.tokenize([slate.query.text], stopwords="en", show_progress=False,
-                               return_ids=False)[0]
+        corpus = tokenize(texts)
+        query = tokenize([slate.query.text])[0]
         vocabulary = {t for doc in corpus for t in doc}
         terms = [t for t in query if t in vocabulary]
         if not terms or not any(corpus):
