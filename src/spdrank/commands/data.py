@@ -87,7 +87,8 @@ def _add_common(p: argparse.ArgumentParser, negatives_default: str | None) -> No
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "data",
-        help="build slates from an interaction log, or search slates from a run and qrels",
+        help="build slates from an interaction log, or search slates from a run and qrels "
+        "or from a corpus alone (synthetic queries)",
         description="Build leave-one-out next-item slates (JSONL): history -> query.text, "
         "target + negatives -> candidates, clicked = [target].",
     )
@@ -134,9 +135,10 @@ def register(subparsers: Any) -> None:
     _add_common(beauty, negatives_default=None)
     beauty.set_defaults(func=run_beauty)
 
-    from spdrank.commands import data_search
+    from spdrank.commands import data_queries, data_search
 
     data_search.register(sub)
+    data_queries.register(sub)
 
 
 def _options(args: argparse.Namespace) -> BuildOptions:

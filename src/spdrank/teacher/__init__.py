@@ -15,6 +15,8 @@ once and cached as JSONL. The pieces, one module each:
   valid by construction; :mod:`~spdrank.teacher.likelihood` ranks by title likelihood instead
   of decoding;
 - :mod:`~spdrank.teacher.labels`: the append-only, crash-safe label file;
+- :mod:`~spdrank.teacher.query_writers`: the same models writing a query for a passage, the
+  synthetic queries' writers (:mod:`spdrank.datasets.synthetic_queries`);
 - :mod:`~spdrank.teacher.run`: the resumable labelling loop; :mod:`~spdrank.teacher.merge`
   joins shards.
 
