@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -58,13 +59,24 @@ def test_length_batches_sort_by_length_and_keep_within_the_budget() -> None:
     assert length_batches([], budget=8) == []
 
 
-def test_sorted_batches_embed_each_text_as_it_embeds_alone(tmp_path: Path) -> None:
-    """Sorting and batching by length change no embedding beyond float rounding: each
-    text's vector, in the order given, is the one it gets in a batch of its own."""
+@pytest.fixture(params=[1, 2], ids=["1 thread", "2 threads"])
+def threads(request: pytest.FixtureRequest) -> Iterator[int]:
+    """torch's intra-op thread count for the test (2: the batches run on two threads)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(request.param)
+    yield request.param
+    torch.set_num_threads(before)
+
+
+def test_sorted_batches_embed_each_text_as_it_embeds_alone(tmp_path: Path, threads: int) -> None:
+    """Sorting and batching by length (and spreading the batches over threads) change no
+    embedding beyond float rounding: each text's vector, in the order given, is the one it
+    gets in a batch of its own."""
     words = ["flea", "tick", "moon", "tide", "dog", "cat"]
     texts = [" ".join(words[(i * 7 + j) % 6] for j in range(1 + (i * 5) % 11)) for i in range(23)]
     ranker = DenseRanker(str(_tiny_bert(tmp_path)), batch_tokens=16)
     batched = ranker.embed(texts)
+    assert torch.get_num_threads() == threads  # the thread count is restored
     alone = torch.cat([ranker.embed([t]) for t in texts])
     assert len({len(t.split()) for t in texts}) > 5  # lengths differ: batches pad
     assert torch.allclose(batched, alone, atol=1e-5)

@@ -15,10 +15,15 @@ Speed: the encoder's matrix products are nearly all of the time, and they run ov
 token of a padded batch, real or not. Texts are therefore tokenized once, without padding,
 sorted by length and cut into batches of at most ``batch_tokens`` padded tokens, so each batch
 pads to a length close to its texts' own (in slate order, one long passage padded a whole batch
-of 64 to its length: about 2.4x the real tokens on MS MARCO's top 100). Small batches also keep
-a layer's activations in the CPU's caches. Neither changes an embedding beyond float rounding:
-attention masks the padding and the pooling reads only real tokens, so each text's vector is
-the one it gets alone (tested), put back in the order given.
+of 64 to its length: about twice the real tokens on MS MARCO's top 100). Small batches also
+keep a layer's activations in the CPU's caches. The batches are independent, so they are
+spread over torch's threads, one forward a thread, each on one intra-op thread: torch's own
+split of every product over threads waits at each product's end for its slowest thread, and on
+cores that other processes share, that thread is often descheduled (two intra-op threads ran
+2-3x slower than one under load; a batch a thread is never slower than one thread). None of
+this changes an embedding beyond float rounding: attention masks the padding and the pooling
+reads only real tokens, so each text's vector is the one it gets alone (tested), put back in
+the order given.
 """
 
 from __future__ import annotations
@@ -114,7 +119,8 @@ class DenseRanker:
 
     def embed(self, texts: list[str]) -> Any:
         """L2-normalised mean-pooled embeddings [len(texts), D] (a torch tensor), in the
-        order given, computed in length-sorted batches (:func:`length_batches`)."""
+        order given, computed in length-sorted batches (:func:`length_batches`), a batch a
+        thread over ``torch.get_num_threads()`` threads."""
         import torch
 
         if self._encoder is None:
@@ -122,16 +128,48 @@ class DenseRanker:
         encoded = self._tokenizer(texts, truncation=True, max_length=self.max_tokens)
         rows = [dict(zip(encoded.keys(), values)) for values in zip(*encoded.values())]
         lengths = [len(row["input_ids"]) for row in rows]
-        out = torch.empty(len(texts), self._encoder.config.hidden_size,
-                          dtype=self._encoder.dtype)
+        # Longest first: the threads finish on short batches, so neither waits long for the other.
+        batches = length_batches(lengths, self.batch_tokens)[::-1]
         with torch.inference_mode():
-            for batch in length_batches(lengths, self.batch_tokens):
-                inputs = self._padded([rows[i] for i in batch])
-                states = self._encoder(**inputs).last_hidden_state
-                mask = inputs["attention_mask"].unsqueeze(-1).to(states.dtype)
-                pooled = (states * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
-                out[torch.tensor(batch)] = torch.nn.functional.normalize(pooled, dim=-1)
+            out = torch.empty(len(texts), self._encoder.config.hidden_size,
+                              dtype=self._encoder.dtype)
+            for batch, vectors in zip(batches, self._forwards(rows, batches)):
+                out[torch.tensor(batch)] = vectors
         return out
+
+    def _forwards(self, rows: list[dict[str, list[int]]], batches: list[list[int]]) -> list[Any]:
+        """Each batch's embeddings, the batches spread over torch's intra-op thread count,
+        each forward on one thread (see the module's docstring); one batch, or one thread,
+        runs here as torch is set."""
+        import torch
+
+        def forward(batch: list[int]) -> Any:
+            return self._embed_batch([rows[i] for i in batch])
+
+        threads = torch.get_num_threads()
+        workers = min(threads, len(batches))
+        if workers <= 1:
+            return [forward(b) for b in batches]
+        from concurrent.futures import ThreadPoolExecutor
+
+        # A new thread's intra-op count is read from this setting on its first product.
+        torch.set_num_threads(1)
+        try:
+            with ThreadPoolExecutor(workers, thread_name_prefix="dense") as pool:
+                return list(pool.map(forward, batches))
+        finally:
+            torch.set_num_threads(threads)
+
+    def _embed_batch(self, rows: list[dict[str, list[int]]]) -> Any:
+        """One padded forward: the rows' mean-pooled, L2-normalised last hidden states."""
+        import torch
+
+        inputs = self._padded(rows)
+        with torch.inference_mode():  # per thread: a worker does not inherit the caller's
+            states = self._encoder(**inputs).last_hidden_state
+            mask = inputs["attention_mask"].unsqueeze(-1).to(states.dtype)
+            pooled = (states * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
+            return torch.nn.functional.normalize(pooled, dim=-1)
 
     def _padded(self, rows: list[dict[str, list[int]]]) -> dict[str, Any]:
         """Rows of token ids (and their masks, token types) right-padded to the longest, as
