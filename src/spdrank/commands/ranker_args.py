@@ -15,6 +15,7 @@ from spdrank.commands.argtypes import (
 from spdrank.commands.named_rankers import build_rankers, default_train_path, is_search
 from spdrank.core.ranking import Ranker
 from spdrank.rankers.baselines import BASELINES, FEATURE_PREFIX, baseline_factory, baseline_names
+from spdrank.rankers.fusion import SYNTAX as FUSION_SYNTAX
 
 
 def add_ranker_arguments(p: argparse.ArgumentParser) -> None:
@@ -31,10 +32,10 @@ def add_ranker_arguments(p: argparse.ArgumentParser) -> None:
         action="append",
         type=baseline_name,
         metavar="NAME",
-        help=f"a baseline to evaluate: {', '.join(baseline_names())}, or {FEATURE_PREFIX}NAME "
-        "(rank by that candidate feature of the slates, e.g. feature:score); title_similarity "
-        "is feature:title_similarity (`spdrank data ... --features`); repeat for several "
-        f"(default: {', '.join(BASELINES)})",
+        help=f"a baseline to evaluate: {', '.join(baseline_names())}, {FEATURE_PREFIX}NAME "
+        "(rank by that candidate feature of the slates, e.g. feature:score; title_similarity "
+        "is feature:title_similarity, `spdrank data ... --features`), or several fused: "
+        f"{FUSION_SYNTAX}; repeat for several (default: {', '.join(BASELINES)})",
     )
     p.add_argument("--limit", type=int, metavar="N", help="evaluate only the first N slates")
     p.add_argument("--seed", type=int, default=0, help="seed of the random ranker (default 0)")

@@ -9,13 +9,15 @@
         [--constrained [--guided llama|vllm]]
     spdrank teacher --slates train.jsonl --out labels.jsonl --backend ranker:cooccurrence
     spdrank teacher --slates train.jsonl --out labels.jsonl --backend ranker:title_similarity
+    spdrank teacher --slates dl19.jsonl --out labels.jsonl --backend ranker:fusion:rrf:dense+retriever
     spdrank teacher --slates train.jsonl --out labels.jsonl --backend file:rankings.jsonl
     spdrank teacher merge --labels a.jsonl b.jsonl --slates train.jsonl --out merged.jsonl
 
 Writes one record per slate to ``--out`` as it goes (a rerun skips labelled qids), then the
 selected slates with ``teacher`` filled to ``--slates-out`` (default ``<stem>.slates.jsonl``
 beside ``--out``), with ``teacher_scores`` when the teacher ranks by a score alone
-(ranker:popularity, ranker:title_similarity, ranker:feature:NAME), so its ties stay ties.
+(ranker:popularity, ranker:title_similarity, ranker:feature:NAME, ranker:fusion:...), so its
+ties stay ties.
 ``--shard i/n`` labels the slates whose index (0-based, counting slates) is i modulo n;
 ``teacher merge`` joins the shards. Exit status 1 when slates are left unlabelled (failed
 requests: rerun to retry), 2 on bad input.
@@ -46,6 +48,7 @@ from typing import TYPE_CHECKING, Any
 
 from spdrank.backbone.templates import PROMPT_HELP
 from spdrank.commands.argtypes import add_trust_remote_code, positive_int
+from spdrank.rankers.fusion import SYNTAX as FUSION_SYNTAX
 from spdrank.teacher.grammar import GUIDED
 
 if TYPE_CHECKING:
@@ -57,7 +60,8 @@ BACKEND_HELP = (
     "hf (local transformers model, --model), likelihood (the local --model scores each "
     "title: log p(title | history) - log p(title), no decoding), openai (an OpenAI-compatible "
     "server, --base-url), ranker:NAME (a built-in baseline: random, popularity, cooccurrence, "
-    "title_similarity, or feature:NAME to rank by a feature the slates carry), "
+    "title_similarity, bm25, dense, retriever, feature:NAME to rank by a feature the slates "
+    "carry, or several fused: ranker:" + FUSION_SYNTAX + "), "
     "file:PATH (rankings computed elsewhere: {qid, ranking} lines or slates with teacher)"
 )
 

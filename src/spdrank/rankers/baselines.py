@@ -13,6 +13,9 @@ system wrote into each candidate, e.g. the lexical retriever's ``title_similarit
 Beauty builder (also registered under that name), which makes it a lexical baseline and a
 cheap, deterministic teacher whose ties are real ties.
 
+``fusion:...`` fuses several of these by reciprocal rank or normalised scores
+(:mod:`spdrank.rankers.fusion`): the components are built here, by the names they have alone.
+
 A ranker whose ``ranks_by_scores`` is true orders by ``Ranking.scores`` alone, equal scores
 kept in candidate order: its equal scores are ties, which a teacher run records as such.
 
@@ -28,10 +31,12 @@ import random
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from functools import partial
+from pathlib import Path
 
 from spdrank.core.features import TITLE_SIMILARITY, raw_features
 from spdrank.core.ranking import Ranker, Ranking
 from spdrank.core.slates import SCORE_FEATURE, Slate, training_sequence
+from spdrank.rankers.fusion import FUSION_PREFIX, RUN_PREFIX, SYNTAX, FusionRanker, parse_fusion
 
 #: ``feature:NAME`` names the :class:`FeatureRanker` of feature ``NAME``.
 FEATURE_PREFIX = "feature:"
@@ -310,12 +315,47 @@ def baseline_names() -> list[str]:
     return sorted([*BASELINES, *MODEL_BASELINES, *FEATURE_BASELINES, *TEXT_BASELINES])
 
 
+def _fusion(spec: str) -> Ranker:
+    """The :class:`~spdrank.rankers.fusion.FusionRanker` a ``fusion:...`` name asks for, its
+    components built by name here (``run:PATH`` a replayed TREC run), so a component means
+    what the same name means alone."""
+    parsed = parse_fusion(spec)
+    return FusionRanker(parsed, [_component(name) for name, _ in parsed.components], name=spec)
+
+
+def _component(name: str) -> Ranker:
+    if name.startswith(RUN_PREFIX):
+        from spdrank.rankers.run_ranker import RunRanker
+
+        return RunRanker(name[len(RUN_PREFIX) :], name=name)
+    return make_baseline(name)
+
+
+def _check_fusion(spec: str) -> None:
+    """A ``fusion:...`` name's syntax and every component's name, checked before anything is
+    built (a model loaded, a run read); ``ValueError`` naming the spec and what is wrong."""
+    for name, _ in parse_fusion(spec).components:
+        if name.startswith(RUN_PREFIX):
+            path = Path(name[len(RUN_PREFIX) :])
+            if not path.is_file():
+                raise ValueError(f"{spec!r}: component {name!r}: no such TREC run file {path}")
+            continue
+        try:
+            baseline_factory(name)
+        except ValueError as exc:
+            raise ValueError(f"{spec!r}: component {name!r}: {exc}") from None
+
+
 def baseline_factory(name: str) -> Callable[..., Ranker]:
     """The constructor behind a baseline name; ``ValueError`` naming the choices if unknown.
 
     A registry name (:data:`BASELINES`, :data:`MODEL_BASELINES`), an alias of
-    :data:`FEATURE_BASELINES`, or ``feature:NAME`` for any feature the slates carry.
+    :data:`FEATURE_BASELINES`, ``feature:NAME`` for any feature the slates carry, or
+    ``fusion:...`` for several of them fused (:mod:`spdrank.rankers.fusion`).
     """
+    if name.startswith(FUSION_PREFIX):
+        _check_fusion(name)
+        return partial(_fusion, name)
     if name.startswith(FEATURE_PREFIX):
         feature = name[len(FEATURE_PREFIX) :]
         if not feature:
@@ -332,7 +372,7 @@ def baseline_factory(name: str) -> Callable[..., Ranker]:
     except KeyError:
         raise ValueError(
             f"unknown baseline {name!r}; choose from {', '.join(baseline_names())}, "
-            f"or {FEATURE_PREFIX}NAME to rank by a candidate feature"
+            f"{FEATURE_PREFIX}NAME to rank by a candidate feature, or {SYNTAX}"
         ) from None
 
 
