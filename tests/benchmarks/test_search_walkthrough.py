@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import shlex
 from pathlib import Path
 
@@ -117,6 +118,13 @@ def test_the_search_walkthrough_runs_as_written(tmp_path, monkeypatch, capsys):
     run = Path("search/student.trec").read_text().splitlines()
     assert len(run) == 180 and {line.split()[0] for line in run} == {str(1000 + q)
                                                                      for q in range(6)}
-    answer = json.loads(shell.outputs[-1])
+    answer = json.loads(next(o for o in shell.outputs if o.startswith("{") and '"results"' in o))
     assert answer["model"] == "student" and len(answer["results"]) == 1
     assert "document" not in answer["results"][0]
+    # A corpus alone: the bundled model's queries, screened, as slates eval reads.
+    synth = next(o for o in shell.outputs if o.startswith("passages: 8 sampled of 180"))
+    assert "queries: 8 written now" in synth and "dropped: empty" in synth
+    slates = [json.loads(line) for line in Path("search/synth.jsonl").read_text().splitlines()]
+    assert slates and all(s["query"]["qid"].startswith("synth-") for s in slates)
+    assert all(s["relevance"] == {s["query"]["qid"].removeprefix("synth-"): 1} for s in slates)
+    assert re.search(rf"^retriever +{len(slates)} ", shell.outputs[-1], flags=re.MULTILINE)
