@@ -460,6 +460,9 @@ class Trainer:
         cfg = self.cfg
         self.open_caches()
         resumed = self.maybe_resume()
+        if not self.cfg.eval_slates and self.spd.anchored:
+            log.warning("no --eval-slates: nothing will compare this student with the first "
+                        "stage it reranks, nor choose its epoch; hold out some queries for it")
         if not resumed:  # a best model left by an earlier run is not this run's
             self.best = None
             shutil.rmtree(self.out / BEST_DIR, ignore_errors=True)
