@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import MISSING, Field, dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from spdrank.backbone.prompt import READOUTS
@@ -103,6 +104,12 @@ class TrainConfig:
     )
     eval_slates: str | None = setting(
         None, help="slates for periodic evaluation (a slice: --eval-limit)"
+    )
+    holdout: int | None = setting(
+        None,
+        help="without --eval-slates: hold out N of --slates' queries (drawn with --seed; a "
+        "query's windows go together) as the eval slates, written under OUT/holdout/: where "
+        "the run chooses its epoch (--select) and compares the student with its first stage",
     )
     # SPD distils a teacher (``spdrank teacher`` labels slates): its permutations by default.
     target: str = setting(
@@ -334,6 +341,10 @@ class TrainConfig:
             raise ValueError("--cache-states trains in one process: a step from cached states "
                              "runs no prefill, so there is little to spread over processes; "
                              "drop --num-processes")
+        if self.holdout is not None and self.eval_slates and \
+                not Path(self.eval_slates).is_relative_to(Path(self.out)):
+            raise ValueError("--holdout sets queries of --slates aside as the eval slates: "
+                             "drop it, or drop --eval-slates")
         if self.target not in TARGETS:
             raise ValueError(f"unknown --target {self.target!r}: choose one of {list(TARGETS)}")
         self._check_cache_settings()

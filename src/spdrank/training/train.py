@@ -590,6 +590,28 @@ class Trainer:
         return None
 
 
+def with_holdout(cfg: TrainConfig) -> TrainConfig:
+    """``cfg`` reading its two parts when it holds queries out (``--holdout``): the main
+    process writes them (:func:`spdrank.training.holdout.hold_out`), the others wait for it."""
+    if cfg.holdout is None or cfg.eval_slates:
+        return cfg
+    from dataclasses import replace
+
+    from accelerate import PartialState
+
+    from spdrank.training.holdout import HOLDOUT_DIR, hold_out
+
+    folder = Path(cfg.out) / HOLDOUT_DIR
+    state = PartialState()
+    with state.main_process_first():
+        if state.is_main_process:
+            hold_out(cfg.slates, cfg.holdout, folder, cfg.seed)
+    log.info("held out %d queries of %s as the eval slates (%s)", cfg.holdout, cfg.slates,
+             folder / "validation.jsonl")
+    return replace(cfg, slates=str(folder / "train.jsonl"),
+                   eval_slates=str(folder / "validation.jsonl"))
+
+
 def train(cfg: TrainConfig, trust_remote_code: bool = False) -> dict[str, Any]:
     """Train (or resume) a run; the finished model lands in ``OUT/model``.
 
@@ -599,7 +621,7 @@ def train(cfg: TrainConfig, trust_remote_code: bool = False) -> dict[str, Any]:
     In a data-parallel run every process calls this and gets the summary; only the main
     process writes files.
     """
-    trainer = Trainer(cfg, trust_remote_code)
+    trainer = Trainer(with_holdout(cfg), trust_remote_code)
     try:
         return trainer.run()
     finally:

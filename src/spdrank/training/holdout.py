@@ -1,0 +1,62 @@
+"""Validation queries held out of a training file, for a run given no eval slates.
+
+A student is only worth keeping when it does better than something on queries it did not
+train on: its best epoch is chosen there, and there it is compared with the first stage it
+reranks (:mod:`spdrank.eval.first_stage`). ``spdrank train --holdout N`` sets N of the
+file's queries aside for that, so a user with one file still gets both.
+
+Queries, not slates, are held out: the windows ``spdrank data windows`` cuts from one query
+(qids ``<qid>#<j>``) share its passages and labels, and a window of a held-out query left in
+training would leak it. The draw is seeded (by the run's ``--seed``) over the sorted query
+ids, so the same file and seed hold out the same queries on every machine, and a resumed run
+reads the files it started with. Lines are copied as they are, never re-serialised.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+from spdrank.core.files import atomic_writer, iter_lines, parse_json_line
+from spdrank.core.slates import SlateError
+
+#: The folder under a run's directory that holds the two parts.
+HOLDOUT_DIR = "holdout"
+
+
+def query_of(qid: str) -> str:
+    """The query a slate belongs to: its qid up to a window's ``#<j>``."""
+    return qid.split("#", 1)[0]
+
+
+def _qid(line: bytes, where: str) -> str:
+    data = parse_json_line(line, where)
+    query = data.get("query") if isinstance(data, dict) else None
+    qid = query.get("qid") if isinstance(query, dict) else None
+    if not isinstance(qid, (str, int)) or isinstance(qid, bool):
+        raise SlateError("a slate needs a query with a qid to be held out by query", where)
+    return str(qid)
+
+
+def hold_out(slates: str | Path, count: int, folder: str | Path, seed: int) -> tuple[Path, Path]:
+    """Split ``slates`` into ``folder/train.jsonl`` and ``folder/validation.jsonl``, the
+    latter holding every slate of ``count`` queries drawn with ``seed``; the two paths.
+
+    Refuses a ``count`` that would leave no query to train on.
+    """
+    slates, folder = Path(slates), Path(folder)
+    if count < 1:
+        raise ValueError(f"--holdout must be at least 1 query, got {count}")
+    queries = sorted({query_of(_qid(line, f"{slates}:{n}"))
+                      for n, _, line in iter_lines(slates, "slate file")})
+    if count >= len(queries):
+        raise ValueError(f"--holdout {count} would leave none of {slates}'s {len(queries)} "
+                         "queries to train on: hold out fewer, or pass --eval-slates")
+    held = set(random.Random(seed).sample(queries, count))
+    folder.mkdir(parents=True, exist_ok=True)
+    train, validation = folder / "train.jsonl", folder / "validation.jsonl"
+    with atomic_writer(train) as kept, atomic_writer(validation) as out:
+        for n, _, line in iter_lines(slates, "slate file"):
+            text = line.decode("utf-8").rstrip("\r\n") + "\n"
+            (out if query_of(_qid(line, f"{slates}:{n}")) in held else kept).write(text)
+    return train, validation
