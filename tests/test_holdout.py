@@ -58,3 +58,14 @@ def test_train_with_holdout_selects_on_the_held_out_queries(tmp_path, capsys):
     assert "on its 4 eval slates" in capsys.readouterr().out
     assert main([*args[:7], "--eval-slates", str(source), *args[7:]]) == 2
     assert "drop --eval-slates" in capsys.readouterr().err
+
+
+def test_a_share_holds_out_that_share_of_the_queries(tmp_path):
+    from spdrank.training.holdout import held_out_count
+
+    assert held_out_count(0.2, 43) == 9 and held_out_count(0.01, 43) == 1
+    assert held_out_count(3, 43) == 3
+    with pytest.raises(ValueError, match="share below 1"):
+        held_out_count(2.5, 43)
+    _, valid = hold_out(windows_file(tmp_path), 0.3, tmp_path / "h", seed=0)
+    assert len({s.query.qid.split("#")[0] for s in load_slates(valid)}) == 3

@@ -105,11 +105,12 @@ class TrainConfig:
     eval_slates: str | None = setting(
         None, help="slates for periodic evaluation (a slice: --eval-limit)"
     )
-    holdout: int | None = setting(
+    holdout: float | None = setting(
         None,
-        help="without --eval-slates: hold out N of --slates' queries (drawn with --seed; a "
-        "query's windows go together) as the eval slates, written under OUT/holdout/: where "
-        "the run chooses its epoch (--select) and compares the student with its first stage",
+        help="without --eval-slates: hold out queries of --slates (N of them, or a share "
+        "below 1 such as 0.2; drawn with --seed; a query's windows go together) as the eval "
+        "slates, written under OUT/holdout/: where the run chooses its epoch (--select) and "
+        "compares the student with its first stage",
     )
     # SPD distils a teacher (``spdrank teacher`` labels slates): its permutations by default.
     target: str = setting(

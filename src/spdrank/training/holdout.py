@@ -38,17 +38,27 @@ def _qid(line: bytes, where: str) -> str:
     return str(qid)
 
 
-def hold_out(slates: str | Path, count: int, folder: str | Path, seed: int) -> tuple[Path, Path]:
-    """Split ``slates`` into ``folder/train.jsonl`` and ``folder/validation.jsonl``, the
-    latter holding every slate of ``count`` queries drawn with ``seed``; the two paths.
+def held_out_count(holdout: float, queries: int) -> int:
+    """How many of ``queries`` queries ``--holdout`` sets aside: N itself, or a share below 1
+    of them (at least one)."""
+    if holdout <= 0 or (holdout >= 1 and holdout != int(holdout)):
+        raise ValueError(f"--holdout is a number of queries or a share below 1, got {holdout}")
+    return int(holdout) if holdout >= 1 else max(1, round(holdout * queries))
 
-    Refuses a ``count`` that would leave no query to train on.
+
+def hold_out(
+    slates: str | Path, holdout: float, folder: str | Path, seed: int
+) -> tuple[Path, Path]:
+    """Split ``slates`` into ``folder/train.jsonl`` and ``folder/validation.jsonl``, the
+    latter holding every slate of the queries ``holdout`` asks for (:func:`held_out_count`),
+    drawn with ``seed``; the two paths.
+
+    Refuses a number that would leave no query to train on.
     """
     slates, folder = Path(slates), Path(folder)
-    if count < 1:
-        raise ValueError(f"--holdout must be at least 1 query, got {count}")
     queries = sorted({query_of(_qid(line, f"{slates}:{n}"))
                       for n, _, line in iter_lines(slates, "slate file")})
+    count = held_out_count(holdout, len(queries))
     if count >= len(queries):
         raise ValueError(f"--holdout {count} would leave none of {slates}'s {len(queries)} "
                          "queries to train on: hold out fewer, or pass --eval-slates")

@@ -606,8 +606,8 @@ def with_holdout(cfg: TrainConfig) -> TrainConfig:
     with state.main_process_first():
         if state.is_main_process:
             hold_out(cfg.slates, cfg.holdout, folder, cfg.seed)
-    log.info("held out %d queries of %s as the eval slates (%s)", cfg.holdout, cfg.slates,
-             folder / "validation.jsonl")
+    log.info("held out --holdout %s of %s's queries as the eval slates (%s)", cfg.holdout,
+             cfg.slates, folder / "validation.jsonl")
     return replace(cfg, slates=str(folder / "train.jsonl"),
                    eval_slates=str(folder / "validation.jsonl"))
 
