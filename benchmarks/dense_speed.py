@@ -200,6 +200,19 @@ def report(meta: dict[str, Any], summary: list[dict[str, Any]]) -> str:
             f"{s['speedup_p50']:.2f}x | {s['padded_over_real_tokens']:.2f} | "
             f"{s['max_score_diff_vs_before']:.1e} |"
         )
+    before, serial = summary[0], summary[1]
+    default = next(x for x in summary if "(the default)" in x["variant"])
+    alone = [x for x in summary if x["variant"].endswith("1 thread")]
+    lines += [
+        "",
+        (f"Reading: the code before read {before['padded_over_real_tokens']:.2f}x the real "
+         f"tokens, the sorted batches {default['padded_over_real_tokens']:.2f}x. Run one forward "
+         f"at a time with torch splitting each product over {meta['threads']} threads, they took "
+         f"{serial['p50_ms']:.0f} ms a query; spread a batch a thread, {default['p50_ms']:.0f} ms"
+         + (f" (on one thread alone: {alone[0]['p50_ms']:.0f} ms)" if alone else "")
+         + f", {default['speedup_p50']:.2f}x the code before. The default ran the encoder's "
+         f"products at {meta['gflop_per_query'] / default['p50_ms'] * 1000:.0f} GFLOP/s."),
+    ]
     lines += [
         "",
         (f"The first slate's embeddings differ from each text embedded alone by at most "

@@ -19,8 +19,8 @@ of 64 to its length: about twice the real tokens on MS MARCO's top 100). Small b
 keep a layer's activations in the CPU's caches. The batches are independent, so they are
 spread over torch's threads, one forward a thread, each on one intra-op thread: torch's own
 split of every product over threads waits at each product's end for its slowest thread, and on
-cores that other processes share, that thread is often descheduled (two intra-op threads ran
-2-3x slower than one under load; a batch a thread is never slower than one thread). None of
+cores that other processes share, that thread is often descheduled (under load, two intra-op
+threads ran about 3x slower than one, and a batch a thread as fast as one). None of
 this changes an embedding beyond float rounding: attention masks the padding and the pooling
 reads only real tokens, so each text's vector is the one it gets alone (tested), put back in
 the order given.
@@ -42,9 +42,8 @@ _MINILM_PACKAGE = "all_minilm_l6_v2"
 #: sentence-transformers' max_seq_length of all-MiniLM-L6-v2.
 MAX_TOKENS = 256
 #: Padded tokens a forward reads at most (one longer text is a batch of its own): about ten
-#: MS MARCO passages, small enough that a layer's activations stay in a CPU's caches, which on
-#: 2 cores was as fast as 2,048 and faster than 4,096 or batches of 64 texts
-#: (benchmarks/results/dense-speed-cpu).
+#: MS MARCO passages, small enough that a layer's activations stay in a CPU's caches; faster
+#: than 4,096 on DL19 (benchmarks/results/dense-speed-cpu).
 BATCH_TOKENS = 1024
 
 
