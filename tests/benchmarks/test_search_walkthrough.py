@@ -112,9 +112,14 @@ def test_the_search_walkthrough_runs_as_written(tmp_path, monkeypatch, capsys):
     theirs = next(o for o in shell.outputs if o.startswith("{nDCG@10"))
     assert float(theirs.split(":")[1].strip(" }\n")) == pytest.approx(ours, abs=1e-4)
     assert "bm25" in table and "popularity" not in table
-    # The student over windows, its TREC run and the server's answer.
+    # The student in one pass: chosen on held-out queries and judged against the first
+    # stage, by train and by eval; its TREC run and the server's answer.
+    trained = next(o for o in shell.outputs if "kept the model of step" in o)
+    assert "the first stage's order on its 1 eval slates, nDCG@10" in trained
     student = next(o for o in shell.outputs if "student" in o and o.startswith("ranker"))
     assert "tau" in student
+    assert re.search(r"^student ranks (not )?below the first stage's order on these 6 slates: "
+                     r"nDCG@10 ", student, flags=re.MULTILINE)
     run = Path("search/student.trec").read_text().splitlines()
     assert len(run) == 180 and {line.split()[0] for line in run} == {str(1000 + q)
                                                                      for q in range(6)}
