@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from spdrank.core.journal import Journal, read_journal
+from spdrank.core.journal import Entry, Journal, Kind, read_journal
 from spdrank.core.validation import SlateError
 
 
@@ -57,3 +57,31 @@ def test_two_runs_cannot_append_to_one_journal(tmp_path: Path) -> None:
         Journal(path, "id")
     with pytest.raises(ValueError, match="cannot be gzip"):
         Journal(tmp_path / "j.jsonl.gz", "id")
+
+
+def test_a_kind_names_its_own_error_entries_and_words(tmp_path: Path) -> None:
+    """A module keeping its own journal (the label file) keeps its own messages and types."""
+
+    class OwnError(SlateError):
+        pass
+
+    class OwnEntry(Entry):
+        pass
+
+    kind = Kind(error=OwnError, entry=OwnEntry, file="the own file", record="an own record",
+                twice="{key} {value!r} twice, first {first}", again="{key} {value!r} again")
+    path = tmp_path / "j.jsonl"
+    with Journal(path, "id", kind=kind) as journal:
+        journal.append({"id": "a"})
+        assert isinstance(journal.entries["a"], OwnEntry)
+        with pytest.raises(OwnError, match="id 'a' again"):
+            journal.append({"id": "a"})
+    assert isinstance(read_journal(path, "id", kind=kind)["a"], OwnEntry)
+    path.write_text('{"id": "a"}\n{"id": "a"}\n')
+    with pytest.raises(OwnError, match=r"j.jsonl:2: id 'a' twice, first .*j.jsonl:1$"):
+        read_journal(path, "id", kind=kind)
+    path.write_text("[1]\n")
+    with pytest.raises(OwnError, match="an own record must be a JSON object"):
+        read_journal(path, "id", kind=kind)
+    with pytest.raises(ValueError, match="the own file is appended to; it cannot be gzip"):
+        Journal(tmp_path / "j.jsonl.gz", "id", kind=kind)

@@ -8,8 +8,9 @@ that is not valid JSON is a torn write: it is cut away (its work redone), never 
 Damage anywhere else is not ours to guess about and is an error naming ``file:line``, as is a
 key that appears twice. An exclusive ``flock`` stops two runs from appending to one journal.
 
-The teacher's label file (:mod:`spdrank.teacher.labels`) keeps the same promises with checks
-of its own.
+The teacher's label file (:mod:`spdrank.teacher.labels`) is such a journal, keyed by ``qid``:
+it brings its own record check and, as a :class:`Kind`, its own words, error class and entry
+class, so its messages read as they always have.
 """
 
 from __future__ import annotations
@@ -20,9 +21,12 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from spdrank.core.validation import SlateError
+
+if TYPE_CHECKING:  # Self is in typing from Python 3.11
+    from typing_extensions import Self
 
 log = logging.getLogger(__name__)
 
@@ -42,14 +46,44 @@ class Entry:
     where: str
 
 
+@dataclass(frozen=True)
+class Kind:
+    """What a journal's messages call its parts, the error it raises, the entries it holds
+    and the logger it warns on; a module keeping a journal of its own (the label file) names
+    its own. ``twice`` and ``again`` are formatted with ``key``, ``value`` and (``twice``)
+    ``first``, the ``file:line`` of the record first seen."""
+
+    error: type[SlateError] = SlateError
+    entry: type[Entry] = Entry
+    logger: logging.Logger = log
+    #: The file, in "... is appended to; it cannot be gzip".
+    file: str = "a journal"
+    #: A record, in "... must be a JSON object with a string 'KEY'".
+    record: str = "a record"
+    #: A key read twice.
+    twice: str = "{key} {value!r} appears twice (first at {first})"
+    #: A key appended again.
+    again: str = "{key} {value!r} is already in the journal"
+    #: What becomes of a torn last line's record once it is cut away.
+    redone: str = "its work is redone"
+
+
+JOURNAL = Kind()
+
+
 def read_journal(
-    path: str | os.PathLike[str], key: str, check: Check | None = None, repair: bool = False
+    path: str | os.PathLike[str],
+    key: str,
+    check: Check | None = None,
+    repair: bool = False,
+    kind: Kind = JOURNAL,
 ) -> dict[str, Entry]:
     """Key -> entry of a journal whose records are JSON objects with a string ``key`` field.
 
     A torn last line is cut off with ``repair`` (the file is truncated before it), else
     skipped; a bad line with good lines after it, a repeated key, or a record ``check``
-    refuses is a :class:`SlateError` naming ``file:line``.
+    refuses is a ``kind.error`` (a :class:`SlateError`) naming ``file:line``. Entries are
+    ``kind.entry``.
     """
     path = Path(path)
     entries: dict[str, Entry] = {}
@@ -60,7 +94,7 @@ def read_journal(
             start, offset = offset, offset + len(raw)
             where = f"{path}:{lineno}"
             if torn is not None:  # a bad line with good lines after it: not a torn tail
-                raise SlateError(f"corrupt record ({torn[2]})", f"{path}:{torn[0]}")
+                raise kind.error(f"corrupt record ({torn[2]})", f"{path}:{torn[0]}")
             if not raw.endswith(b"\n"):
                 torn = (lineno, start, "no trailing newline")
                 continue
@@ -72,35 +106,44 @@ def read_journal(
                 torn = (lineno, start, f"invalid JSON: {exc}")
                 continue
             if not isinstance(data, dict) or not isinstance(data.get(key), str):
-                raise SlateError(f"a record must be a JSON object with a string {key!r}", where)
+                raise kind.error(f"{kind.record} must be a JSON object with a string {key!r}",
+                                 where)
             if check is not None:
                 try:
                     check(data)
                 except (SlateError, ValueError) as exc:
-                    raise SlateError(str(exc), where) from None
-            if data[key] in entries:
-                raise SlateError(f"{key} {data[key]!r} appears twice (first at "
-                                 f"{entries[data[key]].where})", where)
-            entries[data[key]] = Entry(data, where)
+                    raise kind.error(str(exc), where) from None
+            value = data[key]
+            if value in entries:
+                raise kind.error(kind.twice.format(key=key, value=value,
+                                                   first=entries[value].where), where)
+            entries[value] = kind.entry(data, where)
     if torn is not None:
         lineno, start, why = torn
         if repair:
-            log.warning("%s:%d: torn last line (%s) cut away; its work is redone", path, lineno,
-                        why)
+            kind.logger.warning("%s:%d: torn last line (%s) cut away; %s", path, lineno, why,
+                                kind.redone)
             os.truncate(path, start)
         else:
-            log.warning("%s:%d: torn last line (%s) ignored", path, lineno, why)
+            kind.logger.warning("%s:%d: torn last line (%s) ignored", path, lineno, why)
     return entries
 
 
 class Journal:
     """An open journal: the entries so far (``entries``), and ``append`` for new ones."""
 
-    def __init__(self, path: str | os.PathLike[str], key: str, check: Check | None = None) -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        key: str,
+        check: Check | None = None,
+        kind: Kind = JOURNAL,
+    ) -> None:
         self.path = Path(path)
         self.key = key
+        self.kind = kind
         if self.path.suffix == ".gz":
-            raise ValueError(f"{self.path}: a journal is appended to; it cannot be gzip")
+            raise ValueError(f"{self.path}: {kind.file} is appended to; it cannot be gzip")
         self.path.parent.mkdir(parents=True, exist_ok=True)
         created = not self.path.exists()
         self._fh: IO[str] = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
@@ -113,7 +156,7 @@ class Journal:
         if created:  # make the new file's directory entry durable too
             fsync_dir(self.path.parent)
         try:
-            self.entries = read_journal(self.path, key, check, repair=True)
+            self.entries = read_journal(self.path, key, check, repair=True, kind=kind)
             with open(self.path, "rb") as fh:
                 self._lines = sum(1 for _ in fh)
         except BaseException:
@@ -124,18 +167,19 @@ class Journal:
         """Write one record durably: one line, flushed and fsynced before returning."""
         name = record[self.key]
         if name in self.entries:
-            raise SlateError(f"{self.key} {name!r} is already in the journal", str(self.path))
+            raise self.kind.error(self.kind.again.format(key=self.key, value=name),
+                                  str(self.path))
         line = json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n"
         self._fh.write(line)
         self._fh.flush()
         os.fsync(self._fh.fileno())
         self._lines += 1
-        self.entries[name] = Entry(record, f"{self.path}:{self._lines}")
+        self.entries[name] = self.kind.entry(record, f"{self.path}:{self._lines}")
 
     def close(self) -> None:
         self._fh.close()
 
-    def __enter__(self) -> Journal:  # noqa: PYI034 - Self needs Python 3.11
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -1,13 +1,14 @@
 """The label file: one JSON record per slate, appended, flushed and fsynced one by one.
 
 Teacher labels are expensive (an LLM run per slate), so they must survive ``kill -9`` and
-power loss. Records are only ever appended, each as one ``write`` of a complete line followed
-by ``flush`` + ``fsync``; a crash can therefore damage only the LAST line. On opening, a last
-line without its newline or that is not valid JSON is a torn write: it is cut away (and the
-slate relabelled), never parsed as data. Damage anywhere else is not ours to guess about and
-is an error naming ``file:line``, as is a qid that appears twice.
-
-An exclusive ``flock`` on the file stops two runs from appending to the same labels at once.
+power loss. The file is a journal (:mod:`spdrank.core.journal`) keyed by ``qid``: records are
+only ever appended, each as one ``write`` of a complete line followed by ``flush`` + ``fsync``,
+so a crash can damage only the LAST line. On opening, a last line without its newline or that
+is not valid JSON is a torn write: it is cut away (and the slate relabelled), never parsed as
+data. Damage anywhere else is not ours to guess about and is a :class:`LabelError` naming
+``file:line``, as is a qid that appears twice. An exclusive ``flock`` on the file stops two
+runs from appending to the same labels at once. What is the label file's own: the record check
+(:func:`_check_record`), the :class:`Label` entries and the words of its messages (``LABELS``).
 
 A record: ``qid``, ``status``, ``issues``, ``n``, ``raw`` (the answer text), ``parsed``
 (1-based ids as read), ``ranking`` (the repaired permutation as docids, best first),
@@ -23,12 +24,9 @@ made under it); the labelled slates carry it as ``teacher_prompt``, which traini
 
 from __future__ import annotations
 
-import json
 import logging
 import os
-from dataclasses import dataclass
-from pathlib import Path
-from typing import IO, Any
+from typing import Any, cast
 
 from spdrank.backbone.templates import (
     DEFAULT_TEMPLATE,
@@ -37,27 +35,20 @@ from spdrank.backbone.templates import (
     record_of,
     template_from_record,
 )
+from spdrank.core.journal import Entry, Journal, Kind, read_journal
 from spdrank.core.slates import Slate, SlateError, check_teacher_scores
 from spdrank.teacher.backends import Generation
 from spdrank.teacher.parse import judge_ids, parse_response
 
 log = logging.getLogger(__name__)
 
-try:  # POSIX; elsewhere there is simply no guard against two writers
-    import fcntl
-except ImportError:  # pragma: no cover
-    fcntl = None  # type: ignore[assignment]
-
 
 class LabelError(SlateError):
     """A label file that cannot be used, naming ``file:line``."""
 
 
-@dataclass
-class Label:
-    record: dict[str, Any]
-    #: ``file:line`` the record came from (for error messages).
-    where: str
+class Label(Entry):
+    """One label record and the ``file:line`` it came from (``where``)."""
 
     @property
     def ranking(self) -> list[str]:
@@ -143,63 +134,33 @@ def _ranking_scores(
     return scores
 
 
+#: The label file as a journal: its errors, entries, logger and words.
+LABELS = Kind(
+    error=LabelError,
+    entry=Label,
+    logger=log,
+    file="the label file",
+    record="a label record",
+    twice="duplicate {key} {value!r} (first at {first}): {key}s must be unique within the file",
+    again="{key} {value!r} is already labelled",
+    redone="that slate is relabelled",
+)
+
+
 def read_labels(path: str | os.PathLike[str], repair: bool = False) -> dict[str, Label]:
     """qid -> label from a label file. A torn last line is cut off with ``repair``, else skipped."""
-    path = Path(path)
-    labels: dict[str, Label] = {}
-    torn: tuple[int, int, str] | None = None  # (line number, byte offset, why)
-    offset = 0
-    with open(path, "rb") as fh:
-        for lineno, raw in enumerate(fh, start=1):
-            start, offset = offset, offset + len(raw)
-            where = f"{path}:{lineno}"
-            if torn is not None:  # a bad line with good lines after it: not a torn tail
-                raise LabelError(f"corrupt record ({torn[2]})", f"{path}:{torn[0]}")
-            if not raw.endswith(b"\n"):
-                torn = (lineno, start, "no trailing newline")
-                continue
-            if not raw.strip():
-                continue
-            try:
-                data = json.loads(raw)
-            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-                torn = (lineno, start, f"invalid JSON: {exc}")
-                continue
-            _check_record(data, where)
-            qid = data["qid"]
-            if qid in labels:
-                raise LabelError(
-                    f"duplicate qid {qid!r} (first at {labels[qid].where}): "
-                    "qids must be unique within the file",
-                    where,
-                )
-            labels[qid] = Label(data, where)
-    if torn is not None:
-        lineno, start, why = torn
-        if repair:
-            log.warning("%s:%d: torn last line (%s) cut away; that slate is relabelled", path, lineno, why)
-            os.truncate(path, start)
-        else:
-            log.warning("%s:%d: torn last line (%s) ignored", path, lineno, why)
-    return labels
+    return cast("dict[str, Label]", read_journal(path, "qid", _check_record, repair, LABELS))
 
 
-def _check_record(data: Any, where: str) -> None:
-    if not isinstance(data, dict) or not isinstance(data.get("qid"), str):
-        raise LabelError("a label record must be a JSON object with a string 'qid'", where)
+def _check_record(data: dict[str, Any]) -> None:
+    """A label record's own fields (the journal has checked its string ``qid``)."""
     ranking = data.get("ranking")
     if not isinstance(ranking, list) or not all(isinstance(d, str) for d in ranking):
-        raise LabelError("a label record needs 'ranking': a list of docids", where)
+        raise LabelError("a label record needs 'ranking': a list of docids")
     if data.get("scores") is not None:
-        try:
-            check_teacher_scores(data["scores"], ranking, names=("scores", "ranking"))
-        except SlateError as exc:
-            raise LabelError(str(exc), where) from None
+        check_teacher_scores(data["scores"], ranking, names=("scores", "ranking"))
     if data.get("prompt") is not None:
-        try:
-            template_from_record(data["prompt"], "'prompt'")
-        except ValueError as exc:
-            raise LabelError(str(exc), where) from None
+        template_from_record(data["prompt"], "'prompt'")
 
 
 def check_ranking(label: Label, slate: Slate) -> list[str]:
@@ -229,56 +190,13 @@ def apply_label(label: Label, slate: Slate) -> Slate:
     return slate
 
 
-class LabelStore:
-    """An open label file: the records so far, and ``append`` for new ones."""
+class LabelStore(Journal):
+    """An open label file: the records so far (``labels``), and ``append`` for new ones."""
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
-        self.path = Path(path)
-        if self.path.suffix == ".gz":
-            raise ValueError(f"{self.path}: the label file is appended to; it cannot be gzip")
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        created = not self.path.exists()
-        self._fh: IO[str] = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
-        if fcntl is not None:
-            try:
-                fcntl.flock(self._fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                self._fh.close()
-                raise ValueError(f"{self.path} is being written by another run") from None
-        if created:  # make the new file's directory entry durable too
-            _fsync_dir(self.path.parent)
-        self.labels = read_labels(self.path, repair=True)
-        with open(self.path, "rb") as fh:
-            self._lines = sum(1 for _ in fh)
+        super().__init__(path, "qid", _check_record, LABELS)
 
-    def append(self, record: dict[str, Any]) -> None:
-        """Write one record durably: one line, flushed and fsynced before returning."""
-        qid = record["qid"]
-        if qid in self.labels:
-            raise LabelError(f"qid {qid!r} is already labelled", str(self.path))
-        line = json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n"
-        self._fh.write(line)
-        self._fh.flush()
-        os.fsync(self._fh.fileno())
-        self._lines += 1
-        self.labels[qid] = Label(record, f"{self.path}:{self._lines}")
-
-    def close(self) -> None:
-        self._fh.close()
-
-    def __enter__(self) -> LabelStore:  # noqa: PYI034 - Self needs Python 3.11
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:  # pragma: no cover - e.g. Windows
-        return
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    @property
+    def labels(self) -> dict[str, Label]:
+        """qid -> label, the records so far (this run's appends included)."""
+        return cast("dict[str, Label]", self.entries)
