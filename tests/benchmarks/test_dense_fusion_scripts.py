@@ -47,10 +47,10 @@ def test_fusion_summary_pairs_rows_and_checks_the_replay(scripts):
     table = {n: {q: {"nDCG@10": ndcg[n][i], "AP(rel=2)": 0.1, "R(rel=2)@100": 0.5,
                      "latency_ms": 1.0 + i} for i, q in enumerate(["q1", "q2"])} for n in names}
     out = fusion.summarize(table)
-    assert out["queries"] == 2 and out["replay_matches_live_rrf"]
+    assert out["queries"] == 2 and out["replay_matches_live"] == {fusion.RRF: True}
     assert out["rows"][fusion.RRF]["nDCG@10"] == pytest.approx(0.7)
     assert out["rows"][fusion.RRF]["nDCG@10 - dense"]["mean"] == pytest.approx(0.05)
     assert out["rows"]["dense"]["ms_per_query_p50"] == 1.5
     table[names[3]]["q2"]["nDCG@10"] = 0.5
-    assert not fusion.summarize(table)["replay_matches_live_rrf"]
+    assert fusion.summarize(table)["replay_matches_live"] == {fusion.RRF: False}
     assert fusion.label(names[3]) == "fusion:rrf:run:dense.trec+retriever (replay of dense's run)"
