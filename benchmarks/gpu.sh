@@ -39,6 +39,10 @@
 #    names an OpenAI-compatible server of a listwise LLM (a RankZephyr- or Qwen-style model on
 #    vLLM, $SEARCH_TEACHER_MODEL its name), that listwise teacher over the top 100 as the
 #    students' teacher. Needs the shared DL19 files (../shared/data/trec-dl19).
+# 9. search in one pass (benchmarks/search_onepass_cpu.py, at CPU scale in
+#    benchmarks/results/search-onepass-cpu): students reading all layers of $SEARCH_BACKBONE
+#    in one prefill of BM25's whole top 100, trained on DL22's queries labelled by the fusion
+#    teacher, scored on DL19 and DL21. Needs ../shared/data/trec-dl19, -dl21 and -dl22.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . benchmarks/lib.sh
@@ -169,6 +173,11 @@ if [ -n "${SEARCH_TEACHER_URL:-}" ]; then
   [ -z "${SEARCH_TEACHER_MODEL:-}" ] || SEARCH+=( --listwise-model "$SEARCH_TEACHER_MODEL" )
 fi
 step search-dl19 "$OUT/search-dl19/report.md" "$BIN/python" benchmarks/search_dl19_cpu.py "${SEARCH[@]}"
+
+# -- 9. search in one pass: DL22 -> DL19, DL21 ----------------------------------------------
+step search-onepass "$OUT/search-onepass/report.md" "$BIN/python" benchmarks/search_onepass_cpu.py \
+  --backbone "${SEARCH_BACKBONE:-bundled}" --layers 0 --device cuda --dtype bfloat16 \
+  --work "$WORK/search-onepass" --runs "$WORK/search-onepass/runs" --out "$OUT/search-onepass"
 [ "$DRY" = 0 ] || exit 0
 
 # -- the index -------------------------------------------------------------------------------
@@ -185,6 +194,7 @@ step search-dl19 "$OUT/search-dl19/report.md" "$BIN/python" benchmarks/search_dl
   echo "- fidelity, students reading only SmolLM2's states: [lexical teacher](fidelity-lexical/report.md), [likelihood teacher](fidelity-likelihood/report.md)"
   echo "- against clicks, SmolLM2's words in place of the lexical feature: [report](fidelity-clicks/report.md)"
   echo "- search, TREC DL19 reranked by 5-fold cross-validated students: [report](search-dl19/report.md)"
+  echo "- search in one pass, trained on DL22, scored on DL19 and DL21: [report](search-onepass/report.md)"
   echo
   echo "Step timings (seconds, every run of this script):"
   echo
