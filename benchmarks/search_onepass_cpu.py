@@ -187,6 +187,13 @@ def report(results: dict[str, Any], meta: dict[str, Any], rows: list[tuple[str, 
          "saw. nDCG@10 graded over every judged passage, AP and R@100 at grade >= 2; tau and "
          "top-1 against the teacher; paired 95% bootstrap intervals over queries. The "
          "commands are in command.txt."),
+        "",
+        ("The teacher ranks from the dense cosine already in each candidate's features, so its "
+         "cost a query is the dense row's plus the milliseconds shown. A student's ms is the "
+         "live `spdrank eval` time a query (tokenize, one prefill of the whole top 100, head, "
+         f"decode; `--dtype auto`) over the first {meta['latency_queries']} DL21 queries, for "
+         "the students timed; every student's quality comes from its cached states, which "
+         "equal a live prefill's in float32."),
     ]
     for test in TEST_SETS:
         summary = results[test]
@@ -246,6 +253,9 @@ def main() -> int:
     parser.add_argument("--runs", type=Path, default=RUNS)
     parser.add_argument("--out", type=Path, default=OUT)
     parser.add_argument("--dry-run", action="store_true", help="print the commands only")
+    parser.add_argument("--report-only", action="store_true",
+                        help="rewrite the report from finished steps, keeping the recorded "
+                        "run's date, duration and what ran beside it")
     args = parser.parse_args()
     work, runs, dry = args.work, args.runs / f"layers{args.layers or 'all'}", args.dry_run
     log: list[str] = []
@@ -343,11 +353,17 @@ def main() -> int:
                        if line.startswith("Model name")), platform.processor())
     meta = {
         "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "commit": commit, "layers": args.layers,
+        "commit": commit, "layers": args.layers, "latency_queries": args.latency_queries,
         "machine": f"{model_name}, {os.cpu_count()} cores, Python {platform.python_version()}",
         "other": os.environ.get("SEARCH_BENCH_OTHER", "nothing else named as running"),
         "minutes": round((time.time() - started) / 60, 1),
     }
+    recorded = args.out / "results.json"
+    if args.report_only and recorded.exists():
+        earlier = json.loads(recorded.read_text())["meta"]
+        rewritten = meta["date"]
+        meta |= {k: earlier[k] for k in ("date", "commit", "other", "minutes") if k in earlier}
+        meta["other"] += f"; this report rewritten from its finished steps {rewritten}"
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "results.json").write_text(json.dumps({"meta": meta, **results}, indent=2) + "\n")
     (args.out / "report.md").write_text(report(results, meta, rows))
