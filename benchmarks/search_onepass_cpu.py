@@ -114,8 +114,11 @@ def split_validation(source: Path, train: Path, valid: Path, count: int) -> None
     qids = sorted(s["query"]["qid"] for s in slates)
     random.Random(0).shuffle(qids)
     held = set(qids[-count:])
-    write_jsonl(train, [s for s in slates if s["query"]["qid"] not in held])
-    write_jsonl(valid, [s for s in slates if s["query"]["qid"] in held])
+    for path, part in ((train, [s for s in slates if s["query"]["qid"] not in held]),
+                       (valid, [s for s in slates if s["query"]["qid"] in held])):
+        # Left alone when already there: a run may be reading it (its index is of this file).
+        if not path.exists() or read_jsonl(path) != part:
+            write_jsonl(path, part)
 
 
 def cached_rows(model_dir: Path, slates_path: Path, cache: Path, name: str,
