@@ -61,3 +61,13 @@ def test_cuts_are_counted(tiny_backbone):
     model.rank(_slate(2, 1))
     assert (model.cuts.candidates, model.cuts.candidates_cut) == (5, 3)
     assert model.cuts.summary(4).startswith("cut to the token budget: 3 of 5 candidates (at 4")
+
+
+def test_the_cut_summary_says_how_to_keep_more_when_most_candidates_are_cut():
+    from spdrank.backbone.prompt import Cuts
+
+    cuts = Cuts()
+    cuts.candidates, cuts.candidates_cut, cuts.queries = 100, 67, 1
+    assert "67% of the candidates were read without their end" in cuts.summary(64)
+    cuts.candidates_cut = 50
+    assert "without their end" not in cuts.summary(64)

@@ -529,6 +529,10 @@ MIN_FITTED_TOKENS = 8
 MAX_FITTED_TOKENS = 512
 
 
+#: The share of candidates cut past which the cut summary says how to keep more of them.
+MOST_CUT = 0.5
+
+
 class Cuts:
     """Running counts of encoded candidates and queries, and of those cut to their budget."""
 
@@ -542,8 +546,14 @@ class Cuts:
         self.queries_cut += bool(encoded.query_truncated)
 
     def summary(self, budget: int) -> str:
-        """One line for a user: how much was cut, and by which budget."""
-        return (
+        """One line for a user: how much was cut, and by which budget; when most candidates
+        were cut, what keeps more of them, since a cut text is read without its end."""
+        line = (
             f"cut to the token budget: {self.candidates_cut} of {self.candidates} candidates "
             f"(at {budget} tokens), {self.queries_cut} of {self.queries} queries"
         )
+        if self.candidates and self.candidates_cut / self.candidates > MOST_CUT:
+            line += (f"; {self.candidates_cut / self.candidates:.0%} of the candidates were "
+                     "read without their end: a larger --max-item-tokens, as far as the "
+                     "backbone's context allows K of them, keeps more of each")
+        return line
