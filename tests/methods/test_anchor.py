@@ -206,3 +206,19 @@ def test_eval_says_when_a_student_is_below_the_first_stage(tmp_path, capsys):
         "student ranks below the first stage's order on these 4 slates: nDCG@10 0.100 "
         "against 0.500 (-0.400 [")
     assert verdict("student", "tau", [None, 0.3], [0.2, None]) is None
+
+
+def test_a_recommendation_run_is_not_judged_against_its_shuffled_order(tmp_path):
+    """Recommendation slates shuffle their candidates: the run still keeps its best epoch, and
+    its last line names the figure kept, but no 'first stage's order' is meant by their order."""
+    rng = random.Random(5)
+    write_slates(tmp_path / "train.jsonl", signal_slates(rng, "t", 16))
+    write_slates(tmp_path / "valid.jsonl", signal_slates(rng, "v", 6))
+    summary = train(TrainConfig(
+        slates=str(tmp_path / "train.jsonl"), out=str(tmp_path / "run"), target="relevance",
+        features="signal", features_only=True, head="attn", positions=20, head_width=16,
+        epochs=2, batch_size=8, eval_every=0, save_every=0, progress=False,
+        eval_slates=str(tmp_path / "valid.jsonl")))
+    assert summary["selected"]["metric"] == "nDCG@10"
+    assert "first stage" not in summary["verdict"]
+    assert summary["verdict"].endswith("on its 6 eval slates")

@@ -153,8 +153,7 @@ def with_first_stage(rankers: list[Ranker]) -> list[Ranker]:
     if any(r.name in FIRST_STAGE for r in rankers):
         return rankers
     for ranker in trained_models(rankers):
-        config = getattr(ranker, "inner", ranker).config
-        if config.head.anchor != "none" or config.prompt.template.likelihood == "query":
+        if getattr(ranker, "inner", ranker).config.reranks_first_stage:
             log.info("eval: the candidates' given order (%s) added as the first stage's row",
                      GivenOrder.name)
             return [*rankers, GivenOrder()]

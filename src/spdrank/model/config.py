@@ -38,6 +38,14 @@ class SPDConfig:
     #: Read the features alone: no backbone is loaded and no prompt is built.
     features_only: bool = False
 
+    @property
+    def reranks_first_stage(self) -> bool:
+        """Whether the model reranks a first stage's list in its order, so that the order it
+        is given is a ranking to be judged against: it is anchored to that order, or reads a
+        search prompt (whose likelihood teacher scores the query given each passage).
+        Recommendation slates shuffle their candidates, and their given order means nothing."""
+        return self.head.anchor != "none" or self.prompt.template.likelihood == "query"
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "format": "spdrank",

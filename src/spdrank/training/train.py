@@ -566,9 +566,9 @@ class Trainer:
         return summary
 
     def report_selection(self, summary: dict[str, Any]) -> Path | None:
-        """Say which model the run keeps and where it stands against the first stage on the
-        eval slates (one line, a warning when below); the kept model's folder when it is not
-        the last step's."""
+        """Say in one line (``summary["verdict"]``) which model the run keeps and, for a model
+        that reranks a first stage's list, whether it is below that list's order on the eval
+        slates; the kept model's folder when it is not the last step's."""
         if self.metric is None:
             return None
         final = summary["eval"].get(self.metric)
@@ -579,12 +579,14 @@ class Trainer:
         summary["selected"] = chosen | {"first_stage": first, "of_steps": self.step}
         if chosen["value"] is None or first is None:
             return None
-        where = "below" if chosen["value"] < first else "not below"
-        summary["verdict"] = (
-            f"kept the model of step {chosen['step']} of {self.step} (epoch {chosen['epoch']}): "
-            f"{where} the first stage's order on its {len(self.eval_slates)} eval slates, "
-            f"{self.metric} {chosen['value']:.3f} against {first:.3f}"
-        )
+        kept = f"kept the model of step {chosen['step']} of {self.step} (epoch {chosen['epoch']})"
+        slates = f"on its {len(self.eval_slates)} eval slates"
+        if self.spd.config.reranks_first_stage:
+            where = "below" if chosen["value"] < first else "not below"
+            summary["verdict"] = (f"{kept}: {where} the first stage's order {slates}, "
+                                  f"{self.metric} {chosen['value']:.3f} against {first:.3f}")
+        else:
+            summary["verdict"] = f"{kept}: {self.metric} {chosen['value']:.3f} {slates}"
         if chosen["step"] != self.step:
             return self.out / BEST_DIR / "model"
         return None
