@@ -68,6 +68,8 @@ ITEM_TOKENS = 64
 POSITIONS = 100
 VALIDATION_QUERIES = 16
 TEST_SETS = ("dl19", "dl21")
+#: How the provenance line says the report was rewritten from a run's finished steps.
+REWRITTEN = "; this report rewritten from its finished steps"
 METRICS = ("nDCG@10", "AP(rel=2)", "R(rel=2)@100", "tau", "top1")
 #: The students: name -> (title, cache family, spdrank train flags).
 STUDENTS: dict[str, tuple[str, str, tuple[str, ...]]] = {
@@ -301,7 +303,7 @@ def main() -> int:
             if family else ()
         spdrank("train", "--slates", train, "--eval-slates", valid, "--out", runs / name,
                 *common, *flags, *caches, "--epochs", args.epochs, "--batch-size", "8",
-                "--head-lr", "1e-3", "--eval-every", "0", "--no-progress",
+                "--head-lr", "1e-3", "--eval-every", "0", "--select", "best", "--no-progress",
                 dry_run=dry, log=log, done=runs / name / "model" / "config.json")
 
     results: dict[str, Any] = {}
@@ -366,7 +368,8 @@ def main() -> int:
         earlier = json.loads(recorded.read_text())["meta"]
         rewritten = meta["date"]
         meta |= {k: earlier[k] for k in ("date", "commit", "other", "minutes") if k in earlier}
-        meta["other"] += f"; this report rewritten from its finished steps {rewritten}"
+        other = meta["other"].split(REWRITTEN)[0]
+        meta["other"] = f"{other}{REWRITTEN} {rewritten}"
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "results.json").write_text(json.dumps({"meta": meta, **results}, indent=2) + "\n")
     (args.out / "report.md").write_text(report(results, meta, rows))

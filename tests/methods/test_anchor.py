@@ -178,7 +178,8 @@ def test_training_keeps_its_best_evaluation_and_eval_judges_it_against_the_first
                  "--features-only", "--head", "attn", "--prompt", "search", "--target",
                  "relevance", "--positions",
                  "20", "--head-width", "16", "--epochs", "6", "--batch-size", "8",
-                 "--head-lr", "1e-2", "--eval-every", "0", "--no-progress"]) == 0
+                 "--head-lr", "1e-2", "--eval-every", "0", "--select", "best",
+                 "--no-progress"]) == 0
     printed = capsys.readouterr().out
     summary = json.loads((out / "train.json").read_text())
     kept = summary["selected"]

@@ -283,12 +283,15 @@ class TrainConfig:
     # -- evaluation, checkpoints & seed ----------------------------------------------------
     eval_every: int = setting(200, help="evaluate every N steps (0: only at the end)")
     eval_limit: int = setting(100, help="number of eval slates used")
-    select: str = setting(
-        "best",
-        help="with --eval-slates: best keeps the model of the evaluation (every epoch's end, "
-        "every --eval-every steps, and the untrained start of an anchored model, which ranks "
-        "as the first stage) that does best on them, by judged nDCG@10 when they are judged, "
-        "else tau with the teacher; last keeps the last step's",
+    # None: :attr:`TrainConfig.selection` decides.
+    select: str | None = setting(
+        None,
+        help="best keeps the model of the evaluation (every epoch's end, every --eval-every "
+        "steps, and the untrained start of an anchored model, which ranks as the first stage) "
+        "that does best on the eval slates, by judged nDCG@10 when they are judged, else tau "
+        "with the teacher; last keeps the last step's (default: best with --holdout, whose "
+        "queries no step trained on; last with --eval-slates, which may be the slates you "
+        "report on: choose on them only when they are validation slates)",
         choices=SELECTIONS,
     )
     save_every: int = setting(100, help="write the resumable state every N steps")
@@ -352,6 +355,14 @@ class TrainConfig:
         self.template()  # an unknown name or a bad template file, before anything loads
         if self.trains_lora:
             self.lora_settings()  # raises when --lora-modules names no module
+
+    @property
+    def selection(self) -> str:
+        """``--select``, else ``best`` when the eval slates are held out of the training file
+        (``--holdout``) and ``last`` otherwise."""
+        if self.select is not None:
+            return self.select
+        return "best" if self.holdout is not None else "last"
 
     def template(self) -> PromptTemplate:
         """The ``--prompt`` template (its file read now)."""

@@ -427,12 +427,12 @@ class Trainer:
     def selects(self) -> bool:
         """Whether this run keeps its best evaluated model (``--select best`` with slates to
         evaluate on and a metric to judge by)."""
-        return self.cfg.select == "best" and bool(self.eval_slates) and self.metric is not None
+        return self.cfg.selection == "best" and bool(self.eval_slates) and self.metric is not None
 
     def read_best(self) -> dict[str, Any] | None:
         """The best evaluation a resumed run had kept, if any."""
         path = self.out / BEST_DIR / BEST_NAME
-        return json.loads(path.read_text()) if path.exists() and self.cfg.select == "best" \
+        return json.loads(path.read_text()) if path.exists() and self.cfg.selection == "best" \
             else None
 
     def consider(self, metrics: dict[str, float | None]) -> None:
