@@ -118,30 +118,28 @@ def cutoffs(text: str) -> tuple[int, ...]:
 # -- command --------------------------------------------------------------------------------
 
 
+def trained_models(rankers: list[Ranker]) -> list[Ranker]:
+    """The trained checkpoints among the rankers (run over sliding windows or not), known by
+    their config, so that no torch is imported to tell them."""
+    return [r for r in rankers if hasattr(getattr(getattr(r, "inner", r), "config", None), "head")]
+
+
 def checked_slates(path: Path, rankers: list[Ranker]) -> Iterator[Slate]:
     """The file's slates, a repeated qid refused, each checked with its ``file:line`` against
     every SPD model's limits (K, features): the checks ``spdrank rank`` and the server make."""
     from spdrank.core.slates import iter_slates, unique_qids
     from spdrank.core.validation import check_fits_model
 
-    # An SPD model is recognised by its config (importing its class would import torch); one
-    # run over sliding windows takes slates of any size, so only its features are checked.
+    # One run over sliding windows takes slates of any size, so only its features are checked.
     limits = []
-    for r in rankers:
-        windowed = hasattr(r, "windows")
+    for r in trained_models(rankers):
         model = getattr(r, "inner", r)
-        if hasattr(getattr(model, "config", None), "head"):
-            limits.append((None if windowed else model.config.head.positions, model.features))
+        windowed = hasattr(r, "windows")
+        limits.append((None if windowed else model.config.head.positions, model.features))
     for where, slate in unique_qids(iter_slates(path), allow_blank=True):
         for positions, features in limits:
             check_fits_model(slate, positions or len(slate), features, where)
         yield slate
-
-
-def trained_models(rankers: list[Ranker]) -> list[Ranker]:
-    """The trained checkpoints among the rankers (run over sliding windows or not), known by
-    their config, so that no torch is imported to tell them."""
-    return [r for r in rankers if hasattr(getattr(getattr(r, "inner", r), "config", None), "head")]
 
 
 def with_first_stage(rankers: list[Ranker]) -> list[Ranker]:

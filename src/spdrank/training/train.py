@@ -140,24 +140,26 @@ def evaluate_model(
     """Mean metrics of the model on ``slates`` (clicks or graded judgements, and teacher
     agreement when labelled);
     ``cache``: the slates' cached states, read instead of running the backbone."""
-    per_slate = []
+    rankings = []
     for i in range(0, len(slates), batch_size):
         chunk = slates[i : i + batch_size]
         batch = None if cache is None else cache.batch(range(i, i + len(chunk)), chunk, model)
-        for slate, ranking in zip(chunk, model.rank_batch(chunk, batch=batch)):
-            per_slate.append(slate_metrics(
-                ranking.docids, slate.docids, slate.clicked, slate.teacher,
-                teacher_scores=slate.teacher_scores, judgements=slate.relevance,
-            ))
-    return {name: s.mean for name, s in aggregate(per_slate).items()}
+        rankings += [ranking.docids for ranking in model.rank_batch(chunk, batch=batch)]
+    return mean_metrics(slates, rankings)
 
 
 def given_order_metrics(slates: list[Slate]) -> dict[str, float | None]:
     """Mean metrics of the slates' own order, the first stage's: what a reranker must beat."""
+    return mean_metrics(slates, [slate.docids for slate in slates])
+
+
+def mean_metrics(slates: list[Slate], rankings: list[list[str]]) -> dict[str, float | None]:
+    """Mean metrics of one ranking a slate (docids best first) against what each slate holds:
+    clicks or graded judgements, and the teacher's ranking when labelled."""
     per_slate = [
-        slate_metrics(slate.docids, slate.docids, slate.clicked, slate.teacher,
+        slate_metrics(ranking, slate.docids, slate.clicked, slate.teacher,
                       teacher_scores=slate.teacher_scores, judgements=slate.relevance)
-        for slate in slates
+        for slate, ranking in zip(slates, rankings, strict=True)
     ]
     return {name: s.mean for name, s in aggregate(per_slate).items()}
 
