@@ -312,13 +312,13 @@ def test_training_from_cache_learns_features_and_runs_no_prefill_once_cached(
     from spdrank.backbone import load as model_module
 
     prefills = []
-    real = model_module.last_hidden
+    real = model_module.prompt_hidden
 
-    def counted(*args):
-        prefills.append(args[1].shape[0])
-        return real(*args)
+    def counted(backbone, prompt):
+        prefills.append(prompt.input_ids.shape[0])
+        return real(backbone, prompt)
 
-    monkeypatch.setattr(model_module, "last_hidden", counted)
+    monkeypatch.setattr(model_module, "prompt_hidden", counted)
     _, eval_file = signal_files
     cfg = functools.partial(
         config, tmp_path, tiny_backbone, target="clicks", head="attn", frozen=True,

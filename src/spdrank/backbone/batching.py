@@ -40,6 +40,10 @@ class PromptTensors:
     #: [B, H] first and last token of each history item (prompts read as history items only).
     history_first: torch.Tensor | None = None
     history_last: torch.Tensor | None = None
+    #: [B, T, D] the states entering layer ``lower_layer``, cached for a backbone whose layers
+    #: below it are frozen (:mod:`spdrank.backbone.split`): the prefill runs from there on.
+    lower: torch.Tensor | None = None
+    lower_layer: int = 0
 
 
 @dataclass

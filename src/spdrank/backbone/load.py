@@ -38,6 +38,8 @@ from safetensors.torch import load_file
 from torch import nn
 
 from spdrank.backbone import cpu
+from spdrank.backbone.batching import PromptTensors
+from spdrank.backbone.split import decoder_of, upper_hidden
 from spdrank.core.atomic_dir import filled_once
 from spdrank.core.files import sha256_file
 
@@ -76,6 +78,10 @@ class LoraSettings:
     alpha: int = 64
     dropout: float = 0.0
     target_modules: str | list[str] = "all-linear"
+    #: Adapt only the last ``top_layers`` of the kept layers (None: every layer). The layers
+    #: below stay frozen, so their output can be computed once and cached for training
+    #: (:func:`lower_hidden`, :func:`upper_hidden`).
+    top_layers: int | None = None
 
 
 @dataclass
@@ -125,6 +131,8 @@ class BackboneConfig:
                 isinstance(targets, list) and all(isinstance(t, str) for t in targets)
             ):
                 raise ConfigError("backbone.lora.target_modules must be a name or a list of names")
+            if settings.top_layers is not None:
+                bounded_int(settings.top_layers, "backbone.lora.top_layers", 1, MAX_LAYERS)
         dtype, digest = data.get("dtype", "auto"), data.get("config_sha256")
         if not isinstance(dtype, str):
             raise ConfigError(f"backbone.dtype must be a name, got {dtype!r}")
@@ -540,20 +548,48 @@ def _load_backbone(
         return load_adapter(model, config.lora, Path(adapter_path)).to(device)
     from peft import get_peft_model
 
-    return get_peft_model(model, lora_config(config.lora))
+    return get_peft_model(model, lora_config(config.lora, model))
 
 
-def lora_config(settings: LoraSettings) -> Any:
-    """peft's LoraConfig for spdrank's LoRA settings."""
+def lora_config(settings: LoraSettings, model: nn.Module) -> Any:
+    """peft's LoraConfig for spdrank's LoRA settings on ``model``.
+
+    With ``top_layers``, peft is given the adapted modules of the top layers by full name:
+    its own layer ranges rely on a naming pattern not every model's modules follow.
+    """
     from peft import LoraConfig
 
+    targets = settings.target_modules
+    if settings.top_layers is not None:
+        targets = top_layer_modules(model, settings.top_layers, targets)
     return LoraConfig(
         r=settings.r,
         lora_alpha=settings.alpha,
         lora_dropout=settings.dropout,
-        target_modules=settings.target_modules,
+        target_modules=targets,
         bias="none",
     )
+
+
+def top_layer_modules(model: nn.Module, top_layers: int, targets: str | list[str]) -> list[str]:
+    """The full names of the linear modules LoRA adapts in ``model``'s top ``top_layers``:
+    every one for ``all-linear``, else those whose name ends with one of ``targets``."""
+    layers = decoder_of(model).layers
+    if top_layers > len(layers):
+        raise ValueError(f"LoRA on the top {top_layers} layers needs at least as many, but "
+                         f"the backbone keeps {len(layers)}")
+    names = {id(module): name for name, module in model.named_modules()}
+    found = [names[id(module)] for layer in layers[len(layers) - top_layers:]
+             for module in layer.modules() if isinstance(module, nn.Linear)]
+    if targets == "all-linear":
+        return found
+    wanted = [targets] if isinstance(targets, str) else targets
+    chosen = [name for name in found
+              if any(name == t or name.endswith("." + t) for t in wanted)]
+    if not chosen:
+        raise ValueError(f"--lora-modules {','.join(wanted)} names no linear module of the "
+                         f"top {top_layers} layers")
+    return chosen
 
 
 #: The files of a LoRA adapter folder, as peft saves them.
@@ -585,7 +621,7 @@ def load_adapter(model: nn.Module, settings: LoraSettings, folder: Path) -> nn.M
                              f"config.json says {want}")
     weights = folder / ADAPTER_WEIGHTS
     tensors = read_tensors(weights, "adapter")
-    model = get_peft_model(model, lora_config(settings))
+    model = get_peft_model(model, lora_config(settings, model))
     try:
         result = set_peft_model_state_dict(model, tensors)
     except RuntimeError as exc:  # shapes that differ from the settings' rank
@@ -646,9 +682,7 @@ def hidden_size(model: nn.Module) -> int:
 def _decoder_and_lm_head(model: nn.Module) -> tuple[nn.Module, nn.Module | None]:
     """The transformer stack (LoRA layers included) and the LM head, if the model has one."""
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    if hasattr(base, "lm_head"):
-        return base.get_decoder(), base.lm_head
-    return base, None
+    return decoder_of(model), getattr(base, "lm_head", None)
 
 
 def _last_hidden(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
@@ -659,6 +693,14 @@ def _last_hidden(model: nn.Module, input_ids: torch.Tensor, attention_mask: torc
 def last_hidden(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
     """One prefill; the last kept layer's hidden states [B, T, D]."""
     return _last_hidden(model, input_ids, attention_mask)
+
+
+def prompt_hidden(model: nn.Module, prompt: PromptTensors) -> torch.Tensor:
+    """A batch's prefill, the last kept layer's hidden states [B, T, D]: run whole, or from
+    the cached states entering its first adapted layer when the batch carries them."""
+    if prompt.lower is not None:
+        return upper_hidden(model, prompt.lower, prompt.attention_mask, prompt.lower_layer)
+    return _last_hidden(model, prompt.input_ids, prompt.attention_mask)
 
 
 def last_token_logits(

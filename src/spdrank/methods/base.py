@@ -108,12 +108,12 @@ class RankingMethod(ABC):
     def read(self, model: SPDRanker, batch: Batch, clock: StageClock | None = None) -> HeadInputs:
         """One prefill of ``batch``, pooled as the prompt's ``readout`` says (the ``prefill``
         and ``readout`` stages of ``clock``)."""
-        from spdrank.backbone.load import last_hidden
+        from spdrank.backbone.load import prompt_hidden
         from spdrank.backbone.readout import read_items
         from spdrank.core.clock import timed
 
         with timed(clock, "prefill", model.synchronize):
-            hidden = last_hidden(model.backbone, batch.prompt.input_ids, batch.prompt.attention_mask)
+            hidden = prompt_hidden(model.backbone, batch.prompt)
         with timed(clock, "readout", model.synchronize):
             return read_items(batch, hidden, model.config.prompt, model.words,
                               model.reads_history)

@@ -151,6 +151,12 @@ class TrainConfig:
         help="the modules LoRA adapts: all-linear (the paper), or comma-separated module names "
         "such as q_proj,v_proj",
     )
+    lora_layers: int | None = setting(
+        None,
+        help="adapt only the top N of the kept layers (default: all); the layers below stay "
+        "frozen, so with --cache-states what enters the first adapted layer is computed once "
+        "and each step runs only the top N layers",
+    )
 
     # -- head ------------------------------------------------------------------------------
     positions: int = setting(64, help="K, the number of rank positions (>= the largest slate)")
@@ -233,7 +239,9 @@ class TrainConfig:
         None,
         help="with --frozen: compute the backbone's readout states of the training (and eval) "
         "slates once into DIR (resumable, checked against the settings) and train the head "
-        "from them; the model saved is an ordinary checkpoint",
+        "from them; with --lora-layers N: cache the states entering the top N layers instead, "
+        "and train those layers' LoRA and the head from them; the model saved is an ordinary "
+        "checkpoint",
     )
     cache_dtype: str = setting(
         DEFAULT_CACHE_DTYPE, help="how cached states are stored", choices=CACHE_DTYPES
@@ -351,6 +359,9 @@ class TrainConfig:
                              "drop it, or drop --eval-slates")
         if self.target not in TARGETS:
             raise ValueError(f"unknown --target {self.target!r}: choose one of {list(TARGETS)}")
+        if self.lora_layers is not None and not self.trains_lora:
+            raise ValueError("--lora-layers says which layers LoRA adapts, but --frozen and "
+                             "--features-only train no LoRA: drop one of them")
         self._check_cache_settings()
         self.template()  # an unknown name or a bad template file, before anything loads
         if self.trains_lora:
@@ -439,10 +450,15 @@ class TrainConfig:
         if not modules:
             raise ValueError("--lora-modules is empty: use all-linear or module names, "
                              "e.g. q_proj,v_proj")
+        if self.lora_layers is not None and not 1 <= self.lora_layers <= (self.layers or
+                                                                          self.lora_layers):
+            raise ValueError(f"--lora-layers {self.lora_layers} must be between 1 and the "
+                             f"kept layers (--layers {self.layers})")
         return LoraSettings(
             r=self.lora_r,
             alpha=self.lora_alpha,
             target_modules="all-linear" if modules == ["all-linear"] else modules,
+            top_layers=self.lora_layers,
         )
 
     def _check_cache_settings(self) -> None:
@@ -451,7 +467,7 @@ class TrainConfig:
         if self.cache_states is not None:
             check_cacheable(
                 method_for(self.head),
-                frozen=self.frozen,
+                frozen=self.frozen or self.lora_layers is not None,
                 features_only=self.features_only,
                 dtype=self.cache_dtype,
                 batch_size=self.cache_batch_size,
@@ -461,7 +477,9 @@ class TrainConfig:
 def check_cacheable(
     method: RankingMethod, *, frozen: bool, features_only: bool, dtype: str, batch_size: int
 ) -> None:
-    """Refuse to cache states that would not stand for the prefill, or to cache them as asked.
+    """Refuse to cache states that would not stand for the prefill, or to cache them as asked;
+    ``frozen``: whether the layers whose output would be cached never change (the whole
+    backbone, or the layers below LoRA's top ones).
 
     Cached states stand for a prefill only when the prefill never changes and is what the
     head reads: the one check that both ``spdrank train --cache-states``
@@ -475,8 +493,9 @@ def check_cacheable(
     if method.cache_refusal is not None:
         raise ValueError(method.cache_refusal)
     if not frozen:
-        raise ValueError("--cache-states needs --frozen: LoRA changes the backbone's states "
-                         "at every step, so cached ones would be stale")
+        raise ValueError("--cache-states needs --frozen, or LoRA on the top layers only "
+                         "(--lora-layers N): LoRA on every layer changes all the backbone's "
+                         "states at every step, so cached ones would be stale")
     if dtype not in CACHE_DTYPES:
         raise ValueError(f"unknown --cache-dtype {dtype!r}: use one of {list(CACHE_DTYPES)}")
     if batch_size < 1:

@@ -42,6 +42,14 @@ prefix of a learning curve) instead of computing its own, and a cache grows to a
 slates when its own begin them: the new slates are computed, those cached are not (a last
 shard that was short gets the new slates appended, rewritten whole).
 
+**Below the adapted layers.** With LoRA on the top layers only (``--lora-layers``), the head
+does not read fixed states, but the layers below the first adapted one are still frozen: the
+cache then holds, for each slate, the states of every prompt token entering that layer
+(``states`` [sum of their T, D], ``sizes`` their T), and a batch is the slates' prompts with
+those states attached (:attr:`~spdrank.backbone.batching.PromptTensors.lower`), so each step
+runs only the adapted layers (:mod:`spdrank.backbone.split`). The key names the layer, and its
+weights digest leaves the LoRA adapters out: they change, the layers below do not.
+
 States are computed with the backbone in eval mode, as at inference: a frozen backbone is a
 fixed feature extractor, so any dropout it has is off.
 """
@@ -65,6 +73,7 @@ from torch import nn
 from spdrank.backbone.batching import Batch, SlateStates, states_batch
 from spdrank.backbone.load import hidden_size
 from spdrank.backbone.prompt import UNIT_READOUTS
+from spdrank.backbone.split import check_split, lower_hidden, split_layer
 from spdrank.core.files import atomic_write_bytes, atomic_writer
 from spdrank.core.progress import Progress
 from spdrank.core.slates import Slate, batched, read_slates
@@ -99,6 +108,8 @@ def weights_digest(module: nn.Module) -> str:
     """
     digest = hashlib.sha256()
     for name, tensor in sorted(module.state_dict().items()):
+        if "lora_" in name:  # adapters train; the cache depends on the frozen weights only
+            continue
         flat = tensor.detach().contiguous().reshape(-1)
         digest.update(f"{name}:{tuple(tensor.shape)}:{tensor.dtype};".encode())
         digest.update(flat.view(torch.uint8).cpu().numpy().tobytes())
@@ -124,6 +135,13 @@ def text_digests(
     return out
 
 
+def cached_split(model: SPDRanker) -> int | None:
+    """The layer whose input the cache holds for ``model``: its first LoRA-adapted layer when
+    LoRA adapts only the top ones; None when the cache holds readout states."""
+    lora = model.config.backbone.lora
+    return None if lora is None else split_layer(model.backbone, lora.top_layers)
+
+
 def cache_key(
     model: SPDRanker,
     slates_path: str | os.PathLike[str],
@@ -140,7 +158,8 @@ def cache_key(
     if texts is None:
         texts = text_digests(slates_path, count, config.text_fields, every=count)[count]
     prompt = model.encode(first)
-    return {
+    split = cached_split(model)
+    return ({} if split is None else {"split_layer": split}) | {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
         "backbone": config.backbone.name_or_path,
@@ -195,7 +214,9 @@ class StateCache:
         self.shard_size = shard_size
         self.hidden = hidden
         #: Rows are tokens or words (the "tokens" and "words" readouts), W at most per item.
-        self.tokens = key["prompt"].get("readout") in UNIT_READOUTS
+        #: The layer whose input each prompt token's row is; None: rows are readout states.
+        self.split: int | None = key.get("split_layer")
+        self.tokens = self.split is None and key["prompt"].get("readout") in UNIT_READOUTS
         self.width = int(key["prompt"]["max_item_tokens"])
         #: Open shards: the safetensors handle and the row offsets of its slates.
         #: Open shards by (index, tensor name): see :meth:`_shard`.
@@ -296,7 +317,10 @@ class StateCache:
     def batch(self, indices: Sequence[int], slates: Sequence[Slate], model: SPDRanker) -> Batch:
         """The batch ``model`` reads for ``slates``, the file's slates at ``indices``: their
         cached states, padded as a prefill's batch is, and their features read from the
-        slates themselves."""
+        slates themselves. Below adapted layers, the slates' prompts with their cached
+        states attached."""
+        if self.split is not None:
+            return self._prompt_batch(indices, slates, model)
         items, item_tokens = self._slate_states(indices, "states")
         for index, slate, states in zip(indices, slates, items, strict=True):
             if len(states) != len(slate):
@@ -308,6 +332,28 @@ class StateCache:
         if model.reads_history:
             cached.history, cached.history_tokens = self._slate_states(indices, "history")
         return states_batch(cached, [model.slate_features(s) for s in slates])
+
+
+    def _prompt_batch(
+        self, indices: Sequence[int], slates: Sequence[Slate], model: SPDRanker
+    ) -> Batch:
+        """The slates' prompts as a prefill's batch, with the states entering the split layer
+        of every prompt token attached (padded with zeros, as the prompt is with padding)."""
+        batch = model.collate([model.encode(s) for s in slates])
+        prompt = batch.prompt
+        lengths = prompt.attention_mask.sum(1).tolist()
+        rows = [self.slate_states(i) for i in indices]
+        for index, row, length in zip(indices, rows, lengths, strict=True):
+            if len(row) != length:
+                raise ValueError(
+                    f"{self.directory} holds {len(row)} token states for slate {index}, whose "
+                    f"prompt is {length} tokens: the cache is not of this slate file"
+                )
+        lower = torch.zeros((len(rows), prompt.input_ids.shape[1], self.hidden))
+        for i, row in enumerate(rows):
+            lower[i, : len(row)] = row
+        prompt.lower, prompt.lower_layer = lower.to(model.device), self.split
+        return batch
 
 
 def open_state_cache(
@@ -329,7 +375,7 @@ def open_state_cache(
     """
     check_cacheable(
         model.method,
-        frozen=model.config.backbone.lora is None,
+        frozen=model.config.backbone.lora is None or cached_split(model) is not None,
         features_only=model.config.features_only,
         dtype=storage,
         batch_size=batch_size,
@@ -426,6 +472,8 @@ def _complete(
     was_training = model.training
     model.eval()
     try:
+        if cache.split is not None:
+            _check_split(model, slates_path, cache.split)
         for index, slates in enumerate(shards):
             if index not in missing and index not in short:
                 continue
@@ -452,9 +500,36 @@ def _appended(path: Path, tensors: dict[str, torch.Tensor]) -> dict[str, torch.T
         return {name: torch.cat([handle.get_tensor(name), new]) for name, new in tensors.items()}
 
 
+def _check_split(model: SPDRanker, slates_path: str | os.PathLike[str], layer: int) -> None:
+    """Refuse to cache the states entering ``layer`` when the backbone's two halves, run on
+    the file's first slate, do not make its whole prefill."""
+    first = next(read_slates(slates_path))
+    prompt = model.collate([model.encode(first)]).prompt
+    check_split(model.backbone, prompt.input_ids, prompt.attention_mask, layer)
+
+
+def _lower_tensors(
+    model: SPDRanker, slates: list[Slate], storage: torch.dtype, batch_size: int,
+    bar: Progress, layer: int,
+) -> dict[str, torch.Tensor]:
+    """A shard's tensors of the states entering ``layer``: every real prompt token's row."""
+    rows: list[torch.Tensor] = []
+    for chunk in batched(slates, batch_size):
+        prompt = model.collate([model.encode(s) for s in chunk]).prompt
+        with torch.inference_mode():
+            lower = lower_hidden(model.backbone, prompt.input_ids, prompt.attention_mask, layer)
+        lengths = prompt.attention_mask.sum(1).tolist()
+        rows.extend(lower[i, :t].cpu() for i, t in enumerate(lengths))
+        bar.update(len(chunk))
+    return {"states": _stored(rows, storage), "sizes": torch.tensor([len(r) for r in rows])}
+
+
 def _shard_tensors(
     model: SPDRanker, slates: list[Slate], storage: torch.dtype, batch_size: int, bar: Progress
 ) -> dict[str, torch.Tensor]:
+    split = cached_split(model)
+    if split is not None:
+        return _lower_tensors(model, slates, storage, batch_size, bar, split)
     rows: list[torch.Tensor] = []
     history_rows: list[torch.Tensor] = []
     history_sizes: list[int] = []

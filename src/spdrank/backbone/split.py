@@ -1,0 +1,120 @@
+"""A prefill split at one layer: the frozen layers below it run once, the adapted ones above
+it run at every training step.
+
+With LoRA on the top layers only (``LoraSettings.top_layers``), the layers below the first
+adapted one never change, so what enters that layer is a pure function of the prompt: it can
+be computed once per slate and cached (:mod:`spdrank.training.state_cache`), and each training
+step runs only the few adapted layers over it, not the whole model.
+
+Both halves run the backbone's own forward, so masks, rotary positions and per-layer
+attention kinds (sliding windows) are the model's, for any family: :func:`lower_hidden` stops
+the forward where the split layer begins; :func:`upper_hidden` runs it on a view of the model
+whose layer list starts at the split layer, fed the cached states as its input embeddings.
+:func:`check_split` compares the two halves with one whole prefill, so a family whose forward
+does something else between its embeddings and its first layer is refused, not trained wrong.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+from torch import nn
+
+#: How far (relative to the states' scale, in units of the dtype's epsilon) a split prefill
+#: may be from a whole one: rounding of the same operations, run in another grouping.
+SPLIT_TOLERANCE_EPS = 64
+
+
+def decoder_of(model: nn.Module) -> nn.Module:
+    """The transformer stack of a backbone (LoRA-wrapped or not): what ``last_hidden`` runs."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return base.get_decoder() if hasattr(base, "lm_head") else base
+
+
+def split_layer(model: nn.Module, top_layers: int | None) -> int | None:
+    """The first layer LoRA adapts when it adapts only the top ``top_layers`` (None: no split,
+    every layer is adapted or none is)."""
+    if top_layers is None:
+        return None
+    return int(model.config.num_hidden_layers) - top_layers
+
+
+class _Reached(Exception):
+    """Raised by the hook on the split layer to stop the forward with what enters it."""
+
+    def __init__(self, hidden: torch.Tensor) -> None:
+        super().__init__()
+        self.hidden = hidden
+
+
+def lower_hidden(
+    model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor, layer: int
+) -> torch.Tensor:
+    """The hidden states entering layer ``layer`` [B, T, D]; the layers from it on never run."""
+    decoder = decoder_of(model)
+
+    def stop(_module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        raise _Reached(args[0] if args else kwargs["hidden_states"])
+
+    handle = decoder.layers[layer].register_forward_pre_hook(stop, with_kwargs=True)
+    try:
+        decoder(input_ids=input_ids, attention_mask=attention_mask)
+    except _Reached as reached:
+        return reached.hidden
+    finally:
+        handle.remove()
+    raise RuntimeError(f"the backbone's forward never reached its layer {layer}")
+
+
+@contextmanager
+def _layers_from(decoder: nn.Module, layer: int) -> Iterator[None]:
+    """``decoder`` running its layers from ``layer`` on (their per-layer settings with them)."""
+    config = decoder.config
+    layers, count = decoder.layers, config.num_hidden_layers
+    kinds = getattr(config, "layer_types", None)
+    decoder.layers = nn.ModuleList(list(layers)[layer:])
+    config.num_hidden_layers = count - layer
+    if isinstance(kinds, list):
+        config.layer_types = kinds[layer:]
+    try:
+        yield
+    finally:
+        decoder.layers = layers
+        config.num_hidden_layers = count
+        if isinstance(kinds, list):
+            config.layer_types = kinds
+
+
+def upper_hidden(
+    model: nn.Module, lower: torch.Tensor, attention_mask: torch.Tensor, layer: int
+) -> torch.Tensor:
+    """The last layer's hidden states [B, T, D] from ``lower``, the states entering ``layer``."""
+    decoder = decoder_of(model)
+    dtype = next(decoder.parameters()).dtype
+    with _layers_from(decoder, layer):
+        out = decoder(inputs_embeds=lower.to(dtype), attention_mask=attention_mask)
+    return out.last_hidden_state
+
+
+def check_split(
+    model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor, layer: int
+) -> None:
+    """Refuse a backbone whose two halves do not make its whole prefill: the cached states
+    would then stand for something the model never computes."""
+    decoder = decoder_of(model)
+    with torch.inference_mode():
+        whole = decoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        lower = lower_hidden(model, input_ids, attention_mask, layer)
+        split = upper_hidden(model, lower, attention_mask, layer)
+    real = attention_mask.bool()
+    scale = whole[real].float().abs().max().clamp_min(1e-6)
+    gap = (whole[real].float() - split[real].float()).abs().max() / scale
+    if gap > SPLIT_TOLERANCE_EPS * torch.finfo(whole.dtype).eps:
+        raise ValueError(
+            f"this backbone ({type(decoder).__name__}) cannot be split at layer {layer}: "
+            f"its layers run from cached states differ from a whole prefill by {gap:.2e} of "
+            "their scale; train without --cache-states"
+        )
