@@ -284,6 +284,29 @@ def _writer_of(fifo: Path, proc: subprocess.Popen) -> IO[str]:
     return os.fdopen(fd, "w")
 
 
+def open_temporaries(pid: int, folder: Path) -> list[str]:
+    """The temporaries ``pid`` holds open in ``folder``: an unnamed file (``O_TMPFILE``, which
+    ``/proc`` shows as ``folder/#INODE (deleted)``) or a hidden ``.NAME.HEX.tmp`` sibling."""
+    held = []
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            target = os.readlink(fd)
+        except OSError:  # closed since it was listed
+            continue
+        name = target.removeprefix(f"{folder}/")
+        if name != target and (name.startswith("#") or name.endswith(".tmp")):
+            held.append(name)
+    return held
+
+
+def _await_temporary(proc: subprocess.Popen, folder: Path) -> None:
+    deadline = time.monotonic() + 120
+    while not open_temporaries(proc.pid, folder) and time.monotonic() < deadline:
+        assert proc.poll() is None, proc.communicate()[1]
+        time.sleep(0.05)
+    assert open_temporaries(proc.pid, folder), "the command never opened its temporary output"
+
+
 def test_sigterm_during_rank_removes_the_temporary_and_keeps_the_output(tmp_path, model_dir):
     """The input is a FIFO that never ends, so rank is caught mid-write, its temporary open."""
     fifo = tmp_path / "slow.jsonl"
@@ -300,10 +323,7 @@ def test_sigterm_during_rank_removes_the_temporary_and_keeps_the_output(tmp_path
         with _writer_of(fifo, proc) as writer:  # once rank reads it, its temporary made
             writer.write(json.dumps(slate("u1")) + "\n")
             writer.flush()
-            deadline = time.monotonic() + 120
-            while not leftovers(tmp_path) and time.monotonic() < deadline:
-                time.sleep(0.05)
-            assert leftovers(tmp_path), "rank never opened its temporary output"
+            _await_temporary(proc, tmp_path)
             time.sleep(0.5)  # into the read of the line that never comes
             proc.send_signal(signal.SIGTERM)
             _, err = proc.communicate(timeout=60)
@@ -312,6 +332,38 @@ def test_sigterm_during_rank_removes_the_temporary_and_keeps_the_output(tmp_path
     assert proc.returncode == TERMINATED, err
     assert err.strip().splitlines()[-1] == "spdrank rank: terminated"
     assert leftovers(tmp_path) == []
+    assert out.read_text() == "previous\n"
+
+
+def test_sigkill_during_data_windows_leaves_no_temporary(tmp_path):
+    """A kill no handler sees (SIGKILL, the OOM killer) mid-write leaves the folder as it was:
+    the output is filled as a file without a name until it is complete."""
+    from spdrank.core.files import _unnamed_file
+
+    fd = _unnamed_file(tmp_path)
+    if fd is None:
+        pytest.skip("this file system has no unnamed files (O_TMPFILE)")
+    os.close(fd)
+    fifo = tmp_path / "labelled.jsonl"
+    os.mkfifo(fifo)
+    out = tmp_path / "windows.jsonl"
+    out.write_text("previous\n")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "spdrank", "data", "windows", "--slates", str(fifo), "--window",
+         "2", "--stride", "1", "--out", str(out)],
+        env=subprocess_env() | {"OMP_NUM_THREADS": "1"},
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        with _writer_of(fifo, proc) as writer:
+            writer.write(json.dumps(slate("u1")) + "\n")
+            writer.flush()
+            _await_temporary(proc, tmp_path)
+            proc.kill()
+            proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["labelled.jsonl", "windows.jsonl"]
     assert out.read_text() == "previous\n"
 
 
@@ -429,3 +481,87 @@ def test_check_outputs_leaves_streams_out_of_the_comparison(tmp_path):
     check_outputs({"--input": tmp_path / "in"}, {"--output": "/dev/null", "--trec": "/dev/null"})
     with pytest.raises(ValueError, match="--trec .* same file as --output"):
         check_outputs({}, {"--output": tmp_path / "a", "--trec": tmp_path / "a"})
+
+
+# -- eval --trec-dir: run files named after the rankers --------------------------------------
+
+
+def _search_slates(path: Path) -> Path:
+    rows = [
+        {"query": {"qid": qid, "text": "q"}, "relevance": {"d1": 1},
+         "candidates": [{"docid": f"d{i}", "doc": {"text": f"passage {i}"}} for i in range(4)]}
+        for qid in ("q1", "q2")
+    ]
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return path
+
+
+def _run_file(path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(f"{q} Q0 d{i} {i + 1} {5 - i} mine\n" for q in ("q1", "q2")
+                            for i in range(4)))
+    return path
+
+
+def _eval(slates: Path, *extra: str) -> int:
+    return main(["eval", "--slates", str(slates), "--no-progress", *extra])
+
+
+def test_eval_trec_dir_refuses_to_overwrite_a_run_it_reads(tmp_path, capsys):
+    slates = _search_slates(tmp_path / "s.jsonl")
+    run = _run_file(tmp_path / "runs" / "bm25.trec")
+    before = run.read_bytes()
+    assert _eval(slates, "--run", f"bm25={run}", "--trec-dir", str(run.parent)) == 2
+    line = one_error_line(capsys.readouterr().err)
+    assert f"--trec-dir {run}" in line and f"--run {run}" in line
+    assert run.read_bytes() == before and sorted(p.name for p in run.parent.iterdir()) == [
+        "bm25.trec"]
+
+
+@pytest.mark.parametrize("role", ["--qrels", "--slates"])
+def test_eval_trec_dir_refuses_to_overwrite_its_judgements_or_slates(tmp_path, capsys, role):
+    slates = _search_slates(tmp_path / "s.jsonl")
+    if role == "--qrels":
+        victim = tmp_path / "random.trec"
+        victim.write_text("q1 0 d1 1\n")
+        argv = ["--slates", str(slates), "--qrels", str(victim)]
+    else:
+        victim = tmp_path / "random.trec"
+        victim.write_bytes(slates.read_bytes())
+        argv = ["--slates", str(victim)]
+    before = victim.read_bytes()
+    code = main(["eval", *argv, "--ranker", "random", "--trec-dir", str(tmp_path),
+                 "--no-progress"])
+    assert code == 2
+    assert role in one_error_line(capsys.readouterr().err)
+    assert victim.read_bytes() == before
+
+
+def test_eval_trec_dir_refuses_names_that_share_a_file(tmp_path, capsys):
+    slates = _search_slates(tmp_path / "s.jsonl")
+    run = _run_file(tmp_path / "r.trec")
+    out = tmp_path / "out"
+    assert _eval(slates, "--run", f"a b={run}", "--run", f"a_b={run}",
+                 "--trec-dir", str(out)) == 2
+    line = one_error_line(capsys.readouterr().err)
+    assert "'a b'" in line and "'a_b'" in line and "a_b.trec" in line
+    assert not out.exists()
+
+
+def test_eval_trec_dir_writes_one_run_a_ranker(tmp_path):
+    slates = _search_slates(tmp_path / "s.jsonl")
+    run = _run_file(tmp_path / "r.trec")
+    out = tmp_path / "out"
+    assert _eval(slates, "--run", f"first stage={run}", "--ranker", "random",
+                 "--trec-dir", str(out)) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["first_stage.trec", "random.trec"]
+    assert {line.split()[-1] for line in (out / "first_stage.trec").read_text().splitlines()} == {
+        "first_stage"}
+
+
+def test_rank_refuses_an_output_over_its_prompt_file(tmp_path, model_dir, slates_file, capsys):
+    prompt = tmp_path / "prompt.json"
+    prompt.write_text("{}\n")
+    assert rank(model_dir, slates_file, prompt, "--prompt", str(prompt)) == 2
+    assert "--prompt" in one_error_line(capsys.readouterr().err)
+    assert prompt.read_text() == "{}\n"

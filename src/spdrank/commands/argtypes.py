@@ -81,3 +81,11 @@ def windows_from_args(args: argparse.Namespace) -> object | None:
     from spdrank.rankers.windows import Windows
 
     return Windows(args.window, args.window_stride or max(args.window // 2, 1))
+
+
+def prompt_file(spec: str | None) -> str | None:
+    """The file ``--prompt NAME|FILE`` names, an input no output may overwrite (None for a
+    built-in template's name)."""
+    from pathlib import Path
+
+    return spec if spec is not None and Path(spec).is_file() else None

@@ -12,10 +12,15 @@ One slate a query, in the run's order, with its graded judgements as ``relevance
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
 
 from spdrank.commands.argtypes import int_at_least, positive_int
+from spdrank.core.defaults import MAX_SUBSETS
 from spdrank.eval.judged import DEFAULT_REL_LEVEL
+
+if TYPE_CHECKING:
+    from spdrank.core.slates import Slate
 
 
 def register(sub: Any) -> None:
@@ -63,7 +68,9 @@ def register(sub: Any) -> None:
     w.add_argument("--stride", type=positive_int, default=10, metavar="S",
                    help="how far each window moves up (default 10)")
     w.add_argument("--subsets", type=int_at_least(0), default=0, metavar="N",
-                   help="also N random subsets of W candidates a slate (default 0)")
+                   help="also N random subsets of W candidates a slate, none twice and none a "
+                        "sliding window (all there are when a slate has fewer; at most "
+                        f"{MAX_SUBSETS:,}; default 0)")
     w.add_argument("--seed", type=int, default=0, help="seed of the subsets (default 0)")
     w.add_argument("--out", required=True, metavar="FILE", help="the windows (JSONL, .gz too)")
     w.set_defaults(func=run_windows)
@@ -72,16 +79,29 @@ def register(sub: Any) -> None:
 def run_windows(args: argparse.Namespace) -> int:
     from spdrank.core.files import check_outputs
     from spdrank.core.slates import read_unique_slates, write_slates
-    from spdrank.datasets.search import training_windows
+    from spdrank.datasets.search import subsets_allowed, training_windows
 
     check_outputs({"--slates": args.slates}, {"--out": args.out})
     if args.stride > args.window:
         raise ValueError(f"--stride ({args.stride}) must not exceed --window ({args.window})")
-    n = write_slates(args.out, (
-        w for slate in read_unique_slates(args.slates)
-        for w in training_windows(slate, args.window, args.stride, args.subsets, args.seed)
-    ))
+    if args.subsets > MAX_SUBSETS:
+        raise ValueError(f"--subsets {args.subsets:,} is over {MAX_SUBSETS:,}, the most one "
+                         "slate is cut into")
+    fewer: list[str] = []  # slates with fewer distinct subsets than asked
+
+    def windows() -> Iterator[Slate]:
+        """Each slate's windows, streamed to the output as they are cut."""
+        for slate in read_unique_slates(args.slates):
+            n = len(slate)
+            if n > args.window and subsets_allowed(n, args.window, args.stride) < args.subsets:
+                fewer.append(slate.query.qid)
+            yield from training_windows(slate, args.window, args.stride, args.subsets, args.seed)
+
+    n = write_slates(args.out, windows())
     print(f"wrote {n} windows -> {args.out}")
+    if fewer:
+        print(f"{len(fewer)} slates have fewer than --subsets {args.subsets} subsets of "
+              f"{args.window} besides their windows, and gave all they have, e.g. {fewer[:3]}")
     return 0
 
 

@@ -190,18 +190,42 @@ def with_judgements(stream: Iterable[Slate], qrels: dict[str, dict[str, int]]) -
         yield slate
 
 
+def run_tag(name: str) -> str:
+    """A ranker's name as a TREC run's tag and file name: what neither can hold becomes ``_``."""
+    return re.sub(r"[^A-Za-z0-9._-]", "_", name)
+
+
+def trec_paths(folder: str | Path, names: Iterable[str]) -> dict[str, Path]:
+    """Each ranker's run file, ``folder/<tag>.trec`` by name. Two names with one tag (``a b``
+    and ``a_b``), or tags that differ in case alone (one file where names fold case), would
+    write one file twice, as would one name given twice: refused, naming both."""
+    paths: dict[str, Path] = {}
+    owners: dict[str, str] = {}
+    for name in names:
+        tag = run_tag(name)
+        if tag.casefold() in owners:
+            other = owners[tag.casefold()]
+            raise ValueError(
+                f"--trec-dir: rankers {other!r} and {name!r} would both write "
+                f"{Path(folder) / (tag + '.trec')}; name one otherwise (NAME=...)"
+            )
+        owners[tag.casefold()] = name
+        paths[name] = Path(folder) / f"{tag}.trec"
+    return paths
+
+
 def trec_writers(
-    stack: contextlib.ExitStack, folder: str, rankers: list[Ranker]
+    stack: contextlib.ExitStack, paths: dict[str, Path]
 ) -> Callable[[Ranker, Slate, Ranking], None]:
-    """One TREC run file a ranker under ``folder`` (written atomically, so a failed
-    evaluation replaces none), and the callback that writes each ranking to its file."""
+    """One TREC run file a ranker, at the path :func:`trec_paths` gave it (written atomically,
+    so a failed evaluation replaces none), and the callback that writes each ranking to it."""
     from spdrank.core.files import atomic_writer
     from spdrank.core.outputs import write_trec_lines
 
-    files = {}
-    for r in rankers:
-        tag = re.sub(r"[^A-Za-z0-9._-]", "_", r.name)
-        files[r.name] = (stack.enter_context(atomic_writer(Path(folder) / f"{tag}.trec")), tag)
+    files = {
+        name: (stack.enter_context(atomic_writer(path)), run_tag(name))
+        for name, path in paths.items()
+    }
 
     def write(ranker: Ranker, slate: Slate, ranking: Ranking) -> None:
         fh, tag = files[ranker.name]
@@ -211,6 +235,7 @@ def trec_writers(
 
 
 def run(args: argparse.Namespace) -> int:
+    from spdrank.commands.argtypes import prompt_file
     from spdrank.commands.named_rankers import fit_rankers, split_named
     from spdrank.commands.rank import check_prompt
     from spdrank.core.files import atomic_writer, check_outputs
@@ -219,12 +244,13 @@ def run(args: argparse.Namespace) -> int:
     from spdrank.eval.evaluate import evaluate, format_table, write_per_slate
 
     slates_path, train, progress = checked_inputs(args)
-    check_outputs(
-        {"--slates": slates_path, "--train": train, "--extra-sequences": args.extra_sequences,
-         "--labels": named_files(args, "labels"), "--run": named_files(args, "run"),
-         "--qrels": args.qrels},
-        {"--json": args.json, "--per-slate": args.per_slate},
-    )
+    inputs = {
+        "--slates": slates_path, "--train": train, "--extra-sequences": args.extra_sequences,
+        "--labels": named_files(args, "labels"), "--run": named_files(args, "run"),
+        "--qrels": args.qrels, "--prompt": prompt_file(args.prompt),
+    }
+    outputs = {"--json": args.json, "--per-slate": args.per_slate}
+    check_outputs(inputs, outputs)
 
     for spec in args.model or ():  # before any model loads
         check_prompt(split_named(spec)[1], args.prompt)
@@ -234,6 +260,9 @@ def run(args: argparse.Namespace) -> int:
     if not rankers:
         raise ValueError("no rankers: pass --ranker NAME (repeatable)")
     rankers = with_first_stage(rankers)
+    # A run file a ranker, named once the rankers are: each checked as the other outputs were.
+    run_files = trec_paths(args.trec_dir, [r.name for r in rankers]) if args.trec_dir else {}
+    check_outputs(inputs, {**outputs, "--trec-dir": list(run_files.values())})
     extra = Path(args.extra_sequences) if args.extra_sequences else None
     fit_s = fit_rankers(rankers, train, progress, extra)
 
@@ -247,7 +276,7 @@ def run(args: argparse.Namespace) -> int:
              len(rankers), "" if len(rankers) == 1 else "s", ", ".join(r.name for r in rankers))
     t0 = time.perf_counter()
     with contextlib.ExitStack() as stack:
-        runs = trec_writers(stack, args.trec_dir, rankers) if args.trec_dir else None
+        runs = trec_writers(stack, run_files) if run_files else None
         results = evaluate(
             rankers, stream, ks=args.k, mrr_ks=args.k, warmup=args.warmup, progress=progress,
             total=total, rel=args.rel_level, observe=runs,

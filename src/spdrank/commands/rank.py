@@ -59,7 +59,7 @@ def check_prompt(model: str, asked: str | None) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from spdrank.backbone.load import resolve_device
-    from spdrank.commands.argtypes import windows_from_args
+    from spdrank.commands.argtypes import prompt_file, windows_from_args
     from spdrank.core.files import atomic_writer, check_outputs, output_target
     from spdrank.core.outputs import result_record, write_trec_lines
     from spdrank.core.progress import Progress
@@ -68,7 +68,8 @@ def run(args: argparse.Namespace) -> int:
 
     if args.batch_size < 1:
         raise ValueError("--batch-size must be at least 1")
-    check_outputs({"--input": args.input}, {"--output": args.output, "--trec": args.trec})
+    check_outputs({"--input": args.input, "--prompt": prompt_file(args.prompt)},
+                  {"--output": args.output, "--trec": args.trec})
     check_prompt(args.model, args.prompt)
     model = SPDRanker.from_pretrained(
         args.model, device=resolve_device(args.device), dtype=args.dtype,

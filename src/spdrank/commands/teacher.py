@@ -276,6 +276,7 @@ def _write_json(path: str, data: dict[str, Any]) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from spdrank.backbone.templates import load_template
+    from spdrank.commands.argtypes import prompt_file
     from spdrank.core.files import check_outputs
     from spdrank.teacher.run import (
         RunOptions,
@@ -303,7 +304,8 @@ def run(args: argparse.Namespace) -> int:
         raise FileNotFoundError(f"no such slate file: {slates}")
     check_outputs(
         {"--slates": slates, "--train": args.train, "--base-urls-file": args.base_urls_file,
-         "--backend": args.backend[len("file:"):] if args.backend.startswith("file:") else None},
+         "--backend": args.backend[len("file:"):] if args.backend.startswith("file:") else None,
+         "--prompt": prompt_file(args.prompt)},
         {"--out": args.out, "--slates-out": args.slates_out or default_slates_out(args.out),
          "--json": args.json},
     )

@@ -61,3 +61,8 @@ DEFAULT_WARMUP_SHARE = 0.1
 
 #: The slate sizes N at which ``spdrank bench --latency`` decomposes a model's latency.
 LATENCY_SIZES = (20, 50, 150)
+
+#: The most random subsets ``spdrank data windows --subsets`` cuts from one slate: each is a
+#: training slate of the same query, so more would let one query outweigh the rest of a
+#: training file, and the subsets drawn are remembered (to draw none twice) in memory.
+MAX_SUBSETS = 10_000

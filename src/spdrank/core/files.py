@@ -196,32 +196,90 @@ def output_target(path: str | os.PathLike[str]) -> OutputTarget:
     )
 
 
+def _sibling_name(real: Path) -> Path:
+    """A hidden name beside ``real`` that no file holds yet (``.NAME.HEX.tmp``)."""
+    return real.with_name(f".{real.name}.{secrets.token_hex(6)}.tmp")
+
+
+def _named_sibling(real: Path) -> Path:
+    """A new empty file beside ``real``, hidden and recognisable as a temporary."""
+    # Not tempfile.mkstemp: its 0600 mode would stay on a new file; this one gets the umask's.
+    while True:
+        tmp_path = _sibling_name(real)
+        try:
+            os.close(os.open(tmp_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+            return tmp_path
+        except FileExistsError:
+            continue
+
+
+def _unnamed_file(folder: Path) -> int | None:
+    """A descriptor of a new file in ``folder`` that has no name (Linux's ``O_TMPFILE``), or
+    None where the system or the file system cannot make one, or ``/proc/self/fd`` cannot
+    reopen it. A file without a name vanishes with the process however it ends: a kill
+    that no handler sees (SIGKILL, the OOM killer) leaves no temporary behind."""
+    flag = getattr(os, "O_TMPFILE", None)
+    if flag is None or not os.path.isdir("/proc/self/fd"):
+        return None
+    try:
+        return os.open(folder, flag | os.O_WRONLY, 0o666)
+    except OSError:  # a file system without unnamed files: a named temporary instead
+        return None
+
+
+def _publish(fd: int, real: Path) -> None:
+    """Give the unnamed file ``fd`` the name ``real``: a link cannot replace a file, so it is
+    linked under a fresh hidden name first and that name renamed onto ``real``."""
+    proc = os.open("/proc/self/fd", os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        while True:
+            name = _sibling_name(real)
+            try:
+                os.link(str(fd), name, src_dir_fd=proc, follow_symlinks=True)
+                break
+            except FileExistsError:
+                continue
+    finally:
+        os.close(proc)
+    try:
+        os.replace(name, real)
+    except BaseException:
+        name.unlink(missing_ok=True)
+        raise
+
+
 @contextmanager
 def _replacing(path: Path) -> Iterator[tuple[Path, bool]]:
-    """``(file to fill, stream?)``: for a regular file a new empty temporary sibling of its
-    target, which replaces the target only on success; a stream is yielded as it is."""
+    """``(file to fill, stream?)``: for a regular file a new empty temporary in its target's
+    folder, which replaces the target only on success; a stream is yielded as it is.
+
+    The temporary has no name while it is filled where the system allows it
+    (:func:`_unnamed_file`; it is reached through ``/proc/self/fd``), else it is a hidden
+    sibling ``.NAME.HEX.tmp`` removed on any exception, SIGTERM's included.
+    """
     target = output_target(path)
     if target.stream:
         yield target.path, True
         return
     real = target.path
     real.parent.mkdir(parents=True, exist_ok=True)
-    # Not tempfile.mkstemp: its 0600 mode would stay on a new file; this one gets the umask's.
-    while True:
-        tmp_path = real.with_name(f".{real.name}.{secrets.token_hex(6)}.tmp")
-        try:
-            os.close(os.open(tmp_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
-            break
-        except FileExistsError:
-            continue
+    fd = _unnamed_file(real.parent)
+    tmp_path = _named_sibling(real) if fd is None else Path(f"/proc/self/fd/{fd}")
     try:
         if target.mode is not None:  # the file it replaces keeps its permissions
             os.chmod(tmp_path, target.mode)
         yield tmp_path, False
-        os.replace(tmp_path, real)
+        if fd is None:
+            os.replace(tmp_path, real)
+        else:
+            _publish(fd, real)
     except BaseException:
-        tmp_path.unlink(missing_ok=True)
+        if fd is None:
+            tmp_path.unlink(missing_ok=True)
         raise
+    finally:
+        if fd is not None:
+            os.close(fd)
 
 
 @contextmanager

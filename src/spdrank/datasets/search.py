@@ -189,7 +189,9 @@ def training_windows(
     A student reads at most K candidates, and ranks a longer list by sliding windows
     (:mod:`spdrank.rankers.windows`); it trains on what those windows show it: the sliding windows over
     the slate's own order (its first stage's), bottom-up by ``stride``, plus ``subsets`` random
-    subsets (seeded by ``seed`` and the qid) that mix passages from every depth. Each keeps the
+    subsets (seeded by ``seed`` and the qid) that mix passages from every depth, each one
+    neither a window nor another subset (:func:`random_subsets`: fewer when the slate has
+    fewer). Each keeps the
     slate's query and judgements; its teacher ranking (and scores) and clicks are the slate's,
     restricted to its candidates. The qids are ``<qid>#<j>``, unique within the file.
     """
@@ -198,10 +200,10 @@ def training_windows(
     from spdrank.rankers.windows import Windows
 
     n = len(slate)
-    spans = [list(range(start, end)) for start, end in Windows(window, stride).spans(n)]
+    spans = [tuple(range(start, end)) for start, end in Windows(window, stride).spans(n)]
     if n > window:  # a slate within one window is kept whole, once
         rng = random.Random(f"{seed}:{slate.query.qid}")
-        spans += [sorted(rng.sample(range(n), window)) for _ in range(subsets)]
+        spans += random_subsets(n, window, subsets, set(spans), rng)
     out = []
     for j, span in enumerate(spans):
         part = [slate.candidates[i] for i in span]
@@ -217,3 +219,42 @@ def training_windows(
                             else [slate.teacher_scores[i] for i in keep]),
         ))
     return out
+
+
+def random_subsets(
+    n: int, size: int, count: int, taken: set[tuple[int, ...]], rng: random.Random
+) -> list[tuple[int, ...]]:
+    """``count`` subsets of ``size`` of ``range(n)`` (sorted index tuples) drawn with ``rng``,
+    none twice and none in ``taken``; all there are, in a random order, when fewer remain.
+
+    While at least half of all C(n, size) subsets are free, each is drawn directly and a repeat
+    drawn again (a draw then succeeds at least every other time); past that, few subsets
+    exist, and they are listed and sampled.
+    """
+    from itertools import combinations
+    from math import comb
+
+    if comb(n, size) > 2 * (count + len(taken)):
+        seen, out = set(taken), []
+        while len(out) < count:
+            subset = tuple(sorted(rng.sample(range(n), size)))
+            if subset not in seen:
+                seen.add(subset)
+                out.append(subset)
+        return out
+    free = [subset for subset in combinations(range(n), size) if subset not in taken]
+    return rng.sample(free, min(count, len(free)))
+
+
+def subsets_allowed(n: int, window: int, stride: int) -> int:
+    """How many random subsets :func:`training_windows` can cut from a slate of ``n``: every
+    subset of ``window`` candidates but its full sliding windows (none for a slate within
+    one window)."""
+    from math import comb
+
+    from spdrank.rankers.windows import Windows
+
+    if n <= window:
+        return 0
+    full = {span for span in Windows(window, stride).spans(n) if span[1] - span[0] == window}
+    return comb(n, window) - len(full)
