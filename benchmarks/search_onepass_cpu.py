@@ -26,12 +26,16 @@ whole top 100 (K = 100, 64 tokens a passage, 6.8k tokens a prompt), and a head:
 - ``+ BM25 score`` and ``+ BM25 and dense scores``: the anchored student reading those scores
   too (``--features score`` / ``score,dense``);
 - ``no LLM``: the anchored head on the BM25 and dense scores alone (``--features-only``), the
-  control that says what the LLM adds.
+  control that says what the LLM adds;
+- ``LoRA on the top layers`` (``--adapted``): a frozen student's head and LoRA on the backbone's
+  top ``--lora-layers`` layers trained on together, each step running only those layers over
+  the cached states entering them (``spdrank train --lora-layers N --cache-states``).
 
-The students are scored from cached backbone states (the same states a live prefill gives:
+The frozen students are scored from cached backbone states (the same states a live prefill gives:
 tests/test_state_cache.py), so the quality columns cost minutes; the ms column is the live
 ``spdrank eval`` time a query (tokenize, one prefill, head, decode) over the first
-``--latency-queries`` DL21 queries. Intervals are paired 95% bootstrap intervals over queries.
+``--latency-queries`` DL21 queries. The LoRA students are scored live by ``spdrank eval``,
+which times every query. Intervals are paired 95% bootstrap intervals over queries.
 
 Writes ``benchmarks/results/search-onepass-cpu/`` (report.md, results.json, command.txt); the
 work goes under ``data-out/search-onepass`` and ``runs/search-onepass``, and a rerun reuses
@@ -84,6 +88,15 @@ STUDENTS: dict[str, tuple[str, str, tuple[str, ...]]] = {
                             ("--head", "history", "--features", "score,dense")),
     "features": ("no LLM: anchored head on BM25 and dense scores", "",
                  ("--head", "attn", "--features-only", "--features", "score,dense")),
+}
+#: Students whose top layers adapt with LoRA over cached states of the frozen layers below
+#: (``--lora-layers``), each starting from a frozen student's head: name -> (title, the
+#: frozen student it starts from). They are scored live: their states are no longer the
+#: frozen backbone's.
+ADAPTED: dict[str, tuple[str, str]] = {
+    "matched+lora": ("student: query-matched head, LoRA on the top layers", "matched"),
+    "anchored+bm25+lora": ("student: query-matched + anchor + BM25 score, LoRA on the top "
+                           "layers", "anchored+bm25"),
 }
 BASELINE_ROWS = (("BM25", "retriever"), ("dense (all-MiniLM-L6-v2)", "dense"),
                  (f"teacher: {TEACHER}", "teacher"))
@@ -223,6 +236,8 @@ def report(results: dict[str, Any], meta: dict[str, Any], rows: list[tuple[str, 
         got = results[test]["rows"]
         for name, ref, goal in (
             ("anchored+bm25", "retriever", "(a) the student with BM25's score beats BM25"),
+            ("anchored+bm25+lora", "retriever",
+             "(a) the student with BM25's score, LoRA on its top layers, beats BM25"),
             ("anchored+bm25+dense", "dense",
              "(b) the student with BM25's and dense's scores beats dense"),
         ):
@@ -231,13 +246,15 @@ def report(results: dict[str, Any], meta: dict[str, Any], rows: list[tuple[str, 
                 met = "met" if d["low"] is not None and d["low"] > 0 else "not met"
                 lines.append(f"- {test.upper()}, {goal}: {interval(d)}: **{met}** (an interval "
                              "above zero).")
-        alone, teacher = got.get("matched", {}).get("nDCG@10"), got.get("teacher", {}).get(
-            "nDCG@10")
-        if alone is not None and teacher:
+        teacher = got.get("teacher", {}).get("nDCG@10")
+        for name, which in (("matched", "the LLM-only student"),
+                            ("matched+lora", "the LLM-only student with LoRA on its top layers")):
+            alone = got.get(name, {}).get("nDCG@10")
+            if alone is None or not teacher:
+                continue
             met = "met" if alone / teacher >= 0.9 else "not met"
-            lines.append(f"- {test.upper()}, (c) the LLM-only student keeps {alone / teacher:.0%} "
-                         f"of its teacher's nDCG@10 ({fmt(alone)} of {fmt(teacher)}): **{met}** "
-                         "(90%).")
+            lines.append(f"- {test.upper()}, (c) {which} keeps {alone / teacher:.0%} of its "
+                         f"teacher's nDCG@10 ({fmt(alone)} of {fmt(teacher)}): **{met}** (90%).")
     return "\n".join(lines) + "\n"
 
 
@@ -254,6 +271,11 @@ def main() -> int:
     parser.add_argument("--latency-queries", type=int, default=8)
     parser.add_argument("--students", default=",".join(STUDENTS),
                         help="the students to train, comma-separated")
+    parser.add_argument("--adapted", default="",
+                        help=f"LoRA students to train, comma-separated, of {list(ADAPTED)}")
+    parser.add_argument("--lora-layers", type=int, default=1,
+                        help="the top layers the LoRA students adapt")
+    parser.add_argument("--lora-epochs", default="2", help="training epochs of a LoRA student")
     parser.add_argument("--work", type=Path, default=WORK)
     parser.add_argument("--runs", type=Path, default=RUNS)
     parser.add_argument("--out", type=Path, default=OUT)
@@ -305,9 +327,20 @@ def main() -> int:
                 *common, *flags, *caches, "--epochs", args.epochs, "--batch-size", "8",
                 "--head-lr", "1e-3", "--eval-every", "0", "--select", "best", "--no-progress",
                 dry_run=dry, log=log, done=runs / name / "model" / "config.json")
+    adapted = [s for s in args.adapted.split(",") if s]
+    for name in adapted:
+        base = ADAPTED[name][1]
+        spdrank("train", "--slates", train, "--eval-slates", valid, "--out", runs / name,
+                *(x for x in common if x != "--frozen"), *STUDENTS[base][2],
+                "--lora-layers", str(args.lora_layers), "--init-from", runs / base,
+                "--cache-states", runs / f"cache-lora{args.lora_layers}",
+                "--cache-batch-size", "1", "--epochs", args.lora_epochs, "--batch-size", "8",
+                "--head-lr", "1e-3", "--eval-every", "0", "--select", "best", "--no-progress",
+                dry_run=dry, log=log, done=runs / name / "model" / "config.json")
 
     results: dict[str, Any] = {}
-    rows = [*BASELINE_ROWS, *((STUDENTS[s][0], s) for s in chosen)]
+    rows = [*BASELINE_ROWS, *((STUDENTS[s][0], s) for s in chosen),
+            *((ADAPTED[s][0], s) for s in adapted)]
     latency: dict[str, float] = {}
     for test in TEST_SETS:
         baselines = runs / f"{test}.baselines.rows.jsonl"
@@ -328,6 +361,13 @@ def main() -> int:
 
                 for name, got in per_query(timed, {}).items():
                     latency[name] = float(np.median([r["latency_ms"] for r in got.values()]))
+        live_rows = runs / f"{test}.adapted.rows.jsonl"
+        if adapted:
+            spdrank("eval", "--slates", labelled[test],
+                    *(x for s in adapted for x in ("--model", f"{s}={runs / s}")),
+                    "--k", "10,100", "--rel-level", "2", "--device", args.device,
+                    *(("--dtype", args.dtype) if args.dtype else ()), "--per-slate", live_rows,
+                    "--no-progress", dry_run=dry, log=log, done=live_rows)
         student_rows = runs / f"{test}.students.rows.jsonl"
         log.append(f"# {test}: every student ranks it from cached states (cached_rows) -> "
                    f"{shown(student_rows)}")
@@ -343,10 +383,12 @@ def main() -> int:
                 done[name] = {r["qid"]: r for r in got}
                 write_jsonl(student_rows, [r for v in done.values() for r in v.values()])
         table.update(done)
+        if adapted:
+            table.update({k: v for k, v in per_query(live_rows, {}).items() if k in adapted})
         results[test] = summarize(table, rows, latency)
     if dry:
         return 0
-    for name in chosen:
+    for name in [*chosen, *adapted]:
         summary = json.loads((runs / name / "train.json").read_text())
         results.setdefault("training", {})[name] = {
             k: summary.get(k) for k in ("selected", "verdict", "wall_s_this_run", "train_slates")

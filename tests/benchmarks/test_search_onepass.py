@@ -40,7 +40,8 @@ def test_every_command_of_the_dry_run_parses(tmp_path: Path) -> None:
     from spdrank.commands.cli import build_parser
 
     parser = build_parser()
-    for extra in ([], ["--layers", "0", "--device", "cuda", "--dtype", "bfloat16"]):
+    for extra in ([], ["--layers", "0", "--device", "cuda", "--dtype", "bfloat16",
+                       "--adapted", "matched+lora,anchored+bm25+lora", "--lora-layers", "4"]):
         done = subprocess.run(
             [sys.executable, str(SCRIPT), "--dry-run", "--work", str(tmp_path / "w"),
              "--runs", str(tmp_path / "r"), *extra],
@@ -51,7 +52,12 @@ def test_every_command_of_the_dry_run_parses(tmp_path: Path) -> None:
         for argv in argvs:
             parser.parse_args(argv)  # exits (fails the test) on an unknown flag or value
         trains = [argv for argv in argvs if argv[0] == "train"]
-        assert len(trains) == 6
+        adapted = [argv for argv in trains if "--lora-layers" in argv]
+        assert len(trains) == 6 + len(adapted) and len(adapted) == (2 if extra else 0)
+        # A LoRA student adapts its top layers over cached states, from its frozen student.
+        assert all("--frozen" not in argv and "--cache-states" in argv and
+                   argv[argv.index("--init-from") + 1].endswith(("matched", "anchored+bm25"))
+                   for argv in adapted)
         assert all(argv[argv.index("--positions") + 1] == "100" and "--eval-slates" in argv
                    for argv in trains)
         assert [argv[0] for argv in argvs].count("teacher") == 3
