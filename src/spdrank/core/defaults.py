@@ -66,3 +66,28 @@ LATENCY_SIZES = (20, 50, 150)
 #: training slate of the same query, so more would let one query outweigh the rest of a
 #: training file, and the subsets drawn are remembered (to draw none twice) in memory.
 MAX_SUBSETS = 10_000
+
+#: The most bytes the ``openai`` teacher reads for one request (headers and body): a ranking,
+#: even reasoned at length, is a small fraction of it, and a server that keeps sending is cut
+#: here rather than by ``--timeout``, with the memory that much text would hold.
+MAX_ANSWER_BYTES = 8 * 2**20
+
+#: The longest line, in bytes with its newline, that spdrank reads from any line-based input
+#: (slates, labels, runs, qrels, topics, corpora, logs): a slate of a thousand long passages
+#: fits many times over, and a file without newlines fails after this much, not after memory.
+MAX_LINE_BYTES = 64 << 20
+#: The most bytes spdrank reads from one input file, decompressed: MS MARCO v2's passages
+#: fit in one file, and a pipe that never ends stops here.
+MAX_INPUT_BYTES = 256 << 30
+#: The most bytes of an input read whole as one JSON document (a qrels object, a
+#: retrieve-results list), which memory holds at several times its size while parsed; a
+#: larger one is written as JSONL, which is streamed.
+MAX_DOCUMENT_BYTES = 1 << 30
+#: The most bytes of a settings file read whole (a checkpoint's config.json, a backbone's
+#: settings JSON), which a checkpoint is refused past.
+MAX_SETTINGS_BYTES = 1 << 20
+#: The most bytes of a ``--prompt`` template file. The template is recorded in the
+#: checkpoint's config.json, read under :data:`MAX_SETTINGS_BYTES`, where JSON escapes may
+#: triple its non-ASCII text; a quarter of that bound leaves room for both and the config's
+#: other fields, so a model trained with a template can always be loaded.
+MAX_TEMPLATE_BYTES = MAX_SETTINGS_BYTES // 4

@@ -7,7 +7,9 @@ server takes a request is :mod:`~spdrank.teacher.servers`' choice (the least-loa
 rotation). Each attempt has a total deadline, ``timeout_s`` from connect to the last byte
 of the answer (httpx's timeouts bound each socket operation only, so a server trickling a
 byte at a time would hold an attempt for ever): every socket operation of the attempt is
-given what is left of it (:func:`deadline`). A failed attempt is retried on its server with
+given what is left of it (:func:`deadline`). An attempt also reads at most
+:data:`~spdrank.core.defaults.MAX_ANSWER_BYTES` (:class:`AnswerTooLarge`), uncompressed, so a
+server streaming without end is cut at once. A failed attempt is retried on its server with
 exponential back-off (with jitter, so a restarted server is not hit by every thread at once),
 or after the answer's ``Retry-After`` when that is longer (at most :data:`MAX_RETRY_AFTER_S`),
 on connection errors, timeouts, 408/409/429, 5xx and 200 answers that are not a completion
@@ -37,6 +39,7 @@ from contextvars import ContextVar
 from datetime import datetime, timezone
 from typing import Any
 
+from spdrank.core.defaults import MAX_ANSWER_BYTES
 from spdrank.teacher.backends import Generation, Job, Outcome, default_max_new_tokens
 from spdrank.teacher.grammar import guided_body
 from spdrank.teacher.servers import Server, ServerPool, backoff_delay
@@ -70,23 +73,52 @@ def refusal(exc: Exception, url: str, model: str | None) -> str | None:
     return None
 
 
-# -- the total deadline of an attempt ---------------------------------------------------------
+# -- the total deadline and the bytes of an attempt ---------------------------------------
 
 #: ``time.monotonic()`` by which this thread's current attempt must be over; None: no deadline.
 _DEADLINE: ContextVar[float | None] = ContextVar("spdrank_teacher_deadline", default=None)
 
 
-@contextmanager
-def deadline(seconds: float) -> Iterator[None]:
-    """Every request this thread sends inside the block ends within ``seconds`` of its start.
+class AnswerTooLarge(Exception):
+    """A server sent more for one request than any answer holds, or sent it compressed (whose
+    size unpacked nothing bounds): read no further. The server's fault, so it is retried and
+    another server asked, as an answer that is not a completion is."""
 
-    The clients of :func:`deadline_client` read it before each connect, read and write, so
-    the request fails with a timeout once it is spent, however slowly the bytes come.
+
+class _Budget:
+    """The bytes the current attempt may still read."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = self.left = limit
+
+    def spend(self, n: int) -> None:
+        self.left -= n
+        if self.left < 0:
+            raise AnswerTooLarge(
+                f"the answer passed {self.limit:,} bytes (a server that keeps sending?): read "
+                "no further"
+            )
+
+
+#: What this thread's current attempt may still read; None: no bound.
+_BUDGET: ContextVar[_Budget | None] = ContextVar("spdrank_teacher_budget", default=None)
+
+
+@contextmanager
+def deadline(seconds: float, max_bytes: int = MAX_ANSWER_BYTES) -> Iterator[None]:
+    """Every request this thread sends inside the block ends within ``seconds`` of its start,
+    and reads at most ``max_bytes`` from the network in all.
+
+    The clients of :func:`deadline_client` read both before each connect, read and write, so
+    the request fails with a timeout once the time is spent, however slowly the bytes come, and
+    with :class:`AnswerTooLarge` once the bytes are, however fast.
     """
     token = _DEADLINE.set(time.monotonic() + seconds)
+    budget = _BUDGET.set(_Budget(max_bytes))
     try:
         yield
     finally:
+        _BUDGET.reset(budget)
         _DEADLINE.reset(token)
 
 
@@ -102,7 +134,8 @@ def _left(timeout: float | None, error: type[Exception]) -> float | None:
 
 
 class _DeadlineStream:
-    """An httpcore2 network stream whose every operation ends by the thread's deadline."""
+    """An httpcore2 network stream whose every operation ends by the thread's deadline, and
+    whose reads are counted against its budget."""
 
     def __init__(self, inner: Any) -> None:
         self._inner = inner
@@ -110,7 +143,11 @@ class _DeadlineStream:
     def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
         import httpcore2
 
-        return self._inner.read(max_bytes, _left(timeout, httpcore2.ReadTimeout))
+        data = self._inner.read(max_bytes, _left(timeout, httpcore2.ReadTimeout))
+        budget = _BUDGET.get()
+        if budget is not None:
+            budget.spend(len(data))
+        return data
 
     def write(self, buffer: bytes, timeout: float | None = None) -> None:
         import httpcore2
@@ -156,16 +193,28 @@ class _DeadlineBackend:
         self._inner.sleep(seconds)
 
 
+def _refuse_compressed(response: Any) -> None:
+    """A response hook: an answer compressed despite ``Accept-Encoding: identity`` is
+    refused, since the bytes counted are the compressed ones and a small body can unpack to
+    any size."""
+    encoding = response.headers.get("content-encoding", "identity").strip().lower()
+    if encoding not in ("", "identity"):
+        raise AnswerTooLarge(f"the answer is compressed ({encoding}), which was not asked for: "
+                             "its size unpacked cannot be bounded")
+
+
 def deadline_client(timeout_s: float) -> Any:
     """The openai client's own HTTP client (its defaults, proxies from the environment), with
-    every connection pool's network backend wrapped so that :func:`deadline` holds.
+    every connection pool's network backend wrapped so that :func:`deadline` holds, asking
+    for answers as they are (not compressed) and refusing any other.
 
     httpx2 takes a network backend only through the pools it builds itself, so the wrapper is
     put on each of them (the direct one and any proxy's) before a connection exists.
     """
     from openai import DefaultHttpxClient
 
-    client = DefaultHttpxClient(timeout=timeout_s)
+    client = DefaultHttpxClient(timeout=timeout_s, headers={"Accept-Encoding": "identity"},
+                                event_hooks={"response": [_refuse_compressed]})
     transports = [client._transport, *(t for t in client._mounts.values() if t is not None)]
     for transport in transports:
         pool = getattr(transport, "_pool", None)
@@ -332,8 +381,9 @@ class OpenAIBackend:
 
         if isinstance(exc, (openai.APIConnectionError, openai.InternalServerError)):
             return True  # APITimeoutError is an APIConnectionError
-        if isinstance(exc, (MalformedAnswer, openai.APIResponseValidationError, ValueError)):
-            return True  # a 200 whose body is not a completion (ValueError: not JSON)
+        if isinstance(exc, (MalformedAnswer, AnswerTooLarge, openai.APIResponseValidationError,
+                            ValueError)):
+            return True  # a 200 whose body is not a completion (ValueError: not JSON), or past all
         if isinstance(exc, openai.APIStatusError):
             return exc.status_code in _RETRY_STATUS or exc.status_code >= 500
         return False
