@@ -43,7 +43,7 @@
 #    benchmarks/results/search-onepass-cpu): students reading all layers of $SEARCH_BACKBONE
 #    in one prefill of BM25's whole top 100, trained on DL22's queries labelled by the fusion
 #    teacher, scored on DL19 and DL21; and the same students with LoRA on their top 8 layers
-#    (--adapted). Needs ../shared/data/trec-dl19, -dl21 and -dl22.
+#    (--adapted), and one ranking by windows of 20 (--windowed). Needs ../shared/data/trec-dl19, -dl21 and -dl22.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . benchmarks/lib.sh
@@ -179,6 +179,7 @@ step search-dl19 "$OUT/search-dl19/report.md" "$BIN/python" benchmarks/search_dl
 step search-onepass "$OUT/search-onepass/report.md" "$BIN/python" benchmarks/search_onepass_cpu.py \
   --backbone "${SEARCH_BACKBONE:-bundled}" --layers 0 --device cuda --dtype bfloat16 \
   --adapted matched+lora,anchored+bm25+lora --lora-layers 8 --lora-epochs 4 \
+  --windowed anchored+bm25 \
   --work "$WORK/search-onepass" --runs "$WORK/search-onepass/runs" --out "$OUT/search-onepass"
 [ "$DRY" = 0 ] || exit 0
 

@@ -29,7 +29,10 @@ whole top 100 (K = 100, 64 tokens a passage, 6.8k tokens a prompt), and a head:
   control that says what the LLM adds;
 - ``LoRA on the top layers`` (``--adapted``): a frozen student's head and LoRA on the backbone's
   top ``--lora-layers`` layers trained on together, each step running only those layers over
-  the cached states entering them (``spdrank train --lora-layers N --cache-states``).
+  the cached states entering them (``spdrank train --lora-layers N --cache-states``);
+- ``by windows`` (``--windowed``): a frozen student's flags with K = 20, trained on DL22's
+  sliding windows (``spdrank data windows``) and ranking the top 100 through nine windows
+  (``spdrank eval --window 20``): what one pass replaces.
 
 The frozen students are scored from cached backbone states (the same states a live prefill gives:
 tests/test_state_cache.py), so the quality columns cost minutes; the ms column is the live
@@ -98,6 +101,9 @@ ADAPTED: dict[str, tuple[str, str]] = {
     "anchored+bm25+lora": ("student: query-matched + anchor + BM25 score, LoRA on the top "
                            "layers", "anchored+bm25"),
 }
+#: The window and stride of a windowed student (RankGPT's): it is trained on DL22's windows
+#: and ranks the top 100 bottom-up, one prefill a window.
+WINDOW, STRIDE = 20, 10
 BASELINE_ROWS = (("BM25", "retriever"), ("dense (all-MiniLM-L6-v2)", "dense"),
                  (f"teacher: {TEACHER}", "teacher"))
 
@@ -276,6 +282,8 @@ def main() -> int:
     parser.add_argument("--lora-layers", type=int, default=1,
                         help="the top layers the LoRA students adapt")
     parser.add_argument("--lora-epochs", default="2", help="training epochs of a LoRA student")
+    parser.add_argument("--windowed", default="",
+                        help="frozen students to train and rank by windows too, comma-separated")
     parser.add_argument("--work", type=Path, default=WORK)
     parser.add_argument("--runs", type=Path, default=RUNS)
     parser.add_argument("--out", type=Path, default=OUT)
@@ -315,8 +323,7 @@ def main() -> int:
     if not dry:
         split_validation(labelled["dl22"], train, valid, VALIDATION_QUERIES)
 
-    common = ("--prompt", "search", "--max-item-tokens", str(ITEM_TOKENS), "--positions",
-              str(POSITIONS), "--frozen", "--backbone", args.backbone, "--device", args.device,
+    common = ("--prompt", "search", "--max-item-tokens", str(ITEM_TOKENS), "--frozen", "--backbone", args.backbone, "--device", args.device,
               *(("--layers", str(args.layers)) if args.layers else ()))
     chosen = [s for s in args.students.split(",") if s]
     for name in sorted(chosen, key=lambda s: STUDENTS[s][1] == "last"):
@@ -324,23 +331,42 @@ def main() -> int:
         caches = ("--cache-states", runs / f"cache-{family}", "--cache-batch-size", "1") \
             if family else ()
         spdrank("train", "--slates", train, "--eval-slates", valid, "--out", runs / name,
-                *common, *flags, *caches, "--epochs", args.epochs, "--batch-size", "8",
+                *common, "--positions", str(POSITIONS), *flags, *caches, "--epochs", args.epochs, "--batch-size", "8",
                 "--head-lr", "1e-3", "--eval-every", "0", "--select", "best", "--no-progress",
                 dry_run=dry, log=log, done=runs / name / "model" / "config.json")
     adapted = [s for s in args.adapted.split(",") if s]
     for name in adapted:
         base = ADAPTED[name][1]
         spdrank("train", "--slates", train, "--eval-slates", valid, "--out", runs / name,
-                *(x for x in common if x != "--frozen"), *STUDENTS[base][2],
+                *(x for x in common if x != "--frozen"), "--positions", str(POSITIONS),
+                *STUDENTS[base][2],
                 "--lora-layers", str(args.lora_layers), "--init-from", runs / base,
                 "--cache-states", runs / f"cache-lora{args.lora_layers}",
                 "--cache-batch-size", "1", "--epochs", args.lora_epochs, "--batch-size", "8",
                 "--head-lr", "1e-3", "--eval-every", "0", "--select", "best", "--no-progress",
                 dry_run=dry, log=log, done=runs / name / "model" / "config.json")
 
+    windowed = [s for s in args.windowed.split(",") if s]
+    if windowed:
+        parts = {}
+        for part, source in (("train", train), ("valid", valid)):
+            parts[part] = work / f"dl22-{part}.windows.jsonl"
+            spdrank("data", "windows", "--slates", source, "--window", str(WINDOW), "--stride",
+                    str(STRIDE), "--out", parts[part], dry_run=dry, log=log, done=parts[part])
+    for name in windowed:
+        spdrank("train", "--slates", parts["train"], "--eval-slates", parts["valid"],
+                "--out", runs / f"{name}@windows",
+                *common, "--positions", str(WINDOW),
+                *STUDENTS[name][2], "--cache-states", runs / f"cache-windows-{STUDENTS[name][1]}",
+                "--cache-batch-size", "1", "--epochs", args.epochs, "--batch-size", "8",
+                "--head-lr", "1e-3", "--eval-every", "0", "--select", "best", "--no-progress",
+                dry_run=dry, log=log, done=runs / f"{name}@windows" / "model" / "config.json")
+
     results: dict[str, Any] = {}
+    live_students = [*adapted, *(f"{s}@windows" for s in windowed)]
     rows = [*BASELINE_ROWS, *((STUDENTS[s][0], s) for s in chosen),
-            *((ADAPTED[s][0], s) for s in adapted)]
+            *((ADAPTED[s][0], s) for s in adapted),
+            *((f"{STUDENTS[s][0]}, by windows of {WINDOW}", f"{s}@windows") for s in windowed)]
     latency: dict[str, float] = {}
     for test in TEST_SETS:
         baselines = runs / f"{test}.baselines.rows.jsonl"
@@ -361,13 +387,19 @@ def main() -> int:
 
                 for name, got in per_query(timed, {}).items():
                     latency[name] = float(np.median([r["latency_ms"] for r in got.values()]))
-        live_rows = runs / f"{test}.adapted.rows.jsonl"
-        if adapted:
+        live_rows = {}
+        for group, names, window in (("adapted", adapted, ()),
+                                     ("windowed", [f"{s}@windows" for s in windowed],
+                                      ("--window", str(WINDOW)))):
+            if not names:
+                continue
+            live_rows[group] = runs / f"{test}.{group}.rows.jsonl"
             spdrank("eval", "--slates", labelled[test],
-                    *(x for s in adapted for x in ("--model", f"{s}={runs / s}")),
+                    *(x for s in names for x in ("--model", f"{s}={runs / s}")), *window,
                     "--k", "10,100", "--rel-level", "2", "--device", args.device,
-                    *(("--dtype", args.dtype) if args.dtype else ()), "--per-slate", live_rows,
-                    "--no-progress", dry_run=dry, log=log, done=live_rows)
+                    *(("--dtype", args.dtype) if args.dtype else ()),
+                    "--per-slate", live_rows[group], "--no-progress", dry_run=dry, log=log,
+                    done=live_rows[group])
         student_rows = runs / f"{test}.students.rows.jsonl"
         log.append(f"# {test}: every student ranks it from cached states (cached_rows) -> "
                    f"{shown(student_rows)}")
@@ -383,12 +415,12 @@ def main() -> int:
                 done[name] = {r["qid"]: r for r in got}
                 write_jsonl(student_rows, [r for v in done.values() for r in v.values()])
         table.update(done)
-        if adapted:
-            table.update({k: v for k, v in per_query(live_rows, {}).items() if k in adapted})
+        for path in live_rows.values():
+            table.update({k: v for k, v in per_query(path, {}).items() if k in live_students})
         results[test] = summarize(table, rows, latency)
     if dry:
         return 0
-    for name in [*chosen, *adapted]:
+    for name in [*chosen, *live_students]:
         summary = json.loads((runs / name / "train.json").read_text())
         results.setdefault("training", {})[name] = {
             k: summary.get(k) for k in ("selected", "verdict", "wall_s_this_run", "train_slates")

@@ -41,7 +41,8 @@ def test_every_command_of_the_dry_run_parses(tmp_path: Path) -> None:
 
     parser = build_parser()
     for extra in ([], ["--layers", "0", "--device", "cuda", "--dtype", "bfloat16",
-                       "--adapted", "matched+lora,anchored+bm25+lora", "--lora-layers", "4"]):
+                       "--adapted", "matched+lora,anchored+bm25+lora", "--lora-layers", "4",
+                       "--windowed", "anchored+bm25"]):
         done = subprocess.run(
             [sys.executable, str(SCRIPT), "--dry-run", "--work", str(tmp_path / "w"),
              "--runs", str(tmp_path / "r"), *extra],
@@ -53,7 +54,17 @@ def test_every_command_of_the_dry_run_parses(tmp_path: Path) -> None:
             parser.parse_args(argv)  # exits (fails the test) on an unknown flag or value
         trains = [argv for argv in argvs if argv[0] == "train"]
         adapted = [argv for argv in trains if "--lora-layers" in argv]
-        assert len(trains) == 6 + len(adapted) and len(adapted) == (2 if extra else 0)
+        windowed = [argv for argv in trains if argv[argv.index("--positions") + 1] == "20"]
+        assert len(trains) == 6 + len(adapted) + len(windowed)
+        assert len(adapted) == (2 if extra else 0) and len(windowed) == (1 if extra else 0)
+        # The windowed student learns from windows of the same training queries and ranks by
+        # windows; every other student ranks the whole top 100 in one pass.
+        assert all(argv[argv.index("--slates") + 1].endswith("dl22-train.windows.jsonl")
+                   for argv in windowed)
+        evals = [argv for argv in argvs if argv[0] == "eval" and "--window" in argv]
+        assert len(evals) == (2 if extra else 0)
+        assert all("@windows=" in argv[argv.index("--model") + 1] for argv in evals)
+        trains = [argv for argv in trains if argv not in windowed]
         # A LoRA student adapts its top layers over cached states, from its frozen student.
         assert all("--frozen" not in argv and "--cache-states" in argv and
                    argv[argv.index("--init-from") + 1].endswith(("matched", "anchored+bm25"))
