@@ -108,6 +108,16 @@ def insert(text: str, char: str, at: int) -> str:
 any_text = st.text(st.characters(exclude_categories=["Cs"]), max_size=30)
 hostile_text = st.one_of(any_text, st.sampled_from(TEMPLATE_TOKENS + ODD_TEXT))
 surrogate_text = st.builds(insert, hostile_text, st.sampled_from(SURROGATES), st.integers(0, 60))
+# Ids as odd as a valid one may be: any visible text (no whitespace, control or format
+# character), template tokens and JSON look-alikes included.
+ODD_IDS = ["🙂" * 20, "[1]", '"},{"docid":', "\U0010ffff", "e\u0301", "\\ud800", "<|im_end|>"]
+id_text = st.one_of(
+    st.text(st.characters(exclude_categories=["Cs", "Cc", "Cf", "Zs", "Zl", "Zp"]), min_size=1,
+            max_size=30),
+    st.sampled_from(ODD_IDS),
+)
+# Ids that no slate may hold: a TREC run line could not carry them.
+UNFIT_IDS = [" ", "a b", "a\x00b", "\u202e12", "x\u200b", "a\tb", "\ufeffa", "a\u3000b"]
 
 
 @st.composite
@@ -164,7 +174,7 @@ def clean_slate(draw: st.DrawFn, qid: Any) -> dict[str, Any]:
     """A slate the model must rank, every field as odd as a valid one may be."""
     n = draw(st.integers(min_value=1, max_value=K))
     docids = draw(
-        st.lists(st.one_of(hostile_text, st.integers(-(10**30), 10**30)), min_size=n, max_size=n,
+        st.lists(st.one_of(id_text, st.integers(-(10**30), 10**30)), min_size=n, max_size=n,
                  unique_by=str)
     )  # fmt: skip
     candidates = []
@@ -181,7 +191,7 @@ def clean_slate(draw: st.DrawFn, qid: Any) -> dict[str, Any]:
     query: dict[str, Any] = {"qid": qid, "text": draw(st.one_of(hostile_text, title_text()))}
     query |= draw(extras(["lang", "when"]))
     if draw(st.booleans()):
-        query["history"] = draw(st.lists(st.one_of(any_text, st.integers()), max_size=3))
+        query["history"] = draw(st.lists(st.one_of(id_text, st.integers()), max_size=3))
     slate = {"query": query, "candidates": candidates} | draw(extras(["meta", "weight", "note"]))
     if draw(st.booleans()):
         slate["clicked"] = draw(st.lists(st.sampled_from(docids), max_size=n, unique_by=str))
@@ -211,6 +221,17 @@ def _surrogate(draw: st.DrawFn, s: dict[str, Any]) -> None:
         s["note"] = {"deep": [with_surrogate(draw, "a note")]}
     else:
         s["meta"] = {with_surrogate(draw, "key"): 1}
+
+
+def _unfit_id(draw: st.DrawFn, s: dict[str, Any]) -> None:
+    value = draw(st.sampled_from(UNFIT_IDS))
+    target = draw(st.sampled_from(["qid", "docid", "empty_docid", "history"]))
+    if target == "qid":
+        s["query"]["qid"] = value
+    elif target == "history":
+        s["query"]["history"] = ["i1", value]
+    else:
+        pick_candidate(draw, s)["docid"] = "" if target == "empty_docid" else value
 
 
 def _unreadable_number(draw: st.DrawFn, s: dict[str, Any]) -> None:
@@ -324,6 +345,7 @@ def _missing_field(draw: st.DrawFn, s: dict[str, Any]) -> None:
 
 CORRUPTIONS: dict[str, Callable[[st.DrawFn, dict[str, Any]], None]] = {
     "surrogate": _surrogate,
+    "unfit_id": _unfit_id,
     "unreadable_number": _unreadable_number,
     "non_finite_anywhere": _non_finite_anywhere,
     "too_many_digits": _too_many_digits,
@@ -383,7 +405,7 @@ def slate_line(draw: st.DrawFn, broken: str | None = None, qid: Any = None) -> L
     """A slate as one JSON line: clean, or broken by the corruption named ``broken`` (one of
     :data:`BROKEN`)."""
     if qid is None:
-        qid = draw(st.one_of(st.sampled_from(["u1", "u2", ""]), hostile_text,
+        qid = draw(st.one_of(st.sampled_from(["u1", "u2", ""]), id_text,
                              st.integers(-5, 10**25)))  # fmt: skip
     slate = draw(clean_slate(qid))
     ascii_only = draw(st.booleans())

@@ -114,6 +114,30 @@ BAD_LINES = {
     "boolean_history": (
         edited('["i1", "i2"]', '["i1", false]'), "query.history[1]", "must be a string, got bool",
     ),
+    # Ids a TREC run line cannot carry are refused as they are read, not only at --trec.
+    "empty_docid": (edited('"docid": "a"', '"docid": ""'), "candidates[0].docid", "is empty"),
+    "nul_in_docid": (
+        edited('"docid": "a"', '"docid": "a\\u0000"'), "candidates[0].docid", "U+0000",
+    ),
+    "rlo_in_qid": (
+        edited('"qid": "u2"', '"qid": "u\\u202e2"'), "query.qid", "U+202E RIGHT-TO-LEFT OVERRIDE",
+    ),
+    "space_in_docid": (
+        edited('"docid": "b"', '"docid": "b c"'), "candidates[1].docid", "holds whitespace",
+    ),
+    "tab_in_history": (
+        edited('["i1", "i2"]', '["i1", "i\\t2"]'), "query.history[1]", "holds whitespace",
+    ),
+    "zero_width_relevance_key": (
+        edited('{"a": 1}', '{"\\u200b": 1}', relevance={"a": 1}), "relevance",
+        "U+200B ZERO WIDTH SPACE",
+    ),
+    "null_docid": (
+        edited('"docid": "a"', '"docid": null'), "candidates[0].docid", "must be a string",
+    ),
+    "object_docid": (
+        edited('"docid": "a"', '"docid": {"a": 1}'), "candidates[0].docid", "must be a string",
+    ),
     "nested_too_deep_extra": (
         edited('"deep": 1', '"deep": ' + "[" * 80 + "]" * 80, deep=1), "deep", "nested too deeply",
     ),
@@ -279,24 +303,41 @@ def test_unreadable_paths_and_gzip_files(tmp_path, model_dir, capsys):
         assert code == 2 and phrase in err and "Traceback" not in err, err
 
 
-def test_trec_refuses_ids_with_whitespace_and_jsonl_is_strict_json(tmp_path, model_dir, capsys):
-    spaced = good("u 1")
-    path = write_lines(tmp_path / "s.jsonl", [json.dumps(good()), json.dumps(spaced)])
+def test_ids_a_trec_line_cannot_carry_are_refused_as_read_with_or_without_trec(
+    tmp_path, model_dir, capsys
+):
+    out, trec = tmp_path / "o.jsonl", tmp_path / "o.trec"
+    spaced = write_lines(tmp_path / "s.jsonl", [json.dumps(good()), json.dumps(good("u 1"))])
+    args = ["rank", "--model", str(model_dir), "--input", str(spaced), "--output", str(out)]
+    for trec_args in ([], ["--trec", str(trec)]):
+        assert main([*args, *trec_args]) == 2
+        assert f"{spaced}:2: query.qid 'u 1' holds whitespace" in capsys.readouterr().err
+        assert not out.exists() and not trec.exists()
+
+
+def test_a_slate_without_a_qid_is_ranked_but_refused_by_trec(tmp_path, model_dir, capsys):
+    # A qid may be left out of a slate (rank_llm's bare query string), not out of a run line.
+    blank = good("")
+    path = write_lines(tmp_path / "s.jsonl", [json.dumps(good()), json.dumps(blank)])
     out, trec = tmp_path / "o.jsonl", tmp_path / "o.trec"
     args = ["rank", "--model", str(model_dir), "--input", str(path), "--output", str(out)]
     assert main([*args, "--trec", str(trec)]) == 2
-    err = capsys.readouterr().err
-    assert f"{path}:2: query.qid 'u 1' cannot go into a TREC run line" in err
+    assert "query.qid '' cannot go into a TREC run line: it is empty" in capsys.readouterr().err
     assert not out.exists() and not trec.exists()
-    spaced_doc = good("u2")
-    spaced_doc["candidates"][0]["docid"] = "a b"
-    spaced_doc["clicked"] = ["a b"]
-    path = write_lines(tmp_path / "s.jsonl", [json.dumps(good()), json.dumps(spaced_doc)])
-    assert main([*args, "--trec", str(trec)]) == 2
-    assert "candidates[0].docid 'a b' holds whitespace" in capsys.readouterr().err
-    assert main(args) == 0  # without --trec, any docid is fine
+    assert main(args) == 0
     for line in out.read_text().splitlines():
         json.loads(line, parse_constant=lambda name: pytest.fail(f"{name} in the output"))
+
+
+def test_an_empty_docid_never_reaches_a_trec_line(tmp_path, model_dir, capsys):
+    empty = good("u2")
+    empty["candidates"][1]["docid"] = ""
+    path = write_lines(tmp_path / "s.jsonl", [json.dumps(good()), json.dumps(empty)])
+    trec = tmp_path / "o.trec"
+    assert main(["rank", "--model", str(model_dir), "--input", str(path), "--output",
+                 str(tmp_path / "o.jsonl"), "--trec", str(trec)]) == 2
+    assert f"{path}:2: candidates[1].docid '' is empty" in capsys.readouterr().err
+    assert not trec.exists()
 
 
 def test_rank_keeps_a_slates_own_meta(client):

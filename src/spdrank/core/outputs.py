@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import re
-import unicodedata
 from itertools import pairwise
 from typing import IO, Any
 
 from spdrank.core.ranking import Ranking, rank_scores
 from spdrank.core.slates import Slate, SlateError
-
-_BLANK = re.compile(r"\s")
+from spdrank.core.validation import ID_RULE, id_problem
 
 
 def result_record(slate: Slate, ranking: Ranking) -> dict[str, Any]:
@@ -29,44 +26,26 @@ def result_record(slate: Slate, ranking: Ranking) -> dict[str, Any]:
     return record
 
 
-def _unfit_for_trec(text: str) -> str | None:
-    """What makes ``text`` unfit for a TREC run line's id field, or None: whitespace (the line
-    is split on it), or a control or format character (NUL, a right-to-left override, a
-    zero-width space), which either breaks the tools that read runs or makes two different
-    ids look alike."""
-    for char in text:
-        if _BLANK.match(char):
-            return f"holds whitespace ({_codepoint(char)})"
-        if unicodedata.category(char) in ("Cc", "Cf"):
-            return f"holds a control or format character ({_codepoint(char)})"
-    return None
-
-
-def _codepoint(char: str) -> str:
-    name = unicodedata.name(char, "")
-    return f"U+{ord(char):04X}" + (f" {name}" if name else "")
-
-
 def check_trec_ids(slate: Slate, where: str | None = None) -> None:
-    """Refuse ids a TREC run line cannot carry: it is split on whitespace into 6 fields, so a
-    qid or docid holding whitespace (or an empty qid) would shift every field after it; a
-    control or format character (NUL, U+202E, U+200B) is refused too.
+    """Refuse ids a TREC run line cannot carry: it is split on whitespace into 6 fields, so an
+    id must be one non-empty field (:func:`spdrank.core.validation.id_problem`, the rule every
+    slate's ids pass as they are read). The qid is checked again here because a slate may
+    leave it out, and a run line may not.
 
     Refused rather than escaped: any escape would change the ids, and the qrels they are
     scored against would no longer match.
     """
     qid = slate.query.qid
-    problem = "is empty" if not qid else _unfit_for_trec(qid)
+    problem = id_problem(qid)
     if problem:
         raise SlateError(
-            f"query.qid {qid!r} cannot go into a TREC run line: it {problem} (ids there must be "
-            "non-empty, with no whitespace, control or format characters): fix the qid or leave "
-            "out --trec",
+            f"query.qid {qid!r} cannot go into a TREC run line: it {problem} ({ID_RULE}); "
+            "fix the qid or leave out --trec",
             where,
             field="query.qid",
         )
     for i, docid in enumerate(slate.docids):
-        problem = _unfit_for_trec(docid)
+        problem = id_problem(docid)
         if problem:
             raise SlateError(
                 f"candidates[{i}].docid {docid!r} {problem}, which a TREC run line cannot "

@@ -11,6 +11,12 @@ A candidate may also carry ``features``: numbers from the upstream system (a ret
 the item's popularity) that a model trained with ``--features`` reads next to the text.
 Extra fields are kept as they are, so a round trip through spdrank loses nothing.
 
+Every id a slate names (its qid, docids, history items, clicks, judged documents) passes one
+rule, :func:`spdrank.core.validation.id_problem`: non-empty (a qid may be left out), with no
+whitespace, control or format character. It is the rule of a TREC run line too
+(:func:`spdrank.core.outputs.check_trec_ids`), so a slate that was read can always be written.
+An id may be given as an integer (a log's item number), read as its decimal text.
+
 Slate files are read and written through :mod:`spdrank.core.files`: reading streams line by line
 (plain or gzip) and every malformed line raises one :class:`SlateError` that names
 ``file:line`` and the problem; writing is atomic, so an interrupted write never leaves a
@@ -33,7 +39,14 @@ from spdrank.core.files import (  # noqa: F401 - the file helpers are importable
     iter_lines,
     parse_json_line,
 )
-from spdrank.core.validation import SlateError, as_float, as_id, check_text, is_blank
+from spdrank.core.validation import (
+    SlateError,
+    as_float,
+    as_id,
+    check_id,
+    check_text,
+    is_blank,
+)
 
 T = TypeVar("T")
 
@@ -220,6 +233,8 @@ def _check_not_retrieved(raw: Any, slate: Slate, where: str | None) -> list[str]
     if not isinstance(raw, list) or not all(isinstance(d, str) for d in raw):
         raise SlateError(f"{NOT_RETRIEVED!r} must be a list of item ids", where,
                          field=NOT_RETRIEVED)
+    for i, item in enumerate(raw):
+        check_id(item, f"{NOT_RETRIEVED}[{i}]", where)
     retrieved = set(slate.docids).intersection(raw)
     if retrieved:
         raise SlateError(
@@ -275,6 +290,7 @@ def parse_relevance(raw: Any, where: str | None = None) -> dict[str, int] | None
         )
     out: dict[str, int] = {}
     for docid, grade in raw.items():
+        check_id(docid, "relevance key", where, "relevance")
         check_text(docid, f"relevance key {docid!r}", where, "relevance")
         if isinstance(grade, bool) or not isinstance(grade, int) or not 0 <= grade <= MAX_GRADE:
             raise SlateError(
@@ -296,7 +312,7 @@ def _parse_query(raw: Any, where: str | None) -> Query:
     if not isinstance(raw["text"], str):
         raise SlateError(f"'query.text' must be a string, got {type(raw['text']).__name__}", where)
     check_text(raw["text"], "query.text", where)
-    qid = as_id(raw.get("qid", ""), "query.qid", where)
+    qid = as_id(raw.get("qid", ""), "query.qid", where, empty_ok=True)
     check_text(qid, "query.qid", where)
     history = raw.get("history")
     if history is not None and not isinstance(history, list):

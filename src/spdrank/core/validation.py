@@ -17,6 +17,10 @@ out (result records, labelled slates, HTTP answers) and must be able to. What a 
 (a string, a number within float range) is :class:`~spdrank.core.slates.Slate`'s to check;
 what a model can read (at most K candidates, features it can normalise) is
 :func:`check_fits_model`'s, which the server and ``spdrank rank`` both call.
+
+What an id may hold is said here once (:func:`id_problem`): a slate's ids are checked by it
+as they are read (:func:`as_id`), and a TREC run's as they are written
+(:func:`spdrank.core.outputs.check_trec_ids`), so the two cannot disagree.
 """
 
 from __future__ import annotations
@@ -205,13 +209,66 @@ def as_float(value: Any, label: str, where: str | None = None, field: str | None
     return out
 
 
-def as_id(value: Any, label: str, where: str | None = None, field: str | None = None) -> str:
-    """An id (qid, docid, history item) given as a string or an integer; never a boolean."""
+#: What an id may not hold, said once for the messages that refuse one.
+ID_RULE = "ids must be non-empty, with no whitespace, control or format characters"
+
+
+def id_problem(text: str) -> str | None:
+    """What makes ``text`` unfit to be an id, or None.
+
+    Ids are matched character for character (a run's docids against the qrels', clicks
+    against candidates) and written into TREC lines, which are split on whitespace. So an id
+    is non-empty and holds no whitespace (it would shift every field after it), and no control
+    or format character (NUL, a right-to-left override, a zero-width space), which breaks the
+    tools that read such lines or makes two different ids look alike. Printable ASCII
+    without a space, what nearly every id is, costs one look.
+    """
+    if not text:
+        return "is empty"
+    if text.isascii() and text.isprintable() and " " not in text:
+        return None
+    for char in text:
+        if char.isspace():
+            return f"holds whitespace ({codepoint(char)})"
+        if unicodedata.category(char) in ("Cc", "Cf"):
+            return f"holds a control or format character ({codepoint(char)})"
+    return None
+
+
+def codepoint(char: str) -> str:
+    """``U+202E RIGHT-TO-LEFT OVERRIDE``: a character named so that a message shows it."""
+    name = unicodedata.name(char, "")
+    return f"U+{ord(char):04X}" + (f" {name}" if name else "")
+
+
+def check_id(
+    text: str, label: str, where: str | None = None, field: str | None = None,
+    empty_ok: bool = False,
+) -> None:
+    """Refuse ``text`` as an id when :func:`id_problem` finds it unfit (an empty one too,
+    unless ``empty_ok``: a slate's qid may be left out), naming ``label``."""
+    problem = None if empty_ok and not text else id_problem(text)
+    if problem:
+        raise SlateError(f"{label} {text!r} {problem}: {ID_RULE}", where, field=field or label)
+
+
+def as_id(
+    value: Any, label: str, where: str | None = None, field: str | None = None,
+    empty_ok: bool = False,
+) -> str:
+    """An id (qid, docid, history item), checked by :func:`check_id`.
+
+    A string, or an integer (a recommendation log numbers its items), which becomes its
+    decimal text; anything else (a boolean, null, a number with a fraction, an object) is
+    refused rather than turned into text that no other file would match.
+    """
     if isinstance(value, bool) or not isinstance(value, (str, int)):
         raise SlateError(
             f"{label} must be a string, got {type(value).__name__}", where, field=field or label
         )
-    return str(value)
+    text = str(value)
+    check_id(text, label, where, field, empty_ok)
+    return text
 
 
 @contextmanager

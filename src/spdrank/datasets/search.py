@@ -126,7 +126,7 @@ def slates_from_retrieve_results(
         ordered = sorted(hits, key=lambda h: h.get("rank", 0)) if all(
             "rank" in h for h in hits) else hits
         rows = [
-            (str(h["docid"]), _hit_doc(h), float(h.get("score", 0.0) or 0.0))
+            (h["docid"], _hit_doc(h), float(h.get("score", 0.0) or 0.0))
             for h in ordered[:depth]
         ]
         yield search_slate(qid, query, rows, None if qrels is None else qrels.get(qid),
