@@ -84,7 +84,8 @@ def test_retrieve_results_refuse_docids_that_are_not_ids(tmp_path, capsys, docid
     out = tmp_path / "s.jsonl"
     assert main(["data", "search", "--retrieved", str(retrieved), "--out", str(out)]) == 2
     err = capsys.readouterr().err
-    assert f"candidates[1].docid must be a string, got {kind}" in err and not out.exists()
+    assert f"{retrieved}:" in err and f"docid must be a string, got {kind}" in err, err
+    assert not out.exists()
 
 
 def test_retrieve_results_read_an_integer_docid_as_its_text(tmp_path):

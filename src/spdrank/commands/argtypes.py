@@ -75,8 +75,12 @@ def add_window_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def windows_from_args(args: argparse.Namespace) -> object | None:
-    """The :class:`spdrank.rankers.windows.Windows` the flags ask for, or None."""
+    """The :class:`spdrank.rankers.windows.Windows` the flags ask for, or None; a stride
+    without a window is refused, since nothing would read it."""
     if getattr(args, "window", None) is None:
+        if getattr(args, "window_stride", None) is not None:
+            raise ValueError("--window-stride moves the windows of --window, and no --window "
+                             "is given: add --window W or drop --window-stride")
         return None
     from spdrank.rankers.windows import Windows
 

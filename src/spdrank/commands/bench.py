@@ -38,6 +38,13 @@ log = logging.getLogger(__name__)
 
 RESULTS_ROOT = Path("benchmarks/results")
 
+#: Slates timed per size by the latency decomposition, unless ``--latency-slates`` says.
+LATENCY_SLATES = 100
+#: Slates per timed call, one row each, unless ``--latency-batch`` says: rank() one by one.
+LATENCY_BATCHES = (1,)
+#: The batch size of the throughput measurement, unless ``--batch-size`` says.
+THROUGHPUT_BATCH = 8
+
 
 def _names(text: str) -> list[str]:
     names = [t.strip() for t in text.split(",") if t.strip()]
@@ -117,14 +124,14 @@ def register(subparsers: Any) -> None:
     lat.add_argument(
         "--latency-slates",
         type=positive_int,
-        default=100,
+        default=LATENCY_SLATES,
         metavar="N",
-        help="slates timed per size, the first N of --slates (default 100)",
+        help=f"slates timed per size, the first N of --slates (default {LATENCY_SLATES})",
     )
     lat.add_argument(
         "--latency-batch",
         type=_sizes,
-        default=[1],
+        default=list(LATENCY_BATCHES),
         metavar="LIST",
         help="slates per timed call, comma-separated, one row each: 1 times rank() slate by "
         "slate; B > 1 times rank_batch on B slates at once, B at a time through the "
@@ -133,16 +140,35 @@ def register(subparsers: Any) -> None:
     lat.add_argument(
         "--batch-size",
         type=positive_int,
-        default=8,
+        default=THROUGHPUT_BATCH,
         metavar="B",
-        help="batch size of the throughput measurement (default 8)",
+        help=f"batch size of the throughput measurement (default {THROUGHPUT_BATCH})",
     )
     p.set_defaults(func=run)
 
 
+def check_latency_flags(args: argparse.Namespace) -> None:
+    """Refuse the latency decomposition's flags without ``--latency``: nothing else reads
+    them, and a flag silently ignored leaves its user believing it took effect."""
+    if args.latency:
+        return
+    defaults = {"latency_sizes": list(LATENCY_SIZES), "latency_slates": LATENCY_SLATES,
+                "latency_batch": list(LATENCY_BATCHES), "batch_size": THROUGHPUT_BATCH}
+    given = ["--" + name.replace("_", "-") for name, default in defaults.items()
+             if getattr(args, name) != default]
+    if given:
+        raise ValueError(f"{', '.join(given)}: for the latency decomposition, and no --latency "
+                         f"is given; add --latency or drop {'it' if len(given) == 1 else 'them'}")
+
+
 def run(args: argparse.Namespace) -> int:
     from spdrank.commands.named_rankers import fit_rankers
-    from spdrank.commands.ranker_args import checked_inputs, named_files, rankers_from_args
+    from spdrank.commands.ranker_args import (
+        checked_inputs,
+        coverage_notes,
+        named_files,
+        rankers_from_args,
+    )
     from spdrank.compare.plots import require_matplotlib
     from spdrank.compare.report import (
         DECOMPOSITION_PLOT,
@@ -158,6 +184,7 @@ def run(args: argparse.Namespace) -> int:
     from spdrank.eval.paired import compare
 
     slates_path, train, progress = checked_inputs(args)
+    check_latency_flags(args)
     require_matplotlib()
     preamble = Path(args.preamble).read_text(encoding="utf-8") if args.preamble else None
     out = Path(args.out) if args.out else RESULTS_ROOT / args.name
@@ -186,6 +213,8 @@ def run(args: argparse.Namespace) -> int:
         raise SlateError(f"{slates_path} holds no slates")
     eval_s = time.perf_counter() - t0
     print(format_table(results))
+    for line in coverage_notes(rows):
+        log.warning(line)
 
     quality, fidelity = table_metrics(results)
     paired = (

@@ -12,6 +12,7 @@ One slate a query, in the run's order, with its graded judgements as ``relevance
 from __future__ import annotations
 
 import argparse
+import logging
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -21,6 +22,8 @@ from spdrank.eval.judged import DEFAULT_REL_LEVEL
 
 if TYPE_CHECKING:
     from spdrank.core.slates import Slate
+
+log = logging.getLogger(__name__)
 
 
 def register(sub: Any) -> None:
@@ -105,11 +108,25 @@ def run_windows(args: argparse.Namespace) -> int:
     return 0
 
 
+def check_search_flags(args: argparse.Namespace) -> None:
+    """Refuse the flags this build would not read, saying what would make them count: texts
+    come with --retrieved's hits, and grades only from --qrels."""
+    if args.retrieved and (args.topics or args.corpus):
+        given = [f for f, v in (("--topics", args.topics), ("--corpus", args.corpus)) if v]
+        raise ValueError(f"{' and '.join(given)}: texts for --run's ids, and --retrieved's hits "
+                         f"carry their own; drop {'it' if len(given) == 1 else 'them'}")
+    if args.rel_level != DEFAULT_REL_LEVEL and not args.qrels:
+        raise ValueError(f"--rel-level {args.rel_level} counts the queries --qrels judges with "
+                         "no relevant passage, and no --qrels is given; add it or drop "
+                         "--rel-level")
+
+
 def run(args: argparse.Namespace) -> int:
     from spdrank.core.files import check_outputs
     from spdrank.core.slates import write_slates
     from spdrank.core.trec import read_qrels
     from spdrank.datasets.search import slates_from_retrieve_results, slates_from_run, summarize
+    from spdrank.eval.judged import unused_judgements
 
     check_outputs(
         {f"--{name}": getattr(args, name)
@@ -120,6 +137,7 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("give one of --retrieved FILE or --run FILE (with --topics, --corpus)")
     if args.run and not (args.topics and args.corpus):
         raise ValueError("--run names passages by id only: pass --topics and --corpus too")
+    check_search_flags(args)
     qrels = read_qrels(args.qrels) if args.qrels else None
     if args.retrieved:
         slates = list(slates_from_retrieve_results(args.retrieved, qrels, args.depth))
@@ -132,9 +150,9 @@ def run(args: argparse.Namespace) -> int:
     print(f"wrote {build.queries} slates ({build.candidates} candidates) -> {args.out}")
     if qrels is not None:
         print(f"judged: {build.judged_queries} of {build.queries} queries")
-        if build.unjudged:
-            print(f"  not in the qrels (no relevance, skipped by judged metrics): "
-                  f"{len(build.unjudged)}, e.g. {build.unjudged[:3]}")
+        for line in unused_judgements(qrels, [s.query.qid for s in slates],
+                                      f"--qrels {args.qrels}"):
+            log.warning(line)
         if build.no_relevant:
             print(f"  judged with no passage of grade >= {args.rel_level} (they score 0, as "
                   f"in trec_eval): {len(build.no_relevant)}, e.g. {build.no_relevant[:3]}")

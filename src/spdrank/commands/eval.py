@@ -30,6 +30,7 @@ from spdrank.commands.rank import add_prompt_argument
 from spdrank.commands.ranker_args import (
     add_ranker_arguments,
     checked_inputs,
+    coverage_notes,
     named_files,
     rankers_from_args,
 )
@@ -38,6 +39,7 @@ from spdrank.eval.judged import DEFAULT_REL_LEVEL
 
 if TYPE_CHECKING:
     from spdrank.core.slates import Slate
+    from spdrank.eval.evaluate import Results
 
 log = logging.getLogger(__name__)
 
@@ -190,6 +192,36 @@ def with_judgements(stream: Iterable[Slate], qrels: dict[str, dict[str, int]]) -
         yield slate
 
 
+def unused_notes(
+    args: argparse.Namespace,
+    rankers: list[Ranker],
+    results: Results,
+    qrels: dict[str, dict[str, int]] | None,
+    fitted: bool,
+) -> list[str]:
+    """One line for each input or flag the evaluation did not use: the ``--qrels`` queries
+    and slates that did not meet, the candidates a ``--run`` did not rank, a ``--train`` (or
+    ``--extra-sequences``) no ranker fitted on, a ``--rel-level`` with no judgement to read.
+    A gap that goes unsaid reads as a result: a run of another collection scores as the
+    candidates' given order."""
+    from spdrank.eval.judged import unused_judgements
+
+    lines = []
+    if qrels is not None:
+        qids = [record.qid for record in results.rankers[0].records]
+        lines += unused_judgements(qrels, qids, f"--qrels {args.qrels}")
+    lines += coverage_notes(rankers)
+    given = [f"{flag} {value}" for flag, value in (
+        ("--train", args.train), ("--extra-sequences", args.extra_sequences)) if value]
+    if given and not fitted:
+        lines.append(f"{' and '.join(given)}: not read, as no ranker here fits on training "
+                     "slates")
+    if args.rel_level != DEFAULT_REL_LEVEL and not results.n_judged:
+        lines.append(f"--rel-level {args.rel_level}: not read, as no slate evaluated has "
+                     "judgements (--qrels, or the slates' 'relevance')")
+    return lines
+
+
 def run_tag(name: str) -> str:
     """A ranker's name as a TREC run's tag and file name: what neither can hold becomes ``_``."""
     return re.sub(r"[^A-Za-z0-9._-]", "_", name)
@@ -267,8 +299,9 @@ def run(args: argparse.Namespace) -> int:
     fit_s = fit_rankers(rankers, train, progress, extra)
 
     stream = checked_slates(slates_path, rankers)
-    if args.qrels:
-        stream = with_judgements(stream, read_qrels(args.qrels))
+    qrels = read_qrels(args.qrels) if args.qrels else None
+    if qrels is not None:
+        stream = with_judgements(stream, qrels)
     if args.limit is not None:
         stream = islice(stream, args.limit)
     total = slate_total(slates_path, args.limit)
@@ -294,6 +327,8 @@ def run(args: argparse.Namespace) -> int:
         raise SlateError(f"{slates_path} holds no slates")
 
     print(format_table(results))
+    for line in unused_notes(args, rankers, results, qrels, bool(fit_s)):
+        log.warning(line)
     from spdrank.eval.first_stage import results_verdicts
 
     verdicts = results_verdicts(results, [r.name for r in trained_models(rankers)])

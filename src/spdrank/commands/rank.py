@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from spdrank.core.slates import Slate
 
-#: The backbone dtypes ``--dtype`` takes (torch is not imported to list them).
+#: The tag of a TREC run ``--trec`` writes, unless ``--tag`` names another.
+DEFAULT_TAG = "spdrank"
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -27,7 +28,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--input", required=True, help="slates to rank (JSONL, .gz too)")
     p.add_argument("--output", required=True, help="ranked results (JSONL, rank_llm style)")
     p.add_argument("--trec", help="also write a TREC run file here")
-    p.add_argument("--tag", default="spdrank", help="run tag for the TREC file")
+    p.add_argument("--tag", help=f"with --trec: the run's tag (default: {DEFAULT_TAG})")
     p.add_argument("--batch-size", type=int, default=1, help="slates per prefill")
     p.add_argument("--decoder", help="override the model's decoder (hungarian, greedy, ...)")
     add_dtype_argument(p)
@@ -68,6 +69,8 @@ def run(args: argparse.Namespace) -> int:
 
     if args.batch_size < 1:
         raise ValueError("--batch-size must be at least 1")
+    check_unread(args)
+    windows = windows_from_args(args)
     check_outputs({"--input": args.input, "--prompt": prompt_file(args.prompt)},
                   {"--output": args.output, "--trec": args.trec})
     check_prompt(args.model, args.prompt)
@@ -75,7 +78,6 @@ def run(args: argparse.Namespace) -> int:
         args.model, device=resolve_device(args.device), dtype=args.dtype,
         trust_remote_code=args.trust_remote_code,
     )
-    windows = windows_from_args(args)
     if windows is not None and windows.window > model.config.head.positions:
         raise ValueError(f"--window {windows.window} is over the model's K "
                          f"({model.config.head.positions})")
@@ -91,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
                 record = result_record(slate, ranking)
                 out.write(json.dumps(record, ensure_ascii=False, allow_nan=False) + "\n")
                 if trec is not None:
-                    write_trec_lines(trec, slate, ranking, args.tag)
+                    write_trec_lines(trec, slate, ranking, args.tag or DEFAULT_TAG)
                 n += 1
             bar.update(len(batch))
         if n == 0:  # raised inside the writers, so no empty output replaces anything
@@ -103,6 +105,17 @@ def run(args: argparse.Namespace) -> int:
           file=sys.stderr if streamed else sys.stdout)
     print(ranker.summary(), file=sys.stderr if streamed else sys.stdout)
     return 0
+
+
+def check_unread(args: argparse.Namespace) -> None:
+    """Refuse a flag this run would not read, saying what would make it count: a flag given
+    and silently ignored leaves its user believing it took effect."""
+    if args.tag is not None and not args.trec:
+        raise ValueError("--tag names the run --trec writes, and no --trec is given: add "
+                         "--trec FILE or drop --tag")
+    if args.batch_size > 1 and args.window is not None:
+        raise ValueError(f"--batch-size {args.batch_size} has no effect with --window: each "
+                         "window is ranked in a prefill of its own; drop --batch-size")
 
 
 class CountingRanker:

@@ -87,6 +87,7 @@ def baseline_name(text: str) -> str:
 def rankers_from_args(args: argparse.Namespace) -> list[Ranker]:
     """The rankers the command line asks for, unfitted, in the order given
     (:func:`spdrank.commands.named_rankers.build_rankers`); a command without a flag passes none of it."""
+    check_model_flags(args)
     return build_rankers(
         args.ranker,
         seed=args.seed,
@@ -100,6 +101,36 @@ def rankers_from_args(args: argparse.Namespace) -> list[Ranker]:
         search=is_search(args.slates),
         windows=windows_from_args(args),
     )
+
+
+def check_model_flags(args: argparse.Namespace) -> None:
+    """Refuse the flags that load or run ``--model`` checkpoints when no ``--model`` is given:
+    no other ranker reads them, and a flag silently ignored leaves its user believing it
+    took effect."""
+    if getattr(args, "model", None):
+        return
+    device = getattr(args, "device", "auto")
+    given = [flag for flag, value in (
+        ("--decoder", getattr(args, "decoder", None)),
+        ("--decoders", getattr(args, "decoders", None)),
+        ("--device", None if device == "auto" else device),
+        ("--dtype", getattr(args, "dtype", None)),
+        ("--trust-remote-code", getattr(args, "trust_remote_code", False) or None),
+        ("--window", getattr(args, "window", None)),
+        ("--prompt", getattr(args, "prompt", None)),
+    ) if value is not None]
+    if given:
+        them = "it" if len(given) == 1 else "them"
+        raise ValueError(f"{', '.join(given)}: for --model checkpoints only, and no --model is "
+                         f"given; add --model DIR or drop {them}")
+
+
+def coverage_notes(rankers: list[Ranker]) -> list[str]:
+    """The lines rankers have on what of the slates they did not rank (a replayed run that
+    ranks none of a slate's candidates: :meth:`spdrank.rankers.run_ranker.RunRanker.coverage_note`),
+    once every slate is ranked."""
+    notes = (getattr(ranker, "coverage_note", None) for ranker in rankers)
+    return [line for note in notes if note is not None and (line := note())]
 
 
 def named_files(args: argparse.Namespace, option: str) -> list[str]:

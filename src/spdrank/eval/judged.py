@@ -25,7 +25,7 @@ table can be recomputed by pasting its column name into ir-measures.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 #: trec_eval's default relevance level for binary measures (``-l 1``).
 DEFAULT_REL_LEVEL = 1
@@ -130,3 +130,38 @@ def has_relevant(judgements: Mapping[str, int] | None, rel: int = DEFAULT_REL_LE
     """Whether a judged query has a relevant document at level ``rel`` (for the count of
     queries that score 0 whatever the ranking, which a table reports)."""
     return judgements is not None and any(g >= rel for g in judgements.values())
+
+
+def unused_judgements(
+    judged: Iterable[str], qids: Sequence[str], source: str, shown: int = 3
+) -> list[str]:
+    """One line for each gap between a judgements file and the slates an evaluation ranked,
+    so that none passes unseen: the slates (``qids``, in order) it judges none of, or those it
+    leaves unjudged; and its judged queries (``judged``) that no slate asks. ``source`` names
+    the file in the lines (``--qrels runs/dl19.qrels``).
+
+    A file that judges no slate at all usually speaks of other queries (another collection,
+    or qids written otherwise): the line shows a qid of each side to compare.
+    """
+    judged = list(dict.fromkeys(judged))
+    judged_set, asked = set(judged), set(qids)
+    unjudged = [q for q in dict.fromkeys(qids) if q not in judged_set]
+    unasked = [q for q in judged if q not in asked]
+    if qids and len(unjudged) == len(set(qids)):
+        return [(f"{source} judges none of the {len(qids)} slates: its queries "
+                 f"({_examples(judged, shown)}) are not theirs ({_examples(unjudged, shown)}), "
+                 "so no slate is judged")]
+    lines = []
+    if unjudged:
+        lines.append(f"{source} judges no document of {len(unjudged)} of the {len(qids)} "
+                     f"slates ({_examples(unjudged, shown)}): they count in no judged metric")
+    if unasked:
+        lines.append(f"{source}: {len(unasked)} of its {len(judged)} judged queries match no "
+                     f"slate ({_examples(unasked, shown)}): their judgements are not used")
+    return lines
+
+
+def _examples(qids: Sequence[str], shown: int) -> str:
+    """``'q1', 'q2', 'q3' and 7 more``: the first ``shown`` qids, then how many others."""
+    more = len(qids) - shown
+    return ", ".join(map(repr, qids[:shown])) + (f" and {more} more" if more > 0 else "")

@@ -58,7 +58,10 @@ def admit(data: Any, engine: Engine, field: str = "candidates") -> Slate:
     its K items (``field`` names the list in the message), the features it reads present.
 
     The one way a request becomes a slate; 422 ``invalid_slate`` naming the field for a
-    slate that is malformed or that the model cannot rank.
+    slate that is malformed or that the model cannot rank. Its ids pass the rule slate files
+    and TREC runs hold them to (:func:`spdrank.core.validation.id_problem`), so no answer
+    names an id (empty, or holding whitespace, a control or a format character) that a file
+    could not carry.
     """
     try:
         slate = Slate.from_dict(data, text_fields=engine.model.config.text_fields)

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import MISSING, Field, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from spdrank.backbone.prompt import READOUTS
+from spdrank.backbone.prompt import READOUTS, UNIT_READOUTS
 from spdrank.backbone.templates import PROMPT_HELP
 from spdrank.core.defaults import (
     ANCHORS,
@@ -31,6 +32,8 @@ if TYPE_CHECKING:
     from spdrank.methods.base import RankingMethod
     from spdrank.model.config import SPDConfig
 
+
+log = logging.getLogger(__name__)
 
 #: Which evaluated model a run keeps (``--select``).
 SELECTIONS = ("best", "last")
@@ -363,9 +366,46 @@ class TrainConfig:
             raise ValueError("--lora-layers says which layers LoRA adapts, but --frozen and "
                              "--features-only train no LoRA: drop one of them")
         self._check_cache_settings()
+        self._check_unread()
         self.template()  # an unknown name or a bad template file, before anything loads
         if self.trains_lora:
             self.lora_settings()  # raises when --lora-modules names no module
+
+    def _check_unread(self) -> None:
+        """Say, or refuse, a setting this run would not read, with what would make it count: a
+        flag given and silently ignored leaves its user believing it took effect. A setting at
+        its default is never named, so giving a default changes nothing either way.
+
+        A setting of a recipe another flag switches off (LoRA's under ``--frozen``, the state
+        cache's without ``--cache-states``) gets one line, so that one recipe may be run with
+        the switch on or off; any other is refused."""
+        defaults = TrainConfig(slates="", out="")
+        evaluates = self.eval_slates is not None or self.holdout is not None
+        no_eval = "--eval-slates or --holdout, and neither is given"
+        no_lora = "--frozen and --features-only train no LoRA"
+        no_cache = "it applies to --cache-states"
+        for name, read, why, refused in (
+            ("require_clicks", self.target != "teacher",
+             "--target teacher reads no clicks or judgements", True),
+            ("select", evaluates, f"it chooses among evaluations on {no_eval}", True),
+            ("eval_limit", evaluates, f"it cuts the eval slates of {no_eval}", True),
+            ("match", _reads_history(str(self.head)) and self.readout in UNIT_READOUTS,
+             "it applies to --head history with --readout tokens or words", True),
+            ("epochs", self.max_steps is None, "--max-steps sets the run's length", True),
+            ("lora_r", self.trains_lora, no_lora, False),
+            ("lora_alpha", self.trains_lora, no_lora, False),
+            ("lora_modules", self.trains_lora, no_lora, False),
+            ("cache_dtype", self.cache_states is not None, no_cache, False),
+            ("cache_batch_size", self.cache_states is not None, no_cache, False),
+        ):
+            value = getattr(self, name)
+            if read or value == getattr(defaults, name):
+                continue
+            flag = "--" + name.replace("_", "-")
+            given = flag if value is True else f"{flag} {value}"
+            if refused:
+                raise ValueError(f"{given} has no effect here: {why}; drop it")
+            log.warning("%s has no effect here: %s", given, why)
 
     @property
     def selection(self) -> str:
