@@ -30,6 +30,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+from spdrank.backbone.chat import render_chat_template
 from spdrank.backbone.templates import (
     DEFAULT_TEMPLATE,
     PromptTemplate,
@@ -475,9 +476,9 @@ def template_around(
     """
     if not getattr(tokenizer, "chat_template", None):
         return None
-    rendered = tokenizer.apply_chat_template(
+    rendered = render_chat_template(
+        tokenizer,
         [*earlier, {"role": "user", "content": _SENTINEL}],
-        tokenize=False,
         add_generation_prompt=True,
         **template_kwargs,
     )

@@ -91,3 +91,8 @@ MAX_SETTINGS_BYTES = 1 << 20
 #: triple its non-ASCII text; a quarter of that bound leaves room for both and the config's
 #: other fields, so a model trained with a template can always be loaded.
 MAX_TEMPLATE_BYTES = MAX_SETTINGS_BYTES // 4
+
+#: The longest a backbone's chat template may take to render once: a real one takes
+#: milliseconds, and one that loops for ever (it comes with the backbone's files, as data)
+#: is stopped here (:mod:`spdrank.backbone.chat`).
+CHAT_TEMPLATE_SECONDS = 10.0
