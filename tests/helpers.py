@@ -281,10 +281,10 @@ class HeldEngine(Engine):
         self.release = threading.Event()
         self.entered = 0
 
-    def rank_parts(self, slates):
+    def rank_parts(self, slates, wanted=lambda i: True):
         self.entered += len(slates)
         assert self.release.wait(20), "the test never released the batch"
-        return super().rank_parts(slates)
+        return super().rank_parts(slates, wanted)
 
 
 class LoopbackHTTPServer:

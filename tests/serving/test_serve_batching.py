@@ -149,7 +149,7 @@ def test_a_batch_run_in_parts_answers_each_part_as_it_finishes_with_its_size():
     first_answered = threading.Event()
     parts_run: list[list[int]] = []
 
-    def parts(items: list[int]):
+    def parts(items: list[int], wanted):
         parts_run.append([items[0], items[2]])
         yield [0, 2], [items[0] * 10, items[2] * 10]
         # The worker waits here until the event loop has answered the first part.
@@ -190,7 +190,7 @@ def test_a_failing_part_keeps_the_answered_parts_and_retries_the_rest_alone():
             raise ValueError("cannot rank 'bad'")
         return [x.upper() for x in items]
 
-    def parts(items):
+    def parts(items, wanted):
         yield [0], [items[0].upper()]
         raise RuntimeError("out of memory (simulated) on the second part")
 

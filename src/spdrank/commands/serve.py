@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 from pathlib import Path
 from typing import Any
 
@@ -50,7 +51,8 @@ def register(sub: Any) -> None:
         p.add_argument(
             _flag(f.name),
             type=_TYPES[str(f.type)],
-            default=f.default,
+            # None tells a flag left out from one given, which a flag that needs another may not be.
+            default=None if f.metadata.get("needs") else f.default,
             choices=f.metadata.get("choices"),
             help=f"{f.metadata['help']} (default: {f.default})",
         )
@@ -89,19 +91,50 @@ def _flag(name: str) -> str:
 
 def settings_from_args(args: argparse.Namespace) -> ServeSettings:
     """The settings parsed ``spdrank serve`` arguments describe; a value below its field's
-    minimum is refused naming the flag."""
-    values = {f.name: getattr(args, f.name) for f in dataclasses.fields(ServeSettings)}
+    minimum, a number that is not finite, and a flag given without the one it needs
+    (``--max-documents`` without ``--window``) are refused naming the flag."""
+    values = {}
     for f in dataclasses.fields(ServeSettings):
+        value, needs = getattr(args, f.name), f.metadata.get("needs")
+        if needs and value is not None and not getattr(args, needs):
+            raise ValueError(f"{_flag(f.name)} applies with {_flag(needs)} only: add "
+                             f"{_flag(needs)}, or leave {_flag(f.name)} out")
+        values[f.name] = f.default if value is None else value
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ValueError(f"{_flag(f.name)} must be a finite number, got {value}")
         minimum = f.metadata.get("minimum")
-        if minimum is not None and values[f.name] < minimum:
+        if minimum is not None and value is not None and value < minimum:
             bound = "positive" if minimum == 1 else f">= {minimum}"
             raise ValueError(f"{_flag(f.name)} must be {bound}")
     return ServeSettings(**values)
 
 
+def check_address(host: str, port: int) -> None:
+    """Refuse a port out of TCP's range or a host that names no address, before the model
+    loads (uvicorn would find out only after it)."""
+    import socket
+
+    if not 1 <= port <= 65535:
+        raise ValueError(f"--port must be between 1 and 65535, got {port}")
+    try:
+        socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except (socket.gaierror, UnicodeError) as exc:
+        raise ValueError(f"--host {host!r} names no address to listen on ({exc})") from None
+
+
+def check_window(model: str, settings: ServeSettings) -> None:
+    """Refuse ``--window`` over the checkpoint's K from its config, before the model loads."""
+    if not settings.window:
+        return
+    from spdrank.model.checkpoint import CONFIG_NAME, checkpoint_dir, read_config
+
+    k = read_config(checkpoint_dir(model) / CONFIG_NAME).head.positions
+    if settings.window > k:
+        raise ValueError(f"--window {settings.window} is over the model's K ({k})")
+
+
 def run(args: argparse.Namespace) -> int:
-    if args.port < 0:
-        raise ValueError("--port must be positive")
+    check_address(args.host, args.port)
     settings = settings_from_args(args)
     api_key = load_api_key(args.api_key_file)
 
@@ -120,6 +153,7 @@ def run(args: argparse.Namespace) -> int:
     from spdrank.serving.routes import DOCS_PATH
 
     check_prompt(args.model, args.prompt)
+    check_window(args.model, settings)
     model = SPDRanker.from_pretrained(
         args.model, device=resolve_device(args.device), dtype=args.dtype,
         trust_remote_code=args.trust_remote_code,

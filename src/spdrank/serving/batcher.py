@@ -19,7 +19,9 @@ arrive close together are grouped. The design is the usual one for a single mode
   latency grow without limit;
 * a submit cancelled while its item waits (the server cancels it when the client
   disconnects) gives its place in the queue back at once, and the collector passes the item
-  over instead of running it: nobody is left to read its answer.
+  over instead of running it: nobody is left to read its answer. Once its item runs, ``parts``
+  is told (its ``wanted`` callback), so work left for it (a long slate's remaining windows)
+  can be dropped.
 
 A batch (or part) that raises is retried one item at a time, so one bad slate (or an
 out-of-memory on a large batch) fails only the requests that fail alone; the collector itself
@@ -31,10 +33,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
 from spdrank.serving.metrics import ServerMetrics
@@ -44,8 +47,11 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 R = TypeVar("R")
 
-#: One part of a batch: which of the batch's items it ran (indices) and their results.
+#: One part of a batch: which of the batch's items it ran (indices) and their results (an
+#: item whose submitter left may have :class:`Abandoned` as its result).
 Part = tuple[Sequence[int], Sequence[R]]
+#: Whether the batch's item at an index is still awaited (its submitter has not left).
+Wanted = Callable[[int], bool]
 
 
 class QueueFullError(Exception):
@@ -62,6 +68,10 @@ class BatcherClosedError(Exception):
 
 class InferenceError(Exception):
     """Inference raised for this item (alone, after its batch failed); wraps the cause."""
+
+
+class Abandoned(Exception):
+    """The result of an item whose work ``parts`` dropped part way: its submitter had left."""
 
 
 @dataclass
@@ -86,14 +96,18 @@ class _Job(Generic[T, R]):
     admitted: float  # time.perf_counter()
     taken: bool = False  # into a batch by the collector
     dropped: bool = False  # abandoned by its submitter before it was taken
+    #: Set on the event loop when the submitter stops waiting, read by the worker thread.
+    gone: threading.Event = field(default_factory=threading.Event)
 
 
 class MicroBatcher(Generic[T, R]):
     """Groups submitted items into batches for ``run``, executed in a single worker thread.
 
-    ``parts``, when given, runs a batch instead of ``run``: it yields ``(indices, results)``
-    for each part of the batch as it finishes, and every item must appear in exactly one
-    part. ``run`` stays the way to run items alone (retrying after a failure).
+    ``parts``, when given, runs a batch instead of ``run``: called with the items and a
+    ``wanted`` callback (whether the item at an index is still awaited), it yields
+    ``(indices, results)`` for each part of the batch as it finishes, and every item must
+    appear in exactly one part. ``run`` stays the way to run items alone (retrying after a
+    failure).
     """
 
     def __init__(
@@ -104,7 +118,7 @@ class MicroBatcher(Generic[T, R]):
         max_wait_ms: float = 5.0,
         max_queue: int = 64,
         metrics: ServerMetrics | None = None,
-        parts: Callable[[list[T]], Iterable[Part[R]]] | None = None,
+        parts: Callable[[list[T], Wanted], Iterable[Part[R]]] | None = None,
     ) -> None:
         if max_batch_size < 1:
             raise ValueError("max_batch_size must be at least 1")
@@ -113,7 +127,7 @@ class MicroBatcher(Generic[T, R]):
         if max_queue < 1:
             raise ValueError("max_queue must be at least 1")
         self._run = run
-        self._parts = parts or (lambda items: [(range(len(items)), run(items))])
+        self._parts = parts or (lambda items, wanted: [(range(len(items)), run(items))])
         self.max_batch_size = max_batch_size
         self.max_wait_s = max_wait_ms / 1e3
         self.max_queue = max_queue
@@ -173,6 +187,7 @@ class MicroBatcher(Generic[T, R]):
         try:
             return await future
         except asyncio.CancelledError:
+            job.gone.set()
             if not job.taken and not job.dropped:
                 job.dropped = True
                 self._set_pending(self._pending - 1)
@@ -284,7 +299,7 @@ class MicroBatcher(Generic[T, R]):
         start = mark = time.perf_counter()
         answered = [False] * n
         try:
-            for indices, results in self._parts(items):
+            for indices, results in self._parts(items, lambda i: not jobs[i].gone.is_set()):
                 indices = list(indices)
                 if not indices:
                     continue  # nothing answered: its time goes to the next part

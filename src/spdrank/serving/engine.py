@@ -5,13 +5,13 @@ two threads at once (fast tokenizers raise "Already borrowed" when they are).
 
 How a batch shares prefills is the batch policy's (``policy.py``). A slate over the model's K,
 admitted only when the server ranks by sliding windows, is ranked alone, one prefill a window
-(:mod:`spdrank.rankers.windows`).
+(:mod:`spdrank.rankers.windows`); its remaining windows are dropped once its client has left.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -19,6 +19,7 @@ from spdrank.core.ranking import Ranking
 from spdrank.core.slates import Slate
 from spdrank.core.validation import check_fits_model
 from spdrank.rankers.windows import Windows, rank_windowed
+from spdrank.serving.batcher import Abandoned
 from spdrank.serving.policy import (
     DEFAULT_BATCH_POLICY,
     DEFAULT_MAX_PADDING,
@@ -131,9 +132,13 @@ class Engine:
         assert all(r is not None for r in out), "a slate was left unranked"
         return out  # type: ignore[return-value]
 
-    def rank_parts(self, slates: list[Slate]) -> Iterator[tuple[list[int], list[Ranked]]]:
+    def rank_parts(
+        self, slates: list[Slate], wanted: Callable[[int], bool] = lambda i: True
+    ) -> Iterator[tuple[list[int], list[Ranked | Abandoned]]]:
         """Rank ``slates`` one prefill at a time: yields each prefill's slates (indices into
-        ``slates``) and their results, as soon as that prefill is done.
+        ``slates``) and their results, as soon as that prefill is done. A slate ranked by
+        windows whose request is no longer ``wanted`` (its client left) stops before its next
+        window, with :class:`Abandoned` for its result.
 
         The prompts are encoded first, once: their token counts decide the groups, their
         truncation flags and counts are reported, and ``rank_batch`` takes them as they are.
@@ -144,7 +149,12 @@ class Engine:
         k = int(model.config.head.positions)
         whole = [i for i, slate in enumerate(slates) if len(slate) <= k]
         for i in (i for i in range(len(slates)) if len(slates[i]) > k):
-            yield [i], [self._windowed(slates[i])]
+            result: Ranked | Abandoned
+            try:
+                result = self._windowed(slates[i], lambda i=i: wanted(i))
+            except Abandoned as gone:
+                result = gone
+            yield [i], [result]
         prompts = [_Prompt.encode(model, slates[i]) for i in whole]
         lengths = [len(p.encoded.input_ids) for p in prompts]
         for group in plan_prefills(lengths, self.policy, self.max_padding):
@@ -157,9 +167,10 @@ class Engine:
                 _ranked(r, p.encoded, encode_ms) for r, p in zip(rankings, part)
             ]
 
-    def _windowed(self, slate: Slate) -> Ranked:
+    def _windowed(self, slate: Slate, wanted: Callable[[], bool] = lambda: True) -> Ranked:
         """A slate over K, ranked by sliding windows: one prefill a window, each window's
-        truncations and tokens counted."""
+        truncations and tokens counted; :class:`Abandoned` before a window once the slate is
+        no longer ``wanted``."""
         assert self.windows is not None, "a slate over K was admitted without windows"
         cut: dict[str, bool] = {}
         tokens = 0
@@ -167,6 +178,8 @@ class Engine:
 
         def rank_window(part: Slate) -> Ranking:
             nonlocal tokens, query_cut
+            if not wanted():
+                raise Abandoned(f"the client left; windows of {len(part)} candidates dropped")
             prompt = _Prompt.encode(self.model, part)
             cut.update(zip(part.docids, prompt.encoded.truncated))
             tokens += len(prompt.encoded.input_ids)

@@ -24,10 +24,27 @@ from spdrank.serving.schemas import RerankRequest, format_validation_error
 log = logging.getLogger(__name__)
 
 
+def check_json_type(content_type: str | None) -> None:
+    """415 unless the body says it is JSON (``application/json``, parameters allowed).
+
+    A web page may send a browser's "simple" request (``text/plain``, a form, or no type at
+    all) to any address without asking first (no CORS preflight); only a JSON type needs that
+    permission, which this server never gives. So a page a user visits cannot make a local
+    server without an API key rank for it.
+    """
+    media = (content_type or "").split(";", 1)[0].strip().lower()
+    if media != "application/json":
+        given = f"Content-Type {content_type!r}" if content_type else "no Content-Type"
+        raise ApiError(415, f"the body must be JSON sent as Content-Type: application/json "
+                            f"({given} given)", "unsupported_media_type")
+
+
 async def json_body(request: Request) -> Any:
-    """Parse the body as JSON, whatever its Content-Type, through the gate slate files pass
-    (:func:`spdrank.core.validation.loads`): 400 for what is not JSON, 422 naming the field for
-    values spdrank cannot carry (lone surrogates, numbers beyond the float range)."""
+    """Parse the body, which must say it is JSON (:func:`check_json_type`), through the gate
+    slate files pass (:func:`spdrank.core.validation.loads`): 400 for what is not JSON, 422
+    naming the field for values spdrank cannot carry (lone surrogates, numbers beyond the
+    float range)."""
+    check_json_type(request.headers.get("content-type"))
     body = await request.body()
     if not body.strip():
         raise ApiError(400, "the request body is empty: send a JSON object", "invalid_json")

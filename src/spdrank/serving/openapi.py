@@ -25,7 +25,7 @@ RERANK_BODY: dict[str, Any] = {
 
 #: The error answers every route documents.
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
-    code: {"model": ErrorResponse} for code in (400, 401, 404, 408, 413, 422, 500, 503)
+    code: {"model": ErrorResponse} for code in (400, 401, 404, 408, 413, 415, 422, 500, 503)
 }
 
 

@@ -21,7 +21,8 @@ from spdrank.serving.policy import (
 
 
 def _knob(default: Any, help_text: str, minimum: float | None = None, **extra: Any) -> Any:
-    """A settings field whose metadata says how its flag reads (help, smallest value, choices)."""
+    """A settings field whose metadata says how its flag reads (help, smallest value, choices,
+    and ``needs``: the field without which it means nothing)."""
     return field(default=default, metadata={"help": help_text, "minimum": minimum, **extra})
 
 
@@ -66,10 +67,12 @@ class ServeSettings:
         minimum=0,
     )
     window_stride: int = _knob(
-        10, "with --window: how far each window moves up the list", minimum=1
+        0, "with --window: how far each window moves up the list (0: half the window, "
+        "RankGPT's 20 and 10)", minimum=1, needs="window"
     )
     max_documents: int = _knob(
-        1_000, "with --window: the most documents one request may send", minimum=1
+        1_000, "with --window: the most documents one request may send", minimum=1,
+        needs="window",
     )
 
     header_timeout: float = _knob(
@@ -94,6 +97,8 @@ class ServeSettings:
     def __post_init__(self) -> None:
         check_policy(self.batch_policy)
         check_max_padding(self.max_padding)
+        if self.window and not self.window_stride:
+            self.window_stride = max(self.window // 2, 1)
         if self.window and self.window_stride > self.window:
             raise ValueError(
                 f"--window-stride ({self.window_stride}) must not exceed --window ({self.window})"
