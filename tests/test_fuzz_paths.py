@@ -280,3 +280,93 @@ def test_data_out_destroys_nothing_and_leaves_no_stale_file(earlier_build, out, 
             ]
         assert (root / "link_to_built").is_symlink()
         _no_temporaries(root)
+
+
+# -- data windows --out ----------------------------------------------------------------------
+
+
+@settings(FUZZ, max_examples=30)
+@given(output=st.sampled_from(sorted(RANK_OUTPUTS)))
+def test_data_windows_output_destroys_nothing(output):
+    with _folder() as root:
+        _rank_tree(root)
+        before = _snapshot(root)
+        code, _, err = _run(["data", "windows", "--slates", str(root / "in.jsonl"), "--window",
+                             "2", "--stride", "1", "--out", str(root / output)])
+        kind, key = RANK_OUTPUTS[output]
+        assert code == (0 if kind in ("file", "stream") else 2), (output, err)
+        _check_error(code, err, "data")
+        after = _snapshot(root)
+        written = {WRITTEN[key]} if code == 0 and kind == "file" else set()
+        for rel, was in before.items():
+            if rel in written:
+                assert after[rel][0] == "file" and after[rel][2] == was[2], rel
+            else:
+                assert after.get(rel) == was, rel
+        assert set(after) - set(before) <= written | {"deep", "deep/er"}
+        for rel in written:
+            assert len((root / rel).read_text().splitlines()) == 2  # each slate fits a window
+        _no_temporaries(root)
+
+
+# -- eval --trec-dir -------------------------------------------------------------------------
+
+
+def _eval_tree(root: Path) -> None:
+    """Search slates in a file whose name a ranker's run would take (``random.trec``), a run
+    it replays (``runs/bm25.trec``), and links and files a --trec-dir might be given."""
+    rows = [{"query": {"qid": q, "text": "q"}, "relevance": {"d1": 1},
+             "candidates": [{"docid": f"d{i}", "doc": {"text": f"passage {i}"}}
+                            for i in range(3)]} for q in ("q1", "q2")]
+    (root / "random.trec").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (root / "runs").mkdir()
+    (root / "runs" / "bm25.trec").write_text("".join(
+        f"{q} Q0 d{i} {i + 1} {3 - i} mine\n" for q in ("q1", "q2") for i in range(3)))
+    (root / "link_to_runs").symlink_to("runs")
+
+
+#: --trec-dir values by the folder they name (relative to the tree), or ``None``: a file.
+TREC_DIRS: dict[str, str | None] = {
+    ".": ".", "runs": "runs", "link_to_runs": "runs", "runs/../runs": "runs", "out": "out",
+    "out/deep": "out/deep", "random.trec": None, "runs/bm25.trec": None,
+}
+
+
+@settings(FUZZ, max_examples=60)
+@given(
+    names=st.lists(st.sampled_from(["bm25", "a b", "a_b", "A_B", "q.1"]), unique=True,
+                   max_size=3),
+    with_random=st.booleans(),
+    trec_dir=st.sampled_from(sorted(TREC_DIRS)),
+)
+def test_eval_trec_dir_destroys_nothing(names, with_random, trec_dir):
+    """Every ranker's run file is checked as an output: none may be a file the command reads
+    (the slates, a replayed run) or another ranker's (names equal once sanitised)."""
+    from spdrank.commands.eval import run_tag
+
+    if not names and not with_random:
+        names = ["bm25"]
+    with _folder() as root:
+        _eval_tree(root)
+        before = _snapshot(root)
+        argv = ["eval", "--slates", str(root / "random.trec"), "--no-progress",
+                "--trec-dir", str(root / trec_dir)]
+        argv += [f"--run={name}={root / 'runs' / 'bm25.trec'}" for name in names]
+        argv += ["--ranker", "random"] if with_random else []
+        code, _, err = _run(argv)
+
+        folder = TREC_DIRS[trec_dir]
+        tags = [run_tag(n) for n in names] + (["random"] if with_random else [])
+        files = {f"{tag}.trec" if folder == "." else f"{folder}/{tag}.trec" for tag in tags}
+        collides = len({t.casefold() for t in tags}) < len(tags) or bool(
+            files & {"random.trec", "runs/bm25.trec"})
+        assert code == (2 if folder is None or collides else 0), (argv, err)
+        _check_error(code, err, "eval")
+
+        after = _snapshot(root)
+        written = files if code == 0 else set()
+        for rel, was in before.items():
+            assert after.get(rel) == was, rel  # no run file replaces anything that was there
+        made = {"out": {"out"}, "out/deep": {"out", "out/deep"}}.get(folder or "", set())
+        assert set(after) - set(before) == written | (made if code == 0 else set())
+        _no_temporaries(root)
