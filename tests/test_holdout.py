@@ -37,6 +37,15 @@ def test_a_query_is_held_out_with_all_its_windows_and_the_draw_is_seeded(tmp_pat
     assert other.read_bytes() != train.read_bytes()
 
 
+def test_holding_out_from_a_held_out_part_is_refused(tmp_path):
+    """A run given its own held-out training part: writing the part would destroy it."""
+    train, _ = hold_out(windows_file(tmp_path), 3, tmp_path / "run" / "holdout", seed=0)
+    before = train.read_bytes()
+    with pytest.raises(ValueError, match=r"--out .*train.jsonl is the same file as --slates"):
+        hold_out(train, 2, tmp_path / "run" / "holdout", seed=0)
+    assert train.read_bytes() == before
+
+
 def test_holding_out_every_query_is_refused(tmp_path):
     with pytest.raises(ValueError, match="would leave none"):
         hold_out(windows_file(tmp_path, queries=2), 2, tmp_path / "h", seed=0)

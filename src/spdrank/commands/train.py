@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from spdrank.training.config import flag_choices, flag_help, is_flag
@@ -120,9 +121,26 @@ def check_labels_template(cfg: TrainConfig) -> None:
         check(first.extra, cfg.template(), where)
 
 
+def check_run_outputs(cfg: TrainConfig) -> None:
+    """Refuse, before any work, a run whose files would destroy one of its inputs: the files
+    it writes under ``--out`` and the folders it replaces whole there (model, state, best)."""
+    from spdrank.commands.argtypes import prompt_file
+    from spdrank.core.files import check_outputs
+    from spdrank.training.train import BEST_DIR, LOG_NAME, STATE_DIR, SUMMARY_NAME
+
+    out = Path(cfg.out)
+    check_outputs(
+        {"--slates": cfg.slates, "--eval-slates": cfg.eval_slates,
+         "--prompt": prompt_file(cfg.prompt)},
+        {"--out": [out / SUMMARY_NAME, out / LOG_NAME]},
+        folders={"--out": [out / "model", out / STATE_DIR, out / BEST_DIR]},
+    )
+
+
 def run(args: argparse.Namespace) -> int:
     cfg = config_from_args(args)
     check_labels_template(cfg)
+    check_run_outputs(cfg)
     if args.num_processes < 1:
         raise ValueError(f"--num-processes must be at least 1, got {args.num_processes}")
     if args.num_processes > 1:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-from spdrank.core.files import atomic_writer, iter_lines, parse_json_line
+from spdrank.core.files import atomic_writer, check_outputs, iter_lines, parse_json_line
 from spdrank.core.slates import SlateError
 
 #: The folder under a run's directory that holds the two parts.
@@ -53,9 +53,13 @@ def hold_out(
     latter holding every slate of the queries ``holdout`` asks for (:func:`held_out_count`),
     drawn with ``seed``; the two paths.
 
-    Refuses a number that would leave no query to train on.
+    Refuses a number that would leave no query to train on, and a ``slates`` file that is
+    one of the two parts (a run given its own held-out part to train on): writing the part
+    would destroy it.
     """
     slates, folder = Path(slates), Path(folder)
+    train, validation = folder / "train.jsonl", folder / "validation.jsonl"
+    check_outputs({"--slates": slates}, {"--out": [train, validation]})
     queries = sorted({query_of(_qid(line, f"{slates}:{n}"))
                       for n, _, line in iter_lines(slates, "slate file")})
     count = held_out_count(holdout, len(queries))
@@ -64,7 +68,6 @@ def hold_out(
                          "queries to train on: hold out fewer, or pass --eval-slates")
     held = set(random.Random(seed).sample(queries, count))
     folder.mkdir(parents=True, exist_ok=True)
-    train, validation = folder / "train.jsonl", folder / "validation.jsonl"
     with atomic_writer(train) as kept, atomic_writer(validation) as out:
         for n, _, line in iter_lines(slates, "slate file"):
             text = line.decode("utf-8").rstrip("\r\n") + "\n"
