@@ -1,14 +1,60 @@
-"""Write a whole directory (a checkpoint, a training state) so it is never seen half-written."""
+"""Write a whole directory (a checkpoint, a training state) so it is never seen half-written.
+
+A directory is filled in a temporary sibling, ``.NAME.HOST-PID.XXXXXXXX.tmp``, swapped in
+once complete and removed on any exception. A process killed where no handler runs (SIGKILL,
+the OOM killer) cannot remove it, so its name says whose it was: the next fill of the same
+target removes the temporaries of processes of this host that have ended
+(:func:`sweep_leftovers`), and leaves a live process's work alone.
+"""
 
 from __future__ import annotations
 
+import glob
 import os
+import re
 import shutil
+import socket
 import stat
 import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+
+def _host() -> str:
+    """This host's name as a temporary's name holds it."""
+    return re.sub(r"[^A-Za-z0-9_-]", "_", socket.gethostname()) or "host"
+
+
+def _temporary(target: Path) -> Path:
+    """A new empty directory beside ``target``, named for it and for this process."""
+    return Path(tempfile.mkdtemp(prefix=f".{target.name}.{_host()}-{os.getpid()}.",
+                                 suffix=".tmp", dir=target.parent))
+
+
+def _alive(pid: int) -> bool:
+    """Whether a process ``pid`` runs on this host (one of another user's counts)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def sweep_leftovers(target: Path) -> None:
+    """Remove the temporaries of ``target`` that processes of this host left when they were
+    killed: their owner has ended, so nobody will finish or remove them. A temporary of a
+    running process, or of another host (a shared file system), is kept."""
+    owned = re.compile(rf"\.{re.escape(target.name)}\.(?P<host>[A-Za-z0-9_-]+)-(?P<pid>\d+)"
+                       r"\.[^/]+\.tmp")
+    host = _host()
+    for sibling in target.parent.glob(f".{glob.escape(target.name)}.*.tmp"):
+        found = owned.fullmatch(sibling.name)
+        if (found and found["host"] == host and not _alive(int(found["pid"]))
+                and sibling.is_dir() and not sibling.is_symlink()):
+            shutil.rmtree(sibling, ignore_errors=True)
 
 
 @contextmanager
@@ -23,7 +69,8 @@ def atomic_directory(path: str | os.PathLike[str]) -> Iterator[Path]:
     """
     path = Path(os.path.realpath(path))
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
+    sweep_leftovers(path)
+    tmp = _temporary(path)
     try:
         os.chmod(tmp, stat.S_IMODE(path.stat().st_mode) if path.is_dir() else 0o777 & ~_umask())
         yield tmp
@@ -60,7 +107,8 @@ def filled_once(target: Path, fill: Callable[[Path], None], marker: str = "confi
     if (target / marker).is_file():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    sweep_leftovers(target)
+    tmp = _temporary(target)
     try:
         fill(tmp)
         if (target / marker).is_file():  # another process finished first
