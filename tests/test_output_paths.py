@@ -565,3 +565,18 @@ def test_rank_refuses_an_output_over_its_prompt_file(tmp_path, model_dir, slates
     assert rank(model_dir, slates_file, prompt, "--prompt", str(prompt)) == 2
     assert "--prompt" in one_error_line(capsys.readouterr().err)
     assert prompt.read_text() == "{}\n"
+
+
+def test_train_refuses_an_out_that_holds_its_slates_as_a_file_it_writes(tmp_path, capsys):
+    run = tmp_path / "run"
+    run.mkdir()
+    slates = run / "train.json"  # the name of the summary the run writes under --out
+    slates.write_text(json.dumps(slate("u1")) + "\n" + json.dumps(slate("u2")) + "\n")
+    before = slates.read_bytes()
+    code = main(["train", "--slates", str(slates), "--out", str(run), "--features-only",
+                 "--features", "pop", "--head", "attn", "--positions", "4", "--no-progress"])
+    assert code == 2
+    line = one_error_line(capsys.readouterr().err)
+    assert f"--out {slates}" in line and "--slates" in line
+    assert slates.read_bytes() == before and sorted(p.name for p in run.iterdir()) == [
+        "train.json"]
