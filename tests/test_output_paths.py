@@ -580,3 +580,22 @@ def test_train_refuses_an_out_that_holds_its_slates_as_a_file_it_writes(tmp_path
     assert f"--out {slates}" in line and "--slates" in line
     assert slates.read_bytes() == before and sorted(p.name for p in run.iterdir()) == [
         "train.json"]
+
+
+def test_an_unnamed_output_is_copied_in_where_it_cannot_be_linked(tmp_path, monkeypatch):
+    """A file system that makes unnamed files but refuses to link one in still gets the
+    output, whole and with the mode of the file it replaces."""
+    from spdrank.core.files import atomic_writer
+
+    out = tmp_path / "out.jsonl"
+    out.write_text("previous\n")
+    out.chmod(0o640)
+
+    def refuse(*args, **kwargs):
+        raise PermissionError(errno.EPERM, "linking refused")
+
+    monkeypatch.setattr(os, "link", refuse)
+    with atomic_writer(out) as fh:
+        fh.write("new\n")
+    assert out.read_text() == "new\n" and stat.S_IMODE(out.stat().st_mode) == 0o640
+    assert leftovers(tmp_path) == []

@@ -18,6 +18,7 @@ import hashlib
 import io
 import os
 import secrets
+import shutil
 import stat
 import zlib
 from collections.abc import Iterable, Iterator, Mapping
@@ -229,7 +230,8 @@ def _unnamed_file(folder: Path) -> int | None:
 
 def _publish(fd: int, real: Path) -> None:
     """Give the unnamed file ``fd`` the name ``real``: a link cannot replace a file, so it is
-    linked under a fresh hidden name first and that name renamed onto ``real``."""
+    linked under a fresh hidden name first and that name renamed onto ``real``. Where the
+    file system refuses the link, its bytes are copied to a named sibling instead."""
     proc = os.open("/proc/self/fd", os.O_RDONLY | os.O_DIRECTORY)
     try:
         while True:
@@ -239,6 +241,11 @@ def _publish(fd: int, real: Path) -> None:
                 break
             except FileExistsError:
                 continue
+            except OSError:
+                name = _named_sibling(real)
+                shutil.copyfile(f"/proc/self/fd/{fd}", name)
+                os.chmod(name, stat.S_IMODE(os.fstat(fd).st_mode))
+                break
     finally:
         os.close(proc)
     try:
