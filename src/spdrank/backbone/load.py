@@ -41,6 +41,7 @@ from spdrank.backbone import cpu
 from spdrank.backbone.batching import PromptTensors
 from spdrank.backbone.split import decoder_of, upper_hidden
 from spdrank.core.atomic_dir import filled_once
+from spdrank.core.defaults import MAX_SETTINGS_BYTES
 from spdrank.core.files import sha256_file
 
 log = logging.getLogger(__name__)
@@ -56,7 +57,7 @@ RANDOM_SEED = 0
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")
 #: The most bytes of a JSON settings file (a config.json, an adapter_config.json) spdrank
 #: reads: such files are kilobytes, and a link to an endless file must fail, not fill memory.
-MAX_JSON_BYTES = 1 << 20
+MAX_JSON_BYTES = MAX_SETTINGS_BYTES
 #: The most layers a backbone may be cut to and the largest LoRA rank a config may ask for:
 #: far past any real model, small enough that no setting read from a file allocates without
 #: bound.

@@ -19,11 +19,14 @@ only the names :data:`PLACEHOLDERS` lists for it.
 
 from __future__ import annotations
 
-import json
 import string
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
+
+from spdrank.core.defaults import MAX_TEMPLATE_BYTES
+from spdrank.core.inputs import read_document
+from spdrank.core.validation import SlateError, loads
 
 #: The likelihood teacher's kinds: ``item`` scores each candidate's text given the user
 #: context, less its likelihood without it (log p(item | history) - log p(item)); ``query``
@@ -264,16 +267,23 @@ def load_template(spec: str | PromptTemplate | None) -> PromptTemplate:
     if spec in BUILTINS:
         return BUILTINS[spec]
     path = Path(spec)
-    if not path.is_file():
+    if not path.exists():
         raise FileNotFoundError(
             f"--prompt {spec!r}: neither a built-in template ({', '.join(BUILTINS)}) nor a "
             "template file"
         )
+    return template_from_file_data(read_template_file(path), str(path), default_name=path.stem)
+
+
+def read_template_file(path: Path) -> Any:
+    """A template file's JSON, read bounded: at most :data:`~spdrank.core.defaults.MAX_TEMPLATE_BYTES`
+    (a template is recorded in every checkpoint and label record made with it, and a
+    checkpoint's config.json is refused past its own bound), from a regular file or a pipe."""
+    data = read_document(path, "prompt template", MAX_TEMPLATE_BYTES)
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        return loads(data)
+    except SlateError as exc:
         raise ValueError(f"{path}: not a JSON prompt template ({exc})") from None
-    return template_from_file_data(data, str(path), default_name=path.stem)
 
 
 def template_from_file_data(data: Any, where: str, default_name: str) -> PromptTemplate:

@@ -87,10 +87,11 @@ MAX_DOCUMENT_BYTES = 1 << 30
 #: settings JSON), which a checkpoint is refused past.
 MAX_SETTINGS_BYTES = 1 << 20
 #: The most bytes of a ``--prompt`` template file. The template is recorded in the
-#: checkpoint's config.json, read under :data:`MAX_SETTINGS_BYTES`, where JSON escapes may
-#: triple its non-ASCII text; a quarter of that bound leaves room for both and the config's
-#: other fields, so a model trained with a template can always be loaded.
-MAX_TEMPLATE_BYTES = MAX_SETTINGS_BYTES // 4
+#: checkpoint's config.json, read under :data:`MAX_SETTINGS_BYTES`, its instruction twice (the
+#: prompt's and its template's) and its non-ASCII text up to three times longer as JSON escapes;
+#: an eighth of that bound leaves room for both and the config's other fields, so a model
+#: trained with a template can always be loaded.
+MAX_TEMPLATE_BYTES = MAX_SETTINGS_BYTES // 8
 
 #: The longest a backbone's chat template may take to render once: a real one takes
 #: milliseconds, and one that loops for ever (it comes with the backbone's files, as data)

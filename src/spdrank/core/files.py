@@ -3,7 +3,8 @@ located as ``file:line``, atomic writes, and a file's digest.
 
 Every JSONL reader (slates, teacher labels, score files) goes through :func:`iter_lines` and
 :func:`parse_json_line`, so a bad line is reported the same way everywhere: a
-:class:`~spdrank.core.validation.SlateError` naming ``file:line``. A ``.gz`` suffix means gzip,
+:class:`~spdrank.core.validation.SlateError` naming ``file:line``; its lines come from the one
+input reader (:mod:`spdrank.core.inputs`), which bounds them and refuses what is not a file. A ``.gz`` suffix means gzip,
 read and written. Writing goes to a temporary sibling that replaces the target only once
 complete, so an interrupted write never leaves a half-written file behind; a symlink's target
 is what gets replaced (with its mode), and a stream (``/dev/null``, ``/dev/stdout``, a FIFO) is
@@ -20,14 +21,14 @@ import os
 import secrets
 import shutil
 import stat
-import zlib
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from spdrank.core.validation import SlateError, loads
+from spdrank.core.inputs import Line, gzipped, input_lines
+from spdrank.core.validation import loads
 
 
 class _ClosingGzipFile(gzip.GzipFile):
@@ -40,11 +41,6 @@ class _ClosingGzipFile(gzip.GzipFile):
         finally:
             if raw is not None:
                 raw.close()
-
-
-def gzipped(path: Path) -> bool:
-    """Whether spdrank reads and writes ``path`` as gzip (by its ``.gz`` suffix)."""
-    return path.suffix == ".gz"
 
 
 def _open_for_writing(path: Path, gz: bool, append: bool = False) -> IO[str]:
@@ -71,31 +67,21 @@ def iter_json_lines(path: str | os.PathLike[str], what: str = "file") -> Iterato
         yield where, parse_json_line(line, where)
 
 
-def iter_lines(path: str | os.PathLike[str], what: str = "file") -> Iterator[tuple[int, int, bytes]]:
-    """``(line number, byte offset, raw line)`` for each non-blank line (``.gz`` too).
+def iter_lines(
+    path: str | os.PathLike[str], what: str = "file", regular_only: bool = False
+) -> Iterator[Line]:
+    """``(line number, byte offset, raw line)`` for each non-blank line (``.gz`` too), read
+    through the one input reader (:func:`spdrank.core.inputs.input_lines`: a regular file or
+    a pipe, lines and file bounded, strict UTF-8, a leading byte order mark skipped).
 
     Lines are read as bytes so the offset of each is known: seeking to it in a plain file
     reads that line again (for gzip the offsets count decompressed bytes and cannot be
-    sought). Line numbers count blank lines too, as an editor does.
+    sought). Line numbers count blank lines too, as an editor does. ``regular_only`` refuses
+    a pipe, for a reader that reads the file again.
     """
-    path = Path(path)
-    if not path.exists():
-        raise SlateError(f"no such {what}: {path}")
-    if path.is_dir():
-        raise SlateError(f"{path} is a directory, not a {what}")
-    lineno = 0
-    try:
-        with gzip.open(path, "rb") if gzipped(path) else open(path, "rb") as fh:
-            offset = 0
-            for lineno, line in enumerate(fh, start=1):
-                if line.strip():
-                    yield lineno, offset, line
-                offset += len(line)
-    except (OSError, EOFError, zlib.error) as exc:
-        # A .gz file that is not gzip, or was cut short; or a file the OS cannot read.
-        kind = "not a readable gzip file" if gzipped(path) else f"cannot read this {what}"
-        reason = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
-        raise SlateError(f"{kind} ({reason})", f"{path}:{lineno + 1}") from None
+    for line in input_lines(path, what, regular_only=regular_only):
+        if line.raw.strip():
+            yield line
 
 
 def parse_json_line(line: bytes, where: str) -> Any:

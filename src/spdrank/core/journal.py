@@ -18,11 +18,12 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
+from spdrank.core.inputs import Line, input_lines
 from spdrank.core.validation import SlateError
 
 if TYPE_CHECKING:  # Self is in typing from Python 3.11
@@ -88,36 +89,33 @@ def read_journal(
     path = Path(path)
     entries: dict[str, Entry] = {}
     torn: tuple[int, int, str] | None = None  # (line number, byte offset, why)
-    offset = 0
-    with open(path, "rb") as fh:
-        for lineno, raw in enumerate(fh, start=1):
-            start, offset = offset, offset + len(raw)
-            where = f"{path}:{lineno}"
-            if torn is not None:  # a bad line with good lines after it: not a torn tail
-                raise kind.error(f"corrupt record ({torn[2]})", f"{path}:{torn[0]}")
-            if not raw.endswith(b"\n"):
-                torn = (lineno, start, "no trailing newline")
-                continue
-            if not raw.strip():
-                continue
+    for lineno, start, raw in _journal_lines(path, kind, repair):
+        where = f"{path}:{lineno}"
+        if torn is not None:  # a bad line with good lines after it: not a torn tail
+            raise kind.error(f"corrupt record ({torn[2]})", f"{path}:{torn[0]}")
+        if not raw.endswith(b"\n"):
+            torn = (lineno, start, "no trailing newline")
+            continue
+        if not raw.strip():
+            continue
+        try:
+            data = json.loads(raw)
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            torn = (lineno, start, f"invalid JSON: {exc}")
+            continue
+        if not isinstance(data, dict) or not isinstance(data.get(key), str):
+            raise kind.error(f"{kind.record} must be a JSON object with a string {key!r}",
+                             where)
+        if check is not None:
             try:
-                data = json.loads(raw)
-            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-                torn = (lineno, start, f"invalid JSON: {exc}")
-                continue
-            if not isinstance(data, dict) or not isinstance(data.get(key), str):
-                raise kind.error(f"{kind.record} must be a JSON object with a string {key!r}",
-                                 where)
-            if check is not None:
-                try:
-                    check(data)
-                except (SlateError, ValueError) as exc:
-                    raise kind.error(str(exc), where) from None
-            value = data[key]
-            if value in entries:
-                raise kind.error(kind.twice.format(key=key, value=value,
-                                                   first=entries[value].where), where)
-            entries[value] = kind.entry(data, where)
+                check(data)
+            except (SlateError, ValueError) as exc:
+                raise kind.error(str(exc), where) from None
+        value = data[key]
+        if value in entries:
+            raise kind.error(kind.twice.format(key=key, value=value,
+                                               first=entries[value].where), where)
+        entries[value] = kind.entry(data, where)
     if torn is not None:
         lineno, start, why = torn
         if repair:
@@ -127,6 +125,19 @@ def read_journal(
         else:
             kind.logger.warning("%s:%d: torn last line (%s) ignored", path, lineno, why)
     return entries
+
+
+def _journal_lines(path: Path, kind: Kind, repair: bool) -> Iterator[Line]:
+    """The journal's lines through the one input reader, its errors as ``kind.error``.
+
+    Read as bytes, undecoded: a torn last line may end inside a character, which is damage to
+    cut away, not an error. A journal to repair is truncated, which only a regular file can be.
+    """
+    what = kind.file.removeprefix("the ").removeprefix("a ")
+    try:
+        yield from input_lines(path, what, regular_only=repair, utf8=False)
+    except SlateError as exc:
+        raise kind.error(exc.detail, exc.where) from None
 
 
 class Journal:

@@ -2,38 +2,56 @@
 
 pyserini, rank_llm, ir_datasets and BEIR write these; reading them is I/O every layer above
 needs (a run file is a ranker, a qrels file scores any ranking, a corpus and topics make search
-slates), so it lives here, below them all. Every bad line is a
-:class:`~spdrank.core.validation.SlateError` naming ``file:line``.
+slates), so it lives here, below them all. Every file is read through the one input reader
+(:mod:`spdrank.core.inputs`: a regular file or a pipe, bounded, strict UTF-8, a leading byte
+order mark skipped), and every bad line is a :class:`~spdrank.core.validation.SlateError`
+naming ``file:line``: an id that is empty or holds a control character, a field of the wrong
+type, and anything read twice (a judgement, a run's docid for one query, a topic, a passage),
+which is refused naming both lines rather than resolved by whichever came last.
 """
 
 from __future__ import annotations
 
 import math
 import os
+import re
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from spdrank.core.files import iter_json_lines, iter_lines, parse_json_line
-from spdrank.core.validation import SlateError
+from spdrank.core.files import iter_lines, parse_json_line
+from spdrank.core.inputs import input_lines, read_document
+from spdrank.core.slates import MAX_GRADE
+from spdrank.core.validation import SlateError, as_id, check_id
 
 #: Fields of a corpus record that hold its id, title and body, in the order they are looked up
 #: (BEIR's ``_id/title/text``, pyserini's ``id/contents``, MS MARCO v2's ``docid/segment`` and
 #: ``pid/passage``).
 _ID_FIELDS = ("_id", "docid", "pid", "id")
-_TITLE_FIELDS = ("title",)
 _TEXT_FIELDS = ("text", "contents", "segment", "passage", "body")
 #: Fields of a topics record: BEIR's ``_id/text``, or ``qid/query`` (rank_llm, ir_datasets).
 _QID_FIELDS = ("_id", "qid", "query_id", "id")
 _QUERY_FIELDS = ("text", "query", "title")
 
+#: A grade as a TREC file writes it: ASCII digits, perhaps signed (no ``1_0``, no other
+#: script's digits, which ``int`` would read).
+_GRADE = re.compile(r"[+-]?[0-9]+")
+#: A score as a TREC run writes it: a decimal number, perhaps with an exponent.
+_SCORE = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")
 
 
 def as_text(value: Any, label: str, where: str) -> str:
+    """A text field given as a string, or an integer read as its decimal text."""
     if isinstance(value, bool) or not isinstance(value, (str, int)):
         raise SlateError(f"{label} must be a string or an integer, got {type(value).__name__}",
-                         where)
+                         where, field=label)
     return str(value)
+
+
+def twice(what: str, path: Path, first: int, where: str) -> SlateError:
+    """The error for something a file holds twice, naming both lines."""
+    return SlateError(f"{what} appears twice (first at {path}:{first}): each must appear once "
+                      "in the file", where)
 
 
 # -- qrels ----------------------------------------------------------------------------------
@@ -44,56 +62,79 @@ def read_qrels(path: str | os.PathLike[str]) -> dict[str, dict[str, int]]:
     or JSON of that shape (grades as integers or integer strings, as ir_datasets dumps them).
 
     Negative grades (some collections mark spam with -1 or -2) are kept as 0: trec_eval
-    counts neither as relevant nor as gain.
+    counts neither as relevant nor as gain. A document judged twice for one query is refused,
+    even with the same grade: which judgement holds is the file's to say, not the reader's.
     """
     path = Path(path)
-    qrels: dict[str, dict[str, int]] = {}
     if path.suffix == ".json":
-        where = f"{path}:1"
-        data = read_json(path)
-        if not isinstance(data, dict):
-            raise SlateError("qrels JSON must be an object {qid: {docid: grade}}", where)
-        for qid, docs in data.items():
-            if not isinstance(docs, dict):
-                raise SlateError(f"qrels[{qid!r}] must be an object {{docid: grade}}", where)
-            qrels[qid] = {d: _grade(g, f"qrels[{qid!r}][{d!r}]", where) for d, g in docs.items()}
-        return qrels
-    for where, (qid, _, docid, grade) in _fields(path, "qrels file", "qrels",
-                                                     "qid iter docid grade"):
+        return _qrels_from_json(path)
+    qrels: dict[str, dict[str, int]] = {}
+    lines: dict[tuple[str, str], int] = {}
+    for lineno, (qid, _, docid, grade) in _fields(path, "qrels file", "qrels",
+                                                 "qid iter docid grade"):
+        where = f"{path}:{lineno}"
+        check_id(qid, "the qid", where)
+        check_id(docid, "the docid", where)
+        if (qid, docid) in lines:
+            raise twice(f"the judgement of docid {docid!r} for query {qid!r}", path,
+                        lines[qid, docid], where)
+        lines[qid, docid] = lineno
         qrels.setdefault(qid, {})[docid] = _grade(grade, "the grade", where)
     return qrels
 
 
-def _fields(path: Path, what: str, kind: str, names: str) -> Iterator[tuple[str, list[str]]]:
-    """``(file:line, fields)`` of each line of a whitespace-separated TREC file (a ``what``)
-    whose ``kind`` lines hold the fields ``names`` says; one line naming the place when a line
-    holds others."""
+def _qrels_from_json(path: Path) -> dict[str, dict[str, int]]:
+    where = str(path)
+    data = read_json(path, "qrels file")
+    if not isinstance(data, dict):
+        raise SlateError("qrels JSON must be an object {qid: {docid: grade}}", where)
+    qrels: dict[str, dict[str, int]] = {}
+    for qid, docs in data.items():
+        check_id(qid, "the qid", where)
+        if not isinstance(docs, dict):
+            raise SlateError(f"qrels[{qid!r}] must be an object {{docid: grade}}", where)
+        for docid in docs:
+            check_id(docid, f"the docid of qrels[{qid!r}]", where)
+        qrels[qid] = {d: _grade(g, f"qrels[{qid!r}][{d!r}]", where) for d, g in docs.items()}
+    return qrels
+
+
+def _fields(path: Path, what: str, kind: str, names: str) -> Iterator[tuple[int, list[str]]]:
+    """``(line number, fields)`` of each non-blank line of a whitespace-separated TREC file (a
+    ``what``) whose ``kind`` lines hold the fields ``names`` says; one line naming the place
+    when a line holds others."""
     count = len(names.split())
-    for lineno, _, raw in iter_lines(path, what):
-        where = f"{path}:{lineno}"
-        parts = raw.decode("utf-8", errors="replace").split()
+    for line in input_lines(path, what):
+        parts = line.text.split()
+        if not parts:
+            continue
         if len(parts) != count:
             raise SlateError(f"a {kind} line has {count} fields ({names}), got {len(parts)}",
-                             where)
-        yield where, parts
+                             f"{path}:{line.number}")
+        yield line.number, parts
 
 
 def _grade(value: Any, label: str, where: str) -> int:
-    try:
+    """A judgement's grade: an integer (or one written as a string, or a float without a
+    fraction), at most :data:`~spdrank.core.slates.MAX_GRADE`; a negative one read as 0."""
+    if isinstance(value, str) and _GRADE.fullmatch(value) and len(value) <= 20:
         grade = int(value)
-    except (TypeError, ValueError):
-        raise SlateError(f"{label} must be an integer grade, got {value!r}", where) from None
-    if isinstance(value, float) and value != grade:
-        raise SlateError(f"{label} must be an integer grade, got {value!r}", where)
+    elif isinstance(value, int) and not isinstance(value, bool):
+        grade = value
+    elif isinstance(value, float) and value.is_integer():
+        grade = int(value)
+    else:
+        raise SlateError(f"{label} must be an integer grade, got {value!r}"[:300], where)
+    if grade > MAX_GRADE:
+        raise SlateError(f"{label} must be at most {MAX_GRADE}, got {grade}", where)
     return max(grade, 0)
 
 
-def read_json(path: Path) -> Any:
-    try:
-        with open(path, "rb") as fh:
-            return parse_json_line(fh.read(), f"{path}")
-    except OSError as exc:
-        raise SlateError(f"cannot read {path}: {exc.strerror or exc}") from None
+def read_json(path: str | os.PathLike[str], what: str = "JSON file") -> Any:
+    """A whole JSON document, read bounded (:func:`spdrank.core.inputs.read_document`) and
+    parsed through spdrank's one JSON gate; errors name the file."""
+    path = Path(path)
+    return parse_json_line(read_document(path, what), str(path))
 
 
 # -- topics and corpora ---------------------------------------------------------------------
@@ -105,26 +146,54 @@ def _first(record: Mapping[str, Any], names: tuple[str, ...]) -> str | None:
 
 def read_topics(path: str | os.PathLike[str]) -> dict[str, str]:
     """Query texts by qid: a TSV (``qid<TAB>text``, MS MARCO's queries files) or JSONL
-    (BEIR's ``queries.jsonl``: ``_id`` and ``text``; or ``qid`` and ``query``)."""
+    (BEIR's ``queries.jsonl``: ``_id`` and ``text``; or ``qid`` and ``query``).
+
+    A TSV query is everything after the first tab, tabs within it kept. A qid read twice, an
+    empty query or an unfit qid is refused naming the line.
+    """
     path = Path(path)
     topics: dict[str, str] = {}
+    lines: dict[str, int] = {}
+    for lineno, qid, text in _topic_records(path):
+        where = f"{path}:{lineno}"
+        if qid in lines:
+            raise twice(f"query {qid!r}", path, lines[qid], where)
+        if not text.strip():
+            raise SlateError(f"query {qid!r} has an empty text", where)
+        lines[qid] = lineno
+        topics[qid] = text
+    return topics
+
+
+def _topic_records(path: Path) -> Iterator[tuple[int, str, str]]:
+    """``(line number, qid, text)`` of each topic of a topics file, the qid checked."""
     if _is_jsonl(path):
-        for where, rec in iter_json_lines(path, "topics file"):
+        for lineno, where, rec in _json_records(path, "topics file"):
             qid_field = _first(rec, _QID_FIELDS) if isinstance(rec, dict) else None
             text_field = _first(rec, _QUERY_FIELDS) if isinstance(rec, dict) else None
             if qid_field is None or text_field is None:
                 raise SlateError(f"a topic needs one of {list(_QID_FIELDS)} and one of "
                                  f"{list(_QUERY_FIELDS)}", where)
-            qid = as_text(rec[qid_field], qid_field, where)
-            topics[qid] = as_text(rec[text_field], text_field, where)
-        return topics
-    for lineno, _, raw in iter_lines(path, "topics file"):
-        where = f"{path}:{lineno}"
-        parts = raw.decode("utf-8", errors="replace").rstrip("\r\n").split("\t")
-        if len(parts) < 2:
+            yield (lineno, as_id(rec[qid_field], qid_field, where),
+                   as_text(rec[text_field], text_field, where))
+        return
+    for line in input_lines(path, "topics file"):
+        text = line.text.rstrip("\r\n")
+        if not text.strip():
+            continue
+        where = f"{path}:{line.number}"
+        qid, tab, query = text.partition("\t")
+        if not tab:
             raise SlateError("a topics line is 'qid<TAB>query text'", where)
-        topics[parts[0]] = parts[1]
-    return topics
+        check_id(qid, "the qid", where)
+        yield line.number, qid, query
+
+
+def _json_records(path: Path, what: str) -> Iterator[tuple[int, str, Any]]:
+    """``(line number, file:line, record)`` of each non-blank line of a JSONL file."""
+    for line in iter_lines(path, what):
+        where = f"{path}:{line.number}"
+        yield line.number, where, parse_json_line(line.raw, where)
 
 
 def _is_jsonl(path: Path) -> bool:
@@ -140,39 +209,51 @@ def read_corpus(
 
     JSONL: BEIR (``_id``, ``title``, ``text``), pyserini (``id``, ``contents``), MS MARCO v2
     (``docid``, ``title``, ``segment`` / ``pid``, ``passage``). TSV: ``docid<TAB>text`` or
-    ``docid<TAB>title<TAB>text``.
+    ``docid<TAB>title<TAB>text``. Every docid is checked; one kept twice is refused naming
+    both lines (the ids left out are not remembered: a corpus may hold millions).
     """
     path = Path(path)
     corpus: dict[str, dict[str, str]] = {}
+    lines: dict[str, int] = {}
+    for lineno, docid, doc in _corpus_records(path):
+        if wanted is not None and docid not in wanted:
+            continue
+        if docid in lines:
+            raise twice(f"docid {docid!r}", path, lines[docid], f"{path}:{lineno}")
+        lines[docid] = lineno
+        corpus[docid] = doc
+    return corpus
+
+
+def _corpus_records(path: Path) -> Iterator[tuple[int, str, dict[str, str]]]:
+    """``(line number, docid, {"title", "text"})`` of each passage of a corpus file."""
     if _is_jsonl(path):
-        for where, rec in iter_json_lines(path, "corpus file"):
+        for lineno, where, rec in _json_records(path, "corpus file"):
             if not isinstance(rec, dict):
                 raise SlateError("a corpus line must be a JSON object", where)
             id_field, text_field = _first(rec, _ID_FIELDS), _first(rec, _TEXT_FIELDS)
             if id_field is None or text_field is None:
                 raise SlateError(f"a corpus record needs one of {list(_ID_FIELDS)} and one of "
                                  f"{list(_TEXT_FIELDS)}", where)
-            docid = as_text(rec[id_field], id_field, where)
-            if wanted is not None and docid not in wanted:
-                continue
+            docid = as_id(rec[id_field], id_field, where)
             doc = {"text": as_text(rec[text_field], text_field, where)}
             title = rec.get("title")
             if isinstance(title, str) and title.strip():
                 doc = {"title": title, **doc}
-            corpus[docid] = doc
-        return corpus
-    for lineno, _, raw in iter_lines(path, "corpus file"):
-        where = f"{path}:{lineno}"
-        parts = raw.decode("utf-8", errors="replace").rstrip("\r\n").split("\t")
+            yield lineno, docid, doc
+        return
+    for line in input_lines(path, "corpus file"):
+        text = line.text.rstrip("\r\n")
+        if not text.strip():
+            continue
+        where = f"{path}:{line.number}"
+        parts = text.split("\t")
         if len(parts) not in (2, 3):
             raise SlateError("a corpus TSV line is 'docid<TAB>text' or 'docid<TAB>title<TAB>text'",
                              where)
-        if wanted is not None and parts[0] not in wanted:
-            continue
-        corpus[parts[0]] = (
-            {"text": parts[1]} if len(parts) == 2 else {"title": parts[1], "text": parts[2]}
-        )
-    return corpus
+        check_id(parts[0], "the docid", where)
+        doc = {"text": parts[-1]} if len(parts) == 2 else {"title": parts[1], "text": parts[2]}
+        yield line.number, parts[0], doc
 
 
 # -- runs -----------------------------------------------------------------------------------
@@ -180,22 +261,35 @@ def read_corpus(
 
 def read_run(path: str | os.PathLike[str]) -> dict[str, list[tuple[str, float]]]:
     """A TREC run: ``{qid: [(docid, score), ...]}``, each query's list in trec_eval's order
-    (score descending, equal scores by docid descending; the rank column is not read)."""
+    (score descending, equal scores by docid descending; the rank column is not read). A
+    docid ranked twice for one query is refused naming both lines."""
     path = Path(path)
     run: dict[str, dict[str, float]] = {}
-    for where, (qid, _, docid, _, score, _) in _fields(path, "TREC run", "TREC run",
-                                                        "qid Q0 docid rank score tag"):
-        try:
-            value = float(score)
-        except ValueError:
-            raise SlateError(f"the score {score!r} is not a number", where) from None
-        if not math.isfinite(value):
-            raise SlateError(f"the score {score!r} is not finite", where)
-        docs = run.setdefault(qid, {})
-        if docid in docs:
-            raise SlateError(f"docid {docid!r} appears twice for query {qid!r}", where)
-        docs[docid] = value
+    lines: dict[tuple[str, str], int] = {}
+    for lineno, (qid, _, docid, _, score, _) in _fields(path, "TREC run", "TREC run",
+                                                       "qid Q0 docid rank score tag"):
+        where = f"{path}:{lineno}"
+        check_id(qid, "the qid", where)
+        check_id(docid, "the docid", where)
+        if (qid, docid) in lines:
+            raise twice(f"docid {docid!r} for query {qid!r}", path, lines[qid, docid], where)
+        lines[qid, docid] = lineno
+        run.setdefault(qid, {})[docid] = _score(score, where)
     return {qid: trec_order(docs) for qid, docs in run.items()}
+
+
+def _score(text: str, where: str) -> float:
+    """A run line's score: a finite decimal number (not ``nan``, nor ``1_0``, which Python
+    alone would read)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = None
+    if value is not None and not math.isfinite(value):
+        raise SlateError(f"the score {text[:40]!r} is not finite", where)
+    if value is None or not _SCORE.fullmatch(text):
+        raise SlateError(f"the score {text[:40]!r} is not a number", where)
+    return value
 
 
 def trec_order(scores: Mapping[str, float]) -> list[tuple[str, float]]:

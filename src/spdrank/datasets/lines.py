@@ -1,7 +1,9 @@
 """Numbered lines of the text inputs a build reads (logs, titles, candidate lists).
 
-Every reader of a build's inputs goes through here, so each of them reports a bad byte, a
-repeated user or a misplaced header the same way: a :class:`SlateError` naming ``file:line``.
+Every reader of a build's inputs goes through here, and through it the one input reader
+(:func:`spdrank.core.inputs.input_lines`), so each of them reports a bad byte, an endless
+line, a repeated user or a misplaced header the same way: a :class:`SlateError` naming
+``file:line``.
 """
 
 from __future__ import annotations
@@ -11,21 +13,16 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Protocol
 
+from spdrank.core.inputs import input_lines
 from spdrank.core.slates import SlateError
 
 
 def numbered_lines(path: Path) -> Iterator[tuple[int, str]]:
     """Numbered lines of a UTF-8 text file (a BOM is dropped), with errors naming file:line."""
-    if not path.is_file():
+    if not path.exists():
         raise FileNotFoundError(f"no such file: {path}")
-    with open(path, "rb") as fh:  # decoded line by line, so a decoding error names its line
-        for lineno, raw in enumerate(fh, start=1):
-            if lineno == 1 and raw.startswith(b"\xef\xbb\xbf"):
-                raw = raw[3:]
-            try:
-                yield lineno, raw.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                raise SlateError(f"not UTF-8 text ({exc.reason})", f"{path}:{lineno}") from None
+    for line in input_lines(path, "text file"):
+        yield line.number, line.text
 
 
 def first_line(

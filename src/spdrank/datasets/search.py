@@ -26,12 +26,12 @@ import random
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from spdrank.core.files import iter_json_lines
 from spdrank.core.slates import Slate
-from spdrank.core.trec import as_text, read_corpus, read_json, read_run, read_topics
-from spdrank.core.validation import SlateError
+from spdrank.core.trec import read_corpus, read_json, read_run, read_topics
+from spdrank.core.validation import SlateError, as_float, as_id
 
 
 @dataclass
@@ -47,13 +47,25 @@ class SearchBuild:
     no_relevant: list[str] = field(default_factory=list)
 
 
-def read_retrieve_results(path: str | os.PathLike[str]) -> Iterator[tuple[str, str, list[dict]]]:
+class Hit(NamedTuple):
+    """One hit of a retrieve-results record, checked: its docid, passage, first-stage score
+    (0 when it has none) and rank (None when it has none)."""
+
+    docid: str
+    doc: dict[str, str]
+    score: float
+    rank: int | None
+
+
+def read_retrieve_results(path: str | os.PathLike[str]) -> Iterator[tuple[str, str, list[Hit]]]:
     """``(qid, query, hits)`` of a retrieve-results file: a JSON list (pyserini, RankGPT and
     rank_llm write one) or JSONL, one ``{"query", "hits"}`` object a line. Each hit is
-    ``{"docid", "content", "score", ...}``; the qid is the hits' ``qid`` (or the record's)."""
+    ``{"docid", "content", "score", "rank", ...}``; the qid is the record's, else its query's
+    (rank_llm's ``{text, qid}``), else its first hit's, and every hit that names a qid must
+    name that one. A qid of two records is refused naming both."""
     path = Path(path)
     if path.suffix == ".json":
-        data = read_json(path)
+        data = read_json(path, "retrieve-results file")
         if not isinstance(data, list):
             raise SlateError("a retrieve-results JSON is a list of {query, hits} objects",
                              f"{path}:1")
@@ -62,34 +74,64 @@ def read_retrieve_results(path: str | os.PathLike[str]) -> Iterator[tuple[str, s
         )
     else:
         records = iter_json_lines(path, "retrieve-results file")
+    first: dict[str, str] = {}
     for where, rec in records:
-        if not isinstance(rec, dict) or "query" not in rec or "hits" not in rec:
-            raise SlateError("a retrieve-results record is an object with 'query' and 'hits'",
-                             where)
-        query = rec["query"]
-        qid = None
-        if isinstance(query, dict):  # rank_llm's request shape: {"text", "qid"}
-            qid, query = query.get("qid"), query.get("text")
-        if not isinstance(query, str):
-            raise SlateError("'query' must be a string (or {text, qid})", where)
-        hits = rec["hits"]
-        if not isinstance(hits, list) or not hits:
-            raise SlateError("'hits' must be a non-empty list", where)
-        qid = qid if qid is not None else rec.get("qid", hits[0].get("qid") if
-                                                   isinstance(hits[0], dict) else None)
-        if qid is None:
-            raise SlateError("the record names no qid (in the record or its hits)", where)
-        yield as_text(qid, "qid", where), query, [_check_hit(h, i, where)
-                                                  for i, h in enumerate(hits)]
+        qid, query, hits = _retrieved_record(rec, where)
+        if qid in first:
+            raise SlateError(f"query {qid!r} appears twice (first at {first[qid]}): each query "
+                             "must have one record", where)
+        first[qid] = where
+        yield qid, query, hits
 
 
-def _check_hit(hit: Any, i: int, where: str) -> dict:
+def _retrieved_record(rec: Any, where: str) -> tuple[str, str, list[Hit]]:
+    """One retrieve-results record's qid, query text and checked hits."""
+    if not isinstance(rec, dict) or "query" not in rec or "hits" not in rec:
+        raise SlateError("a retrieve-results record is an object with 'query' and 'hits'",
+                         where)
+    query, qid = rec["query"], rec.get("qid")
+    if isinstance(query, dict):  # rank_llm's request shape: {"text", "qid"}
+        qid, query = query.get("qid", qid), query.get("text")
+    if not isinstance(query, str) or not query.strip():
+        raise SlateError("'query' must be a non-empty string (or {text, qid})", where,
+                         field="query")
+    hits = rec["hits"]
+    if not isinstance(hits, list) or not hits:
+        raise SlateError("'hits' must be a non-empty list", where, field="hits")
+    if qid is None and isinstance(hits[0], dict):
+        qid = hits[0].get("qid")
+    if qid is None:
+        raise SlateError("the record names no qid (in the record or its hits)", where)
+    qid = as_id(qid, "qid", where)
+    return qid, query, [_check_hit(h, i, qid, where) for i, h in enumerate(hits)]
+
+
+def _check_hit(hit: Any, i: int, qid: str, where: str) -> Hit:
+    """Hit ``i`` of query ``qid``'s record, each field's type checked, naming the field."""
+    label = f"hits[{i}]"
     if not isinstance(hit, dict) or "docid" not in hit:
-        raise SlateError(f"hits[{i}] must be an object with a 'docid'", where)
-    if not any(k in hit for k in ("content", "text", "contents")):
-        raise SlateError(f"hits[{i}] (docid {hit['docid']!r}) carries no passage text "
-                         "('content')", where)
-    return hit
+        raise SlateError(f"{label} must be an object with a 'docid'", where, field=label)
+    docid = as_id(hit["docid"], f"{label}.docid", where)
+    if "qid" in hit and as_id(hit["qid"], f"{label}.qid", where) != qid:
+        raise SlateError(f"{label}.qid {hit['qid']!r} is not the record's qid {qid!r}: a "
+                         "record holds the hits of one query", where, field=f"{label}.qid")
+    text_field = next((k for k in ("content", "text", "contents") if k in hit), None)
+    if text_field is None:
+        raise SlateError(f"{label} (docid {docid!r}) carries no passage text ('content')",
+                         where, field=label)
+    if not isinstance(hit[text_field], str):
+        raise SlateError(f"{label}.{text_field} must be a string, got "
+                         f"{type(hit[text_field]).__name__}", where, field=f"{label}.{text_field}")
+    doc = {"text": hit[text_field]}
+    if isinstance(hit.get("title"), str) and hit["title"].strip():
+        doc = {"title": hit["title"], **doc}
+    score = hit.get("score")
+    rank = hit.get("rank")
+    if "rank" in hit and (isinstance(rank, bool) or not isinstance(rank, int)):
+        raise SlateError(f"{label}.rank must be an integer, got {type(rank).__name__}", where,
+                         field=f"{label}.rank")
+    return Hit(docid, doc, 0.0 if score is None else as_float(score, f"{label}.score", where),
+               rank)
 
 
 # -- slates ---------------------------------------------------------------------------------
@@ -123,22 +165,11 @@ def slates_from_retrieve_results(
 ) -> Iterator[Slate]:
     """A slate per query of a retrieve-results file, its hits cut to the first ``depth``."""
     for qid, query, hits in read_retrieve_results(path):
-        ordered = sorted(hits, key=lambda h: h.get("rank", 0)) if all(
-            "rank" in h for h in hits) else hits
-        rows = [
-            (h["docid"], _hit_doc(h), float(h.get("score", 0.0) or 0.0))
-            for h in ordered[:depth]
-        ]
+        ranked = all(h.rank is not None for h in hits)
+        ordered = sorted(hits, key=lambda h: h.rank or 0) if ranked else hits
+        rows = [(h.docid, h.doc, h.score) for h in ordered[:depth]]
         yield search_slate(qid, query, rows, None if qrels is None else qrels.get(qid),
                            f"{path}: query {qid}")
-
-
-def _hit_doc(hit: Mapping[str, Any]) -> dict[str, str]:
-    text_field = next(k for k in ("content", "text", "contents") if k in hit)
-    doc = {"text": hit[text_field]}
-    if isinstance(hit.get("title"), str) and hit["title"].strip():
-        doc = {"title": hit["title"], **doc}
-    return doc
 
 
 def slates_from_run(

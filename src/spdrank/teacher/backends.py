@@ -28,6 +28,7 @@ from typing import Any, Protocol
 from spdrank.core.files import iter_json_lines, iter_lines
 from spdrank.core.ranking import Ranker
 from spdrank.core.slates import Slate, SlateError
+from spdrank.core.validation import as_id
 from spdrank.teacher.parse import render_ids
 
 
@@ -193,9 +194,12 @@ def read_rankings(path: Path) -> dict[str, list[str]]:
 
 
 def is_trec_run(path: Path) -> bool:
-    """Whether ``path`` is a TREC run: its first non-blank line is six fields, not JSON."""
-    for _, _, line in iter_lines(path, "rankings file"):
-        text = line.decode("utf-8", errors="replace").strip()
+    """Whether ``path`` is a TREC run: its first non-blank line is six fields, not JSON.
+
+    The file is read again as what it is, so it must be a regular file, not a pipe.
+    """
+    for _, _, line in iter_lines(path, "rankings file", regular_only=True):
+        text = line.decode("utf-8").strip()
         return not text.startswith(("{", "[")) and len(text.split()) == 6
     return False
 
@@ -230,11 +234,10 @@ def _qid_and_ranking(data: Any, where: str) -> tuple[str, list[str]]:
             "expected {qid, ranking: [docids]}, a slate with 'teacher', a ranked result "
             "(query + candidates or hits, best first) or a TREC run", where,
         )
-    if not isinstance(qid, (str, int)) or isinstance(qid, bool):
-        raise SlateError("'qid' must be a string", where)
-    if not isinstance(ranking, list) or not all(isinstance(d, (str, int)) for d in ranking):
+    if not isinstance(ranking, list):
         raise SlateError("the ranking must be a list of docids", where)
-    return str(qid), [str(d) for d in ranking]
+    return (as_id(qid, "qid", where, empty_ok=True),
+            [as_id(d, f"ranking[{i}]", where) for i, d in enumerate(ranking)])
 
 
 def _ids(items: list[Any], name: str, where: str) -> list[Any]:

@@ -25,6 +25,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from spdrank.core.inputs import input_lines
+
 log = logging.getLogger(__name__)
 
 #: A server out of rotation again and again waits at most 2**3 back-off periods.
@@ -171,11 +173,10 @@ def _is_http_url(url: str) -> bool:
 
 def _url_lines(path: Path) -> Iterator[tuple[str, str]]:
     """``(url text, file:line)`` for each line that holds one; ``#`` starts a comment."""
-    with open(path, encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, start=1):
-            text = line.split("#", 1)[0].strip()
-            if text:
-                yield text, f"{path}:{lineno}"
+    for line in input_lines(path, "server list"):
+        text = line.text.split("#", 1)[0].strip()
+        if text:
+            yield text, f"{path}:{line.number}"
 
 
 def collect_base_urls(urls: Sequence[str] = (), file: str | Path | None = None) -> list[str]:

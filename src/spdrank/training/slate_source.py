@@ -23,7 +23,8 @@ validates every slate it reads, including the caller's ``check`` (e.g. that a sl
 model and has the labels its target needs), so a bad line fails with its ``file:line`` before
 training starts rather than hours into it. The pass costs about what reading the file as
 slates costs, once per run. Slates read later are validated again (it is cheap), and a file
-that changed after the pass is refused, since its offsets no longer point at its lines.
+that changed after the pass is refused, since its offsets no longer point at its lines. Being
+read more than once, the file must be a regular file: a pipe is refused before the first pass.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from pathlib import Path
 
 import numpy as np
 
+from spdrank.core.defaults import MAX_LINE_BYTES
 from spdrank.core.files import gzipped, iter_lines, parse_json_line
 from spdrank.core.slates import Slate, SlateError
 
@@ -131,7 +133,7 @@ def scan(
     if limit is not None and limit <= 0:
         return
     n = 0
-    for lineno, offset, line in iter_lines(path, "slate file"):
+    for lineno, offset, line in iter_lines(path, "slate file", regular_only=True):
         try:
             load_slate(path, lineno, line, check)
         except SkipSlate as exc:
@@ -166,7 +168,7 @@ class IndexedSlates(SlateSource):
         with open(self.path, "rb") as fh:
             for i in self.order(epoch)[start:stop]:
                 fh.seek(int(self.offsets[i]))
-                out.append((int(i), int(self.linenos[i]), fh.readline()))
+                out.append((int(i), int(self.linenos[i]), fh.readline(MAX_LINE_BYTES + 1)))
         return out
 
 
@@ -208,7 +210,8 @@ class StreamedSlates(SlateSource):
         """
         rng = np.random.default_rng([self.seed, epoch])
         buffer: list[tuple[int, int, bytes]] = []
-        kept = (x for x in iter_lines(self.path, "slate file") if x[0] not in self.skip_lines)
+        kept = (x for x in iter_lines(self.path, "slate file", regular_only=True)
+                if x[0] not in self.skip_lines)
         lines = islice(kept, self.count)
         for index, (lineno, _, line) in enumerate(lines):
             if len(buffer) < self.buffer_size:
