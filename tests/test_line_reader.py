@@ -255,6 +255,10 @@ def test_an_empty_id_is_refused_where_read(tmp_path: Path) -> None:
         ("q.json", '{"7": {"": 1}}', read_qrels, r"the docid of qrels\['7'\] '' is empty"),
         ("r.jsonl", json.dumps({"query": "fleas", "hits": [_hit("")]}) + "\n",
          lambda p: list(read_retrieve_results(p)), r"hits\[0\]\.docid '' is empty"),
+        ("labels.jsonl", '{"qid": "7", "ranking": ["a", ""]}\n', read_labels,
+         r"labels.jsonl:1: ranking\[1\] '' is empty"),
+        ("rankings.jsonl", '{"qid": "7", "ranking": ["a", ""]}\n', read_rankings,
+         r"rankings.jsonl:1: ranking\[1\] '' is empty"),
     ]
     for filename, text, read, says in cases:
         with pytest.raises(SlateError, match=says):

@@ -37,6 +37,7 @@ from spdrank.backbone.templates import (
 )
 from spdrank.core.journal import Entry, Journal, Kind, read_journal
 from spdrank.core.slates import Slate, SlateError, check_teacher_scores
+from spdrank.core.validation import check_id
 from spdrank.teacher.backends import Generation
 from spdrank.teacher.parse import judge_ids, parse_response
 
@@ -153,10 +154,15 @@ def read_labels(path: str | os.PathLike[str], repair: bool = False) -> dict[str,
 
 
 def _check_record(data: dict[str, Any]) -> None:
-    """A label record's own fields (the journal has checked its string ``qid``)."""
+    """A label record's own fields (the journal has checked its string ``qid``); its ids
+    held to the rule every slate's are (:func:`~spdrank.core.validation.check_id`; the qid may
+    be empty, as a slate's may)."""
+    check_id(data["qid"], "qid", empty_ok=True)
     ranking = data.get("ranking")
     if not isinstance(ranking, list) or not all(isinstance(d, str) for d in ranking):
         raise LabelError("a label record needs 'ranking': a list of docids")
+    for i, docid in enumerate(ranking):
+        check_id(docid, f"ranking[{i}]")
     if data.get("scores") is not None:
         check_teacher_scores(data["scores"], ranking, names=("scores", "ranking"))
     if data.get("prompt") is not None:
