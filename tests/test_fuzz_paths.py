@@ -370,3 +370,46 @@ def test_eval_trec_dir_destroys_nothing(names, with_random, trec_dir):
         made = {"out": {"out"}, "out/deep": {"out", "out/deep"}}.get(folder or "", set())
         assert set(after) - set(before) == written | (made if code == 0 else set())
         _no_temporaries(root)
+
+
+# -- teacher --slates-out and --json ---------------------------------------------------------
+
+
+@settings(FUZZ, max_examples=40)
+@given(
+    slates_out=st.sampled_from(sorted(RANK_OUTPUTS)),
+    summary=st.one_of(st.none(), st.sampled_from(sorted(RANK_OUTPUTS))),
+)
+def test_teacher_outputs_destroy_nothing(slates_out, summary):
+    """The labelled slates and the summary, beside a label file: each checked as rank's
+    outputs are, against the slates, the label file and each other."""
+    with _folder() as root:
+        _rank_tree(root)
+        before = _snapshot(root)
+        argv = ["teacher", "--slates", str(root / "in.jsonl"), "--backend", "ranker:random",
+                "--no-progress", "--out", str(root / "labels.jsonl"),
+                "--slates-out", str(root / slates_out)]
+        named = [slates_out]
+        if summary is not None:
+            argv += ["--json", str(root / summary)]
+            named.append(summary)
+        code, _, err = _run(argv)
+
+        kinds = [RANK_OUTPUTS[n] for n in named]
+        files = [key for kind, key in kinds if kind != "stream"]
+        expect_ok = (
+            all(kind in ("file", "stream") for kind, _ in kinds) and len(files) == len(set(files))
+        )
+        assert code == (0 if expect_ok else 2), (argv, err)
+        _check_error(code, err, "teacher")
+
+        after = _snapshot(root)
+        written = {WRITTEN[key] for kind, key in kinds if kind == "file"} if code == 0 else set()
+        for rel, was in before.items():
+            if rel in written:
+                assert after[rel][0] == "file" and after[rel][2] == was[2], rel
+            else:
+                assert after.get(rel) == was, rel
+        labels = {"labels.jsonl"} if code == 0 else set()
+        assert set(after) - set(before) <= written | labels | {"deep", "deep/er"}
+        _no_temporaries(root)
