@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from spdrank.core.inputs import BOM, input_lines, read_document
+from spdrank.core.inputs import BOM, input_lines, read_document, read_text
 from spdrank.core.validation import SlateError
 
 
@@ -122,3 +122,15 @@ def test_a_document_is_bounded_and_its_mark_skipped(tmp_path: Path) -> None:
     assert read_document(path, "test file") == b'{"a": 1}'
     with pytest.raises(SlateError, match=r"^.*d.json: the test file is longer than 5 bytes"):
         read_document(path, "test file", limit=5)
+
+
+def test_a_text_document_is_strict_utf8(tmp_path: Path) -> None:
+    path = tmp_path / "preamble.md"
+    path.write_bytes(BOM + "# Rows\ncafé\n".encode())
+    assert read_text(path, "preamble") == "# Rows\ncafé\n"
+    path.write_bytes(b"# Rows\ncaf\xe9\n")
+    with pytest.raises(SlateError, match=r"preamble.md: not UTF-8 text \(at byte offset 10 of "
+                                         r"the file"):
+        read_text(path, "preamble")
+    with pytest.raises(SlateError, match=r"^/dev/zero is a character device: a preamble"):
+        read_text("/dev/zero", "preamble")

@@ -178,7 +178,9 @@ def run(args: argparse.Namespace) -> int:
         table_metrics,
         write_report,
     )
+    from spdrank.core.defaults import MAX_SETTINGS_BYTES
     from spdrank.core.files import check_outputs
+    from spdrank.core.inputs import read_text
     from spdrank.core.slates import SlateError, load_slates, read_slates
     from spdrank.eval.evaluate import evaluate, format_table
     from spdrank.eval.paired import compare
@@ -186,7 +188,8 @@ def run(args: argparse.Namespace) -> int:
     slates_path, train, progress = checked_inputs(args)
     check_latency_flags(args)
     require_matplotlib()
-    preamble = Path(args.preamble).read_text(encoding="utf-8") if args.preamble else None
+    preamble = (read_text(args.preamble, "preamble", MAX_SETTINGS_BYTES) if args.preamble
+                else None)
     out = Path(args.out) if args.out else RESULTS_ROOT / args.name
     check_outputs(
         {"--slates": slates_path, "--train": train, "--preamble": args.preamble,

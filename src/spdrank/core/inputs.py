@@ -125,15 +125,17 @@ def _decompressed(raw: IO[bytes], path: Path) -> Iterator[IO[bytes]]:
         yield unzipped
 
 
-def _utf8_error(raw: bytes, offset: int, where: str) -> SlateError | None:
-    """Why ``raw`` (starting at byte ``offset`` of its file) is not UTF-8 text, or None."""
+def _utf8_error(raw: bytes, offset: int, where: str, line: bool = True) -> SlateError | None:
+    """Why ``raw`` (a ``line``, or a whole file, starting at byte ``offset`` of its file) is
+    not UTF-8 text, or None."""
     if raw.isascii():
         return None
     try:
         raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        return SlateError(f"not UTF-8 text (byte {exc.start + 1} of the line, at byte offset "
-                          f"{offset + exc.start} of the file: {exc.reason})", where)
+        in_line = f"byte {exc.start + 1} of the line, " if line else ""
+        return SlateError(f"not UTF-8 text ({in_line}at byte offset {offset + exc.start} of "
+                          f"the file: {exc.reason})", where)
     return None
 
 
@@ -208,3 +210,13 @@ def read_document(
         raise SlateError(f"the {what} is longer than {limit:,} bytes, the most spdrank reads "
                          f"as one {what}", str(path))
     return data.removeprefix(BOM)
+
+
+def read_text(path: str | os.PathLike[str], what: str = "file", limit: int | None = None) -> str:
+    """A whole input file as text (:func:`read_document`'s bytes), strictly UTF-8: a byte that
+    is not is an error naming its offset."""
+    data = read_document(path, what, limit)
+    error = _utf8_error(data, 0, str(path), line=False)
+    if error is not None:
+        raise error
+    return data.decode("utf-8")
