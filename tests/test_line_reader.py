@@ -276,6 +276,15 @@ def test_a_document_judged_twice_is_refused_naming_both_lines(
         read_qrels(path)
 
 
+def test_a_qrels_json_judging_twice_is_refused(tmp_path: Path) -> None:
+    path = _write(tmp_path / "q.json", '{"7": {"a": 2, "a": 0}}')
+    with pytest.raises(SlateError, match=r"q.json: the key 'a' appears twice in one object"):
+        read_qrels(path)
+    path = _write(tmp_path / "q.json", '{"7": {"a": 2}, "7": {"b": 1}}')
+    with pytest.raises(SlateError, match=r"q.json: the key '7' appears twice"):
+        read_qrels(path)
+
+
 def test_a_passage_twice_in_the_corpus_is_refused_naming_both_lines(tmp_path: Path) -> None:
     tsv = _write(tmp_path / "c.tsv", "a\tOne.\nb\tTwo.\na\tThree.\n")
     with pytest.raises(SlateError, match=rf"c.tsv:3: docid 'a' appears twice \(first at {tsv}:1"):
