@@ -98,8 +98,8 @@ STUDENTS: dict[str, tuple[str, str, tuple[str, ...]]] = {
 #: frozen backbone's.
 ADAPTED: dict[str, tuple[str, str]] = {
     "matched+lora": ("student: query-matched head, LoRA on the top layers", "matched"),
-    "anchored+bm25+lora": ("student: query-matched + anchor + BM25 score, LoRA on the top "
-                           "layers", "anchored+bm25"),
+    "anchored+bm25+lora": ("student: query-matched + anchor + BM25 score, LoRA on top",
+                           "anchored+bm25"),
 }
 #: The window and stride of a windowed student (RankGPT's): it is trained on DL22's windows
 #: and ranks the top 100 bottom-up, one prefill a window.
