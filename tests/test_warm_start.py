@@ -101,3 +101,20 @@ def test_the_cli_flag_starts_from_the_checkpoint(tmp_path, tiny_backbone, files,
             "--init-from", str(tmp_path / "base"), "--no-progress"]
     assert main(args) == 0
     assert '"finished": true' in capsys.readouterr().out
+
+
+def test_a_warm_start_is_a_candidate_to_keep(tmp_path, tiny_backbone, files):
+    """With --select best, the checkpoint a run starts from is evaluated before the first
+    step: a run whose steps only make it worse on the eval slates keeps it as it was."""
+    eval_file = files[1]
+    train(settings(tmp_path, tiny_backbone, "start", features="signal", target="clicks",
+                   max_steps=40, head_lr=1e-2, head_dropout=0.0, warmup_steps=4))
+    start = SPDRanker.from_pretrained(tmp_path / "start")
+    summary = train(settings(
+        tmp_path, tiny_backbone, "worse", init_from=str(tmp_path / "start"),
+        features="signal", target="clicks", head_lr=1.0, max_steps=8, warmup_steps=1,
+        eval_slates=str(eval_file), eval_every=4, select="best"))
+    assert summary["selected"]["step"] == 0
+    slates = load_slates(eval_file)[:4]
+    kept = SPDRanker.from_pretrained(tmp_path / "worse")
+    assert np.allclose(matrices(kept, slates), matrices(start, slates), atol=1e-5)

@@ -468,8 +468,9 @@ class Trainer:
         if not resumed:  # a best model left by an earlier run is not this run's
             self.best = None
             shutil.rmtree(self.out / BEST_DIR, ignore_errors=True)
-        if self.selects and not resumed and self.spd.anchored:
-            # The untrained anchored model ranks as the first stage: a candidate to keep.
+        if self.selects and not resumed and (self.spd.anchored or cfg.init_from):
+            # The model it starts as is a candidate to keep: an untrained anchored one ranks
+            # as the first stage, a warm start as the checkpoint it was given.
             self.consider(self.evaluate())
         self.model.train()
         start_step, started = self.step, time.perf_counter()
