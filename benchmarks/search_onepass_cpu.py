@@ -216,9 +216,22 @@ def report(results: dict[str, Any], meta: dict[str, Any], rows: list[tuple[str, 
          "cost a query is the dense row's plus the milliseconds shown. A student's ms is the "
          "live `spdrank eval` time a query (tokenize, one prefill of the whole top 100, head, "
          f"decode; `--dtype auto`) over the first {meta['latency_queries']} DL21 queries, for "
-         "the students timed; every student's quality comes from its cached states, which "
-         "equal a live prefill's in float32."),
+         "the students timed; every frozen student's quality comes from its cached states, "
+         "which equal a live prefill's in float32."),
     ]
+    if meta.get("lora_layers"):
+        lines += ["", (
+            f"A student \"with LoRA on the top layers\" adapts the top {meta['lora_layers']} of "
+            f"the {meta['layers']} layers with LoRA (rank 64) beside its head, for "
+            f"{meta['lora_epochs']} epochs from the frozen student of the same head, each step "
+            "running only those layers over the cached states entering them; it is scored "
+            "live (`spdrank eval`, every query timed).")]
+    if meta.get("window"):
+        lines += ["", (
+            f"A student \"by windows of {meta['window']}\" has K = {meta['window']}, is trained "
+            "on the sliding windows of the same DL22 queries (`spdrank data windows`) and ranks "
+            f"the top 100 bottom-up through windows of {meta['window']} moving by "
+            f"{meta['stride']}, one prefill a window; it is scored live.")]
     for test in TEST_SETS:
         summary = results[test]
         lines += [
@@ -436,6 +449,9 @@ def main() -> int:
         "machine": f"{model_name}, {os.cpu_count()} cores, Python {platform.python_version()}",
         "other": os.environ.get("SEARCH_BENCH_OTHER", "nothing else named as running"),
         "minutes": round((time.time() - started) / 60, 1),
+        **({"lora_layers": args.lora_layers, "lora_epochs": args.lora_epochs} if adapted
+           else {}),
+        **({"window": WINDOW, "stride": STRIDE} if windowed else {}),
     }
     recorded = args.out / "results.json"
     if args.report_only and recorded.exists():
