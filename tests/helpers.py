@@ -309,6 +309,53 @@ class LoopbackHTTPServer:
         self.httpd.server_close()
 
 
+class RawTCPServer:
+    """A fake server on loopback that speaks raw TCP, one thread a connection: for answers no
+    HTTP server library gives (a byte at a time, never, or without end). A subclass writes
+    :meth:`respond`, given the connection and the request's head and first body bytes."""
+
+    def __init__(self) -> None:
+        self.stop = threading.Event()
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.sock.settimeout(0.1)
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.sock.getsockname()[1]}/v1"
+
+    def _serve(self) -> None:
+        while not self.stop.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except TimeoutError:
+                continue
+            threading.Thread(target=self._connection, args=(conn,), daemon=True).start()
+
+    def _connection(self, conn: socket.socket) -> None:
+        with conn:
+            data = b""
+            while b"\r\n\r\n" not in data:
+                chunk = conn.recv(65536)
+                if not chunk:
+                    return
+                data += chunk
+            head, _, body = data.partition(b"\r\n\r\n")
+            self.respond(conn, head, body)
+
+    def respond(self, conn: socket.socket, head: bytes, body: bytes) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop.set()
+        self.thread.join()
+        self.sock.close()
+
+
 class JSONHandler(BaseHTTPRequestHandler):
     """A request handler that logs nothing (the test's output stays its own) and answers JSON."""
 

@@ -6,65 +6,33 @@ bounds, is refused."""
 from __future__ import annotations
 
 import socket
-import threading
 import time
-from typing import Self
 
 import pytest
 
 from spdrank.commands.cli import main
 from spdrank.core.defaults import MAX_ANSWER_BYTES
 from spdrank.teacher import openai_api
+from tests.helpers import RawTCPServer
 
 
-class EndlessServer:
+class EndlessServer(RawTCPServer):
     """Answers every request with a 200 and ``headers``, then ``body`` over and over, as fast
     as the client reads, until the client hangs up; counts the bytes it sent."""
 
     def __init__(self, headers: bytes, body: bytes) -> None:
+        super().__init__()
         self.head, self.body = headers, body
         self.sent = 0
-        self.stop = threading.Event()
-        self.sock = socket.create_server(("127.0.0.1", 0))
-        self.sock.settimeout(0.1)
-        self.thread = threading.Thread(target=self._serve, daemon=True)
 
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.sock.getsockname()[1]}/v1"
-
-    def _serve(self) -> None:
-        while not self.stop.is_set():
-            try:
-                conn, _ = self.sock.accept()
-            except TimeoutError:
-                continue
-            threading.Thread(target=self._answer, args=(conn,), daemon=True).start()
-
-    def _answer(self, conn: socket.socket) -> None:
-        with conn:
-            data = b""
-            while b"\r\n\r\n" not in data:
-                chunk = conn.recv(65536)
-                if not chunk:
-                    return
-                data += chunk
-            try:
-                conn.sendall(self.head)
-                while not self.stop.is_set():
-                    conn.sendall(self.body)
-                    self.sent += len(self.body)
-            except OSError:  # the client hung up
-                return
-
-    def __enter__(self) -> Self:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.stop.set()
-        self.thread.join()
-        self.sock.close()
+    def respond(self, conn: socket.socket, head: bytes, body: bytes) -> None:
+        try:
+            conn.sendall(self.head)
+            while not self.stop.is_set():
+                conn.sendall(self.body)
+                self.sent += len(self.body)
+        except OSError:  # the client hung up
+            return
 
 
 ENDLESS = (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"

@@ -11,15 +11,19 @@ import email.utils
 import json
 import re
 import socket
-import threading
 import time
-from typing import Self
 
 import pytest
 
 from spdrank.commands.cli import main
 from spdrank.teacher import openai_api
-from tests.helpers import JSONHandler, LoopbackHTTPServer, records, reversed_completion
+from tests.helpers import (
+    JSONHandler,
+    LoopbackHTTPServer,
+    RawTCPServer,
+    records,
+    reversed_completion,
+)
 
 COMPLETION = json.dumps({
     "id": "c", "object": "chat.completion", "created": 0, "model": "m",
@@ -30,61 +34,29 @@ ANSWER = (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
           b"Content-Length: %d\r\n\r\n%s" % (len(COMPLETION), COMPLETION))
 
 
-class RawServer:
+class RawServer(RawTCPServer):
     """Reads each request whole, then sends ``answer`` one byte every ``interval`` seconds
     (``answer=None``: sends nothing), for at most ``hold`` seconds before it hangs up."""
 
     def __init__(self, answer: bytes | None, interval: float = 1.0, hold: float = 8.0) -> None:
+        super().__init__()
         self.answer, self.interval, self.hold = answer, interval, hold
         self.requests = 0
         #: ``time.monotonic()`` when each request had been read whole.
         self.times: list[float] = []
-        self.stop = threading.Event()
-        self.sock = socket.create_server(("127.0.0.1", 0))
-        self.sock.settimeout(0.1)
-        self.thread = threading.Thread(target=self._serve, daemon=True)
 
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.sock.getsockname()[1]}/v1"
-
-    def _serve(self) -> None:
-        while not self.stop.is_set():
-            try:
-                conn, _ = self.sock.accept()
-            except TimeoutError:
-                continue
-            threading.Thread(target=self._answer, args=(conn,), daemon=True).start()
-
-    def _answer(self, conn: socket.socket) -> None:
-        with conn:
-            data = b""
-            while b"\r\n\r\n" not in data:
-                chunk = conn.recv(65536)
-                if not chunk:
-                    return
-                data += chunk
-            head, _, body = data.partition(b"\r\n\r\n")
-            length = re.search(rb"(?i)content-length:\s*(\d+)", head)
-            while length and len(body) < int(length.group(1)):
-                body += conn.recv(65536)
-            self.requests += 1
-            self.times.append(time.monotonic())
-            end = time.monotonic() + self.hold
-            for byte in (self.answer or b""):
-                if self.stop.wait(self.interval) or time.monotonic() > end:
-                    return
-                conn.sendall(bytes([byte]))
-            self.stop.wait(max(0.0, end - time.monotonic()))
-
-    def __enter__(self) -> Self:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.stop.set()
-        self.thread.join()
-        self.sock.close()
+    def respond(self, conn: socket.socket, head: bytes, body: bytes) -> None:
+        length = re.search(rb"(?i)content-length:\s*(\d+)", head)
+        while length and len(body) < int(length.group(1)):
+            body += conn.recv(65536)
+        self.requests += 1
+        self.times.append(time.monotonic())
+        end = time.monotonic() + self.hold
+        for byte in (self.answer or b""):
+            if self.stop.wait(self.interval) or time.monotonic() > end:
+                return
+            conn.sendall(bytes([byte]))
+        self.stop.wait(max(0.0, end - time.monotonic()))
 
 
 class StatusServer(LoopbackHTTPServer):
@@ -109,6 +81,8 @@ class StatusServer(LoopbackHTTPServer):
                 fake.times.append(time.monotonic())
                 if len(fake.times) <= len(fake.script):
                     status, headers = fake.script[len(fake.times) - 1]
+                    # A callable value is computed as the answer is sent (an HTTP date).
+                    headers = {k: v() if callable(v) else v for k, v in headers.items()}
                     self.send_json(status, {"error": {"message": "not now"}}, headers)
                     return
                 self.send_json(200, reversed_completion(body))
@@ -182,7 +156,9 @@ def test_a_deadline_spent_on_the_model_list_leaves_none_for_the_answer():
 @pytest.mark.parametrize("status", [429, 503])
 @pytest.mark.parametrize("form", ["seconds", "date"])
 def test_retry_after_is_waited_for(slates_file, status, form):
-    value = "1" if form == "seconds" else email.utils.formatdate(time.time() + 2, usegmt=True)
+    # A date has whole seconds: two from when it is sent wait between one and two.
+    value = "1" if form == "seconds" else (
+        lambda: email.utils.formatdate(time.time() + 2, usegmt=True))
     with StatusServer([(status, {"Retry-After": value})]) as server:
         code, out = teacher(slates_file, server.url, "--model-name", "m", "--retries", "2")
     assert code == 0
