@@ -192,16 +192,21 @@ def _topic_records(path: Path) -> Iterator[tuple[int, str, str]]:
             yield (lineno, as_id(rec[qid_field], qid_field, where),
                    as_text(rec[text_field], text_field, where))
         return
-    for line in input_lines(path, "topics file"):
-        text = line.text.rstrip("\r\n")
-        if not text.strip():
-            continue
-        where = f"{path}:{line.number}"
+    for lineno, where, text in _tsv_lines(path, "topics file"):
         qid, tab, query = text.partition("\t")
         if not tab:
             raise SlateError("a topics line is 'qid<TAB>query text'", where)
         check_id(qid, "the qid", where)
-        yield line.number, qid, query
+        yield lineno, qid, query
+
+
+def _tsv_lines(path: Path, what: str) -> Iterator[tuple[int, str, str]]:
+    """``(line number, file:line, text)`` of each non-blank line of a TSV file, its line end
+    cut and every tab kept (a field's text may hold one)."""
+    for line in input_lines(path, what):
+        text = line.text.rstrip("\r\n")
+        if text.strip():
+            yield line.number, f"{path}:{line.number}", text
 
 
 def _json_records(path: Path, what: str) -> Iterator[tuple[int, str, Any]]:
@@ -257,18 +262,14 @@ def _corpus_records(path: Path) -> Iterator[tuple[int, str, dict[str, str]]]:
                 doc = {"title": title, **doc}
             yield lineno, docid, doc
         return
-    for line in input_lines(path, "corpus file"):
-        text = line.text.rstrip("\r\n")
-        if not text.strip():
-            continue
-        where = f"{path}:{line.number}"
+    for lineno, where, text in _tsv_lines(path, "corpus file"):
         parts = text.split("\t")
         if len(parts) not in (2, 3):
             raise SlateError("a corpus TSV line is 'docid<TAB>text' or 'docid<TAB>title<TAB>text'",
                              where)
         check_id(parts[0], "the docid", where)
         doc = {"text": parts[-1]} if len(parts) == 2 else {"title": parts[1], "text": parts[2]}
-        yield line.number, parts[0], doc
+        yield lineno, parts[0], doc
 
 
 # -- runs -----------------------------------------------------------------------------------
