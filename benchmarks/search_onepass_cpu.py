@@ -53,6 +53,7 @@ import json
 import os
 import platform
 import random
+import shlex
 import subprocess
 import sys
 import time
@@ -464,8 +465,9 @@ def main() -> int:
     (args.out / "results.json").write_text(json.dumps({"meta": meta, **results}, indent=2) + "\n")
     (args.out / "report.md").write_text(report(results, meta, rows))
     (args.out / "command.txt").write_text(
-        "# .venv/bin/python benchmarks/search_onepass_cpu.py runs these, in order (a rerun "
-        "reuses each step whose output is there):\n" + "\n".join(log) + "\n")
+        "# .venv/bin/python benchmarks/search_onepass_cpu.py "
+        + " ".join(shlex.quote(a) for a in sys.argv[1:] if a != "--report-only")
+        + " runs these, in order (a rerun reuses each step whose output is there):\n" + "\n".join(log) + "\n")
     print((args.out / "report.md").read_text())
     return 0
 
