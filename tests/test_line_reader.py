@@ -398,3 +398,12 @@ def test_a_slate_made_from_retrieve_results_is_what_the_gate_accepts(tmp_path: P
         _hit("p2", rank=2, score=1.0), _hit("p1", rank=1, score=2.0)]})
     (slate,) = slates_from_retrieve_results(path)
     assert Slate.from_dict(slate.to_dict()).docids == ["p1", "p2"]
+
+
+def test_eval_refuses_a_pipe_it_would_read_twice(tmp_path: Path, capsys) -> None:
+    # eval reads its slates more than once (the first slate tells the rankers' kind, the
+    # lines are counted): a pipe would be empty the second time and the run would wait.
+    fifo = tmp_path / "slates.jsonl"
+    os.mkfifo(fifo)
+    assert main(["eval", "--slates", str(fifo), "--ranker", "retriever", "--no-progress"]) == 2
+    assert "is a pipe: a slate file is read more than once" in capsys.readouterr().err

@@ -142,12 +142,13 @@ def named_files(args: argparse.Namespace, option: str) -> list[str]:
 
 
 def checked_inputs(args: argparse.Namespace) -> tuple[Path, Path, bool | None]:
-    """The slate file (which must exist), the training file and the progress-bar mode."""
-    from spdrank.core.slates import SlateError
+    """The slate file (which must exist, and be a regular file: its first slate tells the
+    rankers' kind and its lines are counted before it is ranked), the training file and the
+    progress-bar mode."""
+    from spdrank.core.inputs import check_rereadable
 
     slates_path = Path(args.slates)
-    if not slates_path.exists():
-        raise SlateError(f"no such slate file: {slates_path}")
+    check_rereadable(slates_path, "slate file")
     if args.limit is not None and args.limit < 1:
         raise ValueError(f"--limit must be at least 1, got {args.limit}")
     train = Path(args.train) if args.train else default_train_path(slates_path)

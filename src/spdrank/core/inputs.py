@@ -85,6 +85,18 @@ def _check_kind(mode: int, path: Path, what: str, regular_only: bool) -> None:
                          "a regular file")
 
 
+def check_rereadable(path: Path, what: str) -> None:
+    """Refuse ``path`` for a reader that reads it more than once (a pipe would be empty the
+    second time), before any of it is read."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        raise SlateError(f"no such {what}: {path}") from None
+    except OSError as exc:
+        raise SlateError(f"cannot read the {what} {path} ({exc.strerror or exc})") from None
+    _check_kind(mode, path, what, regular_only=True)
+
+
 def _open_checked(path: Path, what: str, regular_only: bool) -> IO[bytes]:
     """``path`` opened for reading bytes once it is known to be a file spdrank may read.
 
