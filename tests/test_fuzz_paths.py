@@ -147,6 +147,32 @@ def _check_error(code: int, err: str, command: str) -> None:
         assert lines[0].startswith(f"spdrank {command}: error: ") and "Traceback" not in err
 
 
+def _run_outputs(
+    root: Path, argv: list[str], named: list[str], before: dict, command: str
+) -> tuple[int, dict, set[str]]:
+    """Run ``argv`` in the tree ``root``, whose outputs are ``named`` (keys of RANK_OUTPUTS), and check it: it
+    fails in one line exactly when an output is not a plain file or stream or two outputs
+    share a file, whatever was there and is not a written output is as it was (links and
+    special files included), and a written output kept the mode of the file it replaced.
+    Returns the exit code, the tree after, and the files written."""
+    code, _, err = _run(argv)
+    kinds = [RANK_OUTPUTS[n] for n in named]
+    files = [key for kind, key in kinds if kind != "stream"]
+    expect_ok = (
+        all(kind in ("file", "stream") for kind, _ in kinds) and len(files) == len(set(files))
+    )
+    assert code == (0 if expect_ok else 2), (argv, err)
+    _check_error(code, err, command)
+    after = _snapshot(root)
+    written = {WRITTEN[key] for kind, key in kinds if kind == "file"} if code == 0 else set()
+    for rel, was in before.items():
+        if rel in written:
+            assert after[rel][0] == "file" and after[rel][2] == was[2], rel
+        else:
+            assert after.get(rel) == was, rel
+    return code, after, written
+
+
 def _no_temporaries(root: Path) -> None:
     """No temporary file (``.NAME.HEX.tmp``) or folder (``.NAME.XXXX``, ``.NAME.old``) left."""
     left = [
@@ -177,25 +203,7 @@ def test_rank_outputs_destroy_nothing(model_dir, output, trec):
         if trec is not None:
             argv += ["--trec", str(root / trec)]
             named.append(trec)
-        code, _, err = _run(argv)
-
-        kinds = [RANK_OUTPUTS[n] for n in named]
-        files = [key for kind, key in kinds if kind != "stream"]
-        expect_ok = (
-            all(kind in ("file", "stream") for kind, _ in kinds) and len(files) == len(set(files))
-        )
-        assert code == (0 if expect_ok else 2), (argv, err)
-        _check_error(code, err, "rank")
-
-        after = _snapshot(root)
-        written = {WRITTEN[key] for kind, key in kinds if kind == "file"} if code == 0 else set()
-        # Whatever was there and is not a written output is as it was, links and special files
-        # included; a written output kept the mode of the file it replaced.
-        for rel, was in before.items():
-            if rel in written:
-                assert after[rel][0] == "file" and after[rel][2] == was[2], rel
-            else:
-                assert after.get(rel) == was, rel
+        _, after, written = _run_outputs(root, argv, named, before, "rank")
         new = set(after) - set(before)
         assert new <= written | {"deep", "deep/er"}, new
         for rel in written:
@@ -393,23 +401,7 @@ def test_teacher_outputs_destroy_nothing(slates_out, summary):
         if summary is not None:
             argv += ["--json", str(root / summary)]
             named.append(summary)
-        code, _, err = _run(argv)
-
-        kinds = [RANK_OUTPUTS[n] for n in named]
-        files = [key for kind, key in kinds if kind != "stream"]
-        expect_ok = (
-            all(kind in ("file", "stream") for kind, _ in kinds) and len(files) == len(set(files))
-        )
-        assert code == (0 if expect_ok else 2), (argv, err)
-        _check_error(code, err, "teacher")
-
-        after = _snapshot(root)
-        written = {WRITTEN[key] for kind, key in kinds if kind == "file"} if code == 0 else set()
-        for rel, was in before.items():
-            if rel in written:
-                assert after[rel][0] == "file" and after[rel][2] == was[2], rel
-            else:
-                assert after.get(rel) == was, rel
+        code, after, written = _run_outputs(root, argv, named, before, "teacher")
         labels = {"labels.jsonl"} if code == 0 else set()
         assert set(after) - set(before) <= written | labels | {"deep", "deep/er"}
         _no_temporaries(root)
