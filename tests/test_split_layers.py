@@ -118,6 +118,8 @@ def test_training_from_split_states_gives_the_weights_of_live_training(
     assert all(torch.allclose(live[k], cached[k], atol=1e-4) for k in live)
 
 
-def test_lora_layers_without_lora_is_refused(tmp_path, tiny_backbone):
-    with pytest.raises(ValueError, match="--lora-layers says which layers LoRA adapts"):
-        train_config(tmp_path, tiny_backbone, lora_layers=1, frozen=True).check()
+def test_lora_layers_without_lora_is_said(tmp_path, tiny_backbone, caplog):
+    # As every LoRA setting of a recipe run with --frozen: one line, not a refusal.
+    train_config(tmp_path, tiny_backbone, lora_layers=1, frozen=True).check()
+    assert "--lora-layers 1 has no effect here: --frozen and --features-only train no LoRA" \
+        in caplog.text

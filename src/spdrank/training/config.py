@@ -362,9 +362,6 @@ class TrainConfig:
                              "drop it, or drop --eval-slates")
         if self.target not in TARGETS:
             raise ValueError(f"unknown --target {self.target!r}: choose one of {list(TARGETS)}")
-        if self.lora_layers is not None and not self.trains_lora:
-            raise ValueError("--lora-layers says which layers LoRA adapts, but --frozen and "
-                             "--features-only train no LoRA: drop one of them")
         self._check_cache_settings()
         self._check_unread()
         self.template()  # an unknown name or a bad template file, before anything loads
@@ -395,6 +392,7 @@ class TrainConfig:
             ("lora_r", self.trains_lora, no_lora, False),
             ("lora_alpha", self.trains_lora, no_lora, False),
             ("lora_modules", self.trains_lora, no_lora, False),
+            ("lora_layers", self.trains_lora, no_lora, False),
             ("cache_dtype", self.cache_states is not None, no_cache, False),
             ("cache_batch_size", self.cache_states is not None, no_cache, False),
         ):
