@@ -39,7 +39,7 @@ from torch import nn
 
 from spdrank.backbone import cpu
 from spdrank.backbone.batching import PromptTensors
-from spdrank.backbone.split import decoder_of, upper_hidden
+from spdrank.backbone.split import decoder_of, split_layer, upper_hidden
 from spdrank.core.atomic_dir import filled_once
 from spdrank.core.defaults import MAX_SETTINGS_BYTES
 from spdrank.core.files import sha256_file
@@ -575,12 +575,12 @@ def lora_config(settings: LoraSettings, model: nn.Module) -> Any:
 def top_layer_modules(model: nn.Module, top_layers: int, targets: str | list[str]) -> list[str]:
     """The full names of the linear modules LoRA adapts in ``model``'s top ``top_layers``:
     every one for ``all-linear``, else those whose name ends with one of ``targets``."""
-    layers = decoder_of(model).layers
-    if top_layers > len(layers):
+    layers, first = decoder_of(model).layers, split_layer(model, top_layers)
+    if first < 0:
         raise ValueError(f"LoRA on the top {top_layers} layers needs at least as many, but "
                          f"the backbone keeps {len(layers)}")
     names = {id(module): name for name, module in model.named_modules()}
-    found = [names[id(module)] for layer in layers[len(layers) - top_layers:]
+    found = [names[id(module)] for layer in layers[first:]
              for module in layer.modules() if isinstance(module, nn.Linear)]
     if targets == "all-linear":
         return found

@@ -65,12 +65,13 @@ from itertools import accumulate, islice
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import save
 from torch import nn
 
-from spdrank.backbone.batching import Batch, SlateStates, states_batch
+from spdrank.backbone.batching import Batch, SlateStates, pad_rows, states_batch
 from spdrank.backbone.load import hidden_size
 from spdrank.backbone.prompt import UNIT_READOUTS
 from spdrank.backbone.split import check_split, lower_hidden, split_layer
@@ -349,9 +350,7 @@ class StateCache:
                     f"{self.directory} holds {len(row)} token states for slate {index}, whose "
                     f"prompt is {length} tokens: the cache is not of this slate file"
                 )
-        lower = torch.zeros((len(rows), prompt.input_ids.shape[1], self.hidden))
-        for i, row in enumerate(rows):
-            lower[i, : len(row)] = row
+        lower = pad_rows(rows, prompt.input_ids.shape[1], (self.hidden,), dtype=np.float32)
         prompt.lower, prompt.lower_layer = lower.to(model.device), self.split
         return batch
 
