@@ -437,7 +437,8 @@ def main() -> int:
     for name in [*chosen, *live_students]:
         summary = json.loads((runs / name / "train.json").read_text())
         results.setdefault("training", {})[name] = {
-            k: summary.get(k) for k in ("selected", "verdict", "wall_s_this_run", "train_slates")
+            k: summary.get(k) for k in ("selected", "verdict", "wall_s_this_run", "state_cache_s",
+                                       "train_slates")
         }
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
                             text=True, cwd=ROOT, check=False).stdout.strip()
