@@ -30,9 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from spdrank.commands.argtypes import positive_int
-from spdrank.commands.ranker_args import add_ranker_arguments
+from spdrank.commands.ranker_args import add_paired_arguments, add_ranker_arguments
 from spdrank.core.defaults import LATENCY_SIZES
-from spdrank.eval.paired import RESAMPLES
 
 log = logging.getLogger(__name__)
 
@@ -91,20 +90,8 @@ def register(subparsers: Any) -> None:
         help="markdown put under the report's title: how the rows were made (the scale and "
         "commands of a script that trained them)",
     )
-    paired = p.add_argument_group("paired differences")
-    paired.add_argument(
-        "--reference",
-        metavar="ROW",
-        help="the row every other row is compared with, slate by slate (default: the first "
-        "SPD decoder row, e.g. spd:hungarian; without one, the first row)",
-    )
-    paired.add_argument(
-        "--bootstrap",
-        type=positive_int,
-        default=RESAMPLES,
-        metavar="N",
-        help=f"bootstrap resamples of the slates for the 95%% intervals, seeded with --seed "
-        f"(default {RESAMPLES})",
+    add_paired_arguments(
+        p, "default: the first SPD decoder row, e.g. spd:hungarian; without one, the first row"
     )
     lat = p.add_argument_group("latency decomposition")
     lat.add_argument(
@@ -318,13 +305,12 @@ def _decoder_rows(rankers: list[Any], decoders: list[str] | None) -> tuple[list[
 def _reference(rows: list[Any], requested: str | None) -> str | None:
     """The row the others are compared with: ``requested``, checked before anything is measured;
     by default the first SPD decoder row, else the first row; None when there is one row only."""
+    from spdrank.commands.ranker_args import check_reference
     from spdrank.compare.decoders import DecodedRanker
 
     names = [r.name for r in rows]
     if requested is not None:
-        if requested not in names:
-            raise ValueError(f"--reference {requested!r} names no row; rows: {', '.join(names)}")
-        return requested
+        return check_reference(names, requested)
     if len(rows) < 2:
         return None
     return next((r.name for r in rows if isinstance(r, DecodedRanker)), names[0])

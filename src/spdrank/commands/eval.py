@@ -2,7 +2,7 @@
 
     spdrank eval --slates eval.jsonl [--train train.jsonl] --ranker random --ranker popularity \\
         --ranker cooccurrence --ranker title_similarity [--limit N] [--k 1,5,10,20] \\
-        [--json out.json] [--per-slate rows.jsonl]
+        [--reference popularity] [--json out.json] [--per-slate rows.jsonl]
 
 Rankers that learn statistics (popularity, co-occurrence) are fitted on ``--train``, which
 defaults to ``train.jsonl`` (or ``train.jsonl.gz``) beside the ``--slates`` file, and on the
@@ -10,6 +10,11 @@ sequences of users who make no slate (``extra_sequences.txt`` beside it); a feat
 ranker (``title_similarity``, ``feature:NAME``) reads the slates' own features and needs no
 training file. No torch is imported here: model-backed rankers are built inside
 :func:`spdrank.commands.named_rankers.build_rankers` on demand.
+
+``--reference ROW`` pairs every other row with that one slate by slate, on every metric the
+table shows: the mean difference and its 95% bootstrap interval, computed by
+:func:`spdrank.eval.paired.compare` as ``spdrank bench`` computes them, printed under the table
+and written to ``--json`` under ``paired``.
 """
 
 from __future__ import annotations
@@ -28,7 +33,9 @@ from typing import TYPE_CHECKING, Any
 from spdrank.commands.argtypes import int_at_least
 from spdrank.commands.rank import add_prompt_argument
 from spdrank.commands.ranker_args import (
+    add_paired_arguments,
     add_ranker_arguments,
+    check_reference,
     checked_inputs,
     coverage_notes,
     named_files,
@@ -36,10 +43,12 @@ from spdrank.commands.ranker_args import (
 )
 from spdrank.core.ranking import Ranker, Ranking
 from spdrank.eval.judged import DEFAULT_REL_LEVEL
+from spdrank.eval.paired import RESAMPLES
 
 if TYPE_CHECKING:
     from spdrank.core.slates import Slate
     from spdrank.eval.evaluate import Results
+    from spdrank.eval.paired import PairedComparison
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +62,11 @@ def register(subparsers: Any) -> None:
         "per-slate latency.",
     )
     add_ranker_arguments(p)
+    add_paired_arguments(
+        p, "printed under the table and written to --json under 'paired', as `spdrank bench` "
+        "computes them; ROW is a row's name as the table shows it (a --ranker, a --model, "
+        "--run or --labels NAME); without it, none",
+    )
     p.add_argument("--json", metavar="FILE", help="also write the results as JSON (atomically)")
     p.add_argument(
         "--per-slate", metavar="FILE", help="also write every per-slate value as JSONL"
@@ -222,6 +236,20 @@ def unused_notes(
     return lines
 
 
+def compare_rows(
+    results: Results, reference: str | None, resamples: int, seed: int
+) -> PairedComparison | None:
+    """``--reference``: every other row against it on every metric the table shows, paired by
+    slate, as ``spdrank bench`` pairs its rows (:func:`spdrank.eval.paired.compare`, the same
+    resamples and seed); None without a reference."""
+    from spdrank.eval.evaluate import shown_metrics
+    from spdrank.eval.paired import compare
+
+    if reference is None:
+        return None
+    return compare(results, reference, shown_metrics(results), resamples, seed=seed)
+
+
 def run_tag(name: str) -> str:
     """A ranker's name as a TREC run's tag and file name: what neither can hold becomes ``_``."""
     return re.sub(r"[^A-Za-z0-9._-]", "_", name)
@@ -274,6 +302,7 @@ def run(args: argparse.Namespace) -> int:
     from spdrank.core.slates import SlateError
     from spdrank.core.trec import read_qrels
     from spdrank.eval.evaluate import evaluate, format_table, write_per_slate
+    from spdrank.eval.paired import format_paired
 
     slates_path, train, progress = checked_inputs(args)
     inputs = {
@@ -292,6 +321,11 @@ def run(args: argparse.Namespace) -> int:
     if not rankers:
         raise ValueError("no rankers: pass --ranker NAME (repeatable)")
     rankers = with_first_stage(rankers)
+    if args.reference is not None:
+        check_reference([r.name for r in rankers], args.reference)
+    elif args.bootstrap != RESAMPLES:
+        raise ValueError("--bootstrap: resamples of the paired intervals, and no --reference "
+                         "is given; add --reference ROW or drop it")
     # A run file a ranker, named once the rankers are: each checked as the other outputs were.
     run_files = trec_paths(args.trec_dir, [r.name for r in rankers]) if args.trec_dir else {}
     check_outputs(inputs, {**outputs, "--trec-dir": list(run_files.values())})
@@ -327,6 +361,10 @@ def run(args: argparse.Namespace) -> int:
         raise SlateError(f"{slates_path} holds no slates")
 
     print(format_table(results))
+    paired = compare_rows(results, args.reference, args.bootstrap, args.seed)
+    if paired is not None:
+        print()
+        print(format_paired(paired))
     for line in unused_notes(args, rankers, results, qrels, bool(fit_s)):
         log.warning(line)
     from spdrank.eval.first_stage import results_verdicts
@@ -342,7 +380,10 @@ def run(args: argparse.Namespace) -> int:
             print(f"{ranker.name}: {cuts.summary(model.config.prompt.max_item_tokens)}")
     if args.json:
         with atomic_writer(args.json) as fh:
-            json.dump(results.to_dict(), fh, indent=2, ensure_ascii=False)
+            out = results.to_dict()
+            if paired is not None:
+                out["paired"] = paired.to_dict()
+            json.dump(out, fh, indent=2, ensure_ascii=False)
             fh.write("\n")
         log.info("wrote %s", args.json)
     if args.per_slate:

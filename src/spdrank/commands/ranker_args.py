@@ -10,10 +10,12 @@ from spdrank.commands.argtypes import (
     add_dtype_argument,
     add_trust_remote_code,
     add_window_arguments,
+    positive_int,
     windows_from_args,
 )
 from spdrank.commands.named_rankers import build_rankers, default_train_path, is_search
 from spdrank.core.ranking import Ranker
+from spdrank.eval.paired import RESAMPLES
 from spdrank.rankers.baselines import BASELINES, FEATURE_PREFIX, baseline_factory, baseline_names
 from spdrank.rankers.fusion import SYNTAX as FUSION_SYNTAX
 
@@ -73,6 +75,36 @@ def add_ranker_arguments(p: argparse.ArgumentParser) -> None:
     add_dtype_argument(p, "the --model rankers' backbone")
     add_trust_remote_code(p)
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def add_paired_arguments(p: argparse.ArgumentParser, reference_help: str) -> None:
+    """``--reference`` and ``--bootstrap``, shared by ``eval`` and ``bench``: both compare rows
+    with :func:`spdrank.eval.paired.compare`, seeded with ``--seed``, so one pair of flags
+    means one computation in either command. ``reference_help`` says what each does without
+    ``--reference``."""
+    paired = p.add_argument_group("paired differences")
+    paired.add_argument(
+        "--reference",
+        metavar="ROW",
+        help="the row every other row is compared with, slate by slate: the mean of "
+        f"(row - ROW) per metric and its 95%% bootstrap interval over slates; {reference_help}",
+    )
+    paired.add_argument(
+        "--bootstrap",
+        type=positive_int,
+        default=RESAMPLES,
+        metavar="N",
+        help=f"bootstrap resamples of the slates for the 95%% intervals, seeded with --seed "
+        f"(default {RESAMPLES})",
+    )
+
+
+def check_reference(names: list[str], requested: str) -> str:
+    """``--reference``'s row, checked against the rows' names before anything is ranked, so a
+    misspelt name costs no evaluation; ``ValueError`` naming every row otherwise."""
+    if requested not in names:
+        raise ValueError(f"--reference {requested!r} names no row; rows: {', '.join(names)}")
+    return requested
 
 
 def baseline_name(text: str) -> str:

@@ -110,7 +110,8 @@ def warn_small_eval(n_eval: int, n_users: int, fraction: float) -> None:
         f"--eval-fraction {float(suggestion):g} would give about {MIN_EVAL_SLATES:,}"
         if suggestion <= Fraction(1, 2)
         else f"this log's {n_users:,} users cannot spare {MIN_EVAL_SLATES:,}; compare rankers "
-        "slate by slate (spdrank bench's paired intervals) rather than by their means"
+        "slate by slate (spdrank eval --reference ROW's paired intervals) rather than by their "
+        "means"
     )
     logger.warning(
         "%s eval slates: a metric near 0.5 has a 95%% confidence interval of about %s, too "

@@ -281,6 +281,19 @@ def _timed_rank(ranker: Ranker, slate: Slate) -> tuple[Ranking, float]:
             gc.enable()
 
 
+def shown_metrics(results: Results) -> list[str]:
+    """The metrics :func:`format_table` shows, in its order: the click metrics when some slate
+    has clicks (or none is judged), the judged ones when some slate is judged, the teacher
+    metrics when some slate has a teacher ranking. ``spdrank eval --reference`` pairs these."""
+    names = metric_names(
+        results.ks, results.mrr_ks, rel=results.rel_level if results.n_judged else None,
+        clicks=bool(results.n_with_clicks) or not results.n_judged,
+    )
+    if not results.n_with_teacher:
+        names = [m for m in names if m not in TEACHER_METRICS]
+    return names
+
+
 def format_table(results: Results) -> str:
     """A fixed-width table a person can read: one row per ranker, means over slates.
 
@@ -289,12 +302,7 @@ def format_table(results: Results) -> str:
     were averaged when that differs from the number of slates; tau has its own count, since
     a slate whose teacher scored every candidate alike orders no pair.
     """
-    names = metric_names(
-        results.ks, results.mrr_ks, rel=results.rel_level if results.n_judged else None,
-        clicks=bool(results.n_with_clicks) or not results.n_judged,
-    )
-    if not results.n_with_teacher:
-        names = [m for m in names if m not in TEACHER_METRICS]
+    names = shown_metrics(results)
     width = max([6, *(len(r.name) for r in results.rankers)])
     head = (
         f"{'ranker':<{width}} {'n':>6} {'valid%':>6} "

@@ -176,3 +176,46 @@ def compare(
         if r.name != reference
     }
     return PairedComparison(reference, list(metrics), resamples, level, seed, rows)
+
+
+def format_paired(paired: PairedComparison, digits: int = 4) -> str:
+    """The comparison as fixed-width text under ``spdrank eval``'s table: one line a metric,
+    one column a row compared with the reference (metrics down the side, as the cells are
+    wide), each cell ``+mean [low, high]``, starred when the interval excludes zero.
+
+    ``slates`` is how many slates were paired on that metric: the same for every row when each
+    defines the metric wherever the reference does, as rankings of one slate set do; where rows
+    differ, each cell says its own count.
+    """
+    names = list(paired.rows)
+    head_line = (
+        f"paired vs {paired.reference}: mean over slates of (row - {paired.reference}), "
+        f"{paired.level:.0%} {METHOD} ({paired.resamples:,} resamples, seed {paired.seed}); "
+        "* the interval excludes 0"
+    )
+    if not names:
+        return head_line + "\n(no other row to compare)"
+    cells: dict[str, list[str]] = {}
+    counts: dict[str, str] = {}
+    for metric in paired.metrics:
+        diffs = [paired.rows[name][metric] for name in names]
+        same = len({d.n for d in diffs}) == 1
+        counts[metric] = str(diffs[0].n) if same else "-"
+        cells[metric] = [
+            d.text(digits) + ("*" if d.excludes_zero else "") + ("" if same else f" (n={d.n})")
+            for d in diffs
+        ]
+    width = max([6, *(len(m) for m in paired.metrics)])
+    columns = [
+        max(len(name), *(len(cells[m][i]) for m in paired.metrics)) for i, name in enumerate(names)
+    ]
+    head = f"{'metric':<{width}} {'slates':>6} " + " ".join(
+        f"{name:<{w}}" for name, w in zip(names, columns)
+    )
+    lines = [head_line, head.rstrip(), "-" * len(head.rstrip())]
+    for metric in paired.metrics:
+        row = f"{metric:<{width}} {counts[metric]:>6} " + " ".join(
+            f"{cell:<{w}}" for cell, w in zip(cells[metric], columns)
+        )
+        lines.append(row.rstrip())
+    return "\n".join(lines)
