@@ -407,3 +407,54 @@ def test_eval_refuses_a_pipe_it_would_read_twice(tmp_path: Path, capsys) -> None
     os.mkfifo(fifo)
     assert main(["eval", "--slates", str(fifo), "--ranker", "retriever", "--no-progress"]) == 2
     assert "is a pipe: a slate file is read more than once" in capsys.readouterr().err
+
+
+# -- a key given twice in one JSON object -----------------------------------------------------
+
+_DOC = '"candidates": [{"docid": "a", "doc": {"text": "A."}}]'
+
+#: name (of READERS) -> a file of that format whose one record gives ``key`` twice
+REPEATED_KEYS: dict[str, tuple[str, str]] = {
+    "topics JSONL": ('{"_id": "7", "text": "fleas", "text": "dogs"}\n', "text"),
+    "corpus JSONL": ('{"_id": "a", "text": "A passage.", "_id": "b"}\n', "_id"),
+    "retrieve results JSON": ('[{"query": "fleas", "query": "dogs", "hits": '
+                              + json.dumps([_hit()]) + "}]", "query"),
+    "retrieve results JSONL": ('{"query": "fleas", "hits": ' + json.dumps([_hit()])
+                               + ', "hits": []}\n', "hits"),
+    "slates": ('{"query": {"qid": "7", "text": "fleas", "qid": "8"}, ' + _DOC + "}\n", "qid"),
+    "training slates": ('{"query": {"qid": "7", "text": "fleas"}, ' + _DOC + ", "
+                        '"clicked": ["a"], "clicked": []}\n', "clicked"),
+    "labels": ('{"qid": "7", "ranking": ["a"], "ranking": ["b"]}\n', "ranking"),
+    "rankings JSONL": ('{"qid": "7", "ranking": ["a"], "qid": "8"}\n', "qid"),
+    "prompt template": ('{"name": "mine", "base": "search", "base": "recommendation"}',
+                        "base"),
+}
+
+
+@pytest.mark.parametrize("name", REPEATED_KEYS)
+def test_a_key_given_twice_is_refused_by_every_json_reader(tmp_path: Path, name: str) -> None:
+    # JSON kept the last value without a word: a slate's qid, a label's ranking, a
+    # template's base were whichever the parser saw last.
+    text, key = REPEATED_KEYS[name]
+    _, filename, read = READERS[name]
+    path = _write(tmp_path / filename, text)
+    line = "" if filename.endswith(".json") else ":1"
+    said = rf"{filename}{line}: (not a JSON prompt template \()?the key '{key}' appears twice"
+    with pytest.raises(ValueError, match=said):
+        read(path)
+
+
+def test_a_settings_file_giving_a_key_twice_is_refused(tmp_path: Path) -> None:
+    from spdrank.backbone.load import read_json
+
+    path = _write(tmp_path / "config.json", '{"model_type": "llama", "model_type": "gpt2"}')
+    with pytest.raises(ValueError, match=r"config.json: .*the key 'model_type' appears twice"):
+        read_json(path)
+
+
+def test_a_request_body_giving_a_key_twice_is_refused_naming_the_key() -> None:
+    from spdrank.core.validation import loads
+
+    with pytest.raises(SlateError, match=r"the key 'query' appears twice") as raised:
+        loads(b'{"query": "a", "documents": ["x"], "query": "b"}')
+    assert raised.value.field == "query" and not raised.value.syntax

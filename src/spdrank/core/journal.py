@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from spdrank.core.inputs import Line, input_lines
-from spdrank.core.validation import SlateError
+from spdrank.core.validation import RepeatedKey, SlateError, unique_keys
 
 if TYPE_CHECKING:  # Self is in typing from Python 3.11
     from typing_extensions import Self
@@ -99,7 +99,9 @@ def read_journal(
         if not raw.strip():
             continue
         try:
-            data = json.loads(raw)
+            data = json.loads(raw, object_pairs_hook=unique_keys)
+        except RepeatedKey as exc:
+            raise kind.error(f"{exc}: each field of a record may appear once", where) from None
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             torn = (lineno, start, f"invalid JSON: {exc}")
             continue

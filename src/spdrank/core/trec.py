@@ -12,7 +12,6 @@ which is refused naming both lines rather than resolved by whichever came last.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import re
@@ -87,9 +86,7 @@ def read_qrels(path: str | os.PathLike[str]) -> dict[str, dict[str, int]]:
 def _qrels_from_json(path: Path) -> dict[str, dict[str, int]]:
     where = str(path)
     raw = read_document(path, "qrels file")
-    data = parse_json_line(raw, where)
-    # JSON keeps the last of two equal keys; a qrels file judging twice is refused instead.
-    json.loads(raw, object_pairs_hook=lambda pairs: _once(pairs, where))
+    data = parse_json_line(raw, where)  # a qid, or a docid of a query, given twice: refused
     if not isinstance(data, dict):
         raise SlateError("qrels JSON must be an object {qid: {docid: grade}}", where)
     qrels: dict[str, dict[str, int]] = {}
@@ -101,17 +98,6 @@ def _qrels_from_json(path: Path) -> dict[str, dict[str, int]]:
             check_id(docid, f"the docid of qrels[{qid!r}]", where)
         qrels[qid] = {d: _grade(g, f"qrels[{qid!r}][{d!r}]", where) for d, g in docs.items()}
     return qrels
-
-
-def _once(pairs: list[tuple[str, Any]], where: str) -> dict[str, Any]:
-    """A JSON object's pairs as a dict, refusing a key given twice."""
-    out: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in out:
-            raise SlateError(f"the key {key!r} appears twice in one object: each qid and each "
-                             "docid of a query must appear once", where)
-        out[key] = value
-    return out
 
 
 def _fields(path: Path, what: str, kind: str, names: str) -> Iterator[tuple[int, list[str]]]:

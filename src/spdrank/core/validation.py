@@ -10,7 +10,10 @@ adds an HTTP status. :func:`loads` refuses, naming the field (``candidates[3].do
 - numbers that no float holds: ``1e999`` (parsed as infinity), integers of more digits than
   Python converts (:data:`MAX_INT_DIGITS`);
 - strings (values or keys) holding a lone UTF-16 surrogate (``"\\ud800"`` is valid JSON but
-  not text: no tokenizer reads it and no UTF-8 writer writes it back).
+  not text: no tokenizer reads it and no UTF-8 writer writes it back);
+- an object that gives one key twice (``{"qid": "a", "qid": "b"}``): Python's parser keeps
+  the last value without a word, so which one a reader saw would be the parser's choice, not
+  the file's.
 
 These hold for every field, extra fields included, because spdrank writes extra fields back
 out (result records, labelled slates, HTTP answers) and must be able to. What a field must be
@@ -86,6 +89,29 @@ def _parse_int(digits: str) -> int | _HugeInt:
     return _HugeInt(digits) if len(digits) > MAX_INT_DIGITS else int(digits)
 
 
+class RepeatedKey(ValueError):
+    """A JSON object gave ``key`` twice (raised from inside the parser by :func:`unique_keys`)."""
+
+    def __init__(self, key: str) -> None:
+        self.key = key
+        shown = repr(key) if len(key) <= 60 else repr(key[:60]) + "..."
+        super().__init__(f"the key {shown} appears twice in one object")
+
+
+def unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object's pairs as a dict (``json.loads``' ``object_pairs_hook``), refusing a key
+    given twice with :class:`RepeatedKey`. The dict is built in C first; the pairs are walked
+    only when it came out shorter than they are."""
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise RepeatedKey(key)
+            seen.add(key)
+    return out
+
+
 def loads(data: bytes | str, where: str | None = None) -> Any:
     """Parse one JSON document and refuse what spdrank cannot carry (see the module doc)."""
     if isinstance(data, bytes):
@@ -96,7 +122,11 @@ def loads(data: bytes | str, where: str | None = None) -> Any:
                 f"not UTF-8 text (byte {exc.start + 1} of the line)", where, syntax=True
             ) from None
     try:
-        value = json.loads(data, parse_constant=_Constant, parse_int=_parse_int)
+        value = json.loads(data, parse_constant=_Constant, parse_int=_parse_int,
+                           object_pairs_hook=unique_keys)
+    except RepeatedKey as exc:
+        raise SlateError(f"{exc}: JSON would keep its last value without a word, so each key "
+                         "may appear once", where, field=exc.key) from None
     except json.JSONDecodeError as exc:
         raise SlateError(
             f"invalid JSON ({exc.msg} at line {exc.lineno}, column {exc.colno})"
