@@ -60,7 +60,7 @@ BACKEND_HELP = (
     "hf (local transformers model, --model), likelihood (the local --model scores each "
     "title: log p(title | history) - log p(title), no decoding), openai (an OpenAI-compatible "
     "server, --base-url), ranker:NAME (a built-in baseline: random, popularity, cooccurrence, "
-    "title_similarity, bm25, dense, retriever, feature:NAME to rank by a feature the slates "
+    "title_similarity, slate_bm25, dense, retriever, feature:NAME to rank by a feature the slates "
     "carry, or several fused: ranker:" + FUSION_SYNTAX + "), "
     "file:PATH (rankings computed elsewhere: {qid, ranking} lines or slates with teacher)"
 )
