@@ -116,17 +116,25 @@ def shown(path: Path) -> str:
 
 def with_dense_feature(source: Path, out: Path) -> None:
     """The slates with each candidate's dense cosine as the feature ``dense``, beside BM25's
-    ``score``: what a search team that runs both retrievers hands the reranker."""
-    if out.exists():
-        return
+    ``score``: what a search team that runs both retrievers hands the reranker. Each distinct
+    text is embedded once, however many slates hold it (synthetic queries' slates share a
+    pool of passages); the cosines are the dense ranker's own (``DenseRanker.scores``).
+    Left alone when ``out`` holds the same queries already."""
     from spdrank.core.slates import load_slates, write_slates
-    from spdrank.rankers.dense import DenseRanker
+    from spdrank.rankers.dense import TEXT_FIELDS, DenseRanker
 
-    dense = DenseRanker()
     slates = load_slates(source)
+    if out.exists() and [s.query.qid for s in load_slates(out)] == [s.query.qid for s in slates]:
+        return
+    texts = {t: None for s in slates for t in (s.query.text, *s.candidate_texts(TEXT_FIELDS))}
+    order = list(texts)
+    vectors = DenseRanker().embed(order)
+    row = {t: i for i, t in enumerate(order)}
     for slate in slates:
-        for candidate, value in zip(slate.candidates, dense.scores(slate)):
-            candidate.features = {**(candidate.features or {}), "dense": float(value)}
+        query = vectors[row[slate.query.text]]
+        for candidate, text in zip(slate.candidates, slate.candidate_texts(TEXT_FIELDS)):
+            value = float(vectors[row[text]] @ query)
+            candidate.features = {**(candidate.features or {}), "dense": value}
     write_slates(out, slates)
 
 
@@ -141,6 +149,47 @@ def split_validation(source: Path, train: Path, valid: Path, count: int) -> None
         # Left alone when already there: a run may be reading it (its index is of this file).
         if not path.exists() or read_jsonl(path) != part:
             write_jsonl(path, part)
+
+
+def prepare(shared: Path, work: Path, dry: bool, log: list[str]
+            ) -> tuple[dict[str, Path], Path, Path]:
+    """DL19, DL21 and DL22 as slates with the dense cosine as a feature, labelled by the
+    teacher, and DL22 split into training and validation queries: the labelled slates of each
+    set, and DL22's two parts."""
+    sources = {
+        "dl19": ("trec-dl19/retrieve_results_dl19.json", "trec-dl19/qrels_dl19.json"),
+        "dl21": ("trec-dl21/retrieve_results_dl21.json", "trec-dl21/qrels_dl21.txt"),
+        "dl22": ("trec-dl22/retrieve_results_dl22.json", None),
+    }
+    labelled: dict[str, Path] = {}
+    for name, (retrieved, qrels) in sources.items():
+        slates = work / f"{name}.jsonl"
+        spdrank("data", "search", "--retrieved", shared / retrieved,
+                *(("--qrels", shared / qrels, "--rel-level", "2") if qrels else ()),
+                "--out", slates, dry_run=dry, log=log, done=slates)
+        labelled[name] = label(slates, work / name, dry, log)
+    train, valid = work / "dl22-train.jsonl", work / "dl22-valid.jsonl"
+    log.append(f"# DL22: {VALIDATION_QUERIES} queries held out (split_validation) -> "
+               f"{shown(train)}, {shown(valid)}")
+    if not dry:
+        split_validation(labelled["dl22"], train, valid, VALIDATION_QUERIES)
+    return labelled, train, valid
+
+
+def label(slates: Path, stem: Path, dry: bool, log: list[str]) -> Path:
+    """``slates`` with the dense cosine added (``STEM.features.jsonl``) and labelled by the
+    teacher (``STEM.teacher.labels.jsonl``): the labelled slates' path."""
+    featured = stem.with_name(f"{stem.name}.features.jsonl")
+    log.append(f"# {stem.name}: each candidate's dense cosine added as the feature 'dense' "
+               f"(with_dense_feature) -> {shown(featured)}")
+    if not dry:
+        with_dense_feature(slates, featured)
+    labels = stem.with_name(f"{stem.name}.teacher.labels.jsonl")
+    labelled = stem.with_name(f"{stem.name}.teacher.labels.slates.jsonl")
+    spdrank("teacher", "--slates", featured, "--out", labels, "--backend",
+            f"ranker:{TEACHER}", "--prompt", "search", "--no-progress",
+            dry_run=dry, log=log, done=labelled)
+    return labelled
 
 
 def cached_rows(model_dir: Path, slates_path: Path, cache: Path, name: str,
@@ -310,32 +359,7 @@ def main() -> int:
     log: list[str] = []
     started = time.time()
     work.mkdir(parents=True, exist_ok=True)
-    sources = {
-        "dl19": ("trec-dl19/retrieve_results_dl19.json", "trec-dl19/qrels_dl19.json"),
-        "dl21": ("trec-dl21/retrieve_results_dl21.json", "trec-dl21/qrels_dl21.txt"),
-        "dl22": ("trec-dl22/retrieve_results_dl22.json", None),
-    }
-    labelled: dict[str, Path] = {}
-    for name, (retrieved, qrels) in sources.items():
-        slates = work / f"{name}.jsonl"
-        spdrank("data", "search", "--retrieved", args.shared / retrieved,
-                *(("--qrels", args.shared / qrels, "--rel-level", "2") if qrels else ()),
-                "--out", slates, dry_run=dry, log=log, done=slates)
-        featured = work / f"{name}.features.jsonl"
-        log.append(f"# {name}: each candidate's dense cosine added as the feature 'dense' "
-                   f"(with_dense_feature) -> {shown(featured)}")
-        if not dry:
-            with_dense_feature(slates, featured)
-        labels = work / f"{name}.teacher.labels.jsonl"
-        labelled[name] = work / f"{name}.teacher.labels.slates.jsonl"
-        spdrank("teacher", "--slates", featured, "--out", labels, "--backend",
-                f"ranker:{TEACHER}", "--prompt", "search", "--no-progress",
-                dry_run=dry, log=log, done=labelled[name])
-    train, valid = work / "dl22-train.jsonl", work / "dl22-valid.jsonl"
-    log.append(f"# DL22: {VALIDATION_QUERIES} queries held out (split_validation) -> "
-               f"{shown(train)}, {shown(valid)}")
-    if not dry:
-        split_validation(labelled["dl22"], train, valid, VALIDATION_QUERIES)
+    labelled, train, valid = prepare(args.shared, work, dry, log)
 
     common = ("--prompt", "search", "--max-item-tokens", str(ITEM_TOKENS), "--frozen", "--backbone", args.backbone, "--device", args.device,
               *(("--layers", str(args.layers)) if args.layers else ()))
