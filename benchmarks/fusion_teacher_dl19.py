@@ -9,13 +9,13 @@ scale? Its quality and its cost a query on TREC DL19, beside what it fuses.
 The 43 judged queries, BM25's top 100 each, scored with trec_eval's semantics (nDCG@10 graded
 over every judged passage; AP and R@100 at grade >= 2). Every row is ``spdrank eval --ranker``:
 
-- ``retriever`` (BM25's own order), ``bm25`` (BM25 over the slate alone), ``dense``
+- ``retriever`` (BM25's own order), ``slate_bm25`` (BM25 over the slate alone), ``dense``
   (all-MiniLM-L6-v2), and the teachers ``fusion:rrf:dense+retriever`` (reciprocal-rank fusion,
   k = 60) and ``fusion:zscore:dense+retriever`` (z-scored cosines and BM25 scores, summed),
   each live: its milliseconds a query are what labelling a slate with it costs;
 - RRF replays, from the dense row's own TREC run (``--trec-dir``) rather than the encoder
   again: the live two-way RRF, which must score every query exactly as the live one does (the
-  check that a replay fuses what the live ranker fuses); the three-way RRF with ``bm25``; and
+  check that a replay fuses what the live ranker fuses); the three-way RRF with ``slate_bm25``; and
   BM25 weighted down (0.5, 0.25), a sensitivity read on the test queries themselves, so no
   weight here is a tuned result. RRF reads only the run's order, which the run keeps; a run
   prints scores to 6 decimals and, where two print equal, rank-derived scores instead (8 of
@@ -54,7 +54,7 @@ METRICS = ("nDCG@10", "AP(rel=2)", "R(rel=2)@100")
 COMMON = ("--k", "10,100", "--rel-level", "2", "--no-progress")
 #: The replayed fusions, ``DENSE`` the dense row's run: the live one first (the check).
 REPLAYS = (
-    "fusion:rrf:run:DENSE+retriever", "fusion:rrf:run:DENSE+retriever+bm25",
+    "fusion:rrf:run:DENSE+retriever", "fusion:rrf:run:DENSE+retriever+slate_bm25",
     "fusion:rrf:run:DENSE+0.5*retriever", "fusion:rrf:run:DENSE+0.25*retriever",
 )
 
@@ -63,7 +63,7 @@ def steps(slates: Path, work: Path) -> list[tuple[str, list[str]]]:
     """(name, spdrank arguments) of each evaluation, in order."""
     dense_run = work / "runs" / "dense.trec"
     return [
-        ("live", ["eval", "--slates", str(slates), "--ranker", "retriever", "--ranker", "bm25",
+        ("live", ["eval", "--slates", str(slates), "--ranker", "retriever", "--ranker", "slate_bm25",
                   "--ranker", "dense", "--ranker", RRF, "--trec-dir", str(work / "runs")]),
         ("zscore", ["eval", "--slates", str(slates), "--ranker", ZSCORE]),
         ("replay", ["eval", "--slates", str(slates),
@@ -196,8 +196,8 @@ def report(meta: dict[str, Any], summary: dict[str, Any]) -> str:
          f"{rows[RRF]['ms_per_query_p50']:.0f} ms, z-score {rows[ZSCORE]['ms_per_query_p50']:.0f}"
          " ms (the first stage's order and the fusion itself cost well under a millisecond)."),
         "",
-        ("`retriever` is BM25's own order (the first stage), `bm25` BM25 over the slate's 100 "
-         f"passages alone. Replays: {said}. The weighted rows were read on these 43 queries, "
+        ("`retriever` is BM25's own order (the first stage), `slate_bm25` BM25 with the slate's "
+         f"100 passages as its collection. Replays: {said}. The weighted rows were read on these 43 queries, "
          "the only judged ones at hand: a sensitivity to the weight, not a tuned teacher. A "
          "replay's milliseconds are not a teacher's cost (the encoder ran in the dense row), "
          "so none is given."),

@@ -12,7 +12,7 @@ and is scored with trec_eval's semantics (nDCG@10 with graded gains over every j
 AP and R@100 at grade >= 2, TREC's convention for this task):
 
 - ``bm25`` (the first stage's own order), ``random``, ``lexical`` (BM25 over the slate's own
-  passages, ``--ranker bm25``), ``dense`` (all-MiniLM-L6-v2 cosine, ``--ranker dense``);
+  passages, ``--ranker slate_bm25``), ``dense`` (all-MiniLM-L6-v2 cosine, ``--ranker dense``);
 - the SmolLM2-135M teachers: ``query-likelihood`` (log p(query | passage), UPR, all 30
   layers; ``spdrank teacher --backend likelihood --prompt search``) over the top 100, and
   ``constrained`` (the listwise teacher, decoding constrained to a valid permutation) over
@@ -67,7 +67,7 @@ CONSTRAINED_DEPTH = 20
 METRICS = ("nDCG@10", "AP(rel=2)", "R(rel=2)@100", "tau", "top1")
 #: The rows of the table, in order: (name in the table, name in the evaluations).
 ROWS = (
-    ("BM25", "retriever"), ("random", "random"), ("lexical (BM25 over the slate)", "bm25"),
+    ("BM25", "retriever"), ("random", "random"), ("lexical (BM25 over the slate)", "slate_bm25"),
     ("dense (all-MiniLM-L6-v2)", "dense"), ("teacher: query likelihood", "ql"),
     (f"teacher: constrained listwise, top {CONSTRAINED_DEPTH}", "constrained"),
     ("teacher: listwise LLM server (OpenAI-compatible)", "listwise"),
@@ -287,7 +287,7 @@ def main() -> int:
     # Every row but the students, on all queries.
     baselines = work / "baselines.rows.jsonl"
     spdrank("eval", "--slates", labelled, "--ranker", "retriever", "--ranker", "random",
-            "--ranker", "bm25", "--ranker", "dense",
+            "--ranker", "slate_bm25", "--ranker", "dense",
             *(x for spec in labels for x in ("--labels", spec)),
             "--run", f"constrained={run}", "--k", "10,100", "--rel-level", "2",
             "--device", args.device, "--per-slate", baselines, "--no-progress",

@@ -111,7 +111,7 @@ def test_the_search_walkthrough_runs_as_written(tmp_path, monkeypatch, capsys):
     ours = float(row.split()[3])
     theirs = next(o for o in shell.outputs if o.startswith("{nDCG@10"))
     assert float(theirs.split(":")[1].strip(" }\n")) == pytest.approx(ours, abs=1e-4)
-    assert "bm25" in table and "popularity" not in table
+    assert "slate_bm25" in table and "popularity" not in table
     # The student in one pass: chosen on held-out queries and judged against the first
     # stage, by train and by eval; its TREC run and the server's answer.
     trained = next(o for o in shell.outputs if "kept the model of step" in o)

@@ -4,6 +4,7 @@ TREC runs with topics and corpora, qrels, the lexical baseline, runs in and out.
 from __future__ import annotations
 
 import json
+import logging
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +16,7 @@ from spdrank.commands.named_rankers import build_rankers
 from spdrank.core.slates import Slate, SlateError, read_slates
 from spdrank.core.trec import read_corpus, read_qrels, read_run
 from spdrank.datasets.search import slates_from_retrieve_results, slates_from_run
+from spdrank.rankers.baselines import baseline_names
 from spdrank.rankers.bm25 import BM25Ranker
 
 SHARED = Path(__file__).resolve().parents[3] / "shared" / "data" / "trec-dl19"
@@ -149,10 +151,26 @@ def test_bm25_ranks_the_matching_passage_first() -> None:
 
 
 def test_search_defaults_leave_out_history_rankers(caplog: pytest.LogCaptureFixture) -> None:
-    assert [r.name for r in build_rankers(None, search=True)] == ["random", "retriever", "bm25"]
-    kept = build_rankers(["popularity", "bm25"], search=True)
-    assert [r.name for r in kept] == ["bm25"]
+    assert [r.name for r in build_rankers(None, search=True)] == [
+        "random", "retriever", "slate_bm25"]
+    kept = build_rankers(["popularity", "slate_bm25"], search=True)
+    assert [r.name for r in kept] == ["slate_bm25"]
     assert "skipped popularity" in caplog.text
+
+
+def test_bm25_is_a_deprecated_alias_of_slate_bm25_that_says_so_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The slate's own BM25 is named for what it is; ``bm25``, which reads as the first
+    stage's BM25, still builds it, under its own name, with one line saying so."""
+    with caplog.at_level(logging.WARNING):
+        rankers = build_rankers(["bm25", "slate_bm25", "retriever"], search=True)
+    assert [r.name for r in rankers] == ["slate_bm25", "retriever"]  # the alias counts once
+    (line,) = [r.getMessage() for r in caplog.records if "deprecated" in r.getMessage()]
+    assert line.startswith("ranker 'bm25' is deprecated: it is 'slate_bm25', BM25 with the "
+                           "slate's own passages as its collection, not the first stage's BM25")
+    assert "\n" not in line
+    assert "bm25" not in baseline_names() and "slate_bm25" in baseline_names()
 
 
 def test_data_search_then_eval_writes_runs_that_ir_measures_scores_alike(tmp_path: Path) -> None:
@@ -167,7 +185,7 @@ def test_data_search_then_eval_writes_runs_that_ir_measures_scores_alike(tmp_pat
     assert done.returncode == 0, done.stderr
     assert "AUC" not in done.stdout and "nDCG@10" in done.stdout
     ours = json.loads((tmp_path / "e.json").read_text())["rankers"]
-    assert set(ours) == {"random", "retriever", "bm25"}
+    assert set(ours) == {"random", "retriever", "slate_bm25"}
     qrels = read_qrels(tmp_path / "q.txt")
     for name, row in ours.items():
         run = list(ir_measures.read_trec_run(str(out / f"{name}.trec")))
@@ -178,12 +196,12 @@ def test_data_search_then_eval_writes_runs_that_ir_measures_scores_alike(tmp_pat
         for measure, value in theirs.items():
             assert row["metrics"][str(measure)]["mean"] == pytest.approx(value, abs=1e-6)
     # The written run replays as a ranker with the same numbers.
-    done = _spdrank("eval", "--slates", slates, "--run", f"again={out / 'bm25.trec'}",
+    done = _spdrank("eval", "--slates", slates, "--run", f"again={out / 'slate_bm25.trec'}",
                     "--k", "10", "--rel-level", "2", "--json", tmp_path / "r.json2",
                     "--no-progress")
     assert done.returncode == 0, done.stderr
     again = json.loads((tmp_path / "r.json2").read_text())["rankers"]["again"]["metrics"]
-    assert again["nDCG@10"] == ours["bm25"]["metrics"]["nDCG@10"]
+    assert again["nDCG@10"] == ours["slate_bm25"]["metrics"]["nDCG@10"]
 
 
 def test_eval_qrels_override_the_slates_judgements(tmp_path: Path) -> None:

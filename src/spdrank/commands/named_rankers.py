@@ -16,7 +16,12 @@ from pathlib import Path
 from typing import Any
 
 from spdrank.core.ranking import Ranker
-from spdrank.rankers.baselines import BASELINES, SEARCH_DEFAULTS, make_baseline
+from spdrank.rankers.baselines import (
+    BASELINES,
+    DEPRECATED_NAMES,
+    SEARCH_DEFAULTS,
+    make_baseline,
+)
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +72,12 @@ def build_rankers(
     defaults = SEARCH_DEFAULTS if search else tuple(BASELINES)
     names = names or ([] if models or labels or runs else list(defaults))
     rankers: list[Ranker] = []
-    for name in dict.fromkeys(names):  # a name repeated counts once
+    built: set[str] = set()
+    for name in names:  # a name repeated, or given by its deprecated alias too, counts once
+        current = DEPRECATED_NAMES.get(name, (name,))[0]
+        if current in built:
+            continue
+        built.add(current)
         kwargs: dict[str, Any] = {"seed": seed} if name == "random" else {}
         rankers.append(make_baseline(name, **kwargs))
     for spec in labels:

@@ -27,6 +27,7 @@ as if one fitted sequence had been left out.
 from __future__ import annotations
 
 import hashlib
+import logging
 import random
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -37,6 +38,8 @@ from spdrank.core.features import TITLE_SIMILARITY, raw_features
 from spdrank.core.ranking import Ranker, Ranking
 from spdrank.core.slates import SCORE_FEATURE, Slate, training_sequence
 from spdrank.rankers.fusion import FUSION_PREFIX, RUN_PREFIX, SYNTAX, FusionRanker, parse_fusion
+
+log = logging.getLogger(__name__)
 
 #: ``feature:NAME`` names the :class:`FeatureRanker` of feature ``NAME``.
 FEATURE_PREFIX = "feature:"
@@ -285,16 +288,24 @@ def _dense(**kwargs: object) -> Ranker:
     return DenseRanker(**kwargs)  # type: ignore[arg-type]
 
 
-#: Baselines that read the query's and the candidates' texts: search's lexical floor (bm25)
-#: and the bi-encoder a team would otherwise deploy (dense: all-MiniLM-L6-v2).
+#: Baselines that read the query's and the candidates' texts: search's lexical floor
+#: (slate_bm25: BM25 with the slate as its collection) and the bi-encoder a team would
+#: otherwise deploy (dense: all-MiniLM-L6-v2).
 TEXT_BASELINES: dict[str, Callable[..., Ranker]] = {
-    "bm25": _bm25,
+    "slate_bm25": _bm25,
     "dense": _dense,
+}
+
+#: Names that still work, each for the ranker now named otherwise, with the one line that
+#: says so whenever one is built: ``bm25`` read as the first stage's BM25, which it is not.
+DEPRECATED_NAMES: dict[str, tuple[str, str]] = {
+    "bm25": ("slate_bm25", ("BM25 with the slate's own passages as its collection, not the "
+                            "first stage's BM25 (that order is `retriever`)")),
 }
 
 #: What eval runs without ``--ranker`` on slates whose queries carry no history (search):
 #: every ranker here needs only the slate itself.
-SEARCH_DEFAULTS: tuple[str, ...] = ("random", "retriever", "bm25")
+SEARCH_DEFAULTS: tuple[str, ...] = ("random", "retriever", "slate_bm25")
 
 
 def _sasrec(**kwargs: object) -> Ranker:
@@ -350,8 +361,9 @@ def baseline_factory(name: str) -> Callable[..., Ranker]:
     """The constructor behind a baseline name; ``ValueError`` naming the choices if unknown.
 
     A registry name (:data:`BASELINES`, :data:`MODEL_BASELINES`), an alias of
-    :data:`FEATURE_BASELINES`, ``feature:NAME`` for any feature the slates carry, or
-    ``fusion:...`` for several of them fused (:mod:`spdrank.rankers.fusion`).
+    :data:`FEATURE_BASELINES`, ``feature:NAME`` for any feature the slates carry,
+    ``fusion:...`` for several of them fused (:mod:`spdrank.rankers.fusion`), or a name of
+    :data:`DEPRECATED_NAMES` (the constructor of the name it stands for).
     """
     if name.startswith(FUSION_PREFIX):
         _check_fusion(name)
@@ -361,6 +373,8 @@ def baseline_factory(name: str) -> Callable[..., Ranker]:
         if not feature:
             raise ValueError(f"baseline {name!r} names no feature: use feature:NAME")
         return partial(FeatureRanker, feature)
+    if name in DEPRECATED_NAMES:
+        return baseline_factory(DEPRECATED_NAMES[name][0])
     if name in FEATURE_BASELINES:
         return partial(FeatureRanker, FEATURE_BASELINES[name], name=name)
     if name in MODEL_BASELINES:
@@ -378,5 +392,10 @@ def baseline_factory(name: str) -> Callable[..., Ranker]:
 
 def make_baseline(name: str, **kwargs: object) -> Ranker:
     """Build a baseline by name (see :func:`baseline_factory`); keyword arguments go to its
-    constructor."""
+    constructor. A deprecated name builds the ranker it stands for, under that ranker's own
+    name, and says so in one line."""
+    if name in DEPRECATED_NAMES:
+        current, meaning = DEPRECATED_NAMES[name]
+        log.warning("ranker %r is deprecated: it is %r, %s; name it %r", name, current,
+                    meaning, current)
     return baseline_factory(name)(**kwargs)

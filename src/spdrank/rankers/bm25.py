@@ -1,10 +1,18 @@
-"""``bm25``: a query-passage lexical baseline, BM25 over the slate's own passages.
+"""``slate_bm25``: a query-passage lexical baseline, BM25 over the slate's own passages.
 
 A search slate's floor is lexical overlap between the query and each passage. This ranker
 indexes the slate's candidates alone (document frequencies from those N passages, since a
 reranker sees nothing else) and scores the query with BM25 (Lucene's variant, k1 = 0.9,
 b = 0.4, Anserini's defaults for MS MARCO passages), through ``bm25s``. English stopwords
 are dropped and no stemmer is applied, so the ranking depends on the texts alone.
+
+It is not the BM25 of a first stage: there, document frequencies and lengths come from the
+whole collection, and a word common in the slate (every passage retrieved for the query holds
+the query's words) is rare in the collection. With the slate's own statistics those words
+weigh little, so it ranks a first stage's list well below that first stage's own order.
+Hence its name, ``slate_bm25``; the first stage's own BM25 order is the ``retriever``
+baseline. ``bm25`` still names it, as a deprecated alias that says so
+(:data:`spdrank.rankers.baselines.DEPRECATED_NAMES`).
 
 A query or passage with no indexable word scores 0 everywhere; equal scores keep the slate's
 candidate order, so the output is deterministic and its ties are visible in the scores.
@@ -17,6 +25,9 @@ from collections.abc import Iterable
 
 from spdrank.core.ranking import Ranking
 from spdrank.core.slates import TEXT_FIELDS, Slate
+
+#: The ranker's name: BM25 with the slate as its collection.
+NAME = "slate_bm25"
 
 #: Anserini's BM25 parameters for MS MARCO passages.
 K1 = 0.9
@@ -39,7 +50,7 @@ class BM25Ranker:
     needs_train = False
     ranks_by_scores = True
 
-    def __init__(self, name: str = "bm25", k1: float = K1, b: float = B) -> None:
+    def __init__(self, name: str = NAME, k1: float = K1, b: float = B) -> None:
         self.name = name
         self.k1 = k1
         self.b = b

@@ -27,7 +27,7 @@ fused scores go along with the ranking, so a teacher records those ties as ties.
 The spec's syntax (``spdrank eval --ranker``, ``spdrank teacher --backend ranker:...``) is
 ``fusion:[METHOD:]COMPONENT+COMPONENT[+...]``: METHOD ``rrf`` (the default; ``rrf=K`` sets
 ``k``), ``zscore`` or ``minmax``; a COMPONENT ``[WEIGHT*]NAME``, NAME any ranker a ``--ranker``
-names (``dense``, ``bm25``, ``retriever``, ``feature:NAME``, ...) or ``run:PATH``, a TREC run
+names (``dense``, ``slate_bm25``, ``retriever``, ``feature:NAME``, ...) or ``run:PATH``, a TREC run
 (another teacher's labels become one through ``spdrank eval --labels FILE --trec-dir DIR``).
 This module parses specs and fuses; building the components by name is
 :mod:`spdrank.rankers.baselines`'s, which owns the names.
@@ -54,7 +54,7 @@ SYNTAX = (
     "fusion:[METHOD:]COMPONENT+COMPONENT[+...] with METHOD rrf (reciprocal rank, the default, "
     "k=60; rrf=K sets k), zscore or minmax (normalised scores summed), COMPONENT "
     "[WEIGHT*]NAME with NAME a baseline's name or run:PATH (a TREC run), e.g. "
-    "fusion:rrf:dense+retriever or fusion:zscore:dense+0.5*bm25"
+    "fusion:rrf:dense+retriever or fusion:zscore:dense+0.5*slate_bm25"
 )
 
 
