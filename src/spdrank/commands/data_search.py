@@ -46,9 +46,10 @@ def register(sub: Any) -> None:
                    help="passages: JSONL (BEIR's _id/title/text, pyserini's id/contents, MS "
                         "MARCO v2's docid/title/segment) or TSV (docid<TAB>[title<TAB>]text)")
     p.add_argument("--qrels", metavar="FILE",
-                   help="graded judgements: TREC qrels (qid iter docid grade) or JSON "
-                        "{qid: {docid: grade}}; every judgement of a query goes into its "
-                        "slate, judged passages outside the run included")
+                   help="graded judgements: TREC qrels (qid iter docid grade), BEIR's "
+                        "qrels TSV (query-id corpus-id score) or JSON {qid: {docid: grade}}; "
+                        "every judgement of a query goes into its slate, judged passages "
+                        "outside the run included")
     p.add_argument("--depth", type=positive_int, metavar="N",
                    help="keep each query's first N hits (default: all)")
     p.add_argument("--rel-level", type=int_at_least(1), default=DEFAULT_REL_LEVEL, metavar="L",

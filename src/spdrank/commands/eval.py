@@ -83,9 +83,9 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "--qrels",
         metavar="FILE",
-        help="graded judgements (TREC qrels 'qid iter docid grade', or JSON {qid: {docid: "
-        "grade}}) to score against, by qid, in place of the slates' own relevance; a slate "
-        "whose qid they lack is not judged",
+        help="graded judgements (TREC qrels 'qid iter docid grade', BEIR's 'query-id corpus-id "
+        "score' TSV, or JSON {qid: {docid: grade}}) to score against, by qid, in place of the "
+        "slates' own relevance; a slate whose qid they lack is not judged",
     )
     p.add_argument(
         "--trec-dir",

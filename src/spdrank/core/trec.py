@@ -58,8 +58,11 @@ def twice(what: str, path: Path, first: int, where: str) -> SlateError:
 
 
 def read_qrels(path: str | os.PathLike[str]) -> dict[str, dict[str, int]]:
-    """Judgements ``{qid: {docid: grade}}`` from TREC qrels (``qid iter docid grade`` lines)
-    or JSON of that shape (grades as integers or integer strings, as ir_datasets dumps them).
+    """Judgements ``{qid: {docid: grade}}`` from TREC qrels (``qid iter docid grade`` lines),
+    BEIR's ``qrels/*.tsv`` (``query-id corpus-id score`` lines, under an optional header line
+    of those names), or JSON of that shape (grades as integers or integer strings, as
+    ir_datasets dumps them). One file holds one of the two line formats: its first line says
+    which.
 
     Negative grades (some collections mark spam with -1 or -2) are kept as 0: trec_eval
     counts neither as relevant nor as gain. A document judged twice for one query is refused,
@@ -70,8 +73,7 @@ def read_qrels(path: str | os.PathLike[str]) -> dict[str, dict[str, int]]:
         return _qrels_from_json(path)
     qrels: dict[str, dict[str, int]] = {}
     lines: dict[tuple[str, str], int] = {}
-    for lineno, (qid, _, docid, grade) in _fields(path, "qrels file", "qrels",
-                                                 "qid iter docid grade"):
+    for lineno, qid, docid, grade in _qrels_lines(path):
         where = f"{path}:{lineno}"
         check_id(qid, "the qid", where)
         check_id(docid, "the docid", where)
@@ -81,6 +83,39 @@ def read_qrels(path: str | os.PathLike[str]) -> dict[str, dict[str, int]]:
         lines[qid, docid] = lineno
         qrels.setdefault(qid, {})[docid] = _grade(grade, "the grade", where)
     return qrels
+
+
+#: BEIR's qrels header line, which a qrels TSV may start with.
+BEIR_QRELS_HEADER = ("query-id", "corpus-id", "score")
+#: The line formats of qrels, by their number of fields.
+_QRELS_FORMATS = {4: "TREC's qid iter docid grade", 3: "BEIR's query-id corpus-id score"}
+
+
+def _qrels_lines(path: Path) -> Iterator[tuple[int, str, str, str]]:
+    """``(line number, qid, docid, grade)`` of each judgement of a qrels file in TREC's or
+    BEIR's line format. The first line fixes the format: a line with the other count of
+    fields after it is refused, as is one with neither, naming the place; BEIR's header is
+    skipped on the first line alone (anywhere else it is a bad grade, not a header)."""
+    count: int | None = None
+    for line in input_lines(path, "qrels file"):
+        parts = line.text.split()
+        if not parts:
+            continue
+        where = f"{path}:{line.number}"
+        if count is None:
+            if len(parts) not in _QRELS_FORMATS:
+                raise SlateError(f"a qrels line has 4 fields ({_QRELS_FORMATS[4]}) or 3 "
+                                 f"({_QRELS_FORMATS[3]}), got {len(parts)}", where)
+            count = len(parts)
+            if tuple(p.lower() for p in parts) == BEIR_QRELS_HEADER:
+                continue
+        if len(parts) != count:
+            raise SlateError(f"a qrels line has {count} fields ({_QRELS_FORMATS[count]}), as "
+                             f"the file's first line has, got {len(parts)}", where)
+        if count == 4:
+            yield line.number, parts[0], parts[2], parts[3]
+        else:
+            yield line.number, parts[0], parts[1], parts[2]
 
 
 def _qrels_from_json(path: Path) -> dict[str, dict[str, int]]:
