@@ -28,13 +28,13 @@ def test_trec_and_beir_qrels_read_alike(tmp_path: Path, text: str) -> None:
 
 
 @pytest.mark.parametrize(("text", "line", "said"), [
-    ("7\tp1\t3\n7 0 p3 0\n", 2, r"a qrels line has 3 fields \(BEIR's query-id corpus-id "
-                                r"score\), as the file's first line has, got 4"),
-    ("7 0 p1 3\n7\tp3\t0\n", 2, r"a qrels line has 4 fields \(TREC's .*\), as the file's "
-                                r"first line has, got 3"),
+    ("7\tp1\t3\n7 0 p3 0\n", 2, (r"a qrels line has 3 fields \(BEIR's query-id corpus-id "
+                                r"score\), as the file's first line has, got 4")),
+    ("7 0 p1 3\n7\tp3\t0\n", 2, (r"a qrels line has 4 fields \(TREC's .*\), as the file's "
+                                r"first line has, got 3")),
     ("7\tp1\t3\n" + HEADER, 2, r"the grade must be an integer grade, got 'score'"),
-    ("7 p1\n", 1, r"a qrels line has 4 fields \(TREC's qid iter docid grade\) or 3 \(BEIR's "
-                  r"query-id corpus-id score\), got 2"),
+    ("7 p1\n", 1, (r"a qrels line has 4 fields \(TREC's qid iter docid grade\) or 3 \(BEIR's "
+                  r"query-id corpus-id score\), got 2")),
     (HEADER + "7\tp1\tyes\n", 2, r"the grade must be an integer grade, got 'yes'"),
 ])
 def test_a_qrels_file_mixing_formats_or_misplacing_the_header_is_refused_at_its_line(
