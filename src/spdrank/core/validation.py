@@ -328,7 +328,8 @@ def check_fits_model(
     if len(slate) > positions:
         raise SlateError(
             f"slate {slate.query.qid!r} has {len(slate)} candidates; this model ranks at most "
-            f"{positions} (its K)",
+            f"{positions} (its K) in one pass; --window {positions} ranks a longer list by "
+            "sliding windows",
             where,
             field="candidates",
         )

@@ -225,7 +225,9 @@ class SPDRanker(nn.Module):
         if len(slate) > self.config.head.positions:
             raise ValueError(
                 f"slate {slate.query.qid!r} has {len(slate)} candidates; this model ranks at most "
-                f"{self.config.head.positions} (its K)"
+                f"{self.config.head.positions} (its K) in one pass; --window "
+                f"{self.config.head.positions} (or rankers.windows.WindowedRanker) ranks a "
+                "longer list by sliding windows"
             )
         features = self.slate_features(slate)
         if self.prompts is None:  # features only: no text is read

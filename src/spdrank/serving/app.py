@@ -115,6 +115,16 @@ def create_app(
     return app
 
 
+def served_sizes(engine: Engine) -> str:
+    """What the startup line says of a request's size: a model ranks K documents in one pass,
+    and with sliding windows up to ``--max-documents``; two numbers the log must not mix."""
+    k = int(engine.model.config.head.positions)
+    if engine.windows is None:
+        return f"at most {k} documents a request, in one pass"
+    return (f"at most {engine.max_documents} documents a request (--max-documents), those "
+            f"over {k} by sliding windows of {engine.windows.window} (--window)")
+
+
 def _lifespan(
     engine: Engine, batcher: Batcher, settings: ServeSettings, max_wait_ms: float
 ) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
@@ -124,10 +134,11 @@ def _lifespan(
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         await batcher.start()
         log.info(
-            "serving %s (K=%d, device %s): batches of up to %d, %.1f ms wait, queue %d, "
+            "serving %s (K=%d, %s, device %s): batches of up to %d, %.1f ms wait, queue %d, "
             "batch policy %s (%s)",
             engine.name,
-            engine.max_documents,
+            engine.model.config.head.positions,
+            served_sizes(engine),
             engine.device,
             batcher.max_batch_size,
             max_wait_ms,
