@@ -93,3 +93,23 @@ def prompt_file(spec: str | None) -> str | None:
     from pathlib import Path
 
     return spec if spec is not None and Path(spec).is_file() else None
+
+
+def model_folders(specs: list[str] | str | None) -> list[str]:
+    """The folders holding the files of the models ``specs`` name (``--model DIR``, eval's
+    ``[NAME=]DIR``, a backbone path): the outputs a command writes may lie in none of them
+    (:func:`spdrank.core.files.check_outputs`' ``models``). A training run's folder stands for
+    its checkpoint, ``DIR/model`` (as :func:`spdrank.model.checkpoint.checkpoint_dir` reads
+    it), so a ranking written beside the run is still allowed; a hub name or a ``config:``
+    spec names no folder and is passed on to be skipped."""
+    from pathlib import Path
+
+    from spdrank.commands.named_rankers import split_named
+
+    folders = []
+    for spec in [specs] if isinstance(specs, str) else specs or []:
+        path = Path(split_named(spec)[1])
+        if not (path / "config.json").exists() and (path / "model" / "config.json").exists():
+            path = path / "model"
+        folders.append(str(path))
+    return folders

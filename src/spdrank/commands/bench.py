@@ -29,7 +29,7 @@ from itertools import islice
 from pathlib import Path
 from typing import Any
 
-from spdrank.commands.argtypes import positive_int
+from spdrank.commands.argtypes import model_folders, positive_int
 from spdrank.commands.ranker_args import add_paired_arguments, add_ranker_arguments
 from spdrank.core.defaults import LATENCY_SIZES
 
@@ -183,6 +183,7 @@ def run(args: argparse.Namespace) -> int:
          "--labels": named_files(args, "labels"), "--run": named_files(args, "run")},
         {"--out": [out / name for name in ("report.md", "results.json", "table.txt",
                                             QUALITY_PLOT, STAGES_PLOT, DECOMPOSITION_PLOT)]},
+        models={"--model": model_folders(args.model)},
     )
 
     rankers = rankers_from_args(args)

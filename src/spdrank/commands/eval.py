@@ -295,7 +295,7 @@ def trec_writers(
 
 
 def run(args: argparse.Namespace) -> int:
-    from spdrank.commands.argtypes import prompt_file
+    from spdrank.commands.argtypes import model_folders, prompt_file
     from spdrank.commands.named_rankers import fit_rankers, split_named
     from spdrank.commands.rank import check_prompt
     from spdrank.core.files import atomic_writer, check_outputs
@@ -311,7 +311,8 @@ def run(args: argparse.Namespace) -> int:
         "--qrels": args.qrels, "--prompt": prompt_file(args.prompt),
     }
     outputs = {"--json": args.json, "--per-slate": args.per_slate}
-    check_outputs(inputs, outputs)
+    models = {"--model": model_folders(args.model)}
+    check_outputs(inputs, outputs, models=models)
 
     for spec in args.model or ():  # before any model loads
         check_prompt(split_named(spec)[1], args.prompt)
@@ -328,7 +329,7 @@ def run(args: argparse.Namespace) -> int:
                          "is given; add --reference ROW or drop it")
     # A run file a ranker, named once the rankers are: each checked as the other outputs were.
     run_files = trec_paths(args.trec_dir, [r.name for r in rankers]) if args.trec_dir else {}
-    check_outputs(inputs, {**outputs, "--trec-dir": list(run_files.values())})
+    check_outputs(inputs, {**outputs, "--trec-dir": list(run_files.values())}, models=models)
     extra = Path(args.extra_sequences) if args.extra_sequences else None
     fit_s = fit_rankers(rankers, train, progress, extra)
 

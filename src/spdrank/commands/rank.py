@@ -60,7 +60,7 @@ def check_prompt(model: str, asked: str | None) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from spdrank.backbone.load import resolve_device
-    from spdrank.commands.argtypes import prompt_file, windows_from_args
+    from spdrank.commands.argtypes import model_folders, prompt_file, windows_from_args
     from spdrank.core.files import atomic_writer, check_outputs, output_target
     from spdrank.core.outputs import result_record, write_trec_lines
     from spdrank.core.progress import Progress
@@ -72,7 +72,8 @@ def run(args: argparse.Namespace) -> int:
     check_unread(args)
     windows = windows_from_args(args)
     check_outputs({"--input": args.input, "--prompt": prompt_file(args.prompt)},
-                  {"--output": args.output, "--trec": args.trec})
+                  {"--output": args.output, "--trec": args.trec},
+                  models={"--model": model_folders(args.model)})
     check_prompt(args.model, args.prompt)
     model = SPDRanker.from_pretrained(
         args.model, device=resolve_device(args.device), dtype=args.dtype,

@@ -308,6 +308,7 @@ def run(args: argparse.Namespace) -> int:
          "--prompt": prompt_file(args.prompt)},
         {"--out": args.out, "--slates-out": args.slates_out or default_slates_out(args.out),
          "--json": args.json},
+        models={"--model": args.model if args.backend in ("hf", "likelihood") else None},
     )
     options = RunOptions(
         slates=slates,

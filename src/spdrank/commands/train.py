@@ -123,8 +123,9 @@ def check_labels_template(cfg: TrainConfig) -> None:
 
 def check_run_outputs(cfg: TrainConfig) -> None:
     """Refuse, before any work, a run whose files would destroy one of its inputs: the files
-    it writes under ``--out`` and the folders it replaces whole there (model, state, best)."""
-    from spdrank.commands.argtypes import prompt_file
+    it writes under ``--out`` and the folders it replaces whole there (model, state, best),
+    none of which may lie in the checkpoint it starts from or its backbone's folder."""
+    from spdrank.commands.argtypes import model_folders, prompt_file
     from spdrank.core.files import check_outputs
     from spdrank.training.train import BEST_DIR, LOG_NAME, STATE_DIR, SUMMARY_NAME
 
@@ -134,6 +135,7 @@ def check_run_outputs(cfg: TrainConfig) -> None:
          "--prompt": prompt_file(cfg.prompt)},
         {"--out": [out / SUMMARY_NAME, out / LOG_NAME]},
         folders={"--out": [out / "model", out / STATE_DIR, out / BEST_DIR]},
+        models={"--init-from": model_folders(cfg.init_from), "--backbone": cfg.backbone},
     )
 
 

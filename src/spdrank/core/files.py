@@ -323,25 +323,49 @@ def _inside(path: Path, folder: Path) -> bool:
     return real != top and os.path.commonpath([real, top]) == top
 
 
+def _model_folders(models: Mapping[str, Paths] | None) -> list[tuple[str, Path]]:
+    """The ``(option, folder)`` of each model a command reads from a folder of this machine (a
+    hub name or a ``config:`` spec names no folder, and nothing there can be overwritten)."""
+    return [(name, path) for name, paths in (models or {}).items() for path in _each(paths)
+            if path.is_dir()]
+
+
+def _refuse_in_model(name: str, path: Path, models: list[tuple[str, Path]]) -> None:
+    """Refuse output ``path`` (of option ``name``) when it is, or lies inside, a model folder."""
+    for option, folder in models:
+        if _same(path, folder) or _inside(path, folder):
+            raise ValueError(
+                f"{name} {path} is inside {option} {folder}: writing it would change the "
+                f"model's own files; choose another {name}"
+            )
+
+
 def check_outputs(
     inputs: Mapping[str, Paths],
     outputs: Mapping[str, Paths],
     folders: Mapping[str, Paths] | None = None,
+    models: Mapping[str, Paths] | None = None,
 ) -> None:
     """Refuse, before any work, outputs that cannot be written or would destroy another file of
     the same command: each output must be writable (:func:`output_target`) and name no input and
     no other output, compared after resolving symlinks. ``folders`` are output directories the
-    command replaces whole: no input or output may lie inside one either.
+    command replaces whole: no input or output may lie inside one either. ``models`` are the
+    folders of models the command reads (a checkpoint, a backbone): no output may lie inside
+    one (``--output ckpt/head.safetensors`` would corrupt the model it ranks with), and no
+    output folder may hold one.
 
     Keys are the options as the user typed them (``--output``), so the one-line error says which
     two collide. Streams (``/dev/null``, a terminal, a FIFO) are left out of the comparison:
     writing to one destroys nothing.
     """
+    model_folders = _model_folders(models)
     seen = [("input", name, p) for name, paths in inputs.items() for p in _each(paths)]
+    seen += [("model", name, folder) for name, folder in model_folders]
     for name, path in ((n, p) for n, paths in outputs.items() for p in _each(paths)):
         target = output_target(path)
         if target.stream and not target.path.is_file():
             continue
+        _refuse_in_model(name, path, model_folders)
         for role, other, earlier in seen:
             if _same(path, earlier):
                 raise ValueError(
@@ -353,6 +377,7 @@ def check_outputs(
         if (folder.exists() or folder.is_symlink()) and not folder.is_dir():
             raise NotADirectoryError(f"{name} {folder} exists and is not a directory")
         _existing_folder(Path(os.path.realpath(folder)).parent, folder)
+        _refuse_in_model(name, folder, model_folders)
         for _, other, path in [*seen, ("", "the working directory", Path.cwd())]:
             if _same(path, folder) or _inside(path, folder):
                 raise ValueError(
