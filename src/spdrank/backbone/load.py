@@ -39,7 +39,7 @@ from torch import nn
 
 from spdrank.backbone import cpu
 from spdrank.backbone.batching import PromptTensors
-from spdrank.backbone.split import decoder_of, split_layer, upper_hidden
+from spdrank.backbone.split import decoder_of, layers_of, split_layer, upper_hidden
 from spdrank.core.atomic_dir import filled_once
 from spdrank.core.defaults import MAX_SETTINGS_BYTES
 from spdrank.core.files import sha256_file
@@ -521,9 +521,11 @@ def _load_backbone(
     check_loadable(path, trust_remote_code)
     with load_errors(path):
         hf_config = AutoConfig.from_pretrained(path, **trust)
+    check_decoder_only(hf_config, path, trust_remote_code)
     total = getattr(hf_config, "num_hidden_layers", None)
     if not isinstance(total, int):
-        raise ConfigError(f"{path}: the model config has no num_hidden_layers to cut it by")
+        raise ConfigError(f"{path}: the model config has no num_hidden_layers to cut it by; "
+                          f"{DECODER_ONLY}")
     if config.layers is not None:
         if not 1 <= config.layers <= total:
             raise ValueError(f"--layers must be between 1 and {total} for {config.name_or_path}")
@@ -552,6 +554,39 @@ def _load_backbone(
     return get_peft_model(model, lora_config(config.lora, model))
 
 
+#: What a backbone must be, said by every refusal of one that is not.
+DECODER_ONLY = ("spdrank reads the hidden states of a decoder-only causal LM, each token "
+                "seeing only those before it (Llama, Qwen2, Qwen3, Gemma 2, Gemma 3, Mistral, "
+                "Phi-3, GPT-NeoX, OLMo 2 and their kin)")
+
+
+def check_decoder_only(hf_config: Any, path: str, trust_remote_code: bool = False) -> None:
+    """Refuse, in one line naming what spdrank needs, a model that is no decoder-only LM.
+
+    An encoder (BERT and its kin) loads and runs as a backbone without an error, but each of
+    its tokens also reads the tokens after it: a candidate's state would depend on the
+    candidates listed after it, and the user context's states on the slate, so neither the
+    readout's meaning nor the state cache holds. An encoder-decoder's decoder reads an encoder
+    spdrank never feeds. Encoders are the model types transformers offers a masked LM for; a
+    type it has no causal LM for is refused too, unless the folder's own code (trusted by
+    ``trust_remote_code``) defines it.
+    """
+    from transformers.models.auto.modeling_auto import (
+        MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
+        MODEL_FOR_MASKED_LM_MAPPING_NAMES,
+    )
+
+    kind = getattr(hf_config, "model_type", None)
+    if getattr(hf_config, "is_encoder_decoder", False):
+        raise ValueError(f"{path}: model_type {kind!r} is an encoder-decoder; {DECODER_ONLY}")
+    if kind in MODEL_FOR_MASKED_LM_MAPPING_NAMES:
+        raise ValueError(f"{path}: model_type {kind!r} is an encoder (each token also sees the "
+                         f"tokens after it); {DECODER_ONLY}")
+    if kind not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES and not trust_remote_code:
+        raise ValueError(f"{path}: model_type {kind!r} has no causal LM in transformers; "
+                         f"{DECODER_ONLY}")
+
+
 def lora_config(settings: LoraSettings, model: nn.Module) -> Any:
     """peft's LoraConfig for spdrank's LoRA settings on ``model``.
 
@@ -563,6 +598,8 @@ def lora_config(settings: LoraSettings, model: nn.Module) -> Any:
     targets = settings.target_modules
     if settings.top_layers is not None:
         targets = top_layer_modules(model, settings.top_layers, targets)
+    elif targets != "all-linear":
+        named_modules(model, [targets] if isinstance(targets, str) else targets)
     return LoraConfig(
         r=settings.r,
         lora_alpha=settings.alpha,
@@ -575,21 +612,59 @@ def lora_config(settings: LoraSettings, model: nn.Module) -> Any:
 def top_layer_modules(model: nn.Module, top_layers: int, targets: str | list[str]) -> list[str]:
     """The full names of the linear modules LoRA adapts in ``model``'s top ``top_layers``:
     every one for ``all-linear``, else those whose name ends with one of ``targets``."""
-    layers, first = decoder_of(model).layers, split_layer(model, top_layers)
+    layers, first = layers_of(decoder_of(model)), split_layer(model, top_layers)
     if first < 0:
         raise ValueError(f"LoRA on the top {top_layers} layers needs at least as many, but "
                          f"the backbone keeps {len(layers)}")
     names = {id(module): name for name, module in model.named_modules()}
     found = [names[id(module)] for layer in layers[first:]
-             for module in layer.modules() if isinstance(module, nn.Linear)]
+             for module in layer.modules() if is_linear(module)]
     if targets == "all-linear":
         return found
     wanted = [targets] if isinstance(targets, str) else targets
-    chosen = [name for name in found
-              if any(name == t or name.endswith("." + t) for t in wanted)]
+    return named_modules(model, wanted, found, f"the top {top_layers} layers")
+
+
+def is_linear(module: nn.Module) -> bool:
+    """Whether LoRA can adapt ``module`` as a linear map: ``nn.Linear``, or transformers'
+    ``Conv1D`` (GPT-2's projections, a linear map stored transposed)."""
+    from transformers.pytorch_utils import Conv1D
+
+    return isinstance(module, (nn.Linear, Conv1D))
+
+
+def _names(name: str, targets: list[str]) -> bool:
+    """Whether module ``name`` is one of ``targets``, as peft matches a list: the whole name or
+    its last dotted parts."""
+    return any(name == t or name.endswith("." + t) for t in targets)
+
+
+def named_modules(
+    model: nn.Module, targets: list[str], among: list[str] | None = None,
+    where: str = "the backbone",
+) -> list[str]:
+    """The linear modules of ``model`` (or of ``among``, full names) that ``targets`` names.
+
+    Module names differ by family (Phi-3 fuses q, k and v into ``qkv_proj``, GPT-NeoX names
+    it ``query_key_value``), and peft's own refusal of a list that names nothing does not say
+    what the model calls them: here it is one line listing the model's linear module names,
+    before any adapter is built. A name that matches nothing beside others that do is what
+    peft accepts (a checkpoint saved with one still loads), so it is only logged.
+    """
+    if among is None:
+        among = [name for name, module in model.named_modules() if is_linear(module)]
+    chosen = [name for name in among if _names(name, targets)]
+    own = list(dict.fromkeys(name.rsplit(".", 1)[-1] for name in among))
     if not chosen:
-        raise ValueError(f"--lora-modules {','.join(wanted)} names no linear module of the "
-                         f"top {top_layers} layers")
+        raise ValueError(
+            f"--lora-modules {','.join(targets)} names no linear module of {where} "
+            f"({type(decoder_of(model)).__name__}'s are {', '.join(own) or 'none'}; or use "
+            "all-linear)"
+        )
+    unmatched = [t for t in targets if not any(_names(name, [t]) for name in among)]
+    if unmatched:
+        log.warning("--lora-modules: %s names no linear module of %s (its own: %s); LoRA "
+                    "adapts the others", ",".join(unmatched), where, ", ".join(own))
     return chosen
 
 

@@ -34,6 +34,20 @@ def decoder_of(model: nn.Module) -> nn.Module:
     return base.get_decoder() if hasattr(base, "lm_head") else base
 
 
+def layers_of(decoder: nn.Module) -> nn.ModuleList:
+    """The decoder's list of layers, where the families transformers writes today keep it
+    (``layers``); a family that keeps them elsewhere (GPT-2's ``h``) cannot be split or have
+    only its top layers adapted, which is said in one line rather than as an AttributeError."""
+    layers = getattr(decoder, "layers", None)
+    if not isinstance(layers, nn.ModuleList):
+        raise ValueError(
+            f"{type(decoder).__name__} keeps its layers where spdrank does not look (no "
+            "`layers` list), so LoRA on its top layers alone (--lora-layers) cannot be set up: "
+            "adapt every layer instead"
+        )
+    return layers
+
+
 def split_layer(model: nn.Module, top_layers: int | None) -> int | None:
     """The first layer LoRA adapts when it adapts only the top ``top_layers`` (None: no split,
     every layer is adapted or none is)."""
@@ -59,7 +73,7 @@ def lower_hidden(
     def stop(_module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         raise _Reached(args[0] if args else kwargs["hidden_states"])
 
-    handle = decoder.layers[layer].register_forward_pre_hook(stop, with_kwargs=True)
+    handle = layers_of(decoder)[layer].register_forward_pre_hook(stop, with_kwargs=True)
     try:
         decoder(input_ids=input_ids, attention_mask=attention_mask)
     except _Reached as reached:
@@ -73,7 +87,7 @@ def lower_hidden(
 def _layers_from(decoder: nn.Module, layer: int) -> Iterator[None]:
     """``decoder`` running its layers from ``layer`` on (their per-layer settings with them)."""
     config = decoder.config
-    layers, count = decoder.layers, config.num_hidden_layers
+    layers, count = layers_of(decoder), config.num_hidden_layers
     kinds = getattr(config, "layer_types", None)
     decoder.layers = nn.ModuleList(list(layers)[layer:])
     config.num_hidden_layers = count - layer
