@@ -39,13 +39,13 @@ def layers_of(decoder: nn.Module) -> nn.ModuleList:
     (``layers``); a family that keeps them elsewhere (GPT-2's ``h``) cannot be split or have
     only its top layers adapted, which is said in one line rather than as an AttributeError."""
     layers = getattr(decoder, "layers", None)
-    if not isinstance(layers, nn.ModuleList):
-        raise ValueError(
-            f"{type(decoder).__name__} keeps its layers where spdrank does not look (no "
-            "`layers` list), so LoRA on its top layers alone (--lora-layers) cannot be set up: "
-            "adapt every layer instead"
-        )
-    return layers
+    if isinstance(layers, nn.ModuleList):
+        return layers
+    raise ValueError(
+        f"{type(decoder).__name__} keeps its layers where spdrank does not look (no "
+        "`layers` list), so LoRA on its top layers alone (--lora-layers) cannot be set up: "
+        "adapt every layer instead"
+    )
 
 
 def split_layer(model: nn.Module, top_layers: int | None) -> int | None:
