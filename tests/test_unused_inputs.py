@@ -68,7 +68,8 @@ def test_a_run_of_another_docid_space_is_said_not_passed_off_as_the_first_stage(
     run.write_text("q1 Q0 D5 1 9.0 t\nq2 Q0 q2d2 1 9.0 t\nq3 Q0 D7 1 3.0 t\n")
     lines = run_eval(tmp_path, caplog, "--run", f"bm25={run}")
     assert f"bm25: {run} ranks none of the candidates of 2 slates ('q1', 'q3'), which keep " \
-        "their given order: are its docids the slates'?" in lines
+        "their given order: are its docids the slates'? It ranks less than 50% of the " \
+        "candidates of 1 more." in lines
 
 
 def test_a_run_cut_short_says_how_many_candidates_it_left(tmp_path, caplog):

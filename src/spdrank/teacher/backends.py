@@ -19,17 +19,23 @@ or one JSON list), or a TREC run.
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from spdrank.core.files import iter_json_lines, iter_lines
 from spdrank.core.ranking import Ranker
 from spdrank.core.slates import Slate, SlateError
 from spdrank.core.validation import as_id
 from spdrank.teacher.parse import render_ids
+
+if TYPE_CHECKING:
+    from spdrank.rankers.run_ranker import RunRanker
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -129,13 +135,22 @@ class RankerBackend:
 
 
 class FileBackend:
-    """Permutations computed elsewhere, read from a JSONL file keyed by qid.
+    """Permutations computed elsewhere, read from a file keyed by qid.
 
-    Each line is ``{"qid": ..., "ranking": [docids]}`` (so a label file works), or a slate
-    with ``teacher`` set. A qid twice in the file is an error naming ``file:line``; a slate
-    whose qid the file lacks fails (and is retried on rerun, e.g. after the file grows).
-    Docids that are not the slate's candidates are kept as out-of-range ids, so the status
-    says so and the repair drops them.
+    Each record is ``{"qid": ..., "ranking": [docids]}`` (so a label file works), a slate
+    with ``teacher`` set or a ranked result. A qid twice in the file is an error naming
+    ``file:line``; a slate whose qid the file lacks fails (and is retried on rerun, e.g. after
+    the file grows). Such a ranking claims to be the slate's: docids that are not its
+    candidates are kept as out-of-range ids, so the status says so and the repair drops them.
+
+    A TREC run is a ranker over a collection, not a permutation of one slate: it is ranked
+    with :class:`spdrank.rankers.run_ranker.RunRanker`, by the one rule ``eval --run`` ranks
+    it with (:func:`spdrank.rankers.run_ranker.run_ranking`), its scores recorded so the
+    candidates it does not rank are a tie below the others, and the record says how many it
+    ranked (``ranked``). So the label file, replayed by ``eval --labels``, scores and counts
+    valid exactly as ``eval --run`` of the run does, and the slates it ranks little of are
+    said in the same line as there (:func:`~spdrank.rankers.run_ranker.coverage_line`), when
+    the backend closes.
     """
 
     needs_prompt = False
@@ -145,21 +160,42 @@ class FileBackend:
         self.path = Path(path)
         self.name = f"file:{path}"
         self.delay_s = delay_s
-        self.rankings = read_rankings(self.path)
+        self.run: RunRanker | None = None
+        self.rankings: dict[str, list[str]] = {}
+        if is_trec_run(self.path):
+            from spdrank.rankers.run_ranker import RunRanker
+
+            self.run = RunRanker(self.path, name="teacher")
+        else:
+            self.rankings = read_rankings(self.path)
 
     def generate(self, jobs: Iterable[Job]) -> Iterator[Outcome]:
         for job in jobs:
             if self.delay_s:
                 time.sleep(self.delay_s)
-            ranking = self.rankings.get(job.slate.query.qid)
-            if ranking is None:
-                yield Outcome(job, error=f"{self.path} has no ranking for qid {job.slate.query.qid!r}")
+            qid = job.slate.query.qid
+            if self.run is not None:
+                if not self.run.ranks(qid):
+                    yield Outcome(job, error=f"{self.path} has no ranking for qid {qid!r}")
+                    continue
+                ranking = self.run.rank(job.slate)
+                generation = _from_docids(job.slate, ranking.docids, 0.0, text=None)
+                generation.scores = [float(x) for x in ranking.scores or ()]
+                generation.extra["ranked"] = self.run.ranked[qid][0]
+                yield Outcome(job, generation)
                 continue
-            text = json.dumps(ranking, ensure_ascii=False)
-            yield Outcome(job, _from_docids(job.slate, ranking, 0.0, text=text))
+            docids = self.rankings.get(qid)
+            if docids is None:
+                yield Outcome(job, error=f"{self.path} has no ranking for qid {qid!r}")
+                continue
+            text = json.dumps(docids, ensure_ascii=False)
+            yield Outcome(job, _from_docids(job.slate, docids, 0.0, text=text))
 
     def close(self) -> None:
-        """Nothing held."""
+        """Say, in ``eval --run``'s words, what of the slates labelled now a run did not rank."""
+        note = self.run.coverage_note() if self.run is not None else None
+        if note:
+            log.warning(note)
 
 
 def _from_docids(slate: Slate, docids: list[str], latency_ms: float, text: str | None) -> Generation:

@@ -31,6 +31,9 @@ class LabelReplayRanker:
         self.path = Path(path)
         self.labels: dict[str, Label] = read_labels(self.path)
         self.name = name or f"teacher:{self.path.stem}"
+        #: By qid of each slate replayed whose record says how many candidates its teacher
+        #: ranked (``ranked``: a TREC run's labels), that count and the slate's size.
+        self.ranked: dict[str, tuple[int, int]] = {}
 
     def fit(self, train: Iterable[Slate]) -> None:
         """Nothing to learn: the rankings were computed when the labels were made."""
@@ -50,6 +53,8 @@ class LabelReplayRanker:
                 f"this slate has {len(docids)} (labels made from other slates?)",
                 label.where,
             )
+        if isinstance(rec.get("ranked"), int):
+            self.ranked[slate.query.qid] = (rec["ranked"], len(docids))
         parsed = rec.get("parsed")
         if isinstance(parsed, list):  # 1-based ids as the teacher wrote them
             answer = [
@@ -63,3 +68,11 @@ class LabelReplayRanker:
             decode_passes=int(rec.get("decode_passes") or 0),
             recorded_ms=rec.get("latency_ms"),
         )
+
+    def coverage_note(self) -> str | None:
+        """For the labels of a TREC run (``file:RUN.trec``), the line ``eval --run`` of that run
+        says of the candidates it did not rank (:func:`spdrank.rankers.run_ranker.coverage_line`)."""
+        from spdrank.rankers.run_ranker import coverage_line
+
+        return coverage_line(self.name, self.path,
+                             ((qid, k, n) for qid, (k, n) in self.ranked.items()))
