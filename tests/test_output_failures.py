@@ -12,13 +12,19 @@ The model is features-only (no backbone), so each command runs in milliseconds.
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any
 
 import pytest
 
 from spdrank.commands.cli import main
 from tests.helpers import save_features_only_model
+
+if TYPE_CHECKING:
+    from typing import Self
 
 K = 4
 
@@ -112,3 +118,130 @@ def test_train_refuses_an_out_over_the_checkpoint_it_starts_from(tmp_path, capsy
     line = one_error_line(capsys.readouterr().err)
     assert code == 2 and f"--out {run / 'model'} is inside --init-from {run / 'model'}" in line
     assert _files(run) == before
+
+
+# -- writes the file system refuses ---------------------------------------------------------
+
+
+def _refused(err: int) -> OSError:
+    return OSError(err, os.strerror(err))
+
+
+@pytest.mark.parametrize("command", ["rank", "eval"])
+def test_a_full_device_is_one_line_naming_the_output(
+    tmp_path, checkpoint, slates_file, capsys, command
+):
+    # Both printed a traceback ending in "OSError: [Errno 28] No space left on device".
+    argv = (["rank", "--model", str(checkpoint), "--input", str(slates_file), "--output"]
+            if command == "rank" else
+            ["eval", "--slates", str(slates_file), "--ranker", "random", "--no-progress",
+             "--json"])
+    assert main([*argv, "/dev/full"]) == 1
+    assert one_error_line(capsys.readouterr().err) == (
+        f"spdrank {command}: error: cannot write /dev/full: No space left on device")
+
+
+class _FillingUp:
+    """A file that takes ``room`` characters, then fails as a full disk does."""
+
+    def __init__(self, fh: IO[str], room: int) -> None:
+        self._fh, self._room = fh, room
+
+    def write(self, text: str) -> int:
+        if len(text) > self._room:
+            self._fh.write(text[:self._room])
+            self._fh.flush()
+            raise _refused(errno.ENOSPC)
+        self._room -= len(text)
+        return self._fh.write(text)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._fh, name)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._fh.close()
+
+
+def test_a_disk_filling_up_mid_write_keeps_the_previous_output(
+    tmp_path, checkpoint, slates_file, capsys, monkeypatch
+):
+    from spdrank.core import files
+
+    out = tmp_path / "ranked.jsonl"
+    out.write_text("the previous ranking\n")
+    opened = files._open_for_writing
+    monkeypatch.setattr(files, "_open_for_writing",
+                        lambda *a, **k: _FillingUp(opened(*a, **k), room=100))
+    code = main(["rank", "--model", str(checkpoint), "--input", str(slates_file), "--output",
+                 str(out)])
+    assert code == 1 and one_error_line(capsys.readouterr().err) == (
+        f"spdrank rank: error: cannot write {out}: No space left on device")
+    assert out.read_text() == "the previous ranking\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt", "in.jsonl", "ranked.jsonl"]
+
+
+@pytest.mark.parametrize("err", [errno.EROFS, errno.EACCES])
+def test_a_folder_that_refuses_new_files_is_one_line(
+    tmp_path, checkpoint, slates_file, capsys, monkeypatch, err
+):
+    """A read-only file system, or a folder without write permission (which root ignores, so
+    the OS's answer is simulated where files are made)."""
+    real_open = os.open
+    made = os.O_CREAT | getattr(os, "O_TMPFILE", 0)
+
+    def refusing(path: Any, flags: int, *args: Any, **kwargs: Any) -> int:
+        if flags & made and str(path).startswith(str(tmp_path / "out")):
+            raise _refused(err)
+        return real_open(path, flags, *args, **kwargs)
+
+    (tmp_path / "out").mkdir()
+    monkeypatch.setattr(os, "open", refusing)
+    out = tmp_path / "out" / "ranked.jsonl"
+    code = main(["rank", "--model", str(checkpoint), "--input", str(slates_file), "--output",
+                 str(out)])
+    assert code == 1 and one_error_line(capsys.readouterr().err) == (
+        f"spdrank rank: error: cannot write {out}: {os.strerror(err)}")
+    assert list((tmp_path / "out").iterdir()) == []
+
+
+def test_a_full_disk_while_labelling_keeps_the_label_file_whole(
+    tmp_path, slates_file, capsys, monkeypatch
+):
+    labels = tmp_path / "labels.jsonl"
+    base = ["teacher", "--slates", str(slates_file), "--out", str(labels), "--backend",
+            "ranker:random", "--no-progress"]
+    assert main([*base, "--limit", "1"]) == 0
+    whole = labels.read_bytes()
+    real_write = os.write
+
+    def half_then_full(fd: int, data: Any) -> int:
+        if os.path.realpath(f"/proc/self/fd/{fd}") == str(labels):
+            real_write(fd, bytes(data)[: len(data) // 2])
+            raise _refused(errno.ENOSPC)
+        return real_write(fd, data)
+
+    monkeypatch.setattr(os, "write", half_then_full)
+    code = main(base)
+    assert code == 1 and one_error_line(capsys.readouterr().err).endswith(
+        f"cannot write {labels}: No space left on device")
+    monkeypatch.undo()
+    assert labels.read_bytes() == whole  # the torn half line cut back off
+    assert main(base) == 0 and len(labels.read_text().splitlines()) == 2
+
+
+def test_a_directory_the_disk_cannot_hold_is_a_write_error_naming_it(tmp_path):
+    from spdrank.core.atomic_dir import atomic_directory
+    from spdrank.core.files import WriteError
+
+    target = tmp_path / "ckpt"
+    target.mkdir()
+    (target / "config.json").write_text("{}")
+    with pytest.raises(WriteError, match=rf"cannot write {target}: No space left on device"), \
+            atomic_directory(target) as tmp:
+        (tmp / "config.json").write_text("{}")
+        raise _refused(errno.ENOSPC)
+    assert _files(target) == {"config.json": b"{}"}
+    assert [p.name for p in tmp_path.iterdir()] == ["ckpt"]

@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from typing import Any, NoReturn
 
 from spdrank import __version__
+from spdrank.core.files import WRITE_ERRNOS, WriteError
 from spdrank.core.slates import SlateError
 
 COMMANDS = ("data", "teacher", "eval", "bench", "train", "rank", "serve", "demo")
@@ -89,12 +90,29 @@ def main(argv: list[str] | None = None) -> int:
         # without a traceback.
         print(f"spdrank {args.command}: error: {exc}", file=sys.stderr)
         return 2
+    except OSError as exc:
+        # A write the file system refused (a full disk, a read-only folder): spdrank's writers
+        # name the output (WriteError) and leave nothing half-written, so one line says it all.
+        if not isinstance(exc, WriteError) and exc.errno not in WRITE_ERRNOS:
+            raise
+        print(f"spdrank {args.command}: error: {_write_failure(exc)}", file=sys.stderr)
+        return 1
     except Terminated:
         print(f"spdrank {args.command}: terminated", file=sys.stderr)
         return TERMINATED
     except KeyboardInterrupt:
         print(f"spdrank {args.command}: interrupted", file=sys.stderr)
         return 130
+
+
+def _write_failure(exc: OSError) -> str:
+    """A refused write in words: a :class:`WriteError` names its output; another OSError of
+    :data:`WRITE_ERRNOS` (raised by a library's own writer) names the file it was given, if
+    any."""
+    if isinstance(exc, WriteError):
+        return str(exc)
+    where = f" {exc.filename}" if exc.filename else ""
+    return f"cannot write{where}: {exc.strerror or exc}"
 
 
 def run() -> NoReturn:

@@ -20,6 +20,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from spdrank.core.files import write_errors
+
 
 def _host() -> str:
     """This host's name as a temporary's name holds it."""
@@ -61,25 +63,32 @@ def sweep_leftovers(target: Path) -> None:
 def atomic_directory(path: str | os.PathLike[str]) -> Iterator[Path]:
     """Yield a temporary sibling of ``path`` to fill; on success it replaces ``path``.
 
-    An exception (or a kill) before the swap leaves the previous ``path`` untouched. The swap is
+    An exception (or a kill) before the swap leaves the previous ``path`` untouched; a write
+    the file system refuses (a full disk, a read-only folder) is a
+    :class:`~spdrank.core.files.WriteError` naming ``path``. The swap is
     two renames, so a crash between them leaves the old copy beside it as ``.<name>.old``.
     A symlink is followed: its target is what gets replaced, and the link stays. The new
     directory gets the mode of the one it replaces, or the umask's for a new one (mkdtemp's
     0700 would otherwise stay on it).
     """
     path = Path(os.path.realpath(path))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    sweep_leftovers(path)
-    tmp = _temporary(path)
+    with write_errors(path, any_errno=True):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        sweep_leftovers(path)
+        tmp = _temporary(path)
     try:
-        os.chmod(tmp, stat.S_IMODE(path.stat().st_mode) if path.is_dir() else 0o777 & ~_umask())
-        yield tmp
-        old = path.with_name(f".{path.name}.old")
-        if path.exists():
+        with write_errors(path, any_errno=True):
+            os.chmod(tmp, stat.S_IMODE(path.stat().st_mode) if path.is_dir()
+                     else 0o777 & ~_umask())
+        with write_errors(path):
+            yield tmp
+        with write_errors(path, any_errno=True):
+            old = path.with_name(f".{path.name}.old")
+            if path.exists():
+                shutil.rmtree(old, ignore_errors=True)
+                os.replace(path, old)
+            os.replace(tmp, path)
             shutil.rmtree(old, ignore_errors=True)
-            os.replace(path, old)
-        os.replace(tmp, path)
-        shutil.rmtree(old, ignore_errors=True)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

@@ -14,6 +14,7 @@ any work, outputs that would overwrite one of its inputs or another of its outpu
 
 from __future__ import annotations
 
+import errno
 import gzip
 import hashlib
 import io
@@ -29,6 +30,42 @@ from typing import IO, Any
 
 from spdrank.core.inputs import Line, gzipped, input_lines
 from spdrank.core.validation import loads
+
+#: The errors by which a file system refuses a write already under way (a full disk, a quota,
+#: a file past its size limit, a folder remounted read-only, a failing device): raised by a
+#: ``write``, ``flush`` or ``fsync`` whatever the code around it was doing, so they are the
+#: output's. Refusals of a path itself (no permission) come from opening or renaming it,
+#: which the writers here do themselves.
+WRITE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EIO})
+
+
+class WriteError(OSError):
+    """An output the file system would not let spdrank write, named with the OS's reason:
+    ``cannot write out/ranked.jsonl: No space left on device``. Whatever was written of it is
+    gone (the previous file, if any, is as it was), so the message is all there is to act on.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], cause: OSError) -> None:
+        super().__init__(cause.errno, cause.strerror or str(cause))
+        self.path = Path(path)
+
+    def __str__(self) -> str:
+        return f"cannot write {self.path}: {self.strerror}"
+
+
+@contextmanager
+def write_errors(path: str | os.PathLike[str], any_errno: bool = False) -> Iterator[None]:
+    """Turn a refused write of ``path`` into one :class:`WriteError` naming it: an OSError of
+    :data:`WRITE_ERRNOS`, or (``any_errno``, around code that only writes ``path``) any
+    OSError. One already naming an output passes unchanged."""
+    try:
+        yield
+    except WriteError:
+        raise
+    except OSError as exc:
+        if any_errno or exc.errno in WRITE_ERRNOS:
+            raise WriteError(path, exc) from None
+        raise
 
 
 class _ClosingGzipFile(gzip.GzipFile):
@@ -252,20 +289,25 @@ def _replacing(path: Path) -> Iterator[tuple[Path, bool]]:
     """
     target = output_target(path)
     if target.stream:
-        yield target.path, True
+        with write_errors(path):
+            yield target.path, True
         return
     real = target.path
-    real.parent.mkdir(parents=True, exist_ok=True)
-    fd = _unnamed_file(real.parent)
-    tmp_path = _named_sibling(real) if fd is None else Path(f"/proc/self/fd/{fd}")
+    with write_errors(path, any_errno=True):
+        real.parent.mkdir(parents=True, exist_ok=True)
+        fd = _unnamed_file(real.parent)
+        tmp_path = _named_sibling(real) if fd is None else Path(f"/proc/self/fd/{fd}")
     try:
-        if target.mode is not None:  # the file it replaces keeps its permissions
-            os.chmod(tmp_path, target.mode)
-        yield tmp_path, False
-        if fd is None:
-            os.replace(tmp_path, real)
-        else:
-            _publish(fd, real)
+        with write_errors(path, any_errno=True):
+            if target.mode is not None:  # the file it replaces keeps its permissions
+                os.chmod(tmp_path, target.mode)
+        with write_errors(path):
+            yield tmp_path, False
+        with write_errors(path, any_errno=True):
+            if fd is None:
+                os.replace(tmp_path, real)
+            else:
+                _publish(fd, real)
     except BaseException:
         if fd is None:
             tmp_path.unlink(missing_ok=True)

@@ -15,6 +15,7 @@ class, so its messages read as they always have.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -23,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
+from spdrank.core.files import WriteError, write_errors
 from spdrank.core.inputs import Line, input_lines
 from spdrank.core.validation import RepeatedKey, SlateError, unique_keys
 
@@ -177,15 +179,29 @@ class Journal:
             raise
 
     def append(self, record: dict[str, Any]) -> None:
-        """Write one record durably: one line, flushed and fsynced before returning."""
+        """Write one record durably: one line, written and fsynced before returning.
+
+        The line goes to the descriptor itself, not through a buffer: a write the file system
+        refuses part-way (a full disk) is cut back off the file, so the journal ends at its
+        last whole record, and raised as a :class:`~spdrank.core.files.WriteError` naming it.
+        """
         name = record[self.key]
         if name in self.entries:
             raise self.kind.error(self.kind.again.format(key=self.key, value=name),
                                   str(self.path))
-        line = json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n"
-        self._fh.write(line)
-        self._fh.flush()
-        os.fsync(self._fh.fileno())
+        data = (json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n").encode()
+        fd = self._fh.fileno()
+        size = os.fstat(fd).st_size
+        try:
+            with write_errors(self.path, any_errno=True):
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view):]
+                os.fsync(fd)
+        except WriteError:
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, size)
+            raise
         self._lines += 1
         self.entries[name] = self.kind.entry(record, f"{self.path}:{self._lines}")
 
