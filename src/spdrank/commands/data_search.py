@@ -76,6 +76,11 @@ def register(sub: Any) -> None:
                         "sliding window (all there are when a slate has fewer; at most "
                         f"{MAX_SUBSETS:,}; default 0)")
     w.add_argument("--seed", type=int, default=0, help="seed of the subsets (default 0)")
+    w.add_argument("--relevant-only", action="store_true",
+                   help="write only the windows that hold a passage graded above 0 in the "
+                        "slate's judgements, the windows `train --target relevance` (and "
+                        "teacher+relevance) can learn from (default: every window, as --target "
+                        "teacher trains on each; the count of those without one is said)")
     w.add_argument("--out", required=True, metavar="FILE", help="the windows (JSONL, .gz too)")
     w.set_defaults(func=run_windows)
 
@@ -84,6 +89,7 @@ def run_windows(args: argparse.Namespace) -> int:
     from spdrank.core.files import check_outputs
     from spdrank.core.slates import read_unique_slates, write_slates
     from spdrank.datasets.search import subsets_allowed, training_windows
+    from spdrank.training.targets import has_relevant_candidate
 
     check_outputs({"--slates": args.slates}, {"--out": args.out})
     if args.stride > args.window:
@@ -92,17 +98,34 @@ def run_windows(args: argparse.Namespace) -> int:
         raise ValueError(f"--subsets {args.subsets:,} is over {MAX_SUBSETS:,}, the most one "
                          "slate is cut into")
     fewer: list[str] = []  # slates with fewer distinct subsets than asked
+    unjudged = [0, 0]  # windows without a passage graded above 0; of how many judged ones
 
     def windows() -> Iterator[Slate]:
-        """Each slate's windows, streamed to the output as they are cut."""
+        """Each slate's windows, streamed to the output as they are cut; with
+        ``--relevant-only``, those a relevance target can learn from."""
         for slate in read_unique_slates(args.slates):
             n = len(slate)
             if n > args.window and subsets_allowed(n, args.window, args.stride) < args.subsets:
                 fewer.append(slate.query.qid)
-            yield from training_windows(slate, args.window, args.stride, args.subsets, args.seed)
+            judged = slate.relevance is not None or args.relevant_only
+            for window in training_windows(slate, args.window, args.stride, args.subsets,
+                                           args.seed):
+                unjudged[1] += judged  # a slate without judgements is no relevance target's
+                if judged and not has_relevant_candidate(window):
+                    unjudged[0] += 1
+                    if args.relevant_only:
+                        continue
+                yield window
 
     n = write_slates(args.out, windows())
     print(f"wrote {n} windows -> {args.out}")
+    without, cut = unjudged
+    if args.relevant_only:
+        print(f"left out {without} of {cut} windows without a passage graded above 0 "
+              "(--relevant-only)")
+    elif without:
+        print(f"{without} of {cut} windows hold no passage graded above 0: `train --target "
+              "relevance` cannot learn from them (--relevant-only leaves them out)")
     if fewer:
         print(f"{len(fewer)} slates have fewer than --subsets {args.subsets} subsets of "
               f"{args.window} besides their windows, and gave all they have, e.g. {fewer[:3]}")

@@ -173,6 +173,17 @@ def fit_feature_normalizer(cfg: TrainConfig) -> FeatureNormalizer | None:
     return FeatureNormalizer.fit(names, islice(read_slates(cfg.slates), cfg.limit))
 
 
+def _leave_out_advice(target: str) -> str:
+    """How to leave out, before a state cache, the slates ``target`` cannot train on: for a
+    judgements target (search), the windows ``spdrank data windows --relevant-only`` drops;
+    for a clicks target, the file's own unclicked slates."""
+    if target in RELEVANCE_TARGETS:
+        return ("cut the windows again with `spdrank data windows --relevant-only`, which "
+                "leaves out those without a passage graded above 0, or remove such slates "
+                "from the file")
+    return "remove them from the file, or pass --require-clicks to see each"
+
+
 class Trainer:
     """Owns one training run (in one process of it): data, model, optimizer, state files."""
 
@@ -198,13 +209,15 @@ class Trainer:
                 raise ValueError(
                     f"--cache-states caches every slate of {cfg.slates} in file order, but "
                     f"{self.source.skipped} have nothing to train on for --target "
-                    f"{cfg.target} (the first: {self.source.skip_reason}): remove them from "
-                    "the file, or pass --require-clicks to see each"
+                    f"{cfg.target} (the first: {self.source.skip_reason}): "
+                    f"{_leave_out_advice(cfg.target)}"
                 )
             log.warning(
                 "left out %d slates with nothing to train on for --target %s (the first: %s); "
-                "--require-clicks refuses such a file",
+                "%s",
                 self.source.skipped, cfg.target, self.source.skip_reason,
+                "`spdrank data windows --relevant-only` leaves such windows out of the file"
+                if cfg.target in RELEVANCE_TARGETS else "--require-clicks refuses such a file",
             )
         evaluates = cfg.eval_slates and self.accelerator.is_main_process  # the others train only
         self.eval_slates = load_slates(cfg.eval_slates, limit=cfg.eval_limit) if evaluates else []
