@@ -203,3 +203,73 @@ def test_data_search_says_and_refuses_what_it_would_not_read(tmp_path, capsys, c
         assert main([*base, "--qrels", str(qrels)]) == 0
     assert notes(caplog) == [(f"--qrels {qrels}: 1 of its 2 judged queries match no slate "
                              "('q7'): their judgements are not used")]
+
+
+# -- teacher flags another backend reads, eval's --seed --------------------------------------
+
+
+@pytest.mark.parametrize(("backend", "flags", "said"), [
+    ("ranker:random", ["--timeout", "3"], ("--timeout 3.0 has no effect here: it applies to "
+                                          "--backend openai")),
+    ("ranker:popularity", ["--seed", "3"], ("--seed 3 has no effect here: it seeds --backend "
+                                           "ranker:random alone")),
+    ("file:{rankings}", ["--model", "m"], ("--model m has no effect here: it applies to the "
+                                          "local models of --backend hf and likelihood")),
+    ("openai", ["--layers", "2"], "--layers 2 has no effect here"),
+    ("hf", ["--base-url", "http://localhost:9/v1"], ("--base-url http://localhost:9/v1 has no "
+                                                    "effect here: it applies to --backend openai")),
+    ("likelihood", ["--mode", "reasoning"], ("--mode reasoning has no effect here: it applies to "
+                                            "the teachers that generate")),
+    ("hf", ["--train", "t.jsonl"], "--train t.jsonl has no effect here: it fits the baseline"),
+    ("file:{rankings}", ["--max-new-tokens", "9"], "--max-new-tokens 9 has no effect here"),
+    ("ranker:random", ["--api-key", "sekrit"], "--api-key has no effect here"),
+])
+def test_teacher_refuses_a_flag_only_another_backend_reads(
+    tmp_path, capsys, backend, flags, said
+):
+    # Each was accepted and ignored: a --timeout on a ranker, a --seed on popularity.
+    slates = search_slates(tmp_path / "s.jsonl")
+    rankings = tmp_path / "r.jsonl"
+    rankings.write_text("".join(json.dumps({"qid": q, "ranking": [f"{q}d0"]}) + "\n"
+                                for q in QIDS))
+    out = tmp_path / "labels.jsonl"
+    code = main(["teacher", "--slates", str(slates), "--out", str(out), "--backend",
+                 backend.format(rankings=rankings), "--no-progress", *flags])
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith(f"spdrank teacher: error: {said}"), err
+    assert "sekrit" not in err and len(err.strip().splitlines()) == 1
+    assert not out.exists()
+
+
+def test_teacher_flags_of_the_backend_in_use_pass(tmp_path, caplog):
+    slates = search_slates(tmp_path / "s.jsonl")
+    with caplog.at_level(logging.WARNING):
+        assert main(["teacher", "--slates", str(slates), "--out", str(tmp_path / "l.jsonl"),
+                     "--backend", "ranker:random", "--seed", "3", "--train", str(slates),
+                     "--no-progress"]) == 0
+    assert notes(caplog) == []
+
+
+def test_the_likelihood_teacher_says_it_reads_no_batch_size(caplog):
+    """The local teachers share one group of flags, so a recipe may give both the same ones:
+    said in one line, not refused."""
+    from spdrank.commands.cli import build_parser
+    from spdrank.commands.teacher import check_backend_flags
+
+    args = build_parser().parse_args(["teacher", "--backend", "likelihood", "--batch-size", "2"])
+    with caplog.at_level(logging.WARNING):
+        check_backend_flags(args)
+    assert notes(caplog) == ["--batch-size 2 has no effect here: it applies to --backend hf"]
+
+
+def test_eval_refuses_a_seed_nothing_random_reads(tmp_path, capsys, caplog):
+    slates = search_slates(tmp_path / "s.jsonl")
+    base = ["eval", "--slates", str(slates), "--no-progress", "--seed", "3"]
+    assert main([*base, "--ranker", "retriever"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "spdrank eval: error: --seed 3 has no effect here: it seeds the random ranker and "
+        "--reference's bootstrap, and neither runs; drop it")
+    assert main([*base, "--ranker", "random"]) == 0
+    assert main([*base, "--ranker", "retriever", "--ranker", "slate_bm25", "--reference",
+                 "retriever"]) == 0
+    assert main([*base[:-2], "--ranker", "retriever", "--seed", "0"]) == 0  # the default

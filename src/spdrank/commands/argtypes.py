@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 
 def int_at_least(low: int) -> Callable[[str], int]:
@@ -113,3 +113,10 @@ def model_folders(specs: list[str] | str | None) -> list[str]:
             path = path / "model"
         folders.append(str(path))
     return folders
+
+
+def flag_defaults(parser: argparse.ArgumentParser, names: Iterable[str]) -> argparse.Namespace:
+    """The defaults of the flags ``names`` (by their ``dest``) as ``parser`` defines them:
+    what :func:`spdrank.core.unread.check_unread` compares the given values with, so a
+    default is written once, where its flag is."""
+    return argparse.Namespace(**{name: parser.get_default(name) for name in names})

@@ -36,6 +36,7 @@ from spdrank.commands.ranker_args import (
     add_paired_arguments,
     add_ranker_arguments,
     check_reference,
+    check_seed,
     checked_inputs,
     coverage_notes,
     named_files,
@@ -322,6 +323,7 @@ def run(args: argparse.Namespace) -> int:
     if not rankers:
         raise ValueError("no rankers: pass --ranker NAME (repeatable)")
     rankers = with_first_stage(rankers)
+    check_seed(args, [r.name for r in rankers])
     if args.reference is not None:
         check_reference([r.name for r in rankers], args.reference)
     elif args.bootstrap != RESAMPLES:

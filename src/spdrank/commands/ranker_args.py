@@ -4,6 +4,8 @@ bench``, and the rankers and input files they name."""
 from __future__ import annotations
 
 import argparse
+import logging
+from collections.abc import Iterable
 from pathlib import Path
 
 from spdrank.commands.argtypes import (
@@ -18,6 +20,8 @@ from spdrank.core.ranking import Ranker
 from spdrank.eval.paired import RESAMPLES
 from spdrank.rankers.baselines import BASELINES, FEATURE_PREFIX, baseline_factory, baseline_names
 from spdrank.rankers.fusion import SYNTAX as FUSION_SYNTAX
+
+log = logging.getLogger(__name__)
 
 
 def add_ranker_arguments(p: argparse.ArgumentParser) -> None:
@@ -186,3 +190,18 @@ def checked_inputs(args: argparse.Namespace) -> tuple[Path, Path, bool | None]:
     train = Path(args.train) if args.train else default_train_path(slates_path)
     progress = False if args.no_progress else None  # None: a bar on a terminal only
     return slates_path, train, progress
+
+
+def check_seed(args: argparse.Namespace, names: Iterable[str]) -> None:
+    """Refuse ``--seed`` when nothing this evaluation runs is random: no ``random`` ranker
+    among ``names`` and no ``--reference`` (whose bootstrap it seeds), through the one table
+    of unread flags (:func:`spdrank.core.unread.check_unread`)."""
+    from spdrank.commands.argtypes import flag_defaults
+    from spdrank.core.unread import Unread, check_unread
+
+    reads = "random" in names or getattr(args, "reference", None) is not None
+    rows = [Unread("seed", reads, "it seeds the random ranker and --reference's bootstrap, "
+                                  "and neither runs")]
+    parser = argparse.ArgumentParser()
+    add_ranker_arguments(parser)
+    check_unread(args, flag_defaults(parser, ["seed"]), rows, log)

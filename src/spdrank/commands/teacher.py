@@ -295,6 +295,7 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("--guided says how the openai backend constrains: add --constrained")
     if args.constrained and args.mode != "direct":
         raise ValueError("--constrained decodes the ranking alone: it needs --mode direct")
+    check_backend_flags(args)
     if args.extra_body:
         json.loads(args.extra_body)  # fail before any work
     if args.backend == "openai":
@@ -325,6 +326,46 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         _write_json(args.json, summary.to_dict())
     return 1 if summary.unlabelled else 0
+
+
+def check_backend_flags(args: argparse.Namespace) -> None:
+    """Refuse a flag that only another backend reads (``--timeout`` for a ranker, ``--layers``
+    for a server, ``--seed`` for anything but ``ranker:random``), through the one table of
+    unread flags (:func:`spdrank.core.unread.check_unread`); ``--batch-size`` with the
+    likelihood teacher, which shares the hf teacher's flags, is said in one line."""
+    from spdrank.commands.argtypes import flag_defaults
+    from spdrank.core.unread import Unread, check_unread
+
+    backend = args.backend
+    local = backend in ("hf", "likelihood")
+    generates = backend in ("hf", "openai")
+    server = backend == "openai"
+    ranker = backend.startswith("ranker:")
+    hf_only = "it applies to --backend hf"
+    local_only = "it applies to the local models of --backend hf and likelihood"
+    decoding = "it applies to the teachers that generate, --backend hf and openai"
+    server_only = "it applies to --backend openai"
+    rows = (
+        Unread("model", local, f"{local_only} (a server's is --model-name)"),
+        Unread("layers", local, local_only),
+        # The local backends share their flags' group, so one recipe may run both: said.
+        Unread("batch_size", backend == "hf", hf_only, refused=not local),
+        Unread("device", local, local_only),
+        Unread("dtype", local, local_only),
+        Unread("trust_remote_code", local or (server and bool(args.tokenizer)),
+               "it lets a local model's (or --tokenizer's) own code run"),
+        Unread("mode", generates, decoding),
+        Unread("max_new_tokens", generates, decoding),
+        *(Unread(name, server, server_only, shown=name != "api_key") for name in (
+            "base_url", "base_urls_file", "model_name", "api_key", "concurrency", "timeout",
+            "retries", "retry_backoff", "server_backoff", "extra_body", "tokenizer")),
+        Unread("train", ranker, "it fits the baseline of --backend ranker:NAME"),
+        Unread("seed", backend == "ranker:random", "it seeds --backend ranker:random alone"),
+    )
+    parsers = argparse.ArgumentParser().add_subparsers()
+    register(parsers)
+    check_unread(args, flag_defaults(parsers.choices["teacher"], [r.name for r in rows]), rows,
+                 log)
 
 
 def run_merge(args: argparse.Namespace) -> int:

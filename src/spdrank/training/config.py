@@ -376,34 +376,27 @@ class TrainConfig:
         A setting of a recipe another flag switches off (LoRA's under ``--frozen``, the state
         cache's without ``--cache-states``) gets one line, so that one recipe may be run with
         the switch on or off; any other is refused."""
-        defaults = TrainConfig(slates="", out="")
+        from spdrank.core.unread import Unread, check_unread
+
         evaluates = self.eval_slates is not None or self.holdout is not None
         no_eval = "--eval-slates or --holdout, and neither is given"
         no_lora = "--frozen and --features-only train no LoRA"
         no_cache = "it applies to --cache-states"
-        for name, read, why, refused in (
-            ("require_clicks", self.target != "teacher",
-             "--target teacher reads no clicks or judgements", True),
-            ("select", evaluates, f"it chooses among evaluations on {no_eval}", True),
-            ("eval_limit", evaluates, f"it cuts the eval slates of {no_eval}", True),
-            ("match", _reads_history(str(self.head)) and self.readout in UNIT_READOUTS,
-             "it applies to --head history with --readout tokens or words", True),
-            ("epochs", self.max_steps is None, "--max-steps sets the run's length", True),
-            ("lora_r", self.trains_lora, no_lora, False),
-            ("lora_alpha", self.trains_lora, no_lora, False),
-            ("lora_modules", self.trains_lora, no_lora, False),
-            ("lora_layers", self.trains_lora, no_lora, False),
-            ("cache_dtype", self.cache_states is not None, no_cache, False),
-            ("cache_batch_size", self.cache_states is not None, no_cache, False),
-        ):
-            value = getattr(self, name)
-            if read or value == getattr(defaults, name):
-                continue
-            flag = "--" + name.replace("_", "-")
-            given = flag if value is True else f"{flag} {value}"
-            if refused:
-                raise ValueError(f"{given} has no effect here: {why}; drop it")
-            log.warning("%s has no effect here: %s", given, why)
+        check_unread(self, TrainConfig(slates="", out=""), (
+            Unread("require_clicks", self.target != "teacher",
+                   "--target teacher reads no clicks or judgements"),
+            Unread("select", evaluates, f"it chooses among evaluations on {no_eval}"),
+            Unread("eval_limit", evaluates, f"it cuts the eval slates of {no_eval}"),
+            Unread("match", _reads_history(str(self.head)) and self.readout in UNIT_READOUTS,
+                   "it applies to --head history with --readout tokens or words"),
+            Unread("epochs", self.max_steps is None, "--max-steps sets the run's length"),
+            Unread("lora_r", self.trains_lora, no_lora, refused=False),
+            Unread("lora_alpha", self.trains_lora, no_lora, refused=False),
+            Unread("lora_modules", self.trains_lora, no_lora, refused=False),
+            Unread("lora_layers", self.trains_lora, no_lora, refused=False),
+            Unread("cache_dtype", self.cache_states is not None, no_cache, refused=False),
+            Unread("cache_batch_size", self.cache_states is not None, no_cache, refused=False),
+        ), log)
 
     @property
     def selection(self) -> str:
