@@ -255,7 +255,8 @@ def test_a_run_shorter_than_the_default_warmup_still_reaches_its_learning_rate(
 
     steps, factors = schedule()
     assert steps == 2 and factors[:3] == [0.5, 1.0, 1.0]
-    assert "warming up over 2 steps, a tenth of this run's 16" in caplog.text
+    assert ("warming up over 2 steps, 10% of this run's 16 (the default 20 would not end "
+            "before the run does)") in caplog.text
     caplog.clear()
     assert schedule(warmup_steps=4)[0] == 4 and "warming up" not in caplog.text
     steps, factors = schedule(warmup_steps=20)

@@ -73,7 +73,7 @@ from torch import nn
 
 from spdrank.backbone.batching import Batch, SlateStates, pad_rows, states_batch
 from spdrank.backbone.load import hidden_size
-from spdrank.backbone.prompt import UNIT_READOUTS
+from spdrank.backbone.prompt import UNIT_READOUTS, Cuts, EncodedPrompt
 from spdrank.backbone.split import check_split, lower_hidden, split_layer
 from spdrank.core.files import atomic_write_bytes, atomic_writer
 from spdrank.core.progress import Progress
@@ -93,6 +93,10 @@ FORMAT = "spdrank-states"
 FORMAT_VERSION = 2
 #: Slates per shard: the unit of work a rerun skips or redoes.
 SHARD_SIZE = 256
+#: A shard's metadata field: for each of its slates, ``[candidates, of them cut to the token
+#: budget, 1 if its query was cut]``, as the prompts were encoded when the shard was computed,
+#: so a run that reads the states reports what was cut in them (:meth:`StateCache.cuts`).
+CUTS_FIELD = "cuts"
 #: How states may be stored, by name.
 STORAGE_DTYPES: dict[str, torch.dtype] = {name: getattr(torch, name) for name in CACHE_DTYPES}
 
@@ -158,7 +162,7 @@ def cache_key(
         raise ValueError(f"{slates_path} holds no slates to cache")
     if texts is None:
         texts = text_digests(slates_path, count, config.text_fields, every=count)[count]
-    prompt = model.encode(first)
+    prompt = _uncounted(model, first)
     split = cached_split(model)
     return ({} if split is None else {"split_layer": split}) | {
         "format": FORMAT,
@@ -225,6 +229,24 @@ class StateCache:
 
     def __len__(self) -> int:
         return self.count
+
+    def cuts(self) -> Cuts | None:
+        """How many candidates and queries of the cached slates were cut to their token
+        budgets when their prompts were encoded for the cache (in this run or an earlier
+        one); None when a shard was written without these counts."""
+        total = Cuts()
+        for index in range(-(-self.count // self.shard_size)):
+            path = self.directory / shard_name(index)
+            with safe_open(str(path), framework="pt") as handle:
+                rows = _recorded_cuts(handle)
+            if rows is None:
+                return None
+            for candidates, cut, query_cut in rows[: self.shard_slates(index)]:
+                total.candidates += candidates
+                total.candidates_cut += cut
+                total.queries += 1
+                total.queries_cut += query_cut
+        return total
 
     def missing_shards(self) -> list[int]:
         shards = range(-(-self.count // self.shard_size))
@@ -478,43 +500,76 @@ def _complete(
                 continue
             path = cache.directory / shard_name(index)
             held = short.get(index, 0)
-            tensors = _shard_tensors(model, slates[held:], storage, batch_size, bar)
+            cuts: list[list[int]] | None = []
+            tensors = _shard_tensors(model, slates[held:], storage, batch_size, bar, cuts)
             if held:
-                tensors = _appended(path, tensors)
-            atomic_write_bytes(path, save(tensors))
+                tensors, cuts = _appended(path, tensors, cuts)
+            metadata = None if cuts is None else {CUTS_FIELD: json.dumps(cuts)}
+            atomic_write_bytes(path, save(tensors, metadata=metadata))
     finally:
         model.train(was_training)
         bar.close()
 
 
-def _appended(path: Path, tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+def _appended(
+    path: Path, tensors: dict[str, torch.Tensor], cuts: list[list[int]]
+) -> tuple[dict[str, torch.Tensor], list[list[int]] | None]:
     """The shard at ``path`` with ``tensors`` (later slates of it) appended: every tensor of a
-    shard lists its slates' rows one after another, so appending is concatenating each."""
+    shard lists its slates' rows one after another, so appending is concatenating each; and
+    its slates' cut counts followed by ``cuts`` (None when the shard recorded none)."""
     with safe_open(str(path), framework="pt") as handle:
         if set(handle.keys()) != set(tensors):
             raise ValueError(
                 f"{path} holds {sorted(handle.keys())}, not the {sorted(tensors)} this cache "
                 "writes: delete it and rerun to compute it again"
             )
-        return {name: torch.cat([handle.get_tensor(name), new]) for name, new in tensors.items()}
+        held = _recorded_cuts(handle)
+        joined = {name: torch.cat([handle.get_tensor(name), new]) for name, new in tensors.items()}
+    return joined, None if held is None else held + cuts
+
+
+def _recorded_cuts(handle: Any) -> list[list[int]] | None:
+    """A shard's recorded cut counts, one row a slate; None for a shard that recorded none."""
+    text = (handle.metadata() or {}).get(CUTS_FIELD)
+    return None if text is None else json.loads(text)
+
+
+def _encoded(model: SPDRanker, slates: Sequence[Slate], cuts: list[list[int]]) -> list[EncodedPrompt]:
+    """The slates' prompts, each slate's ``[candidates, cut, query cut]`` appended to ``cuts``."""
+    encoded = [model.encode(s) for s in slates]
+    cuts.extend([len(e.truncated), sum(e.truncated), int(bool(e.query_truncated))]
+                for e in encoded)
+    return encoded
+
+
+def _uncounted(model: SPDRanker, slate: Slate) -> EncodedPrompt:
+    """``slate``'s prompt, encoded to check or digest the cache, not to read: left out of the
+    model's cut counts, which say what the prompts it read were cut to."""
+    counted = model.cuts
+    model.cuts = Cuts()
+    try:
+        return model.encode(slate)
+    finally:
+        model.cuts = counted
 
 
 def _check_split(model: SPDRanker, slates_path: str | os.PathLike[str], layer: int) -> None:
     """Refuse to cache the states entering ``layer`` when the backbone's two halves, run on
     the file's first slate, do not make its whole prefill."""
     first = next(read_slates(slates_path))
-    prompt = model.collate([model.encode(first)]).prompt
+    prompt = model.collate([_uncounted(model, first)]).prompt
     check_split(model.backbone, prompt.input_ids, prompt.attention_mask, layer)
 
 
 def _lower_tensors(
     model: SPDRanker, slates: list[Slate], storage: torch.dtype, batch_size: int,
-    bar: Progress, layer: int,
+    bar: Progress, layer: int, cuts: list[list[int]],
 ) -> dict[str, torch.Tensor]:
-    """A shard's tensors of the states entering ``layer``: every real prompt token's row."""
+    """A shard's tensors of the states entering ``layer``: every real prompt token's row;
+    each slate's cut counts appended to ``cuts``."""
     rows: list[torch.Tensor] = []
     for chunk in batched(slates, batch_size):
-        prompt = model.collate([model.encode(s) for s in chunk]).prompt
+        prompt = model.collate(_encoded(model, chunk, cuts)).prompt
         with torch.inference_mode():
             lower = lower_hidden(model.backbone, prompt.input_ids, prompt.attention_mask, layer)
         lengths = prompt.attention_mask.sum(1).tolist()
@@ -524,18 +579,20 @@ def _lower_tensors(
 
 
 def _shard_tensors(
-    model: SPDRanker, slates: list[Slate], storage: torch.dtype, batch_size: int, bar: Progress
+    model: SPDRanker, slates: list[Slate], storage: torch.dtype, batch_size: int, bar: Progress,
+    cuts: list[list[int]],
 ) -> dict[str, torch.Tensor]:
+    """A shard's tensors of ``slates``; each slate's cut counts appended to ``cuts``."""
     split = cached_split(model)
     if split is not None:
-        return _lower_tensors(model, slates, storage, batch_size, bar, split)
+        return _lower_tensors(model, slates, storage, batch_size, bar, split, cuts)
     rows: list[torch.Tensor] = []
     history_rows: list[torch.Tensor] = []
     history_sizes: list[int] = []
     tokens: list[int] = []
     history_tokens: list[int] = []
     for chunk in batched(slates, batch_size):
-        batch = model.collate([model.encode(s) for s in chunk])
+        batch = model.collate(_encoded(model, chunk, cuts))
         with torch.inference_mode():
             inputs = model.read(batch)
         real = [len(s) for s in chunk]

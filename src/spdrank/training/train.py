@@ -22,6 +22,7 @@ run, and the upstream features still come from the slates.
 from __future__ import annotations
 
 import json
+import logging
 import math
 import shutil
 import time
@@ -106,6 +107,28 @@ def warmup_steps(asked: int | None, total: int) -> int:
     if asked is not None:
         return asked
     return min(DEFAULT_WARMUP, max(1, math.ceil(total * DEFAULT_WARMUP_SHARE)))
+
+
+def warmup_note(asked: int | None, warmup: int, total: int) -> tuple[int, str] | None:
+    """``(log level, line)`` on a run's warm-up of ``warmup`` steps in ``total``, when it is not
+    what the flags say at face value: the default cut to a tenth of the run (:func:`warmup_steps`;
+    why the default would not fit is said only when it would not, a run no longer than it),
+    or an ``asked`` warm-up the run never finishes. None otherwise."""
+    if asked is None and warmup < DEFAULT_WARMUP:
+        share = f"{DEFAULT_WARMUP_SHARE:.0%} of"
+        why = (f"the default {DEFAULT_WARMUP} would not end before the run does"
+               if DEFAULT_WARMUP >= total else
+               f"the default of {DEFAULT_WARMUP} steps is cut to {share} a run, so that most of "
+               "it trains at the full learning rate")
+        return logging.INFO, (f"warming up over {warmup} steps, {share} this run's {total} "
+                              f"({why}); --warmup-steps N to choose")
+    if asked is not None and asked >= total:
+        return logging.WARNING, (
+            f"--warmup-steps {asked} is not below this run's {total} steps: the learning rate "
+            "never reaches its value (leave --warmup-steps out to warm up over "
+            f"{DEFAULT_WARMUP_SHARE:.0%} of the run)"
+        )
+    return None
 
 
 def _lr_lambda(warmup: int, total: int):
@@ -270,19 +293,30 @@ class Trainer:
 
     def report_warmup(self) -> None:
         """Say when the warm-up was cut to the run, or cannot end within it."""
-        asked, total = self.cfg.warmup_steps, self.total_steps
-        if asked is None and self.warmup_steps < DEFAULT_WARMUP:
-            log.info(
-                "warming up over %d steps, a tenth of this run's %d (the default %d would not "
-                "end before the run does); --warmup-steps N to choose",
-                self.warmup_steps, total, DEFAULT_WARMUP,
-            )
-        elif asked is not None and asked >= total:
-            log.warning(
-                "--warmup-steps %d is not below this run's %d steps: the learning rate never "
-                "reaches its value (leave --warmup-steps out to warm up over a tenth of the run)",
-                asked, total,
-            )
+        note = warmup_note(self.cfg.warmup_steps, self.warmup_steps, self.total_steps)
+        if note is not None:
+            log.log(*note)
+
+    def report_cuts(self, summary: dict[str, Any]) -> None:
+        """Say how many of the training prompts' candidates and queries were cut to their
+        token budgets, counted where they were cut: in the state cache's prompts (recorded by
+        the run that computed them, this one or an earlier one) when the states come from
+        it, else in the prompts this run encoded (each slate once an epoch)."""
+        budget = self.spd.config.prompt.max_item_tokens
+        if self.cache is not None:
+            cuts, over = self.cache.cuts(), f"in the {len(self.cache):,} cached slates' prompts"
+            if cuts is None:
+                log.info("cut to the token budget: not known for the states in %s, computed "
+                         "before caches recorded it", self.cache.directory)
+                return
+        else:
+            cuts, over = self.spd.cuts, "in the prompts this run encoded"
+        if not cuts.queries:
+            return
+        summary["cut"] = {"candidates": cuts.candidates_cut, "of_candidates": cuts.candidates,
+                          "queries": cuts.queries_cut, "of_queries": cuts.queries,
+                          "max_item_tokens": budget}
+        log.info("%s, %s", over, cuts.summary(budget))
 
     @property
     def spd(self) -> SPDRanker:
@@ -556,13 +590,7 @@ class Trainer:
         }
         if self.cfg.cache_states:
             summary["state_cache_s"] = round(self.cache_s, 1)
-        cuts = self.spd.cuts
-        if cuts.queries:  # prompts this run encoded (once a slate from a cache, else per epoch)
-            summary["cut"] = {"candidates": cuts.candidates_cut, "of_candidates": cuts.candidates,
-                              "queries": cuts.queries_cut, "of_queries": cuts.queries,
-                              "max_item_tokens": self.spd.config.prompt.max_item_tokens}
-            log.info("%s, over the prompts this run encoded",
-                     cuts.summary(self.spd.config.prompt.max_item_tokens))
+        self.report_cuts(summary)
         kept = None
         if self.eval_slates:
             summary["eval"] = self.evaluate()
