@@ -62,6 +62,23 @@ def test_sampled_negatives_always_get_their_target_and_no_retriever_warning(tmp_
     assert "5 of 5 targets inserted beside their sampled negatives" in " ".join(messages)
 
 
+def test_sampled_lists_that_already_hold_their_target_are_said_in_the_same_line(
+    tmp_path, caplog
+):
+    """u2's and u4's "negatives" hold their targets (d, c): kept where the list put them, not
+    inserted twice, and counted beside the inserted ones rather than passed over."""
+    lists = ["u1 e f", "u2 d a", "u3 a e", "u4 e c", "u5 e f"]
+    with caplog.at_level(logging.INFO, logger=LOGGER):
+        result = build(tmp_path, lists, candidates_are="sampled")
+    slates = {s.query.qid: s for s in read_slates(result.train_path)}
+    assert sorted(slates["u2"].docids) == ["a", "d"] and sorted(slates["u4"].docids) == ["c", "e"]
+    assert result.manifest["counts"]["targets_added"] == 3
+    (line,) = [r.getMessage() for r in caplog.records if "sampled negatives" in r.getMessage()]
+    assert line == ("3 of 5 targets inserted beside their sampled negatives (the sampled-negative "
+                    "protocol); 2 lists already held their user's target, kept where the list "
+                    "put it and not inserted again")
+
+
 def test_a_retrievers_lists_keep_their_warning_which_names_the_sampled_kind(tmp_path, caplog):
     with caplog.at_level(logging.WARNING, logger=LOGGER):
         result = build(tmp_path, NEGATIVES)

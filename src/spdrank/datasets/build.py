@@ -185,7 +185,8 @@ def build_slates(
         manifest_fh.write(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")
     if not extra:  # a previous build's, which the baselines beside train.jsonl would read
         (out / EXTRA_SEQUENCES_FILE).unlink(missing_ok=True)
-    warn_inserted(maker.list_stats["targets_added"], len(users), options.candidates_are)
+    warn_inserted(maker.list_stats["targets_added"], len(users), options.candidates_are,
+                  held=maker.targets_held)
     warn_small_eval(counts["eval"], len(users), options.eval_fraction)
     return BuildResult(
         out_dir=out,
@@ -294,6 +295,8 @@ class _SlateMaker:
         self.sampler = sampler
         self.retrieved = retrieved
         self.list_stats = {"targets_added": 0, "lists_cut": 0, "short_lists": 0}
+        #: Lists that already held their user's target (kept where the list put it).
+        self.targets_held = 0
         if not options.insert_target:
             self.list_stats["targets_not_retrieved"] = 0
 
@@ -308,6 +311,7 @@ class _SlateMaker:
             got = self.retrieved[user]
             docids = list(got.docids)
             count_list(self.list_stats, got, options.candidates)
+            self.targets_held += not got.inserted and not got.missed
         rng.shuffle(docids)
         slate = _slate(user, history, target, docids, self.shown, got)
         counted = self.split_of[user] == TRAIN_FILE

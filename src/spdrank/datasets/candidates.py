@@ -296,17 +296,21 @@ def slate_candidates(
     return have, extra, retrieved, None
 
 
-def warn_inserted(inserted: int, slates: int, kind: str = "retrieved") -> None:
+def warn_inserted(inserted: int, slates: int, kind: str = "retrieved", held: int = 0) -> None:
     """Say where target insertion made slates a ranker can read the label off: a retriever's
     list that missed the target. Beside sampled negatives insertion is the protocol, so it is
-    only counted."""
-    if not inserted:
-        return
+    only counted, and so are the ``held`` sampled lists that already held their target (kept
+    where the list put it, once: a file of negatives that holds positives is worth knowing)."""
     if kind == "sampled":
-        logger.info(
-            "%s of %s targets inserted beside their sampled negatives (the sampled-negative "
-            "protocol)", f"{inserted:,}", f"{slates:,}",
-        )
+        if inserted or held:
+            also = (f"; {held:,} lists already held their user's target, kept where the list "
+                    "put it and not inserted again" if held else "")
+            logger.info(
+                "%s of %s targets inserted beside their sampled negatives (the "
+                "sampled-negative protocol)%s", f"{inserted:,}", f"{slates:,}", also,
+            )
+        return
+    if not inserted:
         return
     logger.warning(
         "%s of %s targets were not among the retriever's candidates and were inserted into "
