@@ -5,6 +5,7 @@ never a traceback or a CPU held for good (:mod:`spdrank.backbone.chat`)."""
 from __future__ import annotations
 
 import copy
+import json
 import threading
 import time
 
@@ -69,3 +70,73 @@ def test_a_real_template_renders_as_before(tokenizer):
     messages = [{"role": "user", "content": "hello"}]
     assert render_chat_template(tokenizer, messages, add_generation_prompt=True) == (
         tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True))
+
+
+# -- size: what a template builds, and its render ---------------------------------------------
+
+#: Each built (or would build) a gigabyte in one step in C, or by doubling in a loop, long
+#: before the time bound: transformers' sandbox bounds neither.
+TOO_LARGE = {
+    "a product": "{{ 'a' * 1000000000 }}",
+    "a product of products": "{{ ('a' * 100000) * 100000 }}",
+    "a product by a variable": "{% set n = 1000000000 %}{{ 'ab' * n }}",
+    "a list product": "{{ ([0] * 100000000)|length }}",
+    "doubling by ~": ("{% set ns = namespace(s='a') %}{% for i in range(40) %}"
+                      "{% set ns.s = ns.s ~ ns.s %}{% endfor %}{{ ns.s|length }}"),
+    "doubling by +": ("{% set ns = namespace(s='a') %}{% for i in range(40) %}"
+                      "{% set ns.s = ns.s + ns.s %}{% endfor %}{{ ns.s|length }}"),
+    "doubling by a block": ("{% set ns = namespace(s='a') %}{% for i in range(40) %}"
+                            "{% set b %}{{ ns.s }}{{ ns.s }}{% endset %}{% set ns.s = b %}"
+                            "{% endfor %}"),
+    "growing by replace": ("{% set ns = namespace(s='aaaa') %}{% for i in range(30) %}"
+                           "{% set ns.s = ns.s.replace('a', 'aaaa') %}{% endfor %}"),
+    "a width (method)": "{{ 'a'.center(1000000000) }}",
+    "a width (filter)": "{{ 'a'|center(1000000000) }}",
+    "an indent of many lines": "{{ ('a\n' * 1000)|indent(1000000) }}",
+    "a % width": "{{ '%1000000000d' % 1 }}",
+    "a format width": "{{ '{:>1000000000}'.format(1) }}",
+    "a format width from the arguments": "{{ '{:{}}'.format(1, 1000000000) }}",
+    "a join": "{% set s = 'a' * 1000000 %}{{ ([s] * 1000)|join(',') }}",
+    "tojson's indent": "{{ messages|tojson(indent=1000000000) }}",
+    "an endless render": ("{% for i in range(99999) %}{% for j in range(99999) %}"
+                          "{{ 'x' * 1000 }}{% endfor %}{% endfor %}"),
+}
+
+
+@pytest.mark.parametrize("name", TOO_LARGE)
+def test_a_template_that_builds_past_the_bound_is_one_line(hostile, name):
+    t0 = time.monotonic()
+    with pytest.raises(ValueError) as raised:
+        render_chat_template(hostile(TOO_LARGE[name]), [{"role": "user", "content": "x"}],
+                             seconds=30)
+    message = str(raised.value)
+    assert "\n" not in message and "its chat template was stopped" in message, message
+    assert "a chat template may build" in message or "not allowed" in message, message
+    assert time.monotonic() - t0 < 5  # refused before it allocates, not at the time bound
+
+
+@pytest.mark.parametrize("template", [
+    "{{ '-' * 3 }}{{ ['a', 'b']|join(', ') }}{{ 'a\nb'|indent(2) }}{{ '%05d' % 3 }}",
+    ("{% for m in messages %}{% if loop.index0 % 2 == 0 %}{{ m['content'] ~ '!' }}{% endif %}"
+    "{% endfor %}{{ '{}-{}'.format(1, 2) }}{{ messages|tojson(indent=2) }}"),
+])
+def test_templates_within_the_bound_render_as_jinja_renders_them(hostile, template):
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    messages = [{"role": "user", "content": "hello"}]
+    tok = hostile(template)
+    plain = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+    plain.filters["tojson"] = lambda x, indent=None: json.dumps(x, indent=indent)
+    expected = plain.from_string(template).render(messages=messages, add_generation_prompt=True,
+                                                  **tok.special_tokens_map)
+    assert render_chat_template(tok, messages, add_generation_prompt=True) == expected
+
+
+def test_the_bundled_template_renders_as_jinja_renders_it(tokenizer):
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    messages = [{"role": "system", "content": "Rank."}, {"role": "user", "content": "hello"}]
+    plain = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+    expected = plain.from_string(tokenizer.chat_template).render(
+        messages=messages, add_generation_prompt=True, **tokenizer.special_tokens_map)
+    assert render_chat_template(tokenizer, messages, add_generation_prompt=True) == expected

@@ -97,3 +97,9 @@ MAX_TEMPLATE_BYTES = MAX_SETTINGS_BYTES // 8
 #: milliseconds, and one that loops for ever (it comes with the backbone's files, as data)
 #: is stopped here (:mod:`spdrank.backbone.chat`).
 CHAT_TEMPLATE_SECONDS = 10.0
+
+#: The most characters a chat template's render, and any string or list it builds on the way,
+#: may hold: a real render around one message is a few hundred, and one that multiplies
+#: (``'a' * 1000000000``, a string doubled in a loop) is refused before it allocates
+#: (:mod:`spdrank.backbone.chat`).
+CHAT_TEMPLATE_CHARS = 1 << 20
