@@ -458,3 +458,16 @@ def test_a_request_body_giving_a_key_twice_is_refused_naming_the_key() -> None:
     with pytest.raises(SlateError, match=r"the key 'query' appears twice") as raised:
         loads(b'{"query": "a", "documents": ["x"], "query": "b"}')
     assert raised.value.field == "query" and not raised.value.syntax
+
+
+@pytest.mark.parametrize("name", ["a\u0000b", "two\nlines", "\u202emine", "a\u200bb"])
+def test_a_template_name_with_a_control_or_format_character_is_refused(
+    tmp_path: Path, name: str
+) -> None:
+    # Accepted, and printed raw into messages, checkpoints and label records.
+    path = _write(tmp_path / "t.json", json.dumps({"name": name, "base": "search"}))
+    with pytest.raises(ValueError, match=r"its name holds a control or format character") as e:
+        load_template(str(path))
+    assert "\n" not in str(e.value)
+    assert load_template(str(_write(tmp_path / "ok.json", json.dumps(
+        {"name": "my own", "base": "search"})))).name == "my own"

@@ -20,13 +20,14 @@ only the names :data:`PLACEHOLDERS` lists for it.
 from __future__ import annotations
 
 import string
+import unicodedata
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
 from spdrank.core.defaults import MAX_TEMPLATE_BYTES
 from spdrank.core.inputs import read_document
-from spdrank.core.validation import SlateError, loads
+from spdrank.core.validation import SlateError, codepoint, loads
 
 #: The likelihood teacher's kinds: ``item`` scores each candidate's text given the user
 #: context, less its likelihood without it (log p(item | history) - log p(item)); ``query``
@@ -104,6 +105,12 @@ class PromptTemplate:
                 raise ValueError(f"{where}: field {f.name!r} must be a string")  # noqa: TRY004 - a file's bad input
         if not self.name.strip():
             raise ValueError("a prompt template needs a non-empty 'name'")
+        if unseen := next((c for c in self.name if unicodedata.category(c) in ("Cc", "Cf")),
+                          None):
+            # The name is printed in messages and recorded in checkpoints and label records:
+            # a NUL, a newline or a right-to-left override there breaks them or hides it.
+            raise ValueError(f"{where}: its name holds a control or format character "
+                             f"({codepoint(unseen)}); name it with visible characters")
         if self.likelihood not in LIKELIHOOD_KINDS:
             raise ValueError(
                 f"{where}: field 'likelihood' must be one of {list(LIKELIHOOD_KINDS)}, "
