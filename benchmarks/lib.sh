@@ -32,6 +32,47 @@ parse_dry_run() {
   esac
 }
 
+# parse_modes SCRIPT SETTINGS_DOC [ARG...]: the GPU scripts' arguments: DRY=1 for --dry-run,
+# SMOKE=1 for --smoke (together: the smoke run's commands), each 0 when absent; anything else
+# is a usage error (exit 2).
+parse_modes() {
+  local script=$1 doc=$2 arg; shift 2
+  DRY=0; SMOKE=0
+  for arg in "$@"; do
+    case $arg in
+      --dry-run) DRY=1 ;;
+      --smoke) SMOKE=1 ;;
+      *) echo "usage: bash $script [--smoke] [--dry-run]  (settings: environment variables, see $doc)" >&2; exit 2 ;;
+    esac
+  done
+}
+
+# -- the smoke runs (--smoke) -----------------------------------------------------------------
+#
+# A GPU script run with --smoke runs every one of its steps, on a CPU, at toy scale: a tiny
+# random Qwen3 saved as a model folder with SmolLM2's tokenizer (benchmarks/tiny_backbone.py)
+# stands for every backbone, each split keeps its first $SLATES slates, and every size (slate
+# length, batch, steps, rank, queries) is small. Its commands are the real run's, with only
+# the sizes, the backbone and the device differing (tests/benchmarks/test_gpu_smoke.py holds
+# them to it), so a flag, a path or a family a step cannot read fails here, on the CPU, and not
+# minutes into the GPU's only lent quarter hour.
+
+# smoke_backbone FOLDER: make the tiny Qwen3 model folder unless it is there.
+smoke_backbone() {
+  if [ "$DRY" = 1 ]; then print_command "$BIN/python" benchmarks/tiny_backbone.py --family qwen3 --out "$1"; return 0; fi
+  "$BIN/python" benchmarks/tiny_backbone.py --family qwen3 --out "$1"
+}
+
+# smoke_cut DIR: with --smoke, keep the first $SLATES slates of each *.jsonl in DIR, in place.
+smoke_cut() {
+  [ "${SMOKE:-0}" = 1 ] || return 0
+  if [ "$DRY" = 1 ]; then echo "# smoke: the first $SLATES slates of each $1/*.jsonl kept"; return 0; fi
+  local f
+  for f in "$1"/*.jsonl; do
+    [ "$(wc -l < "$f")" -le "$SLATES" ] || { head -n "$SLATES" "$f" > "$f.tmp" && mv "$f.tmp" "$f"; }
+  done
+}
+
 # require_cuda BIN: stop unless the torch in BIN sees a CUDA device.
 require_cuda() {
   "$1/python" -c 'import sys, torch; sys.exit(not torch.cuda.is_available())' || {

@@ -101,6 +101,18 @@ def write_jsonl(path: Path, rows: list[dict[str, Any]]) -> None:
     os.replace(tmp, path)
 
 
+def first_queries(path: Path, count: int) -> None:
+    """Keep the first ``count`` slates (queries) of ``path``, in place (0: all): the size of a
+    smoke run (``benchmarks/gpu.sh --smoke``), which runs every step on a few queries."""
+    if count <= 0:
+        return
+    lines = path.read_text().splitlines(keepends=True)
+    if len(lines) > count:
+        tmp = path.with_suffix(path.suffix + ".tmp")
+        tmp.write_text("".join(lines[:count]))
+        os.replace(tmp, path)
+
+
 def folds_of(qids: list[str], k: int, seed: int = 0) -> list[list[str]]:
     """``k`` folds of the queries, a seeded shuffle dealt round-robin."""
     shuffled = sorted(qids)
@@ -228,6 +240,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--shared", type=Path, default=SHARED, help="the trec-dl19 folder")
     parser.add_argument("--folds", type=int, default=5)
+    parser.add_argument("--queries", type=int, default=0,
+                        help="only the first N queries (default 0: all of them)")
     parser.add_argument("--epochs", default="8", help="training epochs of each student")
     parser.add_argument("--backbone", default="bundled",
                         help="the teachers' and students' LLM (default: the bundled SmolLM2)")
@@ -265,6 +279,10 @@ def main() -> int:
                 "--qrels", args.shared / "qrels_dl19.json", "--rel-level", "2",
                 *(("--depth", str(depth)) if depth else ()), "--out", path,
                 dry_run=dry, log=log, done=path)
+        if args.queries:
+            log.append(f"# the first {args.queries} queries of {path.name} kept (--queries)")
+            if not dry:
+                first_queries(path, args.queries)
     # The teachers (label files are appended to and resumed).
     ql = work / "ql.labels.jsonl"
     spdrank("teacher", "--slates", slates, "--out", ql, "--backend", "likelihood", *model,
@@ -290,7 +308,7 @@ def main() -> int:
             "--ranker", "slate_bm25", "--ranker", "dense",
             *(x for spec in labels for x in ("--labels", spec)),
             "--run", f"constrained={run}", "--k", "10,100", "--rel-level", "2",
-            "--device", args.device, "--per-slate", baselines, "--no-progress",
+            "--per-slate", baselines, "--no-progress",
             dry_run=dry, log=log, done=baselines)
     # The students, fold by fold.
     queries = [] if dry else read_jsonl(labelled)

@@ -61,7 +61,15 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from search_dl19_cpu import fmt, interval, per_query, read_jsonl, spdrank, write_jsonl
+from search_dl19_cpu import (
+    first_queries,
+    fmt,
+    interval,
+    per_query,
+    read_jsonl,
+    spdrank,
+    write_jsonl,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "benchmarks" / "results" / "search-onepass-cpu"
@@ -143,7 +151,7 @@ def split_validation(source: Path, train: Path, valid: Path, count: int) -> None
     slates = read_jsonl(source)
     qids = sorted(s["query"]["qid"] for s in slates)
     random.Random(0).shuffle(qids)
-    held = set(qids[-count:])
+    held = set(qids[-min(count, len(qids) // 2):])  # a few queries (--queries): half of them
     for path, part in ((train, [s for s in slates if s["query"]["qid"] not in held]),
                        (valid, [s for s in slates if s["query"]["qid"] in held])):
         # Left alone when already there: a run may be reading it (its index is of this file).
@@ -151,7 +159,7 @@ def split_validation(source: Path, train: Path, valid: Path, count: int) -> None
             write_jsonl(path, part)
 
 
-def prepare(shared: Path, work: Path, dry: bool, log: list[str]
+def prepare(shared: Path, work: Path, dry: bool, log: list[str], queries: int = 0
             ) -> tuple[dict[str, Path], Path, Path]:
     """DL19, DL21 and DL22 as slates with the dense cosine as a feature, labelled by the
     teacher, and DL22 split into training and validation queries: the labelled slates of each
@@ -167,6 +175,10 @@ def prepare(shared: Path, work: Path, dry: bool, log: list[str]
         spdrank("data", "search", "--retrieved", shared / retrieved,
                 *(("--qrels", shared / qrels, "--rel-level", "2") if qrels else ()),
                 "--out", slates, dry_run=dry, log=log, done=slates)
+        if queries:
+            log.append(f"# the first {queries} queries of {slates.name} kept (--queries)")
+            if not dry:
+                first_queries(slates, queries)
         labelled[name] = label(slates, work / name, dry, log)
     train, valid = work / "dl22-train.jsonl", work / "dl22-valid.jsonl"
     log.append(f"# DL22: {VALIDATION_QUERIES} queries held out (split_validation) -> "
@@ -338,6 +350,8 @@ def main() -> int:
     parser.add_argument("--dtype", help="the students' dtype when they rank (default: auto)")
     parser.add_argument("--epochs", default="20", help="training epochs of each student")
     parser.add_argument("--latency-queries", type=int, default=8)
+    parser.add_argument("--queries", type=int, default=0,
+                        help="only the first N queries of each set (default 0: all of them)")
     parser.add_argument("--students", default=",".join(STUDENTS),
                         help="the students to train, comma-separated")
     parser.add_argument("--adapted", default="",
@@ -359,7 +373,7 @@ def main() -> int:
     log: list[str] = []
     started = time.time()
     work.mkdir(parents=True, exist_ok=True)
-    labelled, train, valid = prepare(args.shared, work, dry, log)
+    labelled, train, valid = prepare(args.shared, work, dry, log, args.queries)
 
     common = ("--prompt", "search", "--max-item-tokens", str(ITEM_TOKENS), "--frozen", "--backbone", args.backbone, "--device", args.device,
               *(("--layers", str(args.layers)) if args.layers else ()))
@@ -410,8 +424,7 @@ def main() -> int:
         baselines = runs / f"{test}.baselines.rows.jsonl"
         spdrank("eval", "--slates", labelled[test], "--ranker", "retriever", "--ranker",
                 "dense", "--labels", f"teacher={work / f'{test}.teacher.labels.jsonl'}",
-                "--k", "10,100", "--rel-level", "2", "--device", args.device,
-                "--per-slate", baselines,
+                "--k", "10,100", "--rel-level", "2", "--per-slate", baselines,
                 "--no-progress", dry_run=dry, log=log, done=baselines)
         if test == "dl21":
             timed = runs / "dl21.latency.rows.jsonl"

@@ -6,7 +6,8 @@ The folder holds what a real checkpoint holds (config.json, safetensors weights,
 bundled SmolLM2 tokenizer), so every command that takes ``--backbone`` or ``--model`` reads
 it as it would read a downloaded model: ``benchmarks/gpu.sh --smoke`` runs the GPU script's
 every step on it, and tests/test_model_families.py trains, saves, loads and ranks each family
-on it. Two layers, 32 wide: a step costs milliseconds on a CPU. The vocabulary is SmolLM2's
+on it. Two layers, 32 wide: a step costs milliseconds on a CPU. Its 8,192 positions are
+SmolLM2's, so a prompt the default backbone reads (BM25's top 100 at 64 tokens a passage) fits. The vocabulary is SmolLM2's
 (49,152 tokens), so its prompts are tokenized exactly as the default backbone's are.
 
 Each family's config names what differs between the families spdrank is asked to read: the
@@ -27,7 +28,7 @@ from typing import Any
 #: The shared size of every tiny decoder.
 COMMON: dict[str, Any] = {
     "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
-    "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 4096,
+    "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 8192,
 }
 _WINDOWED = {"head_dim": 8, "sliding_window": 16, "query_pre_attn_scalar": 8}
 #: Each family's own settings on top of COMMON, by transformers' model_type.

@@ -1,0 +1,152 @@
+"""``--smoke``: benchmarks/gpu.sh and benchmarks/gpu_latency.sh run every step on a CPU at toy
+scale, with the real run's commands (only the sizes, the backbone and the device differ), so
+a command a lent GPU would run has run before it is lent."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import ROOT
+
+#: The flags whose values are sizes (or say them: a report's title), which the smoke run
+#: shrinks; every other argument of every command is the real run's.
+SIZE_FLAGS = frozenset({
+    "--candidates", "--validation", "--limit", "--max-new-tokens", "--batch-size",
+    "--positions", "--lora-r", "--lora-alpha", "--latency-sizes", "--latency-slates",
+    "--latency-batch", "--eval-limit", "--epochs", "--folds", "--queries", "--latency-queries",
+    "--lora-epochs", "--lora-layers", "--warmup", "--steps", "--title",
+})
+#: Where the smoke run writes (both runs are given the same data, work and output folders).
+SMOKE_DIR = "/smoke"
+#: What the smoke run's backbones stand for in the real run, in the order they are replaced.
+BACKBONES = (
+    (f"config:{SMOKE_DIR}/tiny-qwen3", "config:benchmarks/configs/qwen3-0.6b.json"),
+    (f"{SMOKE_DIR}/tiny-qwen3", "bundled"),
+)
+
+
+def dry_run(script: str, smoke: bool) -> list[list[str]]:
+    """The commands ``bash benchmarks/SCRIPT [--smoke] --dry-run`` prints, each as its argv;
+    both runs read and write the same folders, so paths differ only where sizes name them."""
+    env = {**os.environ, "BIN": "/bin-dir", "SMOKE_DIR": SMOKE_DIR, "DATA": "/data",
+           "FDATA": "/fdata", "WORK": "/work", "OUT": "/out", "SHARED": "/shared"}
+    for name in ("BACKBONE", "BACKBONES", "DEVICE", "DTYPE", "SEARCH_BACKBONE"):
+        env.pop(name, None)
+    done = subprocess.run(
+        ["bash", str(ROOT / "benchmarks" / script), *(["--smoke"] if smoke else []), "--dry-run"],
+        env=env, capture_output=True, text=True, timeout=60, check=True,
+    )
+    return [shlex.split(line) for line in done.stdout.splitlines() if line.startswith("/bin-dir/")]
+
+
+def normalised(argv: list[str]) -> list[str]:
+    """``argv`` with every size replaced by ``N``, the device by ``DEVICE`` and the smoke
+    run's backbones by the real run's."""
+    out = []
+    for i, arg in enumerate(argv):
+        before = argv[i - 1] if i else ""
+        if before in SIZE_FLAGS:
+            arg = "N"
+        elif before == "--device":
+            arg = "DEVICE"
+        for smoke, real in BACKBONES:
+            arg = arg.replace(smoke, real)
+        out.append(re.sub(r"eval-ar\d+", "eval-arN", arg))  # the AR slates' file names their count
+    return out
+
+
+@pytest.mark.parametrize("script", ["gpu.sh", "gpu_latency.sh"])
+def test_the_smoke_run_runs_the_real_runs_commands(script):
+    real, smoke = dry_run(script, smoke=False), dry_run(script, smoke=True)
+    # The smoke run's own first step: the tiny model folder every backbone stands for.
+    made = [argv for argv in smoke if argv[1:2] == ["benchmarks/tiny_backbone.py"]]
+    assert len(made) == 1 and made[0][-1] == f"{SMOKE_DIR}/tiny-qwen3"
+    smoke = [argv for argv in smoke if argv not in made]
+    assert len(smoke) == len(real) >= 5
+    for a, b in zip(real, smoke):
+        assert normalised(a) == normalised(b), f"\nreal:  {shlex.join(a)}\nsmoke: {shlex.join(b)}"
+    # ... and they are the small ones, on the CPU.
+    every = [arg for argv in smoke for arg in argv]
+    assert "cuda" not in every and every.count("--device") >= 4
+    assert "8" in [b for a, b in itertools.pairwise(every) if a == "--candidates"]
+
+
+def test_a_smoke_run_keeps_a_few_slates_of_each_split(tmp_path):
+    """smoke_cut: the first $SLATES slates of each file, in place; a real run leaves them."""
+    for name in ("train", "eval"):
+        (tmp_path / f"{name}.jsonl").write_text("".join(f"{name}{i}\n" for i in range(5)))
+    for smoke, kept in ((0, 5), (1, 3)):
+        cut = f". benchmarks/lib.sh; DRY=0 SMOKE={smoke} SLATES=3 smoke_cut {tmp_path}"
+        subprocess.run(["bash", "-c", cut], cwd=ROOT, check=True, timeout=30)
+        for name in ("train", "eval"):
+            lines = (tmp_path / f"{name}.jsonl").read_text().splitlines()
+            assert lines == [f"{name}{i}" for i in range(kept)]
+
+
+def test_an_unknown_argument_is_a_usage_error():
+    done = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu.sh"), "--smok"],
+                          capture_output=True, text=True, timeout=30, check=False)
+    assert done.returncode == 2 and "usage: bash benchmarks/gpu.sh [--smoke] [--dry-run]" \
+        in done.stderr
+
+
+def run_smoke(script: str, tmp_path: Path, timeout: int) -> subprocess.CompletedProcess:
+    env = {**os.environ, "BIN": str(Path(sys.executable).parent),
+           "SMOKE_DIR": str(tmp_path / "smoke"), "OMP_NUM_THREADS": "1"}
+    for name in ("DATA", "FDATA", "WORK", "OUT", "BACKBONE", "BACKBONES", "DEVICE", "DTYPE"):
+        env.pop(name, None)
+    done = subprocess.run(["bash", str(ROOT / "benchmarks" / script), "--smoke"], cwd=ROOT,
+                          env=env, capture_output=True, text=True, timeout=timeout, check=False)
+    assert done.returncode == 0, (done.stdout[-3000:], done.stderr[-3000:])
+    return done
+
+
+def steps_run(tmp_path: Path) -> list[str]:
+    timings = (tmp_path / "smoke" / "out" / "timings.tsv").read_text().splitlines()
+    return [line.split("\t")[0] for line in timings]
+
+
+#: The GPU run's steps, in order (the search steps need the shared TREC DL files).
+GPU_STEPS = [
+    "data", "cooccurrence-train", "cooccurrence-eval", "teacher-direct", "teacher-reasoning",
+    "train-attn", "bench-all", "bench-teachers", "data-features",
+    *(f"{teacher}-{split}" for split in ("train", "valid", "eval")
+      for teacher in ("lexical", "likelihood")),
+    "fidelity-lexical", "fidelity-bench-lexical", "fidelity-likelihood",
+    "fidelity-bench-likelihood", "fidelity-clicks-3f", "fidelity-clicks-llm",
+    "fidelity-bench-clicks",
+]
+SHARED = ROOT.parent / "shared" / "data"
+SEARCH_FILES = [SHARED / f"trec-{s}" / f"retrieve_results_{s}.json" for s in ("dl19", "dl21", "dl22")]
+
+
+@pytest.mark.slow  # every step of the GPU run: minutes on 2 cores
+def test_gpu_smoke_runs_every_step(tmp_path):
+    done = run_smoke("gpu.sh", tmp_path, timeout=1800)
+    report = (tmp_path / "smoke" / "out" / "report.md").read_text()
+    assert "**smoke run**" in report and "tiny-qwen3" in report
+    if all(path.is_file() for path in SEARCH_FILES):
+        assert steps_run(tmp_path) == [*GPU_STEPS, "search-dl19", "search-onepass"]
+        for step in ("search-dl19", "search-onepass"):
+            assert (tmp_path / "smoke" / "out" / step / "report.md").is_file()
+    else:  # a clone without the shared files: the search steps are skipped, and said to be
+        assert steps_run(tmp_path) == GPU_STEPS
+        assert "the search steps 8 and 9 skipped" in done.stdout
+
+
+@pytest.mark.slow  # every step of the latency run: a minute on 2 cores
+def test_gpu_latency_smoke_runs_every_step(tmp_path):
+    run_smoke("gpu_latency.sh", tmp_path, timeout=900)
+    assert steps_run(tmp_path) == [
+        "data", "train-step-qwen3-0.6b", "bench-qwen3-0.6b", "train-step-smollm2", "bench-smollm2"]
+    report = (tmp_path / "smoke" / "out" / "report.md").read_text()
+    assert "**Random weights.**" in report and "| qwen3-0.6b | `config:" in report
+    assert "benchmarks/tiny_backbone.py --family qwen3" in report  # the commands it ran
