@@ -38,7 +38,8 @@ import math
 import os
 import random
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -62,6 +63,40 @@ WEIGHTS_FILE = "model.safetensors"
 _BUCKET_BATCHES = 32
 #: Histories encoded per forward pass at inference.
 _ENCODE_BATCH = 512
+#: Positions (histories x their padded length) of an inference forward per intra-op thread.
+#: SASRec's matrices are [positions, 64]: a forward of one slate's history is a few dozen
+#: products of microseconds each, about what a thread pool's fork and join cost, and a worker
+#: descheduled by another process on a shared core stalls every product for a scheduler slice
+#: (milliseconds). A thread pays for itself only when its share is work of that order: about
+#: this many positions, some tens of milliseconds of one core's work.
+POSITIONS_PER_THREAD = 2048
+
+
+def forward_threads(positions: int, available: int | None = None) -> int:
+    """How many of the ``available`` intra-op threads (default: torch's setting) a forward over
+    ``positions`` positions uses: one per :data:`POSITIONS_PER_THREAD`, at least one."""
+    available = torch.get_num_threads() if available is None else available
+    return max(1, min(available, positions // POSITIONS_PER_THREAD))
+
+
+@contextmanager
+def threads_for(positions: int) -> Iterator[int]:
+    """torch's intra-op thread count sized for a forward over ``positions`` positions
+    (:func:`forward_threads`) inside the block, the caller's count restored after it.
+
+    The setting is process-wide, as torch keeps it; spdrank ranks with one ranker at a time in
+    a process, so nothing else runs a forward while the block holds it.
+    """
+    before = torch.get_num_threads()
+    threads = forward_threads(positions, before)
+    if threads == before:
+        yield threads
+        return
+    torch.set_num_threads(threads)
+    try:
+        yield threads
+    finally:
+        torch.set_num_threads(before)
 
 
 def default_cache_dir() -> Path:
@@ -388,20 +423,27 @@ class SASRec:
             self._vectors = self.model.items.weight.detach().numpy().astype(np.float64)
         return self._vectors
 
-    @torch.no_grad()
     def encode(self, histories: Sequence[Sequence[str]]) -> np.ndarray:
         """The state after each history's last item [n, dim]: what scores the next item.
 
         History items outside the vocabulary are dropped and only the last ``max_len`` kept;
         an empty history is all padding (its scores then depend on the candidate alone).
+        The histories go through the network together, sorted by length so each forward pads
+        little, up to ``_ENCODE_BATCH`` a forward, each forward on the threads its size pays
+        for (:func:`threads_for`); padding moves no state, so a history's state is the one it
+        gets alone.
         """
         self.model.eval()
         out = np.zeros((len(histories), self.config.dim), dtype=np.float32)
-        ids = [self._ids(h)[-self.config.max_len :] for h in histories]
-        for start in range(0, len(ids), _ENCODE_BATCH):
-            chunk = [x or [0] for x in ids[start : start + _ENCODE_BATCH]]
-            hidden = self.model(_left_pad(chunk))[:, -1]
-            out[start : start + len(chunk)] = hidden.numpy()
+        ids = [self._ids(h)[-self.config.max_len :] or [0] for h in histories]
+        order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
+        with torch.inference_mode():
+            for start in range(0, len(order), _ENCODE_BATCH):
+                rows = order[start : start + _ENCODE_BATCH]
+                batch = _left_pad([ids[i] for i in rows])
+                with threads_for(batch.numel()):
+                    hidden = self.model(batch)[:, -1]
+                out[rows] = hidden.numpy()
         return out
 
     def known(self, item: str) -> bool:
@@ -420,10 +462,25 @@ class SASRec:
         A candidate outside the vocabulary has no embedding; it scores one below the lowest
         known candidate (0.0 when none is known), so it ranks last rather than by chance.
         """
-        values = self.scores_from(self.encode([history])[0], candidates)
-        known = [v for v in values if v is not None]
-        floor = (min(known) - 1.0) if known else 0.0
-        return [floor if v is None else v for v in values]
+        return self.score_many([history], [candidates])[0]
+
+    def score_many(
+        self, histories: Sequence[Sequence[str]], candidates: Sequence[Sequence[str]]
+    ) -> list[list[float]]:
+        """:meth:`score` of many slates (a history and its candidates each), the histories
+        encoded together (:meth:`encode`): one forward for up to ``_ENCODE_BATCH`` slates."""
+        if len(histories) != len(candidates):
+            raise ValueError(
+                f"score_many: {len(candidates)} candidate lists for {len(histories)} histories"
+            )
+        states = self.encode(histories)
+        out: list[list[float]] = []
+        for state, docids in zip(states, candidates):
+            values = self.scores_from(state, docids)
+            known = [v for v in values if v is not None]
+            floor = (min(known) - 1.0) if known else 0.0
+            out.append([floor if v is None else v for v in values])
+        return out
 
     def top_n(
         self, history: Sequence[str], n: int, exclude: Iterable[str] | None = None
@@ -571,12 +628,29 @@ class SASRecRanker:
 
     def scores(self, slate: Slate) -> list[float]:
         """Each candidate's SASRec score after the slate's history, in candidate order."""
+        return self.scores_batch([slate])[0]
+
+    def scores_batch(self, slates: Sequence[Slate]) -> list[list[float]]:
+        """:meth:`scores` of many slates, their histories through one forward
+        (:meth:`SASRec.score_many`)."""
         if self.model is None:
             raise RuntimeError(f"{self.name}: call fit() on training slates before rank()")
-        return self.model.score(slate.query.history or [], slate.docids)
+        return self.model.score_many(
+            [s.query.history or [] for s in slates], [s.docids for s in slates]
+        )
 
     def rank(self, slate: Slate) -> Ranking:
-        docids = slate.docids
-        scores = self.scores(slate)
-        order = sorted(range(len(docids)), key=lambda i: -scores[i])  # stable: ties keep order
-        return Ranking(docids=[docids[i] for i in order], scores=[scores[i] for i in order])
+        return self.rank_batch([slate])[0]
+
+    def rank_batch(self, slates: Sequence[Slate]) -> list[Ranking]:
+        """Each slate ranked as :meth:`rank` ranks it, the slates' histories through one
+        forward (up to ``_ENCODE_BATCH`` slates): for a caller holding many slates, as the
+        student's ``SPDRanker.rank_batch`` is; :meth:`rank` is this on one slate."""
+        out = []
+        for slate, scores in zip(slates, self.scores_batch(slates)):
+            docids = slate.docids
+            order = sorted(range(len(docids)), key=lambda i: -scores[i])  # ties keep order
+            out.append(
+                Ranking(docids=[docids[i] for i in order], scores=[scores[i] for i in order])
+            )
+        return out
