@@ -54,6 +54,11 @@
 # SEARCH_QUERIES (0: all), SEARCH_FOLDS, SEARCH_EPOCHS, ONEPASS_EPOCHS, ONEPASS_LORA_LAYERS,
 # ONEPASS_LORA_EPOCHS, LATENCY_QUERIES; SHARED, the folder of the TREC DL files. --smoke sets
 # each to its toy value (and SLATES, the slates kept of each split) unless it is set.
+#
+# Before the first step it prints what each step will cost (benchmarks/gpu_estimate.py: peak
+# memory and time from the backbone's config.json and the device's stated bf16 throughput, on
+# ESTIMATE_DEVICE, default h200), and stops, naming the step and its numbers, when a step will
+# not fit the device's memory or, with BUDGET_S set, the run its seconds; FIT_CHECK=0 runs anyway.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . benchmarks/lib.sh
@@ -104,6 +109,10 @@ if [ "$DRY" = 0 ]; then
 fi
 start_all=$SECONDS
 [ "$SMOKE" = 0 ] || smoke_backbone "$BACKBONE"
+gpu_estimate gpu.sh BACKBONE SEARCH_BACKBONE DTYPE CANDIDATES VALIDATION AR_N REASONING_TOKENS \
+  BATCH POSITIONS PEERS LORA_R LATENCY_SIZES LATENCY_SLATES THROUGHPUT_BATCH EVAL_LIMIT FID_TRAIN \
+  FID_EVAL_LIMIT FID_BATCH FID_EPOCHS CLICKS_EPOCHS SEARCH_QUERIES SEARCH_FOLDS SEARCH_EPOCHS \
+  ONEPASS_EPOCHS ONEPASS_LORA_LAYERS ONEPASS_LORA_EPOCHS LATENCY_QUERIES SLATES BUDGET_S
 
 # -- 1-2. slates and the co-occurrence teacher -------------------------------------------------
 step data "$DATA/manifest.json" \

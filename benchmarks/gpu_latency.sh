@@ -33,6 +33,9 @@
 # decompositions. Steps are skipped when their output exists, so an interrupted run resumes.
 # It needs `make install` done beforehand, with a CUDA build of torch in .venv (or
 # BIN=/path/to/env/bin); the data is the bundled Amazon Beauty 2014 (`spdrank data beauty`).
+# Before the first step it prints each step's estimated memory and time on ESTIMATE_DEVICE
+# (default h200) and stops when one will not fit, or the run BUDGET_S when set (FIT_CHECK=0:
+# run anyway); see benchmarks/gpu_estimate.py.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . benchmarks/lib.sh
@@ -71,6 +74,8 @@ if [ "$DRY" = 0 ]; then
 fi
 start_all=$SECONDS
 [ "$SMOKE" = 0 ] || smoke_backbone "$TINY"
+gpu_estimate gpu_latency.sh BACKBONES DTYPE SIZES BATCHES POSITIONS CANDIDATES LORA_R \
+  LATENCY_SLATES THROUGHPUT_BATCH EVAL_LIMIT WARMUP TRAIN_BATCH STEPS STEP_WARMUP SLATES BUDGET_S
 
 step data "$DATA/manifest.json" \
   "$BIN/spdrank" data beauty --out "$DATA" --negatives uniform --candidates "$CANDIDATES" \

@@ -73,6 +73,25 @@ smoke_cut() {
   done
 }
 
+# gpu_estimate SCRIPT NAME...: benchmarks/gpu_estimate.py's table of what each step of SCRIPT
+# (gpu.sh, gpu_latency.sh) will cost on $ESTIMATE_DEVICE (default h200), with the settings named
+# by NAME... as they stand; a step that will not fit the device's memory (or a run over
+# $BUDGET_S seconds, when set) stops the script here, exit 1, unless FIT_CHECK=0. The estimator
+# needs only Python's standard library, so a dry run prints the table without the environment.
+gpu_estimate() {
+  local script=$1 name py=$BIN/python rc=0 args=(); shift
+  [ -x "$py" ] || py=python3
+  for name in "$@"; do args+=( "$name=${!name:-}" ); done
+  [ "${SMOKE:-0}" = 0 ] || args+=( --tiny qwen3 )
+  "$py" benchmarks/gpu_estimate.py "$script" --device "${ESTIMATE_DEVICE:-h200}" "${args[@]}" || rc=$?
+  case $rc in
+    0) ;;
+    1) if [ "${FIT_CHECK:-1}" = 0 ]; then echo "== FIT_CHECK=0: running it anyway"; else exit 1; fi ;;
+    3) echo "== no estimate (the line above says why): the steps run unestimated" ;;
+    *) exit "$rc" ;;
+  esac
+}
+
 # require_cuda BIN: stop unless the torch in BIN sees a CUDA device.
 require_cuda() {
   "$1/python" -c 'import sys, torch; sys.exit(not torch.cuda.is_available())' || {
