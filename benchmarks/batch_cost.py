@@ -92,8 +92,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def build_model(args: argparse.Namespace) -> Any:
     import torch
 
-    from spdrank.backbone.load import BackboneConfig, resolve_device
+    from spdrank.backbone.load import resolve_device
     from spdrank.backbone.prompt import PromptSettings
+    from spdrank.backbone.settings import BackboneConfig
     from spdrank.methods.heads import HeadConfig
     from spdrank.model.config import SPDConfig
     from spdrank.model.ranker import SPDRanker

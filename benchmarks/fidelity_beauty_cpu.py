@@ -553,7 +553,7 @@ def truncation_ceiling(
     import numpy as np
     from transformers import AutoTokenizer
 
-    from spdrank.backbone.load import bundled_backbone_path
+    from spdrank.backbone.locate import bundled_backbone_path
     from spdrank.backbone.prompt import PromptBuilder, PromptSettings
     from spdrank.backbone.words import WordSplitter
     from spdrank.core.slates import load_slates

@@ -199,7 +199,7 @@ def busy_processes() -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     import torch
 
-    from spdrank.backbone.load import bundled_backbone_path
+    from spdrank.backbone.locate import bundled_backbone_path
 
     args = parse_args(argv)
     torch.set_num_threads(args.threads)

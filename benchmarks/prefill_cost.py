@@ -39,14 +39,9 @@ from prefill_limit import load_average, median_ms, profile, sizes_arg
 from serve_harness import ROOT, code_version, machine
 
 from spdrank.backbone import cpu
-from spdrank.backbone.load import (
-    BUNDLED,
-    BackboneConfig,
-    last_hidden,
-    load_backbone,
-    load_tokenizer,
-)
+from spdrank.backbone.load import last_hidden, load_backbone, load_tokenizer
 from spdrank.backbone.prompt import PromptBuilder, PromptSettings
+from spdrank.backbone.settings import BUNDLED, BackboneConfig
 from spdrank.backbone.templates import SEARCH
 from spdrank.datasets.beauty import load_titles
 from spdrank.datasets.titles import render_history

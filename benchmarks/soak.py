@@ -102,7 +102,7 @@ def build_model(path: Path, seed: int) -> Path:
     weights: it loads in milliseconds and ranks in about one, so the run measures the server."""
     import torch
 
-    from spdrank.backbone.load import BackboneConfig
+    from spdrank.backbone.settings import BackboneConfig
     from spdrank.core.features import FeatureNormalizer
     from spdrank.methods.heads import HeadConfig
     from spdrank.model.config import SPDConfig

@@ -58,7 +58,8 @@ def save_tiny(family: str, folder: str | Path, tokenizer: Any = None, seed: int 
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from spdrank.backbone.load import bundled_backbone_path, load_tokenizer
+    from spdrank.backbone.load import load_tokenizer
+    from spdrank.backbone.locate import bundled_backbone_path
     from spdrank.core.atomic_dir import filled_once
 
     if family not in FAMILIES:

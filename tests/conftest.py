@@ -25,7 +25,7 @@ from tests.helpers import make_slate, save_tiny_llama
 
 @pytest.fixture(scope="session")
 def bundled_path() -> Path:
-    from spdrank.backbone.load import bundled_backbone_path
+    from spdrank.backbone.locate import bundled_backbone_path
 
     return bundled_backbone_path()
 

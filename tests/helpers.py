@@ -20,8 +20,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from spdrank.backbone.load import BackboneConfig, LoraSettings
 from spdrank.backbone.prompt import PromptSettings
+from spdrank.backbone.settings import BackboneConfig, LoraSettings
 from spdrank.core.ranking import Ranking
 from spdrank.core.slates import Candidate, Query, Slate
 from spdrank.methods.heads import HeadConfig

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from safetensors.torch import load_file, save_file
 
-from spdrank.backbone.load import MAX_JSON_BYTES, read_json
+from spdrank.backbone.settings import MAX_JSON_BYTES, read_json
 from spdrank.commands.cli import main
 from spdrank.model.ranker import SPDRanker
 from tests.helpers import save_features_only_model, subprocess_env, tiny_config

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from spdrank.backbone.batching import CachedStates, SlateStates, collate, pad_rows, states_batch
-from spdrank.backbone.load import BackboneConfig
 from spdrank.backbone.prompt import PromptSettings
+from spdrank.backbone.settings import BackboneConfig
 from spdrank.core.ranking import STAGES
 from spdrank.methods.heads import HeadConfig
 from spdrank.model.config import SPDConfig

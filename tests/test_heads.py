@@ -320,8 +320,8 @@ def test_token_head_ignores_padded_token_slots_items_and_history(match):
 def test_config_json_states_units_from_the_readout_and_refuses_a_record_that_disagrees(
     readout, units
 ):
-    from spdrank.backbone.load import ConfigError
     from spdrank.backbone.prompt import PromptSettings
+    from spdrank.backbone.settings import ConfigError
     from spdrank.model.config import SPDConfig
 
     config = SPDConfig(head=HeadConfig(kind="history"), prompt=PromptSettings(readout=readout))

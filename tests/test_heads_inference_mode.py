@@ -10,7 +10,7 @@ trained with.
 import pytest
 import torch
 
-from spdrank.backbone.load import LoraSettings
+from spdrank.backbone.settings import LoraSettings
 from spdrank.methods.heads import HeadConfig
 from spdrank.methods.spd.heads import SelfAttentionHead
 from spdrank.methods.spd.history import HistoryAttentionHead

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from spdrank.backbone.load import require_safetensors
+from spdrank.backbone.trust import require_safetensors
 from spdrank.commands.cli import main
 from spdrank.core.slates import SlateError, iter_slates, read_slates, unique_qids
 from spdrank.model.ranker import SPDRanker

@@ -445,7 +445,7 @@ def test_a_key_given_twice_is_refused_by_every_json_reader(tmp_path: Path, name:
 
 
 def test_a_settings_file_giving_a_key_twice_is_refused(tmp_path: Path) -> None:
-    from spdrank.backbone.load import read_json
+    from spdrank.backbone.settings import read_json
 
     path = _write(tmp_path / "config.json", '{"model_type": "llama", "model_type": "gpt2"}')
     with pytest.raises(ValueError, match=r"config.json: .*the key 'model_type' appears twice"):

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-from spdrank.backbone.load import BackboneConfig, LoraSettings
 from spdrank.backbone.prompt import PromptSettings
+from spdrank.backbone.settings import BackboneConfig, LoraSettings
 from spdrank.core.features import FeatureNormalizer
 from spdrank.core.ranking import STAGES
 from spdrank.core.slates import SlateError

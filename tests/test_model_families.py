@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import torch
 
-from spdrank.backbone.load import LoraSettings
+from spdrank.backbone.settings import LoraSettings
 from spdrank.core.slates import load_slates
 from spdrank.eval.metrics import is_valid_permutation
 from spdrank.model.ranker import SPDRanker

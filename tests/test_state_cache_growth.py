@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from spdrank.backbone.load import BackboneConfig
 from spdrank.backbone.prompt import PromptSettings
+from spdrank.backbone.settings import BackboneConfig
 from spdrank.core.slates import load_slates, write_slates
 from spdrank.methods.heads import HeadConfig
 from spdrank.model.config import SPDConfig

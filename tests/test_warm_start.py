@@ -63,6 +63,26 @@ def test_lora_adapters_carry_over_to_a_lora_run(tmp_path, tiny_backbone, files):
     np.testing.assert_allclose(matrices(before, slates), matrices(saved, slates), atol=1e-5)
 
 
+
+@pytest.mark.parametrize(("tamper", "named"), [
+    (lambda a: (a / "adapter_model.safetensors").write_bytes(b"\x00" * 16),
+     "adapter_model.safetensors: not a readable safetensors file"),
+    (lambda a: (a / "adapter_model.safetensors").rename(a / "adapter_model.bin"),
+     "the adapter weights are pickles"),
+    (lambda a: (a / "adapter_config.json").write_text('{"peft_type": "LORA", "r": 64}'),
+     "adapter_config.json: r is 64"),
+])
+def test_a_warm_start_reads_the_adapter_as_a_loaded_checkpoint_does(
+    tmp_path, tiny_backbone, files, tamper, named
+):
+    """--init-from reads a checkpoint's adapter through the loader's checks, so a damaged or
+    pickled adapter is refused in one line naming its file, as loading the model refuses it."""
+    train(settings(tmp_path, tiny_backbone, "lora", frozen=False, max_steps=1))
+    tamper(tmp_path / "lora" / "model" / "adapter")
+    with pytest.raises((ValueError, FileNotFoundError), match=named):
+        Trainer(settings(tmp_path, tiny_backbone, "next", frozen=False,
+                         init_from=str(tmp_path / "lora" / "model")))
+
 @pytest.mark.parametrize(("change", "named"), [
     ({"head_width": 16}, "head.width: 32 in the checkpoint, 16 here"),
     ({"layers": 1}, "layers: None in the checkpoint, 1 here"),

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 import spdrank.commands.cli
-from spdrank.backbone.load import resolve_path
+from spdrank.backbone.locate import resolve_path
 from spdrank.compare.latency import STAGES, decompose
 from spdrank.compare.report import latency_table
 from spdrank.core.slates import write_slates

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from spdrank.backbone.load import BackboneConfig
+from spdrank.backbone.settings import BackboneConfig
 from spdrank.core.features import FeatureNormalizer
 from spdrank.core.slates import Candidate, Query, Slate, load_slates, write_slates
 from spdrank.methods.anchor import FirstStageAnchor

@@ -12,7 +12,7 @@ import pytest
 import torch
 from torch import nn
 
-from spdrank.backbone.load import BackboneConfig
+from spdrank.backbone.settings import BackboneConfig
 from spdrank.backbone.prompt import LETTERS, PromptSettings
 from spdrank.core.slates import load_slates
 from spdrank.methods.base import (

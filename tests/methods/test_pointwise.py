@@ -10,8 +10,8 @@ import random
 import pytest
 import torch
 
-from spdrank.backbone.load import LoraSettings
 from spdrank.backbone.prompt import PromptBuilder, PromptSettings
+from spdrank.backbone.settings import LoraSettings
 from spdrank.core.slates import Slate, load_slates
 from spdrank.methods.base import method_for
 from spdrank.methods.pointwise.batching import collate_candidates

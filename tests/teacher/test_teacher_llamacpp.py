@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from spdrank.backbone.load import bundled_gguf
+from spdrank.backbone.gguf import bundled_gguf
 from spdrank.commands.cli import main
 from spdrank.core.slates import Slate, load_slates, write_slates
 from spdrank.eval.metrics import is_valid_permutation

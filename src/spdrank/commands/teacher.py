@@ -192,7 +192,8 @@ SERVER_CONTEXT = 8192
 
 def model_context(model: str) -> int:
     """A local teacher model's positions, from its config (no weights read)."""
-    from spdrank.backbone.load import read_json, resolve_path
+    from spdrank.backbone.locate import resolve_path
+    from spdrank.backbone.settings import read_json
 
     config = read_json(Path(resolve_path(model)) / "config.json")
     value = config.get("max_position_embeddings") if isinstance(config, dict) else None

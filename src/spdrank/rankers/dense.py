@@ -65,7 +65,7 @@ def length_batches(lengths: list[int], budget: int) -> list[list[int]]:
 def minilm_path() -> Path:
     """The unpacked all-MiniLM-L6-v2, from the wheel's zip on first use (found without
     importing the package, which prints on import)."""
-    from spdrank.backbone.load import cache_dir
+    from spdrank.backbone.locate import cache_dir
     from spdrank.core.atomic_dir import filled_once
 
     def unpack(folder: Path) -> None:

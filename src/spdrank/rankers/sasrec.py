@@ -101,7 +101,7 @@ def threads_for(positions: int) -> Iterator[int]:
 
 def default_cache_dir() -> Path:
     """``sasrec/`` under spdrank's cache ($SPDRANK_CACHE, else $XDG_CACHE_HOME/spdrank)."""
-    from spdrank.backbone.load import cache_dir
+    from spdrank.backbone.locate import cache_dir
 
     return cache_dir() / SASREC
 

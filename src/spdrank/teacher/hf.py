@@ -1,8 +1,8 @@
 """The ``hf`` teacher: a local transformers model, greedy, batched with left padding.
 
 Any Hugging Face id or path works; ``bundled`` is the bundled SmolLM2 (through
-:func:`spdrank.backbone.load.resolve_path`). The model's chat template wraps the messages, rendered
-around a sentinel as the student's prompt is: only the template's own text is parsed for
+:func:`spdrank.backbone.locate.resolve_path`). The model's chat template wraps the messages,
+rendered around a sentinel as the student's prompt is: only the template's own text is parsed for
 special tokens, so a title holding ``<|im_end|>`` stays plain text and cannot end the turn.
 Reasoning models whose template takes ``enable_thinking`` (Qwen3) get it set from the mode.
 

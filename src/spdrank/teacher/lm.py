@@ -23,14 +23,9 @@ def load_causal_lm(
     """The model (eval mode, on its device), its tokenizer, and the resolved device."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from spdrank.backbone.load import (
-        check_loadable,
-        load_errors,
-        load_tokenizer,
-        resolve_device,
-        resolve_dtype,
-        resolve_path,
-    )
+    from spdrank.backbone.load import load_tokenizer, resolve_device, resolve_dtype
+    from spdrank.backbone.locate import resolve_path
+    from spdrank.backbone.trust import check_loadable, load_errors
 
     device = resolve_device(device)
     path = resolve_path(model)

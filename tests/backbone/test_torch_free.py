@@ -1,0 +1,44 @@
+"""Reading a backbone's settings, and importing the checks and the packaged backbones' table,
+load no torch: a command reads a checkpoint's config.json before it pays for torch."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+MODULES = ["spdrank.backbone.settings", "spdrank.backbone.trust", "spdrank.backbone.locate",
+           "spdrank.backbone.gguf"]
+
+
+@pytest.mark.parametrize("module", MODULES)
+def test_the_module_imports_no_torch(module):
+    code = f"import sys, {module}; assert 'torch' not in sys.modules; print('imported')"
+    done = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "imported"
+
+
+def test_a_checkpoint_backbone_config_is_read_and_checked_without_torch(tmp_path):
+    """A checkpoint's backbone settings, read from its config.json with every size checked, in
+    a process that never imports torch."""
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"backbone": {
+        "name_or_path": "bundled", "layers": 2, "dtype": "auto",
+        "lora": {"r": 4, "alpha": 8, "dropout": 0.0, "target_modules": "all-linear"},
+    }}))
+    code = (
+        "import sys\n"
+        "from spdrank.backbone.settings import BackboneConfig, read_json\n"
+        f"backbone = BackboneConfig.from_dict(read_json({str(config)!r})['backbone'])\n"
+        "assert backbone.layers == 2 and backbone.lora.r == 4, backbone\n"
+        "assert 'torch' not in sys.modules\n"
+        "print('read')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "read"
