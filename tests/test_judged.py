@@ -70,7 +70,12 @@ def test_every_metric_agrees_with_ir_measures(seed: int, rel: int) -> None:
 
 
 def test_names_are_ir_measures_own() -> None:
-    for name in judged_metric_names((10, 100), 2) + judged_metric_names((10,), 1):
+    names = judged_metric_names((10, 100), 2) + judged_metric_names((10,), 1)
+    assert names == [
+        "nDCG@10", "nDCG@100", "AP(rel=2)", "R(rel=2)@10", "R(rel=2)@100", "RR(rel=2)",
+        "P(rel=2)@10", "P(rel=2)@100", "nDCG@10", "AP", "R@10", "RR", "P@10",
+    ]
+    for name in names:
         assert str(ir_measures.parse_measure(name)) == name
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from spdrank.backbone.load import BackboneConfig, LoraSettings
 from spdrank.backbone.prompt import PromptSettings
+from spdrank.backbone.settings import BackboneConfig, LoraSettings
 from spdrank.core.slates import load_slates, write_slates
 from spdrank.methods.heads import HeadConfig
 from spdrank.model.config import SPDConfig
@@ -195,9 +195,12 @@ def test_history_states_are_cached_with_the_candidates(tmp_path, tiny_backbone, 
         with torch.inference_mode():
             inputs = model.read(live)
         if readout != "mean":
+            lines = [line for line in slates[i].query.text.splitlines() if line.strip()]
+            units = {"states": len(slates[i]), "history": len(lines)}
             for name, states, lengths in (("states", inputs.items, inputs.item_tokens),
                                           ("history", inputs.history, inputs.history_tokens)):
                 cached, counts = cache.slate_tokens(i, name)
+                assert len(counts) == units[name] > 0 and counts.min() > 0  # every unit compared
                 assert torch.equal(counts, lengths[0, : len(counts)])
                 for j, k in enumerate(counts.tolist()):
                     assert torch.allclose(cached[j, :k], states[0, j, :k], atol=1e-5)

@@ -80,15 +80,18 @@ def test_the_builder_adds_it_from_the_titles_of_the_history_and_candidates(tmp_p
     cands = tmp_path / "c.txt"
     cands.write_text("".join(f"u{u} c d b\n" for u in range(5)), encoding="utf-8")
     result = build_from_files(
-        seqs, titles, tmp_path / "out", BuildOptions(candidates=3, history=2, features=True),
+        seqs, titles, tmp_path / "out",
+        BuildOptions(candidates=3, history=2, features=True, eval_fraction=0.4),
         candidate_file=cands, progress=False,
     )
     sim = TitleSimilarity(rows.values())
-    for path in (result.train_path, result.eval_path):
-        for slate in load_slates(path):
-            history = [rows[i] for i in slate.query.history]
-            expected = sim(history, [rows[c.docid] for c in slate.candidates])
-            assert [c.features["title_similarity"] for c in slate.candidates] == expected
-            by_id = {c.docid: c.features["title_similarity"] for c in slate.candidates}
-            if "a" in slate.query.history:  # Maybelline mascara in the history
-                assert by_id["c"] > 0.0 and by_id["d"] == 0.0
+    slates = load_slates(result.train_path) + load_slates(result.eval_path)
+    assert sorted(s.query.qid for s in slates) == ["u0", "u1", "u2", "u3", "u4"]
+    assert len(load_slates(result.eval_path)) == 2
+    for slate in slates:
+        history = [rows[i] for i in slate.query.history]
+        expected = sim(history, [rows[c.docid] for c in slate.candidates])
+        assert [c.features["title_similarity"] for c in slate.candidates] == expected
+        by_id = {c.docid: c.features["title_similarity"] for c in slate.candidates}
+        assert "a" in slate.query.history  # Maybelline mascara in every user's history
+        assert by_id["c"] > 0.0 and by_id["d"] == 0.0

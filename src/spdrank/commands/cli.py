@@ -12,6 +12,7 @@ import argparse
 import contextlib
 import importlib
 import logging
+import re
 import signal
 import sys
 import threading
@@ -34,7 +35,32 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in COMMANDS:
         importlib.import_module(f"spdrank.commands.{name}").register(sub)
+    plain_help(parser)
     return parser
+
+
+#: reST a docstring holds (``literal``, :role:`target`), which a terminal prints as is.
+_REST = re.compile(r"``([^`]*)``|:[a-z]+:`~?([^`]*)`")
+
+
+def plain(text: str) -> str:
+    """``text`` with its reST markup taken off, each literal and role left as its text."""
+    return _REST.sub(lambda m: m[1] if m[1] is not None else m[2], text)
+
+
+def plain_help(parser: argparse.ArgumentParser) -> None:
+    """Take the reST off every description and help of ``parser`` and its sub-commands': a
+    command's description is its module's docstring, written for readers of the source."""
+    if parser.description:
+        parser.description = plain(parser.description)
+    for action in parser._actions:
+        if isinstance(action.help, str):
+            action.help = plain(action.help)
+        if isinstance(action, argparse._SubParsersAction):
+            for choice in action._choices_actions:
+                choice.help = plain(choice.help) if isinstance(choice.help, str) else choice.help
+            for child in dict.fromkeys(action.choices.values()):
+                plain_help(child)
 
 
 class Terminated(KeyboardInterrupt):

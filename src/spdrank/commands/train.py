@@ -14,6 +14,23 @@ if TYPE_CHECKING:
     from spdrank.training.config import TrainConfig
 
 
+#: ``spdrank train --help``'s groups: each title and the :class:`TrainConfig` field it starts
+#: at. They are TrainConfig's own sections, in its order (a test holds the titles to its
+#: ``# -- title`` lines); a field belongs to the last section starting at or before it.
+SECTIONS = (
+    ("data", "slates"),
+    ("ranking method, backbone & LoRA", "head"),
+    ("head", "positions"),
+    ("prompt & readout", "prompt"),
+    ("features & warm start", "features"),
+    ("state cache", "cache_states"),
+    ("steps & optimisation", "limit"),
+    ("loss & decoder", "tau"),
+    ("evaluation, checkpoints & seed", "eval_every"),
+    ("runtime", "device"),
+)
+
+
 def _flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
@@ -32,22 +49,27 @@ def _head_help(field_help: str) -> str:
 
 def register(sub: argparse._SubParsersAction) -> None:
     """``spdrank train``'s flags: one per :class:`TrainConfig` field, its help and choices the
-    field's own (:func:`spdrank.training.config.setting`); the head kinds and their help are
-    the registered methods'."""
+    field's own (:func:`spdrank.training.config.setting`), grouped by TrainConfig's sections
+    (:data:`SECTIONS`); the head kinds and their help are the registered methods'."""
     from spdrank.commands.argtypes import add_trust_remote_code
     from spdrank.methods.base import head_kinds
     from spdrank.training.config import TrainConfig
 
-    p = sub.add_parser("train", help="train the SPD student", description=__doc__)
+    p = sub.add_parser("train", help="train the SPD student",
+                       description="spdrank train: fit the SPD student on labelled slates.")
+    starts = {first: title for title, first in SECTIONS}
+    group: argparse._ArgumentGroup | argparse.ArgumentParser = p
     for f in dataclasses.fields(TrainConfig):
+        if f.name in starts:
+            group = p.add_argument_group(starts[f.name])
         if not is_flag(f):
             continue
         help_ = flag_help(f)
         if _negated(f):
-            p.add_argument(_flag("no_" + f.name), action="store_true", help=help_)
+            group.add_argument(_flag("no_" + f.name), action="store_true", help=help_)
             continue
         if f.type in ("bool", bool):
-            p.add_argument(_flag(f.name), action="store_true", help=help_)
+            group.add_argument(_flag(f.name), action="store_true", help=help_)
             continue
         choices = flag_choices(f)
         if f.name == "head":
@@ -59,12 +81,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         default = None if required else f.default
         if default is not None:
             help_ = f"{help_} (default: {default})".strip()
-        p.add_argument(
+        group.add_argument(
             _flag(f.name), type=kind, required=required, default=default,
             choices=choices, help=help_,
         )
-    add_trust_remote_code(p)
-    p.add_argument(
+    # The runtime section is the last: the flags that are no training setting join it.
+    add_trust_remote_code(group)
+    group.add_argument(
         "--num-processes", type=int, default=1, metavar="N",
         help="data-parallel training in N processes on this machine (gloo on CPU, one GPU "
         "each on GPUs); --batch-size stays the global batch, each process takes 1/N of it "

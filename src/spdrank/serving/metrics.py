@@ -111,13 +111,6 @@ class Histogram(_Family):
             series = self._series.get(tuple(sorted(labels.items())))
             return series[0][-1] if series else 0
 
-    def bucket_counts(self, **labels: str) -> dict[float, int]:
-        """Cumulative counts by upper bound (``math.inf`` last); for tests and debugging."""
-        with self._lock:
-            series = self._series.get(tuple(sorted(labels.items())))
-            counts = series[0] if series else [0] * (len(self.buckets) + 1)
-            return dict(zip((*self.buckets, math.inf), counts))
-
     def render(self) -> list[str]:
         lines = self.header()
         for key, (counts, total) in sorted(self._series.items()):
