@@ -74,7 +74,7 @@ def test_training_keeps_a_frozen_prefill_out_of_autograd(model, slates):
 
 def test_each_stage_is_timed_around_its_own_work(model, slates, monkeypatch):
     import spdrank.backbone.load as load_module
-    import spdrank.backbone.readout as readout_module
+    import spdrank.model.readers as readout_module
 
     forward, pool, score = load_module.prompt_hidden, readout_module.read_items, model.score
 

@@ -1,9 +1,9 @@
 """The package's layers, read from its source: each folder imports only the folders below it,
 and no modules import each other in a circle.
 
-An import inside ``if TYPE_CHECKING:`` is a type annotation's reference, not a dependency (it
-never runs), and is left out; every other import counts, at module level or inside a function,
-since a function-level import is how a circle hides.
+Every import counts: at module level, inside a function (how a circle hides at run time) and
+under ``if TYPE_CHECKING:``, since a type annotation naming a module above is the same
+dependency on paper: code written against the layer above it.
 """
 
 from __future__ import annotations
@@ -45,15 +45,8 @@ def _modules() -> dict[str, Path]:
     return {_module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
 
 
-def _is_type_checking(node: ast.If) -> bool:
-    test = node.test
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
-    )
-
-
 def _imported(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
-    """The package's modules that module ``name`` imports when it runs."""
+    """The package's modules that module ``name`` imports, at run time or for its types."""
     found: set[str] = set()
 
     def add(target: str) -> None:
@@ -63,10 +56,6 @@ def _imported(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
             found.add(target)
 
     def visit(node: ast.AST) -> None:
-        if isinstance(node, ast.If) and _is_type_checking(node):
-            for child in node.orelse:
-                visit(child)
-            return
         if isinstance(node, ast.Import):
             for alias in node.names:
                 if alias.name.startswith("spdrank."):
@@ -174,7 +163,7 @@ def test_cycles_are_found(graph: dict[str, set[str]], expected: list[list[str]])
 
 
 def test_imports_are_read_as_python_runs_them(tmp_path: Path) -> None:
-    """A function-level import counts; one under TYPE_CHECKING does not."""
+    """A function-level import counts, and so does one under TYPE_CHECKING."""
     source = tmp_path / "probe.py"
     source.write_text(
         "from typing import TYPE_CHECKING\n"
@@ -184,5 +173,5 @@ def test_imports_are_read_as_python_runs_them(tmp_path: Path) -> None:
     )
     modules = _modules()
     assert _imported("spdrank.core.probe", source, modules) == {
-        "spdrank.core.slates", "spdrank.methods.spd.decode"
+        "spdrank.core.slates", "spdrank.model.ranker", "spdrank.methods.spd.decode"
     }

@@ -106,3 +106,58 @@ def test_rank_and_eval_run_a_model_over_windows(tmp_path, tiny_backbone, capsys)
     row = json.loads((tmp_path / "e.json").read_text())["rankers"]["w"]
     assert row["valid_pct"] == 100.0
     assert row["decode_passes_mean"] == Windows(8, 4).passes(20)  # the default stride: W / 2
+
+
+class _FakeModel:
+    """A model as the windowed ranker sees one: a K, ``encode`` (every second candidate cut)
+    and ``rank_batch`` from the encoded prompts."""
+
+    name = "model"
+
+    def __init__(self, k: int) -> None:
+        from types import SimpleNamespace
+
+        self.config = SimpleNamespace(head=SimpleNamespace(positions=k))
+        self.decoders: list[str | None] = []
+
+    def encode(self, slate: Slate):
+        from types import SimpleNamespace
+
+        return SimpleNamespace(input_ids=[0] * (3 * len(slate)), query_truncated=False,
+                               truncated=[int(d[1:]) % 2 == 1 for d in slate.docids])
+
+    def rank_batch(self, slates, decoder=None, encoded=None):
+        assert encoded is not None and len(encoded) == len(slates)  # ranked from its prompts
+        self.decoders.append(decoder)
+        return [_ByNumber().rank(s) for s in slates]
+
+
+def test_a_model_is_ranked_from_its_prompts_and_counted() -> None:
+    model = _FakeModel(k=4)
+    windowed = WindowedRanker(model, Windows(4, 2), decoder="greedy")
+    ranking = windowed.rank(_slate(7))
+    assert ranking.docids[:2] == ["d6", "d5"] and model.decoders == ["greedy"] * 3
+    prompts = windowed.prompts
+    assert prompts.truncated == {f"d{i}": i % 2 == 1 for i in range(7)}
+    assert prompts.tokens == 3 * (4 + 4 + 3)  # windows [3, 7), [1, 5), [0, 3)
+    small = _slate(3)
+    small.relevance = None
+    windowed.rank_batch([small, _slate(7)])
+    assert (windowed.passes, windowed.slates) == (3 + 1 + 3, 3)
+    assert windowed.summary() == "7 prefills for 3 slates (windows of 4, stride 2)"
+
+
+def test_a_window_over_the_models_k_is_refused() -> None:
+    with pytest.raises(ValueError, match=r"--window 5 is over m's K \(4\)"):
+        WindowedRanker(_FakeModel(k=4), Windows(5, 2), whose="m's")
+
+
+def test_a_window_stops_when_asked() -> None:
+    class Gone(Exception):
+        pass
+
+    def stop(part: Slate) -> None:
+        raise Gone
+
+    with pytest.raises(Gone):
+        WindowedRanker(_FakeModel(k=4), Windows(4, 2)).rank(_slate(7), stop)

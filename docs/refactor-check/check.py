@@ -32,6 +32,8 @@ HEADS = {
     "history": {"frozen": True, "cache": True},
     "scalar": {"frozen": True},
     "first": {},
+    "pointwise": {"frozen": True, "cache": True},
+    "tokens": {"head": "history", "frozen": True, "readout": "tokens"},
 }
 
 
@@ -88,7 +90,9 @@ def train_all(root: Path, tag: str) -> None:
         kw = {"frozen": how.get("frozen", False)}
         if how.get("cache"):
             kw["cache_states"] = str(root / tag / f"cache-{head}")
-        summary = train(config(root, out, head, **kw))
+        if how.get("readout"):
+            kw["readout"] = how["readout"]
+        summary = train(config(root, out, how.get("head", head), **kw))
         print(f"trained {head}: eval {json.dumps(summary['eval'], sort_keys=True)}")
 
 
@@ -110,7 +114,7 @@ def report(root: Path, label: str, tag: str) -> None:
         for f in sorted(model_dir.rglob("*.safetensors")):
             print("weights", f.relative_to(model_dir), digest(f))
         model = SPDRanker.from_pretrained(model_dir, device="cpu")
-        print("name", model.name, "matrix", model.matrix, "history", model.reads_history)
+        print("name", model.name, "matrix", model.method.matrix, "history", model.reads_history)
         for ranking, slate in zip(model.rank_batch(slates), slates):
             print("rank", slate.query.qid, ranking.docids, [repr(s) for s in ranking.scores])
         for slate in slates[:2]:
@@ -127,6 +131,9 @@ def report(root: Path, label: str, tag: str) -> None:
         else:
             for row in rows:
                 print("row", row.name, [row.rank(s).docids for s in slates])
+        if HEADS[head].get("cache"):
+            cached_vs_live(root / tag / f"cache-{head}", model)
+        windowed(root, label, head, model, model_dir)
         metrics = root / f"eval-{label}-{head}.json"
         subprocess.run(
             [sys.executable, "-m", "spdrank", "eval", "--slates", str(data(root) / "eval.jsonl"),
@@ -137,6 +144,85 @@ def report(root: Path, label: str, tag: str) -> None:
         results = json.loads(metrics.read_text())
         for name, ranker in results["rankers"].items():
             print("eval", name, json.dumps(ranker.get("metrics"), sort_keys=True))
+
+
+def cached_vs_live(cache_dir: Path, model) -> None:
+    """The scores of the training slates from their cached states and from a live prefill."""
+    from spdrank.core.slates import load_slates
+    from spdrank.training.state_cache import open_state_cache
+
+    path = cache_dir.parent.parent / "data" / "train.jsonl"
+    slates = load_slates(path)
+    cache = open_state_cache(cache_dir / "train", model, path, len(slates), progress=False)
+    batch = cache.batch(list(range(len(slates))), slates, model)
+    cached, _ = model.score_batch(slates, batch=batch)
+    live, _ = model.score_batch(slates)
+    print("cached", cached.shape, hashlib.sha256(cached.tobytes()).hexdigest()[:16],
+          "live", hashlib.sha256(live.tobytes()).hexdigest()[:16],
+          "max diff", f"{abs(cached - live).max():.2e}")
+    for ranking, slate in zip(model.rank_batch(slates, batch=batch), slates):
+        print("rank cached", slate.query.qid, ranking.docids, [repr(s) for s in ranking.scores])
+
+
+def long_slates(root: Path) -> Path:
+    """Slates over a window of 4 (one over the models' K of 16), in ROOT/data/long.jsonl."""
+    path = data(root) / "long.jsonl"
+    if not path.exists():
+        rng = random.Random(1)
+        write_slates(path, [make_slate(rng, n, qid=f"w{n}") for n in (5, 9, 14, 20)])
+    return path
+
+
+def windowed(root: Path, label: str, head: str, model, model_dir: Path) -> None:
+    """Sliding windows of 4 over long slates: the Python ranker, the server's engine and
+    ``spdrank rank --window`` (its outputs, timings left out, and its summary lines)."""
+    from spdrank.core.slates import load_slates
+    from spdrank.rankers.windows import WindowedRanker, Windows
+    from spdrank.serving.engine import Engine
+
+    slates = load_slates(long_slates(root))
+    ranker = WindowedRanker(model, Windows(4, 2))
+    for slate in slates:
+        r = ranker.rank(slate)
+        print("window", slate.query.qid, r.docids, r.indices, r.decode_passes,
+              [repr(s) for s in r.scores or []])
+    engine = Engine(model, "m")
+    engine.use_windows(4, 2, 64)
+    for slate, ranked in zip(slates, engine.rank(slates)):
+        r = ranked.ranking
+        print("engine", slate.query.qid, r.docids, r.decode_passes, [repr(s) for s in r.scores or []],
+              ranked.truncated, ranked.query_truncated, ranked.prompt_tokens)
+    short = [s for s in slates if len(s) <= 16]
+    for slate, ranked in zip(short, Engine(model, "m").rank(short)):
+        r = ranked.ranking
+        print("engine1", slate.query.qid, r.docids, [repr(s) for s in r.scores or []],
+              ranked.truncated, ranked.prompt_tokens)
+    out = root / f"rank-{label}-{head}"
+    out.mkdir(exist_ok=True)
+    for name, flags in (("plain", ["--input", str(data(root) / "eval.jsonl"),
+                                   "--batch-size", "4"]),
+                        ("window", ["--input", str(long_slates(root)), "--window", "4"])):
+        done = subprocess.run(
+            [sys.executable, "-m", "spdrank", "rank", "--model", str(model_dir), "--device",
+             "cpu", "--output", str(out / f"{name}.jsonl"), "--trec", str(out / f"{name}.trec"),
+             *flags], check=True, capture_output=True, text=True,
+        )
+        print("rank-cli", name, done.stdout.replace(str(root), "ROOT").strip())
+        for line in (out / f"{name}.jsonl").read_text().splitlines():
+            record = json.loads(line)
+            record.pop("timings_ms")
+            print("rank-cli", name, json.dumps(record, sort_keys=True))
+        print("rank-cli", name, (out / f"{name}.trec").read_text())
+    if head == "attn":
+        metrics = out / "eval-window.json"
+        subprocess.run(
+            [sys.executable, "-m", "spdrank", "eval", "--slates", str(long_slates(root)),
+             "--model", f"{head}={model_dir}", "--window", "4", "--device", "cpu",
+             "--no-progress", "--json", str(metrics)],
+            check=True, capture_output=True, text=True,
+        )
+        for name, ranker in json.loads(metrics.read_text())["rankers"].items():
+            print("eval-window", name, json.dumps(ranker.get("metrics"), sort_keys=True))
 
 
 def refusals(root: Path) -> None:

@@ -58,7 +58,7 @@ def test_an_untrained_anchored_model_ranks_as_it_was_given(kind):
     slates = [search_slate(rng, f"q{i}", rng.randint(2, 24)) for i in range(6)]
     torch.manual_seed(0)
     model = features_model(kind)
-    decoders = sorted(DECODERS) if model.matrix else [model.config.decoder]
+    decoders = sorted(DECODERS) if model.method.matrix else [model.config.decoder]
     for decoder in decoders:
         for slate, ranking in zip(slates, model.rank_batch(slates, decoder=decoder)):
             assert ranking.docids == slate.docids, (kind, decoder)

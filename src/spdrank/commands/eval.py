@@ -145,17 +145,12 @@ def checked_slates(path: Path, rankers: list[Ranker]) -> Iterator[Slate]:
     """The file's slates, a repeated qid refused, each checked with its ``file:line`` against
     every SPD model's limits (K, features): the checks ``spdrank rank`` and the server make."""
     from spdrank.core.slates import iter_slates, unique_qids
-    from spdrank.core.validation import check_fits_model
 
     # One run over sliding windows takes slates of any size, so only its features are checked.
-    limits = []
-    for r in trained_models(rankers):
-        model = getattr(r, "inner", r)
-        windowed = hasattr(r, "windows")
-        limits.append((None if windowed else model.config.head.positions, model.features))
+    models = [(getattr(r, "inner", r), hasattr(r, "windows")) for r in trained_models(rankers)]
     for where, slate in unique_qids(iter_slates(path), allow_blank=True):
-        for positions, features in limits:
-            check_fits_model(slate, positions or len(slate), features, where)
+        for model, windowed in models:
+            model.check(slate, where, len(slate) if windowed else None)
         yield slate
 
 

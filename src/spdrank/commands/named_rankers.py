@@ -111,12 +111,7 @@ def build_rankers(
             if windows is not None:
                 from spdrank.rankers.windows import WindowedRanker
 
-                if windows.window > model.config.head.positions:
-                    raise ValueError(
-                        f"--window {windows.window} is over {path}'s K "
-                        f"({model.config.head.positions})"
-                    )
-                rankers.append(WindowedRanker(model, windows))
+                rankers.append(WindowedRanker(model, windows, whose=f"{path}'s"))
             else:
                 rankers.append(model)
     return without_history(rankers) if search else rankers

@@ -79,10 +79,11 @@ def run(args: argparse.Namespace) -> int:
         args.model, device=resolve_device(args.device), dtype=args.dtype,
         trust_remote_code=args.trust_remote_code,
     )
-    if windows is not None and windows.window > model.config.head.positions:
-        raise ValueError(f"--window {windows.window} is over the model's K "
-                         f"({model.config.head.positions})")
-    ranker = CountingRanker(model, args.decoder, windows)
+    windowed = None
+    if windows is not None:
+        from spdrank.rankers.windows import WindowedRanker
+
+        windowed = WindowedRanker(model, windows, args.decoder)
     n = 0
     with contextlib.ExitStack() as stack:
         out = stack.enter_context(atomic_writer(args.output))
@@ -90,7 +91,9 @@ def run(args: argparse.Namespace) -> int:
         bar = Progress("rank", unit="slate")
         stack.callback(bar.close)
         for batch in batched(checked_slates(args, model, windows is not None), args.batch_size):
-            for slate, ranking in zip(batch, ranker.rank_batch(batch)):
+            rankings = (model.rank_batch(batch, decoder=args.decoder) if windowed is None
+                        else windowed.rank_batch(batch))
+            for slate, ranking in zip(batch, rankings):
                 record = result_record(slate, ranking)
                 out.write(json.dumps(record, ensure_ascii=False, allow_nan=False) + "\n")
                 if trec is not None:
@@ -104,7 +107,13 @@ def run(args: argparse.Namespace) -> int:
     streamed = any(output_target(p).stream for p in (args.output, args.trec) if p)
     print(f"ranked {n} slates -> {args.output}" + (f" (TREC run: {args.trec})" if args.trec else ""),
           file=sys.stderr if streamed else sys.stdout)
-    print(ranker.summary(), file=sys.stderr if streamed else sys.stdout)
+    # What a user must know: the candidates cut to the token budget (the model counts them as
+    # it encodes) and, with windows, the prefills spent (a candidate in several windows counts
+    # once per window it was cut in).
+    summary = model.cuts.summary(model.config.prompt.max_item_tokens)
+    if windowed is not None:
+        summary += f"; {windowed.summary()}"
+    print(summary, file=sys.stderr if streamed else sys.stdout)
     return 0
 
 
@@ -119,38 +128,6 @@ def check_unread(args: argparse.Namespace) -> None:
                          "window is ranked in a prefill of its own; drop --batch-size")
 
 
-class CountingRanker:
-    """The model ranking slates (over sliding windows when asked), and one line of what a user
-    must know: the candidates cut to the token budget (the model counts them as it encodes)
-    and, with windows, the prefills spent."""
-
-    def __init__(self, model: Any, decoder: str | None, windows: Any) -> None:
-        self.model, self.decoder, self.windows = model, decoder, windows
-        self.prefills = self.slates = 0
-
-    def _rank(self, slates: list[Slate]) -> list[Any]:
-        self.prefills += 1
-        return self.model.rank_batch(slates, decoder=self.decoder)
-
-    def rank_batch(self, slates: list[Slate]) -> list[Any]:
-        self.slates += len(slates)
-        if self.windows is None:
-            return self._rank(slates)
-        from spdrank.rankers.windows import rank_windowed
-
-        return [rank_windowed(s, self.windows, lambda part: self._rank([part])[0])
-                for s in slates]
-
-    def summary(self) -> str:
-        """One line: how much was cut, and with windows the prefills spent (a candidate in
-        several windows counts once per window it was cut in)."""
-        line = self.model.cuts.summary(self.model.config.prompt.max_item_tokens)
-        if self.windows is not None:
-            line += (f"; {self.prefills} prefills for {self.slates} slates (windows of "
-                     f"{self.windows.window}, stride {self.windows.stride})")
-        return line
-
-
 def checked_slates(
     args: argparse.Namespace, model: Any, windowed: bool = False
 ) -> Iterator[Slate]:
@@ -162,12 +139,10 @@ def checked_slates(
     """
     from spdrank.core.outputs import check_trec_ids
     from spdrank.core.slates import iter_slates, unique_qids
-    from spdrank.core.validation import check_fits_model
 
     located = unique_qids(iter_slates(args.input, model.config.text_fields), allow_blank=True)
     for where, slate in located:
-        positions = len(slate) if windowed else model.config.head.positions
-        check_fits_model(slate, positions, model.features, where)
+        model.check(slate, where, len(slate) if windowed else None)
         if args.trec:
             check_trec_ids(slate, where)
         yield slate

@@ -127,10 +127,9 @@ def check_window(model: str, settings: ServeSettings) -> None:
     if not settings.window:
         return
     from spdrank.model.checkpoint import CONFIG_NAME, checkpoint_dir, read_config
+    from spdrank.rankers.windows import check_window as check_fits
 
-    k = read_config(checkpoint_dir(model) / CONFIG_NAME).head.positions
-    if settings.window > k:
-        raise ValueError(f"--window {settings.window} is over the model's K ({k})")
+    check_fits(settings.window, read_config(checkpoint_dir(model) / CONFIG_NAME).head.positions)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -18,8 +18,9 @@ adds an HTTP status. :func:`loads` refuses, naming the field (``candidates[3].do
 These hold for every field, extra fields included, because spdrank writes extra fields back
 out (result records, labelled slates, HTTP answers) and must be able to. What a field must be
 (a string, a number within float range) is :class:`~spdrank.core.slates.Slate`'s to check;
-what a model can read (at most K candidates, features it can normalise) is
-:func:`check_fits_model`'s, which the server and ``spdrank rank`` both call.
+what a model can read (at most K candidates, features it can normalise) is the model's to
+check (:meth:`spdrank.model.ranker.SPDRanker.check`), which the server, ``rank`` and ``eval``
+call.
 
 What an id may hold is said here once (:func:`id_problem`): a slate's ids are checked by it
 as they are read (:func:`as_id`), and a TREC run's as they are written
@@ -35,11 +36,7 @@ import sys
 import unicodedata
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from spdrank.core.features import FeatureNormalizer
-    from spdrank.core.slates import Slate
+from typing import Any
 
 #: Containers nested deeper than this are refused: slates need 4 levels, extras a few more.
 MAX_DEPTH = 64
@@ -310,29 +307,3 @@ def located(where: str | None) -> Iterator[None]:
         if exc.where is not None or where is None:
             raise
         raise SlateError(exc.detail, where, field=exc.field) from None
-
-
-def check_fits_model(
-    slate: Slate,
-    positions: int,
-    features: FeatureNormalizer | None,
-    where: str | None = None,
-) -> None:
-    """Refuse a slate the model cannot rank: more candidates than its K, a feature missing,
-    or a feature value its normalisation cannot hold (``1.7e308`` overflows to infinity).
-
-    The server calls this before queueing a request and ``spdrank rank`` before ranking a
-    line, so the model only ever sees slates it can rank and errors name the request's field
-    or the file's line, never a broken score matrix.
-    """
-    if len(slate) > positions:
-        raise SlateError(
-            f"slate {slate.query.qid!r} has {len(slate)} candidates; this model ranks at most "
-            f"{positions} (its K) in one pass; --window {positions} ranks a longer list by "
-            "sliding windows",
-            where,
-            field="candidates",
-        )
-    if features is not None:
-        with located(where):
-            features(slate)

@@ -2,9 +2,11 @@
 
 SPD and its single-pass peers share the backbone, the prompt, the training loop and the
 checkpoint format; they differ in what their head scores, how it learns, and how its scores
-become an order. A :class:`RankingMethod` says all of that for one method. The model, the
-training loop, the state cache and the commands ask the method of a head kind
-(:func:`method_for`) rather than test the kind.
+become an order. A :class:`RankingMethod` says all of that for one method: a head, a loss and a
+decoder, plus which way its head reads the backbone (:attr:`RankingMethod.reads`; the model
+owns the readers, :mod:`spdrank.model.readers`). The model, the training loop, the state cache
+and the commands ask the method of a head kind (:func:`method_for`) rather than test the kind;
+a method never receives the model, only settings and arrays.
 
 Nothing here imports torch at module level: the CLI lists the head kinds, and the training
 settings build their prompt, without loading it.
@@ -14,7 +16,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 if TYPE_CHECKING:
     import numpy as np
@@ -23,12 +25,21 @@ if TYPE_CHECKING:
 
     from spdrank.backbone.batching import Batch
     from spdrank.backbone.prompt import EncodedPrompt, PromptSettings
-    from spdrank.backbone.readout import HeadInputs
-    from spdrank.core.clock import StageClock
-    from spdrank.core.slates import Slate
-    from spdrank.model.config import SPDConfig
-    from spdrank.model.ranker import SPDRanker
-    from spdrank.training.config import TrainConfig
+    from spdrank.methods.heads import HeadConfig
+
+
+class ModelSettings(Protocol):
+    """What a method reads of a model's settings (:class:`spdrank.model.config.SPDConfig`)."""
+
+    head: HeadConfig
+    prompt: PromptSettings
+    features: Any
+    features_only: bool
+
+
+#: The ways a head reads the backbone (:attr:`RankingMethod.reads`), each a reader of the
+#: model's (:mod:`spdrank.model.readers`).
+READS = ("prompt", "candidates", "logits")
 
 
 class RankingMethod(ABC):
@@ -45,9 +56,13 @@ class RankingMethod(ABC):
     #: Its head scores an N x K item-position matrix, each slate decoded by a named decoder
     #: (:mod:`spdrank.methods.spd.decode`); otherwise it scores one value per item.
     matrix: ClassVar[bool]
-    #: Its head reads the LM's last-token logits rather than the items' hidden states: the
-    #: backbone is loaded with its LM head.
-    reads_logits: ClassVar[bool] = False
+    #: How its head reads the backbone (one of :data:`READS`): ``prompt``, one prompt holding
+    #: every candidate, its states pooled at the readout positions; ``candidates``, one
+    #: sequence a candidate; ``logits``, one prompt's next-token logits at its end (the
+    #: backbone is loaded with its LM head).
+    reads: ClassVar[str] = "prompt"
+    #: Its settings record (:class:`MethodSettings`), filled from the settings of a run.
+    settings: ClassVar[type[MethodSettings] | None] = None
     #: Why its backbone states cannot be cached for training (``--cache-states``); None when
     #: they can.
     cache_refusal: ClassVar[str | None] = None
@@ -56,6 +71,11 @@ class RankingMethod(ABC):
     history_kinds: ClassVar[tuple[str, ...]] = ()
     #: The most rank positions (K) it can score; None: no limit of its own.
     max_positions: ClassVar[int | None] = None
+
+    @property
+    def reads_logits(self) -> bool:
+        """Its head reads the LM's logits rather than the items' hidden states."""
+        return self.reads == "logits"
 
     @property
     def caches_states(self) -> bool:
@@ -74,56 +94,35 @@ class RankingMethod(ABC):
         """The prompt settings this method needs, from those asked for."""
         return settings
 
-    def check(self, config: SPDConfig) -> None:
+    def check(self, config: ModelSettings) -> None:
         """Raise ValueError when ``config`` describes a model this method cannot be."""
 
     @abstractmethod
     def build_head(
-        self, config: SPDConfig, backbone: nn.Module, tokenizer: Any, features: int
+        self, config: ModelSettings, backbone: nn.Module, tokenizer: Any, features: int
     ) -> nn.Module:
         """A fresh head of ``config.head.kind`` (one of :attr:`kinds`) for a model over
         ``backbone`` reading ``features`` features: each method builds the heads it serves
         (a head over the backbone's states reads :func:`state_size` of them)."""
 
-    def frozen_refusal(self, config: SPDConfig) -> str | None:
+    def frozen_refusal(self, config: ModelSettings) -> str | None:
         """Why a model of ``config`` has nothing to train with its backbone frozen (its head
         has no weights of its own); None when it has."""
         return None
 
-    # -- how the backbone reads a slate: by default, one prompt holding every candidate -----
-    # A method that reads the candidates otherwise (one sequence each) overrides the three.
-
-    def encode(self, model: SPDRanker, slate: Slate) -> EncodedPrompt:
-        """The backbone's input for ``slate``: one prompt with its user context and every
-        candidate's text."""
-        texts = slate.candidate_texts(model.config.text_fields)
-        return model.prompts.encode(slate.query.text, texts)
-
-    def collate(self, model: SPDRanker, encoded: Sequence[EncodedPrompt]) -> Batch:
-        """Encoded slates right-padded into one batch for one prefill."""
-        from spdrank.backbone.batching import collate
-
-        return collate(encoded, model.tokenizer.pad_token_id)
-
-    def read(self, model: SPDRanker, batch: Batch, clock: StageClock | None = None) -> HeadInputs:
-        """One prefill of ``batch``, pooled as the prompt's ``readout`` says (the ``prefill``
-        and ``readout`` stages of ``clock``)."""
-        from spdrank.backbone.load import prompt_hidden
-        from spdrank.backbone.readout import read_items
-        from spdrank.core.clock import timed
-
-        with timed(clock, "prefill", model.synchronize):
-            hidden = prompt_hidden(model.backbone, batch.prompt)
-        with timed(clock, "readout", model.synchronize):
-            return read_items(batch, hidden, model.config.prompt, model.words,
-                              model.reads_history)
+    def collate(self, model: Any, encoded: Sequence[EncodedPrompt]) -> Batch:
+        """Encoded slates padded into one batch by ``model``'s reader: kept for the training
+        loop, which asks the method; the model's own :attr:`reader` is the one to ask."""
+        return model.reader.collate(encoded)
 
     @abstractmethod
     def loss(
-        self, scores: torch.Tensor, target: torch.Tensor, sizes: torch.Tensor, cfg: TrainConfig
+        self, scores: torch.Tensor, target: torch.Tensor, sizes: torch.Tensor, settings: Any
     ) -> torch.Tensor:
         """The [B] per-slate losses of a batch's ``scores`` against its [B, P, P] item-position
-        ``target`` matrices, with ``sizes`` [B] real items a slate."""
+        ``target`` matrices, with ``sizes`` [B] real items a slate, under ``settings``: the
+        method's own record (:attr:`settings`) or any settings holding its fields (a
+        training run's)."""
 
     @abstractmethod
     def order(self, scores: np.ndarray, decoder: str) -> np.ndarray:
@@ -139,7 +138,23 @@ class RankingMethod(ABC):
         ranked in ``order`` from its ``scores`` (padded items may follow the real ones)."""
 
 
-def state_size(config: SPDConfig, backbone: nn.Module) -> int:
+class MethodSettings:
+    """A method's own settings record (as peft gives each tuner its config class): a dataclass
+    whose fields a run's settings carry under the same names, so the flat settings of
+    ``spdrank train`` (one field a flag) fill it (:meth:`of`)."""
+
+    @classmethod
+    def of(cls, settings: Any) -> Any:
+        """This record from ``settings``: itself, or any object holding its fields by name."""
+        if isinstance(settings, cls):
+            return settings
+        import dataclasses
+
+        names = [f.name for f in dataclasses.fields(cls)]  # type: ignore[arg-type]
+        return cls(**{name: getattr(settings, name) for name in names})
+
+
+def state_size(config: ModelSettings, backbone: nn.Module) -> int:
     """The width D of the states a head of ``config`` reads of ``backbone``: its hidden size,
     or 0 for a features-only model, whose head reads the features alone."""
     from spdrank.backbone.load import hidden_size

@@ -2,8 +2,8 @@
 
 Read top to bottom: the model's parts and their checks (``__init__``), building and loading
 (``build``, ``from_pretrained``, ``save_pretrained``; the files are :mod:`.checkpoint`'s), the
-forward pass (``encode`` -> ``collate`` -> ``read`` -> ``score``; how the backbone reads a
-slate is the ranking method's: :meth:`spdrank.methods.base.RankingMethod.read`), and ranking
+forward pass (``encode`` -> ``collate`` -> ``read`` -> ``score``; how the backbone is read is
+the model's reader, :mod:`.readers`, of the kind its ranking method declares), and ranking
 (``rank``, ``rank_batch``: the method decodes the scores into a valid permutation).
 """
 
@@ -36,6 +36,7 @@ from spdrank.core.clock import StageClock, timed
 from spdrank.core.defaults import DEFAULT_ITEM_TOKENS
 from spdrank.core.ranking import STAGES, Ranking
 from spdrank.core.slates import Query, Slate, SlateError, as_slate
+from spdrank.core.validation import located
 from spdrank.methods.base import RankingMethod, method_for
 from spdrank.methods.spd.decode import get_decoder
 from spdrank.model.checkpoint import (
@@ -49,6 +50,7 @@ from spdrank.model.checkpoint import (
 )
 from spdrank.model.config import SPDConfig
 from spdrank.model.parts import backbone_and_tokenizer
+from spdrank.model.readers import PromptReader, reader_for
 
 log = logging.getLogger(__name__)
 
@@ -133,13 +135,15 @@ class SPDRanker(nn.Module):
         self.words = (
             WordSplitter(tokenizer) if config.prompt.readout == "words" and self.prompts else None
         )
+        #: How the backbone reads a slate: the reader of the kind the method declares.
+        self.reader: PromptReader = reader_for(
+            self.method.reads, backbone=backbone, prompts=self.prompts,
+            pad_id=tokenizer.pad_token_id, settings=config.prompt,
+            text_fields=config.text_fields, words=self.words, history=self.reads_history,
+            sync=self.synchronize,
+        )
         get_decoder(config.decoder)  # fail early on an unknown decoder
         self.name = self.method.model_name(config.head.kind)
-
-    @property
-    def matrix(self) -> bool:
-        """Its scores are N x K matrices decoded by assignment (else one score per item)."""
-        return self.method.matrix
 
     # -- construction and checkpoints --------------------------------------------------------
 
@@ -222,23 +226,45 @@ class SPDRanker(nn.Module):
 
         A candidate missing a feature the model reads is a :class:`SlateError` naming it.
         """
-        if len(slate) > self.config.head.positions:
-            raise ValueError(
-                f"slate {slate.query.qid!r} has {len(slate)} candidates; this model ranks at most "
-                f"{self.config.head.positions} (its K) in one pass; --window "
-                f"{self.config.head.positions} (or rankers.windows.WindowedRanker) ranks a "
-                "longer list by sliding windows"
-            )
+        self._check_size(slate)
         features = self.slate_features(slate)
         if self.prompts is None:  # features only: no text is read
             n = len(slate)
             return EncodedPrompt([], item_first=[0] * n, item_last=[0] * n,
                                  truncated=[False] * n, features=features)
-        encoded = self.method.encode(self, slate)
+        encoded = self.reader.encode(slate)
         self.check_context(slate, encoded)
         self.cuts.add(encoded)
         encoded.features = features
         return encoded
+
+    def check(self, slate: Slate, where: str | None = None, most: int | None = None) -> None:
+        """Refuse a slate this model cannot rank, as a :class:`SlateError` naming ``where``
+        (``file:line``) and the field to blame: more candidates than ``most`` (its K unless
+        given: a longer slate is ranked only by windows), a feature missing, or one its
+        normalisation cannot hold (``1.7e308`` overflows to infinity).
+
+        ``spdrank rank`` and ``eval`` call it before ranking a line and the server before it
+        queues a request, so errors name the line or the request, never a broken batch.
+        """
+        self._check_size(slate, where, most)
+        if self.features is not None:
+            with located(where):
+                self.features(slate)
+
+    def _check_size(
+        self, slate: Slate, where: str | None = None, most: int | None = None
+    ) -> None:
+        """Refuse a slate of more than ``most`` candidates (default: K) in one pass."""
+        most = int(self.config.head.positions) if most is None else most
+        if len(slate) > most:
+            raise SlateError(
+                f"slate {slate.query.qid!r} has {len(slate)} candidates; this model ranks at "
+                f"most {most} (its K) in one pass; --window {most} ranks a longer list by "
+                "sliding windows",
+                where,
+                field="candidates",
+            )
 
     def check_context(self, slate: Slate, encoded: EncodedPrompt) -> None:
         """Refuse a prompt longer than the backbone's positions, with its numbers: the backbone
@@ -259,9 +285,9 @@ class SPDRanker(nn.Module):
         return self.features(slate) if self.features is not None else None
 
     def collate(self, encoded: Sequence[EncodedPrompt]) -> Batch:
-        """Encoded slates padded into one batch on the model's device, as the method lays
-        them out (:meth:`spdrank.methods.base.RankingMethod.collate`)."""
-        batch = self.method.collate(self, encoded)
+        """Encoded slates padded into one batch on the model's device, as the reader lays
+        them out."""
+        batch = self.reader.collate(encoded)
         device = self.device
         return batch if device.type == "cpu" else batch.to(device)
 
@@ -304,11 +330,11 @@ class SPDRanker(nn.Module):
         return self.head.anchor(scores, batch.item_mask) if self.anchored else scores
 
     def read(self, batch: Batch, clock: StageClock | None = None) -> HeadInputs:
-        """What the head reads, as float32: the batch's cached states, or what the method
-        reads of its prefill (:meth:`spdrank.methods.base.RankingMethod.read`: the candidates'
-        states pooled as the prompt's ``readout`` says and, for a head that reads them, the
-        history items'; FIRST: the LM's logits). Nothing without an LLM. ``clock``, when
-        given, times the ``prefill`` and ``readout`` stages."""
+        """What the head reads, as float32: the batch's cached states, or what the reader
+        reads of its prefill (:mod:`.readers`: the candidates' states pooled as the prompt's
+        ``readout`` says and, for a head that reads them, the history items'; FIRST: the LM's
+        logits). Nothing without an LLM. ``clock``, when given, times the ``prefill`` and
+        ``readout`` stages."""
         if self.config.features_only:
             return HeadInputs(None)
         cached = batch.cached
@@ -317,7 +343,7 @@ class SPDRanker(nn.Module):
                 history = cached.history.float() if cached.history is not None else None
                 return HeadInputs(cached.items.float(), history, cached.item_tokens,
                                   cached.history_tokens)
-        return self.method.read(self, batch, clock)
+        return self.reader.read(batch, clock)
 
     def order(self, scores: np.ndarray, decoder: str | None = None) -> np.ndarray:
         """Item indices best first, as the method decodes: assignment on a matrix, sorting on
@@ -392,18 +418,21 @@ class SPDRanker(nn.Module):
     ) -> list[Ranking]:
         """Rank slates in one padded prefill. Timings are the batch's, shared by its slates.
 
-        For SPD, ``scores`` are rank-derived relevances in (0, 1], 1 for rank 1, strictly
-        decreasing: the assignment fixes the order, and M's entries are not comparable across
-        positions. The sorting peers report their own per-item scores. ``encoded`` passes
-        prompts the caller already encoded (e.g. to read their truncation flags) so they are
-        not tokenized twice; ``batch``, the slates already collated (see :meth:`score_batch`).
+        ``scores`` are the method's, best first and never rising down the list: for SPD each
+        item's relevance under the Sinkhorn-normalised matrix (1 - its expected position over
+        n; M's own entries are not comparable across positions), held to a running minimum
+        where the decoder's order differs from the expected one, so ties are possible; the
+        sorting peers report their own per-item scores. ``encoded`` passes prompts the caller
+        already encoded (e.g. to read their truncation flags) so they are not tokenized twice;
+        ``batch``, the slates already collated (see :meth:`score_batch`).
         """
-        decoder = decoder or self.config.decoder
+        # encode -> collate -> read (prefill, readout) -> head, timed stage by stage
         scores, timings = self.score_batch(slates, encoded, batch)
-        t0 = time.perf_counter()
-        orders = self.method.orders(scores, [len(s) for s in slates], decoder)
+        t0 = time.perf_counter()  # decode: the method's order of each slate's scores
+        orders = self.method.orders(scores, [len(s) for s in slates],
+                                    decoder or self.config.decoder)
         timings["assign"] = (time.perf_counter() - t0) * 1e3
-        return [
+        return [  # the Rankings, with the scores the method reports
             self.ranking(slate, order, scores[i], timings)
             for i, (slate, order) in enumerate(zip(slates, orders))
         ]

@@ -11,12 +11,18 @@ costs one pass per window, which :attr:`~spdrank.core.ranking.Ranking.decode_pas
 
 The result is a permutation of the whole slate. Its ``scores`` are rank-derived: scores from
 different windows are not comparable. ``timings`` are summed over the windows.
+
+:class:`WindowedRanker` is the one windowed ranking of ``rank``, ``eval`` and the server: it
+counts the passes it spends, and ranks a model's windows from the prompts it encodes itself,
+so what the prompts cut of a slate is known (:class:`WindowPrompts`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, replace
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 from spdrank.core.ranking import Ranking
 from spdrank.core.slates import Slate
@@ -55,6 +61,17 @@ class Windows:
         """How many prefills a slate of ``n`` candidates costs."""
         return len(self.spans(n))
 
+    def check_fits(self, k: int, whose: str = "the model's") -> None:
+        """Refuse a window over a model's K (:func:`check_window`)."""
+        check_window(self.window, k, whose)
+
+
+def check_window(window: int, k: int, whose: str = "the model's") -> None:
+    """Refuse a window over a model's K (``whose`` names the model in the message): the model
+    could rank none of its windows."""
+    if window > k:
+        raise ValueError(f"--window {window} is over {whose} K ({k})")
+
 
 def rank_windowed(
     slate: Slate, windows: Windows, rank: Callable[[Slate], Ranking]
@@ -83,20 +100,88 @@ def rank_windowed(
     )
 
 
+@dataclass
+class WindowPrompts:
+    """What a model's prompts did to one slate ranked by windows, over all its windows."""
+
+    #: Per candidate: its text was cut to the model's per-item token budget.
+    truncated: dict[str, bool] = field(default_factory=dict)
+    #: The tokens the windows' prompts hold together.
+    tokens: int = 0
+    query_truncated: bool = False
+
+
 class WindowedRanker:
-    """Any ranker, run over sliding windows: what ``--window`` wraps a model in."""
+    """Any ranker, run over sliding windows: what ``--window`` wraps a model in.
+
+    A model (a ranker with ``encode`` and ``rank_batch``, :class:`~spdrank.model.ranker.SPDRanker`)
+    is refused a window over its K, ranks each window from the prompt encoded here (its
+    ``tokenize`` stage holds that encoding) with ``decoder``, and :attr:`prompts` says what
+    the last slate's prompts cut. :attr:`passes` and :attr:`slates` count what it ranked.
+    """
 
     needs_train = False
 
-    def __init__(self, inner: object, windows: Windows) -> None:
+    def __init__(
+        self, inner: Any, windows: Windows, decoder: str | None = None,
+        whose: str = "the model's",
+    ) -> None:
+        config = getattr(inner, "config", None)
+        if config is not None:
+            windows.check_fits(int(config.head.positions), whose)
         self.inner = inner
         self.windows = windows
+        self.decoder = decoder
         self.name = getattr(inner, "name", "ranker")
+        self._encodes = hasattr(inner, "encode") and hasattr(inner, "rank_batch")
+        #: Passes (prefills) spent, and slates ranked, since it was built.
+        self.passes = 0
+        self.slates = 0
+        #: What the prompts did to the last slate ranked (a model's; else empty).
+        self.prompts = WindowPrompts()
 
     def fit(self, train: object) -> None:
         """Nothing to learn here: the inner ranker is fitted as it is."""
 
-    def rank(self, slate: Slate) -> Ranking:
-        ranking = rank_windowed(slate, self.windows, self.inner.rank)  # type: ignore[attr-defined]
+    def rank(
+        self, slate: Slate, before_window: Callable[[Slate], None] | None = None
+    ) -> Ranking:
+        """``slate`` ranked by windows; ``before_window`` is called with each window before it
+        is ranked (what stops a slate whose client has left, by raising)."""
+        self.slates += 1
+        self.prompts = WindowPrompts()
+
+        def one(part: Slate) -> Ranking:
+            if before_window is not None:
+                before_window(part)
+            ranking = self._window(part)
+            self.passes += max(ranking.decode_passes, 1)
+            return ranking
+
+        ranking = rank_windowed(slate, self.windows, one)
         position = {d: i for i, d in enumerate(slate.docids)}
         return replace(ranking, indices=[position[d] for d in ranking.docids])
+
+    def rank_batch(self, slates: Sequence[Slate]) -> list[Ranking]:
+        """Each slate ranked by its own windows."""
+        return [self.rank(slate) for slate in slates]
+
+    def _window(self, part: Slate) -> Ranking:
+        """One window ranked by the inner ranker (a model from the prompt encoded here)."""
+        if not self._encodes:
+            return self.inner.rank(part)
+        start = time.perf_counter()
+        encoded = self.inner.encode(part)
+        encode_ms = (time.perf_counter() - start) * 1e3
+        prompts = self.prompts
+        prompts.truncated.update(zip(part.docids, encoded.truncated))
+        prompts.tokens += len(encoded.input_ids)
+        prompts.query_truncated = prompts.query_truncated or bool(encoded.query_truncated)
+        ranking = self.inner.rank_batch([part], decoder=self.decoder, encoded=[encoded])[0]
+        tokenize = ranking.timings.get("tokenize", 0.0) + encode_ms
+        return replace(ranking, timings={**ranking.timings, "tokenize": tokenize})
+
+    def summary(self) -> str:
+        """The passes spent, in words."""
+        return (f"{self.passes} prefills for {self.slates} slates (windows of "
+                f"{self.windows.window}, stride {self.windows.stride})")

@@ -4,8 +4,9 @@ Runs only in the batcher's worker thread, so the model and its tokenizer are nev
 two threads at once (fast tokenizers raise "Already borrowed" when they are).
 
 How a batch shares prefills is the batch policy's (``policy.py``). A slate over the model's K,
-admitted only when the server ranks by sliding windows, is ranked alone, one prefill a window
-(:mod:`spdrank.rankers.windows`); its remaining windows are dropped once its client has left.
+admitted only when the server ranks by sliding windows, is ranked alone, one prefill a window,
+by the windowed ranker ``rank`` and ``eval`` use (:class:`spdrank.rankers.windows.WindowedRanker`);
+its remaining windows are dropped once its client has left.
 """
 
 from __future__ import annotations
@@ -17,8 +18,7 @@ from typing import TYPE_CHECKING
 
 from spdrank.core.ranking import Ranking
 from spdrank.core.slates import Slate
-from spdrank.core.validation import check_fits_model
-from spdrank.rankers.windows import Windows, rank_windowed
+from spdrank.rankers.windows import WindowedRanker, Windows
 from spdrank.serving.batcher import Abandoned
 from spdrank.serving.policy import (
     DEFAULT_BATCH_POLICY,
@@ -72,21 +72,23 @@ class Engine:
         self.model = model
         self.name = name
         self.use_policy(policy, max_padding)
-        #: Sliding windows for slates over K (None: such slates are refused).
-        self.windows: Windows | None = None
+        #: The windowed ranking of slates over K (None: such slates are refused).
+        self.windowed: WindowedRanker | None = None
         self.max_windowed = 0
 
     def use_windows(self, window: int, stride: int, max_documents: int) -> None:
         """Rank slates of up to ``max_documents`` candidates, those over K by sliding windows
         of ``window`` (0: none, slates over K are refused)."""
         if not window:
-            self.windows, self.max_windowed = None, 0
+            self.windowed, self.max_windowed = None, 0
             return
-        k = int(self.model.config.head.positions)
-        if window > k:
-            raise ValueError(f"--window {window} is over the model's K ({k})")
-        self.windows = Windows(window, stride)
+        self.windowed = WindowedRanker(self.model, Windows(window, stride))
         self.max_windowed = max_documents
+
+    @property
+    def windows(self) -> Windows | None:
+        """The window scheme for slates over K (None: such slates are refused)."""
+        return self.windowed.windows if self.windowed is not None else None
 
     def use_policy(self, policy: str, max_padding: float = DEFAULT_MAX_PADDING) -> None:
         """Set the batch policy (``auto`` is resolved here, for this model's device)."""
@@ -121,7 +123,7 @@ class Engine:
         Called on the event loop, so such a request is refused (422) before it is queued
         rather than failing its batch.
         """
-        check_fits_model(slate, self.max_documents, self.model.features)
+        self.model.check(slate, most=self.max_documents)
 
     def rank(self, slates: list[Slate]) -> list[Ranked]:
         """Rank ``slates`` under the batch policy; the results in the slates' order."""
@@ -171,26 +173,17 @@ class Engine:
         """A slate over K, ranked by sliding windows: one prefill a window, each window's
         truncations and tokens counted; :class:`Abandoned` before a window once the slate is
         no longer ``wanted``."""
-        assert self.windows is not None, "a slate over K was admitted without windows"
-        cut: dict[str, bool] = {}
-        tokens = 0
-        query_cut = False
+        windowed = self.windowed
+        assert windowed is not None, "a slate over K was admitted without windows"
 
-        def rank_window(part: Slate) -> Ranking:
-            nonlocal tokens, query_cut
+        def unless_gone(part: Slate) -> None:
             if not wanted():
                 raise Abandoned(f"the client left; windows of {len(part)} candidates dropped")
-            prompt = _Prompt.encode(self.model, part)
-            cut.update(zip(part.docids, prompt.encoded.truncated))
-            tokens += len(prompt.encoded.input_ids)
-            query_cut = query_cut or bool(prompt.encoded.query_truncated)
-            ranking = self.model.rank_batch([part], encoded=[prompt.encoded])[0]
-            timings = {**ranking.timings,
-                       "tokenize": ranking.timings.get("tokenize", 0.0) + prompt.encode_ms}
-            return replace(ranking, timings=timings)
 
-        ranking = rank_windowed(slate, self.windows, rank_window)
-        return Ranked(ranking, [cut[d] for d in slate.docids], query_cut, tokens)
+        ranking = windowed.rank(slate, unless_gone)
+        prompts = windowed.prompts
+        return Ranked(ranking, [prompts.truncated[d] for d in slate.docids],
+                      prompts.query_truncated, prompts.tokens)
 
 
 def _ranked(ranking: Ranking, encoded: EncodedPrompt, encode_ms: float) -> Ranked:

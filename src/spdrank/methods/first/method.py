@@ -20,11 +20,7 @@ from spdrank.methods.scalar.method import ScalarMethod
 if TYPE_CHECKING:
     from torch import nn
 
-    from spdrank.backbone.batching import Batch
-    from spdrank.backbone.readout import HeadInputs
-    from spdrank.core.clock import StageClock
-    from spdrank.model.config import SPDConfig
-    from spdrank.model.ranker import SPDRanker
+    from spdrank.methods.base import ModelSettings
 
 
 def first_prompt(settings: PromptSettings) -> PromptSettings:
@@ -55,7 +51,7 @@ class FirstMethod(ScalarMethod):
     title = "FIRST"
     kinds = ("first",)
     help = "first (a single-pass peer, FIRST: first-token logits over candidate letters, ListNet)"
-    reads_logits = True
+    reads = "logits"
     cache_refusal = (
         "--cache-states stores readout hidden states, but --head first reads the LM's logits "
         "(and only LoRA trains it): drop --cache-states"
@@ -65,7 +61,7 @@ class FirstMethod(ScalarMethod):
     def prompt(self, settings: PromptSettings) -> PromptSettings:
         return first_prompt(settings)
 
-    def check(self, config: SPDConfig) -> None:
+    def check(self, config: ModelSettings) -> None:
         if config.features_only:
             raise ValueError(
                 "FIRST scores candidates by the backbone's letter logits, so it cannot run "
@@ -77,22 +73,11 @@ class FirstMethod(ScalarMethod):
             )
 
     def build_head(
-        self, config: SPDConfig, backbone: nn.Module, tokenizer: Any, features: int
+        self, config: ModelSettings, backbone: nn.Module, tokenizer: Any, features: int
     ) -> nn.Module:
         from spdrank.methods.first.head import FirstHead
 
         return FirstHead(letter_token_ids(tokenizer, config.head.positions), features)
 
-    def read(self, model: SPDRanker, batch: Batch, clock: StageClock | None = None) -> HeadInputs:
-        """One prefill of ``batch``: the LM's next-token logits at each prompt's end [B, V]."""
-        from spdrank.backbone.load import last_token_logits
-        from spdrank.backbone.readout import HeadInputs
-        from spdrank.core.clock import timed
-
-        with timed(clock, "prefill", model.synchronize):
-            prompt = batch.prompt
-            logits = last_token_logits(model.backbone, prompt.input_ids, prompt.attention_mask)
-        return HeadInputs(logits.float())
-
-    def frozen_refusal(self, config: SPDConfig) -> str | None:
+    def frozen_refusal(self, config: ModelSettings) -> str | None:
         return None if config.features is not None else "FIRST's only weights are the backbone's"

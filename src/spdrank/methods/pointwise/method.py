@@ -10,13 +10,12 @@ backbone reads the candidates, N sequences with the context each against one pro
 all of them, so a comparison between them, and with SPD, measures that and nothing else.
 
 A frozen backbone's state for a candidate is still a pure function of the slate's texts, so
-``--cache-states`` caches them as it caches SPD's: the cache reads through this method's
-encode, collate and read.
+``--cache-states`` caches them as it caches SPD's: the cache reads through the model's
+candidates reader (:class:`spdrank.model.readers.CandidateReader`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from spdrank.backbone.prompt import UNIT_READOUTS
@@ -25,14 +24,7 @@ from spdrank.methods.scalar.method import ScalarMethod
 if TYPE_CHECKING:
     from torch import nn
 
-    from spdrank.backbone.batching import Batch
-    from spdrank.backbone.prompt import EncodedPrompt
-    from spdrank.backbone.readout import HeadInputs
-    from spdrank.core.clock import StageClock
-    from spdrank.core.slates import Slate
-    from spdrank.methods.pointwise.prompt import CandidatePrompts
-    from spdrank.model.config import SPDConfig
-    from spdrank.model.ranker import SPDRanker
+    from spdrank.methods.base import ModelSettings
 
 
 class PointwiseMethod(ScalarMethod):
@@ -43,8 +35,9 @@ class PointwiseMethod(ScalarMethod):
         "pointwise (the cross-encoder peer: each candidate in its own sequence with the user "
         "context, batched; one linear score from its last state; ListNet)"
     )
+    reads = "candidates"
 
-    def check(self, config: SPDConfig) -> None:
+    def check(self, config: ModelSettings) -> None:
         if config.features_only:
             raise ValueError(
                 "the pointwise method reads each candidate's text with the user context, so "
@@ -57,30 +50,9 @@ class PointwiseMethod(ScalarMethod):
             )
 
     def build_head(
-        self, config: SPDConfig, backbone: nn.Module, tokenizer: Any, features: int
+        self, config: ModelSettings, backbone: nn.Module, tokenizer: Any, features: int
     ) -> nn.Module:
         from spdrank.backbone.load import hidden_size
         from spdrank.methods.pointwise.head import PointwiseHead
 
         return PointwiseHead(hidden_size(backbone), features)
-
-    def encode(self, model: SPDRanker, slate: Slate) -> CandidatePrompts:
-        """One sequence a candidate: the user context, then that candidate alone."""
-        from spdrank.methods.pointwise.prompt import encode_candidates
-
-        texts = slate.candidate_texts(model.config.text_fields)
-        return encode_candidates(model.prompts, slate.query.text, texts)
-
-    def collate(self, model: SPDRanker, encoded: Sequence[EncodedPrompt]) -> Batch:
-        """Every candidate's sequence a row, right-padded into one batch."""
-        from spdrank.methods.pointwise.batching import collate_candidates
-
-        return collate_candidates(encoded, model.tokenizer.pad_token_id)
-
-    def read(self, model: SPDRanker, batch: Batch, clock: StageClock | None = None) -> HeadInputs:
-        """The candidates' states from their own sequences' prefills, [B, N, D]."""
-        from spdrank.methods.pointwise.read import read_candidates
-
-        return read_candidates(
-            model.backbone, batch, model.config.prompt.readout, clock, model.synchronize
-        )

@@ -19,8 +19,7 @@ if TYPE_CHECKING:
     import torch
     from torch import nn
 
-    from spdrank.model.config import SPDConfig
-    from spdrank.training.config import TrainConfig
+    from spdrank.methods.base import ModelSettings
 
 
 class ScalarMethod(RankingMethod):
@@ -31,14 +30,14 @@ class ScalarMethod(RankingMethod):
     matrix = False
 
     def build_head(
-        self, config: SPDConfig, backbone: nn.Module, tokenizer: Any, features: int
+        self, config: ModelSettings, backbone: nn.Module, tokenizer: Any, features: int
     ) -> nn.Module:
         from spdrank.methods.scalar.head import ScalarHead
 
         return ScalarHead(state_size(config, backbone), config.head, features)
 
     def loss(
-        self, scores: torch.Tensor, target: torch.Tensor, sizes: torch.Tensor, cfg: TrainConfig
+        self, scores: torch.Tensor, target: torch.Tensor, sizes: torch.Tensor, settings: Any
     ) -> torch.Tensor:
         from spdrank.methods.scalar.loss import listnet_loss
 

@@ -12,18 +12,31 @@ positions; a ranking reports each item's relevance under the Sinkhorn-normalised
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from spdrank.methods.base import RankingMethod, state_size
+from spdrank.methods.base import MethodSettings, RankingMethod, state_size
 
 if TYPE_CHECKING:
     import numpy as np
     import torch
     from torch import nn
 
+    from spdrank.methods.base import ModelSettings
     from spdrank.methods.heads import HeadConfig
-    from spdrank.model.config import SPDConfig
-    from spdrank.training.config import TrainConfig
+
+
+@dataclass(frozen=True)
+class SPDSettings(MethodSettings):
+    """SPD's own training settings: what its loss reads (``spdrank train``'s ``--tau``,
+    ``--sinkhorn-iters``, ``--position-weights``, whose defaults are the run's)."""
+
+    #: The Sinkhorn's temperature: the matrix is divided by it before normalising.
+    tau: float
+    #: The Sinkhorn's row and column normalisations.
+    sinkhorn_iters: int
+    #: How the cross-entropy weighs the rank positions (:mod:`spdrank.methods.spd.loss`).
+    position_weights: str
 
 
 class SPDMethod(RankingMethod):
@@ -38,12 +51,13 @@ class SPDMethod(RankingMethod):
     )
     matrix = True
     history_kinds = ("history",)
+    settings = SPDSettings
 
     def model_name(self, kind: str) -> str:
         return f"spd-{kind}"
 
     def build_head(
-        self, config: SPDConfig, backbone: nn.Module, tokenizer: Any, features: int
+        self, config: ModelSettings, backbone: nn.Module, tokenizer: Any, features: int
     ) -> nn.Module:
         from spdrank.backbone.prompt import UNIT_READOUTS
 
@@ -70,13 +84,14 @@ class SPDMethod(RankingMethod):
         return classes[cfg.kind](hidden, cfg, features)
 
     def loss(
-        self, scores: torch.Tensor, target: torch.Tensor, sizes: torch.Tensor, cfg: TrainConfig
+        self, scores: torch.Tensor, target: torch.Tensor, sizes: torch.Tensor, settings: Any
     ) -> torch.Tensor:
         from spdrank.methods.spd.loss import log_sinkhorn, permutation_cross_entropy
 
-        log_s = log_sinkhorn(scores, sizes, tau=cfg.tau, iters=cfg.sinkhorn_iters)
+        spd = SPDSettings.of(settings)
+        log_s = log_sinkhorn(scores, sizes, tau=spd.tau, iters=spd.sinkhorn_iters)
         return permutation_cross_entropy(
-            log_s, target, sizes, reduction="none", position_weights=cfg.position_weights
+            log_s, target, sizes, reduction="none", position_weights=spd.position_weights
         )
 
     def order(self, scores: np.ndarray, decoder: str) -> np.ndarray:
