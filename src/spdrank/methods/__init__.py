@@ -2,8 +2,9 @@
 
 Each method is a package here (as peft keeps each tuner under ``tuners/<method>/``) owning its
 heads, its loss and its decoding: :mod:`.spd` (an N x K item-position matrix, decoded by
-assignment), :mod:`.scalar` (one score per item, sorted) and :mod:`.first` (FIRST: the LM's
-first-token logits over candidate letters, sorted). :mod:`.base` holds the interface and the
+assignment), :mod:`.scalar` (one score per item, sorted), :mod:`.first` (FIRST: the LM's
+first-token logits over candidate letters, sorted) and :mod:`.pointwise` (the cross-encoder
+peer: one sequence a candidate, one score each, sorted). :mod:`.base` holds the interface and the
 registry; importing this package registers the built-in methods, so a new method is one
 package whose :class:`~spdrank.methods.base.RankingMethod` is passed to
 :func:`~spdrank.methods.base.register`.
