@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The paper's Tables 2-5 at full scale on one H100/H200-class GPU (budget: about 10 minutes of
-# GPU time; the step timings it prints and keeps in $OUT/timings.tsv say what it really took).
+# The paper's Tables 2-5 at full scale on one H100/H200-class GPU (the estimate it prints before
+# its first step says about 22 minutes of an H200 at these sizes, at an assumed 15% MFU; the
+# step timings it prints and keeps in $OUT/timings.tsv say what it really took).
 #
 #   bash benchmarks/gpu.sh              # writes benchmarks/results/gpu-beauty/
 #   bash benchmarks/gpu.sh --dry-run    # prints every spdrank command instead of running it

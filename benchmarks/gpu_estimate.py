@@ -28,7 +28,7 @@ The model, per step (each a list of passes of the backbone, :class:`Work`):
   an efficiency ``mfu``; a training pass adds its backward (activations' gradients through
   every layer, weights' gradients only for the trained ones); a decode step is bounded below
   by reading every weight from memory; each pass pays an eager-PyTorch dispatch cost per
-  operation, and each step that loads a model a fixed start-up.
+  operation, and each step's process a fixed start-up.
 
 The constants below are assumptions, stated as such; benchmarks/gpu_estimate_calibrate.py
 measures the shapes (FLOPs, saved bytes, tokens) and this machine's efficiency on a CPU, and
@@ -86,8 +86,8 @@ OP_SECONDS = 10e-6
 #: (cast, A, B, scale, add); a backward runs about twice a forward's.
 OPS_PER_LAYER = 40
 OPS_PER_ADAPTER = 5
-#: Seconds a step that starts a process spends before its first pass: Python, torch and CUDA
-#: initialisation, reading the weights (an assumption).
+#: Seconds a step's process spends before its first pass: Python, torch and CUDA
+#: initialisation, reading the weights or the cached states (an assumption).
 STARTUP_SECONDS = 20.0
 #: The share of the device's memory a plan may fill: the CUDA context, cuBLAS workspaces and
 #: the caching allocator's fragmentation take the rest.
@@ -393,13 +393,12 @@ def work_cost(work: Work, shape: Shape, device: Device, dtype_bytes: int, lora_r
 
 def step_cost(step: Step, device: Device, dtype_bytes: int, lora_r: int,
               mfu: float = MFU, op_seconds: float = OP_SECONDS) -> Cost:
-    """A step's peak memory (its largest pass) and time (its passes, plus start-up when it
-    loads a backbone)."""
+    """A step's peak memory (its largest pass) and time (its passes, plus the start-up of the
+    process that runs them)."""
     if step.shape is None or not step.work:
         return Cost(0.0, 0.0, 0.0)
     costs = [work_cost(w, step.shape, device, dtype_bytes, lora_r, mfu, op_seconds) for w in step.work]
-    startup = STARTUP_SECONDS if any(w.backbone for w in step.work) else 0.0
-    return Cost(max(c.memory_bytes for c in costs), startup + sum(c.seconds for c in costs),
+    return Cost(max(c.memory_bytes for c in costs), STARTUP_SECONDS + sum(c.seconds for c in costs),
                 sum(c.flops for c in costs))
 
 
