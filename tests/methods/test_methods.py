@@ -259,7 +259,7 @@ def test_a_registered_method_trains_saves_loads_and_ranks_through_the_model(
     assert saved["head"]["kind"] == "reverse"
     model = SPDRanker.from_pretrained(tmp_path / "run")
     assert isinstance(model.head, ReverseHead) and model.method is toy
-    assert model.name == "toy-reverse" and not model.matrix
+    assert model.name == "toy-reverse" and not model.method.matrix
     slates = load_slates(train_file)
     batch_scores, _ = model.score_batch(slates)
     for i, (slate, ranking) in enumerate(zip(slates, model.rank_batch(slates))):
@@ -286,7 +286,7 @@ def test_a_method_reading_logits_gets_the_backbone_with_its_lm_head(
 ):
     from spdrank.model.parts import backbone_and_tokenizer
 
-    monkeypatch.setattr(toy, "reads_logits", reads_logits)
+    monkeypatch.setattr(toy, "reads", "logits" if reads_logits else "prompt")
     backbone, _ = backbone_and_tokenizer(SPDConfig(
         backbone=BackboneConfig(name_or_path=tiny_backbone, lora=None),
         head=HeadConfig(kind="reverse", positions=9),
