@@ -290,7 +290,7 @@ def _decoder_rows(rankers: list[Any], decoders: list[str] | None) -> tuple[list[
 
     Baselines, teachers and the sorting peers (FIRST, scalar) have no score matrix: one row each.
     """
-    spd = [r for r in rankers if getattr(r, "matrix", False)]
+    spd = [r for r in rankers if getattr(getattr(r, "method", None), "matrix", False)]
     if not spd:
         return list(rankers), []
     from spdrank.compare.decoders import decoder_rows
