@@ -37,6 +37,8 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
+from machine import load, machine
+
 ROOT = Path(__file__).resolve().parent.parent
 #: The page's generated log: 400 users.
 DOC_USERS = 400
@@ -159,19 +161,6 @@ def slate_counts(workdir: Path) -> str:
         if " train + " in line and "slates" in line:
             return line.split(",")[0]
     return "unknown"
-
-
-def machine() -> str:
-    cpu = "unknown CPU"
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            cpu = line.split(":", 1)[1].strip()
-            break
-    return f"{os.cpu_count()} CPU cores ({cpu})"
-
-
-def load() -> str:
-    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -42,6 +42,8 @@ from io import BytesIO
 from pathlib import Path
 from typing import Any
 
+from machine import load, machine
+
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_OUT = ROOT / "benchmarks" / "results" / "sasrec-latency-cpu"
 #: Amazon Beauty 2014's items, the catalogue the demo and the SASRec report rank.
@@ -131,19 +133,6 @@ def source_of(rev: str, where: Path) -> Path:
     with tarfile.open(fileobj=BytesIO(archive)) as tar:
         tar.extractall(where, filter="data")
     return where / "src"
-
-
-def machine() -> str:
-    cpu = "unknown CPU"
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            cpu = line.split(":", 1)[1].strip()
-            break
-    return f"{os.cpu_count()} CPU cores ({cpu})"
-
-
-def load() -> str:
-    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
 
 
 def summary(runs: list[dict[str, Any]]) -> dict[str, Any]:

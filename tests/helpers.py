@@ -402,9 +402,11 @@ def subprocess_env() -> dict[str, str]:
 
 def load_benchmark(name: str, monkeypatch):
     """benchmarks/NAME.py as a module (the folder is no package), registered in sys.modules
-    for the test's duration: dataclasses look their module up there."""
+    for the test's duration: dataclasses look their module up there. The folder is on the
+    path meanwhile, as it is for a script run from it, so its sibling imports resolve."""
     import importlib.util
 
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
     spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     monkeypatch.setitem(sys.modules, name, module)
