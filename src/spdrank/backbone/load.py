@@ -38,7 +38,6 @@ from spdrank.backbone.settings import (
     BackboneConfig,
     ConfigError,
     LoraSettings,
-    bounded_int,  # noqa: F401 - model/config.py imports it here
     read_json,
 )
 from spdrank.backbone.split import decoder_of, upper_hidden

@@ -23,8 +23,7 @@ if TYPE_CHECKING:
     import torch
     from torch import nn
 
-    from spdrank.backbone.batching import Batch
-    from spdrank.backbone.prompt import EncodedPrompt, PromptSettings
+    from spdrank.backbone.prompt import PromptSettings
     from spdrank.methods.heads import HeadConfig
 
 
@@ -109,11 +108,6 @@ class RankingMethod(ABC):
         """Why a model of ``config`` has nothing to train with its backbone frozen (its head
         has no weights of its own); None when it has."""
         return None
-
-    def collate(self, model: Any, encoded: Sequence[EncodedPrompt]) -> Batch:
-        """Encoded slates padded into one batch by ``model``'s reader: kept for the training
-        loop, which asks the method; the model's own :attr:`reader` is the one to ask."""
-        return model.reader.collate(encoded)
 
     @abstractmethod
     def loss(

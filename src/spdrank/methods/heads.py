@@ -29,7 +29,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from spdrank.backbone.load import ConfigError
+from spdrank.backbone.settings import ConfigError
 from spdrank.core.defaults import ANCHORS, UNNAMED_ANCHOR, UNNAMED_HEAD, UNNAMED_MATCH
 
 #: How the history head compares a candidate's units with a history item's (``HeadConfig.match``).

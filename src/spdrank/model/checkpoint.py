@@ -16,7 +16,8 @@ from pathlib import Path
 from safetensors.torch import save_file
 from torch import nn
 
-from spdrank.backbone.load import read_json, read_tensors
+from spdrank.backbone.load import read_tensors
+from spdrank.backbone.settings import read_json
 from spdrank.core.atomic_dir import atomic_directory
 from spdrank.model.config import SPDConfig
 

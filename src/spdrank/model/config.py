@@ -11,8 +11,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from spdrank.backbone.load import BackboneConfig, ConfigError, bounded_int
 from spdrank.backbone.prompt import UNIT_READOUTS, PromptSettings
+from spdrank.backbone.settings import BackboneConfig, ConfigError, bounded_int
 from spdrank.core.defaults import UNNAMED_DECODER
 from spdrank.core.features import FeatureNormalizer
 from spdrank.core.slates import TEXT_FIELDS

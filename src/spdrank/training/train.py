@@ -434,7 +434,7 @@ class Trainer:
         if self.cache is not None:
             batch = self.cache.batch([i for i, _ in numbered], slates, self.spd)
         else:
-            batch = self.spd.method.collate(self.spd, [self.spd.encode(s) for s in slates])
+            batch = self.spd.reader.collate([self.spd.encode(s) for s in slates])
         return batch.to(self.accelerator.device)
 
     def slate_losses(self, numbered: list[tuple[int, Slate]]) -> torch.Tensor:
