@@ -53,6 +53,7 @@ from gpu_estimate import (
     search_tokens,
     work_cost,
 )
+from machine import cpu_name
 
 DEFAULT_OUT = ROOT / "benchmarks" / "results" / "gpu-estimate"
 DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}
@@ -249,12 +250,10 @@ def main(argv: list[str] | None = None) -> int:
     results["tokens"] = token_rows
 
     load_after = Path("/proc/loadavg").read_text().split()[:3]
-    cpu_name = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                     if line.startswith("model name")), "?")
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
                             text=True, check=False).stdout.strip()
     command = shlex.join([".venv/bin/python", "benchmarks/gpu_estimate_calibrate.py", *(argv or sys.argv[1:])])
-    meta = {"date": started.strftime("%Y-%m-%dT%H:%MZ"), "commit": commit, "cpu": cpu_name,
+    meta = {"date": started.strftime("%Y-%m-%dT%H:%MZ"), "commit": commit, "cpu": cpu_name(),
             "threads": args.threads, "torch": torch.__version__, "load_before": load_before,
             "load_after": load_after, "note": args.note, "command": command}
     results["meta"] = meta

@@ -10,14 +10,17 @@ import os
 from pathlib import Path
 
 
-def machine() -> str:
-    """``N CPU cores (model name)``, from /proc/cpuinfo."""
-    cpu = "unknown CPU"
+def cpu_name() -> str:
+    """The CPU's model name, from /proc/cpuinfo."""
     for line in Path("/proc/cpuinfo").read_text().splitlines():
         if line.startswith("model name"):
-            cpu = line.split(":", 1)[1].strip()
-            break
-    return f"{os.cpu_count()} CPU cores ({cpu})"
+            return line.split(":", 1)[1].strip()
+    return "unknown CPU"
+
+
+def machine() -> str:
+    """``N CPU cores (model name)``."""
+    return f"{os.cpu_count()} CPU cores ({cpu_name()})"
 
 
 def load() -> str:
