@@ -30,10 +30,10 @@ from typing import Any
 
 import torch
 
-import spdrank.backbone.load
+import spdrank.backbone.readout
 from spdrank.backbone.batching import Batch
-from spdrank.backbone.load import last_hidden
 from spdrank.backbone.readout import HeadInputs
+from spdrank.backbone.split import last_hidden
 from spdrank.compare.latency import resize_slates
 from spdrank.core.slates import Slate, load_slates
 from spdrank.methods.spd.decode import decode_batch
@@ -56,12 +56,12 @@ def timed(fn: Callable[[int], object], count: int, reps: int) -> dict[str, float
 def read(model: SPDRanker, batch: Batch, hidden: torch.Tensor) -> HeadInputs:
     """``model.read(batch)`` with the backbone's forward replaced by its output ``hidden``:
     the readout alone, timed the same way on any version of the code."""
-    forward = spdrank.backbone.load.last_hidden
-    spdrank.backbone.load.last_hidden = lambda *_: hidden
+    forward = spdrank.backbone.readout.prompt_hidden
+    spdrank.backbone.readout.prompt_hidden = lambda *_: hidden
     try:
         return model.read(batch)
     finally:
-        spdrank.backbone.load.last_hidden = forward
+        spdrank.backbone.readout.prompt_hidden = forward
 
 
 def around(model: SPDRanker, slate: Slate, hidden: torch.Tensor) -> object:

@@ -39,7 +39,8 @@ from prefill_limit import load_average, median_ms, profile, sizes_arg
 from serve_harness import ROOT, code_version, machine
 
 from spdrank.backbone import cpu
-from spdrank.backbone.load import last_hidden, load_backbone, load_tokenizer
+from spdrank.backbone.load import load_backbone, load_tokenizer
+from spdrank.backbone.split import last_hidden
 from spdrank.backbone.prompt import PromptBuilder, PromptSettings
 from spdrank.backbone.settings import BUNDLED, BackboneConfig
 from spdrank.backbone.templates import SEARCH

@@ -54,7 +54,8 @@ from serve_harness import ROOT, code_version, machine
 from torch import nn
 
 from spdrank.backbone import cpu
-from spdrank.backbone.load import last_hidden, load_backbone, load_tokenizer
+from spdrank.backbone.load import load_backbone, load_tokenizer
+from spdrank.backbone.split import last_hidden
 from spdrank.backbone.prompt import PromptBuilder, PromptSettings
 from spdrank.backbone.settings import BUNDLED, BackboneConfig
 from spdrank.datasets.beauty import load_titles

@@ -73,10 +73,9 @@ def test_training_keeps_a_frozen_prefill_out_of_autograd(model, slates):
 
 
 def test_each_stage_is_timed_around_its_own_work(model, slates, monkeypatch):
-    import spdrank.backbone.load as load_module
-    import spdrank.model.readers as readout_module
+    import spdrank.backbone.readout as readout_module
 
-    forward, pool, score = load_module.prompt_hidden, readout_module.read_items, model.score
+    forward, pool, score = readout_module.prompt_hidden, readout_module.read_items, model.score
 
     def slow_forward(*args):
         time.sleep(0.05)
@@ -90,7 +89,7 @@ def test_each_stage_is_timed_around_its_own_work(model, slates, monkeypatch):
         time.sleep(0.2)
         return score(inputs, batch)
 
-    monkeypatch.setattr(load_module, "prompt_hidden", slow_forward)
+    monkeypatch.setattr(readout_module, "prompt_hidden", slow_forward)
     monkeypatch.setattr(readout_module, "read_items", slow_pool)
     monkeypatch.setattr(model, "score", slow_score)
     ranking = model.rank_batch(slates[:2])[0]

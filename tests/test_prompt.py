@@ -271,10 +271,15 @@ def test_the_user_context_is_the_same_prefix_for_every_candidate_set(tokenizer, 
     a = builder.encode(query, ["Burt's Bees Lip Balm", "Neutrogena Wash"])
     b = builder.encode(query, ["Revlon Nail Enamel"] * 7)
     other = builder.encode("1. Olay Regenerist", ["Burt's Bees Lip Balm", "Neutrogena Wash"])
-    assert 0 < a.context_end == b.context_end < min(a.item_first)
-    assert a.input_ids[: a.context_end] == b.input_ids[: b.context_end]
-    assert a.input_ids[a.context_end :] != b.input_ids[b.context_end :]
-    # the context holds the history: another user's differs within it
-    assert other.input_ids[: other.context_end] != a.input_ids[: a.context_end]
+
+    def shared(x: list[int], y: list[int]) -> int:
+        """The length of the prefix two prompts share."""
+        return next((i for i, (s, t) in enumerate(zip(x, y)) if s != t), min(len(x), len(y)))
+
+    # the two candidate sets part only at their first candidate's text
+    context = shared(a.input_ids, b.input_ids)
+    assert 0 < context <= min(a.item_first)
+    # the shared prefix holds the user context: another user's prompt parts from it earlier
+    assert shared(other.input_ids, a.input_ids) < context
     if history_items:
-        assert max(last for _, last in a.history) < a.context_end
+        assert max(last for _, last in a.history) < context

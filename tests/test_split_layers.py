@@ -8,9 +8,8 @@ import functools
 import pytest
 import torch
 
-from spdrank.backbone.load import prompt_hidden
 from spdrank.backbone.settings import LoraSettings
-from spdrank.backbone.split import check_split, lower_hidden, upper_hidden
+from spdrank.backbone.split import check_split, lower_hidden, prompt_hidden, upper_hidden
 from spdrank.core.slates import load_slates
 from spdrank.model.ranker import SPDRanker
 from spdrank.training.state_cache import open_state_cache

@@ -310,7 +310,7 @@ def test_training_from_cache_fits_the_teacher_permutations(tmp_path, tiny_backbo
 def test_training_from_cache_learns_features_and_runs_no_prefill_once_cached(
     tmp_path, tiny_backbone, signal_files, monkeypatch
 ):
-    from spdrank.backbone import load as model_module
+    from spdrank.backbone import readout as model_module
 
     prefills = []
     real = model_module.prompt_hidden

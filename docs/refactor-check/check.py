@@ -43,7 +43,8 @@ def backbone(root: Path) -> str:
     if not (path / "config.json").exists():
         from transformers import LlamaConfig, LlamaForCausalLM
 
-        from spdrank.backbone.load import bundled_backbone_path, load_tokenizer
+        from spdrank.backbone.load import load_tokenizer
+        from spdrank.backbone.locate import bundled_backbone_path
 
         tokenizer = load_tokenizer(str(bundled_backbone_path()))
         torch.manual_seed(0)
@@ -227,7 +228,7 @@ def windowed(root: Path, label: str, head: str, model, model_dir: Path) -> None:
 
 def refusals(root: Path) -> None:
     """The errors of settings a method refuses (their messages are part of the behaviour)."""
-    from spdrank.backbone.load import BackboneConfig
+    from spdrank.backbone.settings import BackboneConfig
     from spdrank.core.features import FeatureNormalizer
     from spdrank.methods.heads import HeadConfig
     from spdrank.model.config import SPDConfig

@@ -80,7 +80,8 @@ def test_gemma_loads_offline_and_reads_a_prompt(monkeypatch):
     loaded as any backbone is: a cut, frozen Gemma 3 reads a prompt's states."""
     import torch
 
-    from spdrank.backbone.load import last_hidden, load_backbone, load_tokenizer
+    from spdrank.backbone.load import load_backbone, load_tokenizer
+    from spdrank.backbone.split import last_hidden
     from spdrank.backbone.locate import packaged_backbone_path
     from spdrank.backbone.settings import BackboneConfig
 

@@ -1,7 +1,8 @@
 """Padded batches: every slate's rows, right-padded into one :class:`Batch`, in one place.
 
-Two things build batches. :func:`collate` pads encoded prompts (token ids, item and history
-spans, features) for a prefill; :func:`states_batch` pads readout states computed earlier
+Three things build batches. :func:`collate` pads encoded prompts (token ids, item and history
+spans, features) for a prefill; :func:`collate_candidates` pads slates of one sequence a
+candidate (the pointwise read) for one; :func:`states_batch` pads readout states computed earlier
 (:mod:`spdrank.training.state_cache`) for the head alone. Both pad with :func:`pad_rows` and
 mask with :func:`lengths_mask`, so a slate's rows sit at the same places, with the same
 padding, whichever way its batch was made.
@@ -17,7 +18,7 @@ from typing import Any, TypeVar
 import numpy as np
 import torch
 
-from spdrank.backbone.prompt import EncodedPrompt
+from spdrank.backbone.prompt import CandidatePrompts, EncodedPrompt
 
 _T = TypeVar("_T")
 
@@ -162,6 +163,38 @@ def collate(encoded: Sequence[EncodedPrompt], pad_id: int) -> Batch:
     return batch
 
 
+def collate_candidates(encoded: Sequence[CandidatePrompts], pad_id: int) -> Batch:
+    """Slates of one sequence a candidate, padded into one batch: every real candidate's
+    sequence one row of ``input_ids`` [R, T], slate after slate, right-padded to the longest.
+
+    A padded candidate gets no row (it would cost a whole sequence of prefill for nothing);
+    ``item_first`` and ``item_last`` stay [B, N] as in every batch, each index into its
+    candidate's own row. So a head, the features and the targets see the slates' usual [B, N]
+    layout, and only the read from the backbone knows the rows.
+    """
+    for i, e in enumerate(encoded):
+        if not isinstance(e, CandidatePrompts):
+            raise TypeError(
+                f"prompt {i} is a {type(e).__name__}: a pointwise batch collates the "
+                "CandidatePrompts its method encodes"
+            )
+    rows = [seq for e in encoded for seq in e.sequences()]
+    lengths = [len(seq) for seq in rows]
+    t = max(lengths, default=0)
+    n = max(len(e.item_last) for e in encoded)
+    sizes = np.array([len(e.item_last) for e in encoded], dtype=np.int64)
+    return Batch(
+        item_mask=lengths_mask(sizes, n),
+        sizes=torch.from_numpy(sizes),
+        features=pad_features([e.features for e in encoded], n),
+        prompt=PromptTensors(
+            input_ids=pad_rows(rows, t, fill=pad_id),
+            attention_mask=lengths_mask(lengths, t, np.int64),
+            item_first=pad_rows([e.item_first for e in encoded], n),
+            item_last=pad_rows([e.item_last for e in encoded], n),
+        ),
+    )
+
 @dataclass
 class SlateStates:
     """The readout states of a batch's slates, one entry per slate, before padding.
@@ -212,3 +245,4 @@ def _pad_states(
     if lengths is not None:
         padded = padded[:, :, : max(1, int(lengths.max()))].contiguous()
     return padded, lengths_mask(sizes, width), lengths
+

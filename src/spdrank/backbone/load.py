@@ -1,5 +1,5 @@
 """Loading a backbone: the model (its first L layers, LoRA-adapted or frozen), its tokenizer,
-a trained adapter, a checkpoint's tensors; and the forward helpers that read it.
+a trained adapter, a checkpoint's tensors (its prefill is :mod:`spdrank.backbone.split`'s).
 
 Any Hugging Face model id or local path works, or a packaged name (``bundled``, SmolLM2, the
 default; ``gemma3-270m``), found by :mod:`spdrank.backbone.locate`. ``config:PATH`` builds a
@@ -31,7 +31,6 @@ from safetensors.torch import load_file
 from torch import nn
 
 from spdrank.backbone import cpu
-from spdrank.backbone.batching import PromptTensors
 from spdrank.backbone.locate import random_config_file, resolve_path, tokenizer_path
 from spdrank.backbone.lora import lora_config
 from spdrank.backbone.settings import (
@@ -40,7 +39,6 @@ from spdrank.backbone.settings import (
     LoraSettings,
     read_json,
 )
-from spdrank.backbone.split import decoder_of, upper_hidden
 from spdrank.backbone.trust import (
     DECODER_ONLY,
     check_config_digest,
@@ -298,42 +296,6 @@ def random_model(
 
 def hidden_size(model: nn.Module) -> int:
     return int(model.config.hidden_size)
-
-
-def _decoder_and_lm_head(model: nn.Module) -> tuple[nn.Module, nn.Module | None]:
-    """The transformer stack (LoRA layers included) and the LM head, if the model has one."""
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    return decoder_of(model), getattr(base, "lm_head", None)
-
-
-def _last_hidden(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-    decoder, _ = _decoder_and_lm_head(model)
-    return decoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
-
-
-def last_hidden(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-    """One prefill; the last kept layer's hidden states [B, T, D]."""
-    return _last_hidden(model, input_ids, attention_mask)
-
-
-def prompt_hidden(model: nn.Module, prompt: PromptTensors) -> torch.Tensor:
-    """A batch's prefill, the last kept layer's hidden states [B, T, D]: run whole, or from
-    the cached states entering its first adapted layer when the batch carries them."""
-    if prompt.lower is not None:
-        return upper_hidden(model, prompt.lower, prompt.attention_mask, prompt.lower_layer)
-    return _last_hidden(model, prompt.input_ids, prompt.attention_mask)
-
-
-def last_token_logits(
-    model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor
-) -> torch.Tensor:
-    """One prefill; the LM's next-token logits at each prompt's last real token. [B, V]."""
-    _, lm_head = _decoder_and_lm_head(model)
-    if lm_head is None:
-        raise ValueError("this backbone was loaded without its LM head (with_lm_head=False)")
-    hidden = _last_hidden(model, input_ids, attention_mask)
-    last = attention_mask.sum(1) - 1  # right padding: the last real token
-    return lm_head(hidden[torch.arange(hidden.size(0), device=hidden.device), last])
 
 
 def context_length(backbone: nn.Module) -> int | None:

@@ -27,7 +27,7 @@ from __future__ import annotations
 import re
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from spdrank.backbone.chat import render_chat_template
@@ -165,11 +165,6 @@ class EncodedPrompt:
     features: np.ndarray | None = None
     #: ``(first, last)`` token indices of each history item, oldest first (``history_items``).
     history: list[tuple[int, int]] | None = None
-    #: Where the user context ends: ``input_ids[:context_end]`` (template head, instruction,
-    #: history) is the same for every candidate set of the same user (of the same size, when
-    #: the template's instruction names ``{n}``), so its keys and values can be computed once
-    #: and reused.
-    context_end: int = 0
 
     @property
     def longest(self) -> int:
@@ -254,6 +249,8 @@ class PromptBuilder:
         self._labels: list[list[int]] = []
         #: The prompt's start for each slate size (one entry when the instruction names no {n}).
         self._heads: dict[int, list[int]] = {}
+        #: The candidates' header for each slate size (one entry unless it names {n}).
+        self._headers: dict[int, list[int]] = {}
         self._tail = self._literal("\n") + self._suffix + self._literal(self.settings.answer_prefix)
 
     def _template_ends(self) -> tuple[list[int], list[int]]:
@@ -319,6 +316,15 @@ class PromptBuilder:
                 self._heads[n] = head
         return head
 
+    def _header(self, n: int) -> list[int]:
+        """The candidates' header after the user context, for a slate of ``n``."""
+        header = self._headers.get(n)
+        if header is None:
+            header = self._literal(f"\n\n{self.settings.template.render('candidates_header', n=n)}")
+            if len(self._headers) < MAX_LITERALS:
+                self._headers[n] = header
+        return header
+
     def _label_ids(self, n: int) -> list[list[int]]:
         """The markers ``"\n[label] "`` before the first ``n`` candidates."""
         labels = self._labels
@@ -364,9 +370,7 @@ class PromptBuilder:
             history = None
             items, (query, query_truncated) = self._item_tokens(candidate_texts, query_text)
             ids += query
-        context_end = len(ids)
-        header = s.template.render("candidates_header", n=len(candidate_texts))
-        ids += self._literal(f"\n\n{header}")
+        ids += self._header(len(candidate_texts))
         n = len(items)
         item_first: list[int] = [0] * n
         item_last: list[int] = [0] * n
@@ -381,7 +385,7 @@ class PromptBuilder:
         ids += self._tail
         return EncodedPrompt(
             ids, item_first=item_first, item_last=item_last, truncated=truncated,
-            query_truncated=query_truncated, history=history, context_end=context_end,
+            query_truncated=query_truncated, history=history,
         )
 
     def _history(
@@ -423,6 +427,68 @@ class PromptBuilder:
         ``item_first..item_last`` span in a prompt holds."""
         items, _ = self._item_tokens([text])
         return list(items[0][0])
+
+
+@dataclass
+class CandidatePrompts(EncodedPrompt):
+    """A slate as one sequence a candidate: the user context, then that candidate alone.
+
+    A pointwise reranker (monoT5, RankLLaMA, a cross-encoder) reads each candidate in its own
+    sequence with the query, so a candidate's state depends on the context and on itself, never
+    on the other candidates. ``input_ids`` holds the sequences back to back, ``lengths`` their
+    lengths: the whole is the tokens the backbone processes for the slate, which is what the
+    code that counts a prompt's tokens reads. ``item_first`` and ``item_last`` index into each
+    candidate's *own* sequence (its text's first and last tokens; the last is its sequence's
+    last token).
+    """
+
+    lengths: list[int] = field(default_factory=list)
+
+    def sequences(self) -> list[list[int]]:
+        """Each candidate's token ids, in the slate's order."""
+        out, start = [], 0
+        for length in self.lengths:
+            out.append(self.input_ids[start : start + length])
+            start += length
+        return out
+
+    @property
+    def longest(self) -> int:
+        """The longest sequence the backbone reads: what must fit its positions."""
+        return max(self.lengths, default=0)
+
+
+def encode_candidates(
+    builder: PromptBuilder, query_text: str, candidate_texts: Sequence[str]
+) -> CandidatePrompts:
+    """The slate's candidates, each in its own single-candidate prompt with ``query_text``.
+
+    Each sequence is the builder's own prompt holding that candidate alone (the same template,
+    instruction, history and ``[1]`` marker, the same token budgets and guarantees about
+    special tokens), cut right after the candidate's last token: under causal attention nothing
+    after that token can move its state, so the chat template's closing tokens would be
+    computed for nothing. The builder caches the query's and the items' token ids, so the
+    context is tokenized once a slate however many candidates share it.
+    """
+    ids: list[int] = []
+    lengths: list[int] = []
+    item_first: list[int] = []
+    item_last: list[int] = []
+    truncated: list[bool] = []
+    query_truncated = False
+    for text in candidate_texts:
+        one = builder.encode(query_text, [text])
+        end = one.item_last[0] + 1
+        ids += one.input_ids[:end]
+        lengths.append(end)
+        item_first.append(one.item_first[0])
+        item_last.append(end - 1)
+        truncated.append(one.truncated[0])
+        query_truncated = one.query_truncated
+    return CandidatePrompts(
+        ids, item_first=item_first, item_last=item_last, truncated=truncated,
+        query_truncated=query_truncated, lengths=lengths,
+    )
 
 
 def _history_lines(query_text: str) -> list[tuple[str, str]]:

@@ -1,4 +1,17 @@
-"""The readout: a prefill's token states pooled into what a head reads, one place for every way.
+"""How a slate is read from the backbone: the readers, and the pooling of a prefill's states.
+
+A ranking method says which way its head reads (:attr:`~spdrank.methods.base.RankingMethod.reads`)
+and the model builds that reader over its own parts (backbone, prompt builder, pad token), so a
+method never handles the model:
+
+- ``prompt`` (:class:`PromptReader`): one prompt holding every candidate, one prefill, its
+  states pooled at the readout positions as the prompt's ``readout`` says (SPD, scalar);
+- ``candidates`` (:class:`CandidateReader`): one sequence a candidate with the user context,
+  the sequences batched into one padded pass (the pointwise peer);
+- ``logits`` (:class:`LogitsReader`): one prompt, the LM's next-token logits at its end (FIRST).
+
+Each reader encodes a slate (``encode``), pads encoded slates into one batch (``collate``) and
+reads a batch into what the head reads (``read``, timing the ``prefill`` and ``readout`` stages).
 
 A prompt's items (the candidates, and the user's history items for a head that reads them) are
 token spans; the prompt settings' ``readout`` says how each span becomes the head's input: its
@@ -10,18 +23,31 @@ what it returns, so a head reads cached states exactly as it reads a live prefil
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, NamedTuple
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-from spdrank.backbone.prompt import UNIT_READOUTS, PromptSettings
+from spdrank.backbone.batching import Batch, collate, collate_candidates
+from spdrank.backbone.prompt import (
+    UNIT_READOUTS,
+    CandidatePrompts,
+    EncodedPrompt,
+    PromptBuilder,
+    PromptSettings,
+    encode_candidates,
+)
+from spdrank.backbone.split import last_hidden, last_token_logits, prompt_hidden
+from spdrank.core.clock import StageClock, timed
 
 if TYPE_CHECKING:
-    from spdrank.backbone.batching import Batch
+    from torch import nn
+
     from spdrank.backbone.words import WordSplitter
+    from spdrank.core.slates import Slate
 
 #: The one unit of an item without words: the prompt's first token.
 _FIRST_TOKEN = np.zeros((1, 2), dtype=np.int64)
@@ -39,6 +65,83 @@ class HeadInputs(NamedTuple):
     #: item [B, H].
     item_tokens: torch.Tensor | None = None
     history_tokens: torch.Tensor | None = None
+
+
+@dataclass
+class PromptReader:
+    """One prompt holding every candidate; the prefill's states pooled at the readout positions."""
+
+    backbone: nn.Module
+    prompts: PromptBuilder
+    pad_id: int
+    settings: PromptSettings
+    text_fields: tuple[str, ...]
+    #: Splits an item's tokens into words, for the ``words`` readout (else None).
+    words: WordSplitter | None = None
+    #: The head reads the history items' states too.
+    history: bool = False
+    #: Waits for queued GPU work, so a stage's timer stops after it.
+    sync: Callable[[], None] | None = None
+
+    def encode(self, slate: Slate) -> EncodedPrompt:
+        """The backbone's input for ``slate``: one prompt with its user context and every
+        candidate's text."""
+        return self.prompts.encode(slate.query.text, slate.candidate_texts(self.text_fields))
+
+    def collate(self, encoded: Sequence[EncodedPrompt]) -> Batch:
+        """Encoded slates right-padded into one batch for one prefill."""
+        return collate(encoded, self.pad_id)
+
+    def read(self, batch: Batch, clock: StageClock | None = None) -> HeadInputs:
+        """One prefill of ``batch``, pooled as the prompt's ``readout`` says."""
+        with timed(clock, "prefill", self.sync):
+            hidden = prompt_hidden(self.backbone, batch.prompt)
+        with timed(clock, "readout", self.sync):
+            return read_items(batch, hidden, self.settings, self.words, self.history)
+
+
+class LogitsReader(PromptReader):
+    """One prompt holding every candidate; the LM's next-token logits at its end."""
+
+    def read(self, batch: Batch, clock: StageClock | None = None) -> HeadInputs:
+        """One prefill of ``batch``: the LM's next-token logits at each prompt's end [B, V]."""
+        with timed(clock, "prefill", self.sync):
+            prompt = batch.prompt
+            logits = last_token_logits(self.backbone, prompt.input_ids, prompt.attention_mask)
+        return HeadInputs(logits.float())
+
+
+class CandidateReader(PromptReader):
+    """One sequence a candidate with the user context, the sequences prefilled as one batch."""
+
+    def encode(self, slate: Slate) -> CandidatePrompts:
+        """One sequence a candidate: the user context, then that candidate alone."""
+        texts = slate.candidate_texts(self.text_fields)
+        return encode_candidates(self.prompts, slate.query.text, texts)
+
+    def collate(self, encoded: Sequence[EncodedPrompt]) -> Batch:
+        """Every candidate's sequence a row, right-padded into one batch."""
+        return collate_candidates(encoded, self.pad_id)  # type: ignore[arg-type]
+
+    def read(self, batch: Batch, clock: StageClock | None = None) -> HeadInputs:
+        """The candidates' states from their own sequences' prefills, [B, N, D]."""
+        return read_candidates(self.backbone, batch, self.settings.readout, clock, self.sync)
+
+
+#: The reader of each way a method's head reads (``RankingMethod.reads``).
+READERS: dict[str, type[PromptReader]] = {
+    "prompt": PromptReader,
+    "candidates": CandidateReader,
+    "logits": LogitsReader,
+}
+
+
+def reader_for(reads: str, **parts: Any) -> PromptReader:
+    """The reader for a head that ``reads`` so, over the model's ``parts``."""
+    try:
+        return READERS[reads](**parts)
+    except KeyError:
+        raise ValueError(f"no reader reads {reads!r}: choose one of {list(READERS)}") from None
 
 
 def read_items(
@@ -68,6 +171,64 @@ def read_items(
             return HeadInputs(states[0], None, lengths[0])
         return HeadInputs(states[0], states[1], lengths[0], lengths[1])
     return HeadInputs(*(pool_spans(hidden, a, z, how).float() for a, z in spans))
+
+
+#: Padded tokens a chunk of a pointwise batch's rows holds at most (at least one row a chunk,
+#: however long).
+CHUNK_TOKENS = 16_384
+
+
+def read_candidates(
+    backbone: nn.Module,
+    batch: Batch,
+    how: str,
+    clock: StageClock | None = None,
+    sync: Callable[[], None] | None = None,
+    chunk_tokens: int = CHUNK_TOKENS,
+) -> HeadInputs:
+    """The candidates' float32 states [B, N, D] from their own sequences' prefills, each
+    pooled over its text's tokens as ``how`` says ("last": its sequence's last state, or
+    "mean"); padded candidates are zeros. ``clock`` times the backbone's forwards as the
+    ``prefill`` stage and the pooling as ``readout``.
+
+    The rows go through the backbone in chunks of at most ``chunk_tokens`` padded tokens, each
+    chunk cut to its own longest row: a training batch of 32 slates of 50 candidates is 1,600
+    sequences, whose activations at once would take gigabytes for nothing (no row attends to
+    another). The chunks' states are pooled as they come, so only the pooled [R, D] is kept.
+    """
+    mask = batch.item_mask
+    prompt = batch.prompt
+    first = prompt.item_first[mask]  # [R]: the real candidates, slate after slate, as the rows
+    last = prompt.item_last[mask]
+    rows = prompt.input_ids.size(0)
+    if rows != len(last):
+        raise ValueError(
+            f"a pointwise batch holds one token row a real candidate: {rows} rows for "
+            f"{len(last)} candidates"
+        )
+    lengths = prompt.attention_mask.sum(1)
+    pooled = []
+    start = 0
+    while start < rows:
+        width = int(lengths[start])
+        stop = start + 1
+        while stop < rows and (stop - start + 1) * max(width, int(lengths[stop])) <= chunk_tokens:
+            width = max(width, int(lengths[stop]))
+            stop += 1
+        with timed(clock, "prefill", sync):
+            hidden = last_hidden(
+                backbone, prompt.input_ids[start:stop, :width],
+                prompt.attention_mask[start:stop, :width],
+            )
+        with timed(clock, "readout", sync):
+            span = slice(start, stop)
+            pooled.append(pool_spans(hidden, first[span, None], last[span, None], how)[:, 0])
+        start = stop
+    with timed(clock, "readout", sync):
+        states = torch.cat(pooled).float() if pooled else prompt.input_ids.new_zeros((0, 0)).float()
+        items = states.new_zeros((*mask.shape, states.size(-1)))
+        items[mask] = states
+    return HeadInputs(items)
 
 
 def pool_spans(

@@ -1,5 +1,8 @@
-"""A prefill split at one layer: the frozen layers below it run once, the adapted ones above
-it run at every training step.
+"""The backbone's prefill: its stack run whole, or split at one layer.
+
+:func:`last_hidden` runs the transformer stack (LoRA layers included) over a batch of token
+rows; :func:`prompt_hidden` runs a batch's prompts, whole or from the cached states its batch
+carries; :func:`last_token_logits` reads the LM's next-token logits at each prompt's end.
 
 With LoRA on the top layers only (``LoraSettings.top_layers``), the layers below the first
 adapted one never change, so what enters that layer is a pure function of the prompt: it can
@@ -18,10 +21,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
+
+if TYPE_CHECKING:
+    from spdrank.backbone.batching import PromptTensors
 
 #: How far (relative to the states' scale, in units of the dtype's epsilon) a split prefill
 #: may be from a whole one: rounding of the same operations, run in another grouping.
@@ -32,6 +38,32 @@ def decoder_of(model: nn.Module) -> nn.Module:
     """The transformer stack of a backbone (LoRA-wrapped or not): what ``last_hidden`` runs."""
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     return base.get_decoder() if hasattr(base, "lm_head") else base
+
+
+def last_hidden(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    """One prefill; the last kept layer's hidden states [B, T, D]."""
+    return decoder_of(model)(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+
+
+def prompt_hidden(model: nn.Module, prompt: PromptTensors) -> torch.Tensor:
+    """A batch's prefill, the last kept layer's hidden states [B, T, D]: run whole, or from
+    the cached states entering its first adapted layer when the batch carries them."""
+    if prompt.lower is not None:
+        return upper_hidden(model, prompt.lower, prompt.attention_mask, prompt.lower_layer)
+    return last_hidden(model, prompt.input_ids, prompt.attention_mask)
+
+
+def last_token_logits(
+    model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor
+) -> torch.Tensor:
+    """One prefill; the LM's next-token logits at each prompt's last real token. [B, V]."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    lm_head = getattr(base, "lm_head", None)
+    if lm_head is None:
+        raise ValueError("this backbone was loaded without its LM head (with_lm_head=False)")
+    hidden = last_hidden(model, input_ids, attention_mask)
+    last = attention_mask.sum(1) - 1  # right padding: the last real token
+    return lm_head(hidden[torch.arange(hidden.size(0), device=hidden.device), last])
 
 
 def layers_of(decoder: nn.Module) -> nn.ModuleList:

@@ -92,7 +92,6 @@ def build_rankers(
         rankers.append(RunRanker(path, name=name))
     if models:
         from spdrank.backbone.load import resolve_device
-        from spdrank.methods.spd.decode import get_decoder
         from spdrank.model.ranker import SPDRanker
 
         for spec in models:
@@ -102,7 +101,7 @@ def build_rankers(
                 trust_remote_code=trust_remote_code,
             )
             if decoder:
-                get_decoder(decoder)  # an unknown name fails before any ranking
+                model.decoding(decoder)  # an unknown name fails before any ranking
                 model.config.decoder = decoder
             if name:
                 model.name = name

@@ -21,7 +21,6 @@ import numpy as np
 
 from spdrank.core.ranking import Ranking
 from spdrank.core.slates import Slate
-from spdrank.methods.spd.decode import get_decoder
 
 if TYPE_CHECKING:
     from spdrank.model.ranker import SPDRanker
@@ -63,7 +62,7 @@ class DecodedRanker:
     needs_train = False
 
     def __init__(self, shared: SharedForward, decoder: str, name: str) -> None:
-        get_decoder(decoder)  # an unknown name fails before any ranking
+        shared.model.decoding(decoder)  # an unknown name fails before any ranking
         self.shared = shared
         self.decoder = decoder
         self.name = name

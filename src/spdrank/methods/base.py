@@ -4,7 +4,7 @@ SPD and its single-pass peers share the backbone, the prompt, the training loop 
 checkpoint format; they differ in what their head scores, how it learns, and how its scores
 become an order. A :class:`RankingMethod` says all of that for one method: a head, a loss and a
 decoder, plus which way its head reads the backbone (:attr:`RankingMethod.reads`; the model
-owns the readers, :mod:`spdrank.model.readers`). The model, the training loop, the state cache
+builds the reader, :mod:`spdrank.backbone.readout`). The model, the training loop, the state cache
 and the commands ask the method of a head kind (:func:`method_for`) rather than test the kind;
 a method never receives the model, only settings and arrays.
 
@@ -15,7 +15,7 @@ settings build their prompt, without loading it.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 if TYPE_CHECKING:
@@ -36,9 +36,14 @@ class ModelSettings(Protocol):
     features_only: bool
 
 
-#: The ways a head reads the backbone (:attr:`RankingMethod.reads`), each a reader of the
-#: model's (:mod:`spdrank.model.readers`).
+#: The ways a head reads the backbone (:attr:`RankingMethod.reads`), each a reader the model
+#: builds (:mod:`spdrank.backbone.readout`).
 READS = ("prompt", "candidates", "logits")
+
+#: A method's decoding (:meth:`RankingMethod.decoding`): a padded batch of scores ([B, N, K]
+#: or [B, N]) and each slate's real items -> each slate's order (item indices best first) and
+#: the scores its :class:`~spdrank.core.ranking.Ranking` reports, best first.
+BatchDecoder = Callable[["np.ndarray", Sequence[int]], list[tuple["np.ndarray", list[float]]]]
 
 
 class RankingMethod(ABC):
@@ -130,6 +135,19 @@ class RankingMethod(ABC):
     def ranked_scores(self, scores: np.ndarray, order: np.ndarray) -> list[float]:
         """The scores a :class:`~spdrank.core.ranking.Ranking` reports, best first, for a slate
         ranked in ``order`` from its ``scores`` (padded items may follow the real ones)."""
+
+    def decoding(self, decoder: str) -> BatchDecoder:
+        """What a ranking call runs after the head: each slate's order under the named
+        ``decoder`` and its reported scores, for a whole batch in one call. Where a decoder's
+        name is checked: an unknown one is a ValueError naming those there are. The model
+        asks once a decoder (:meth:`spdrank.model.ranker.SPDRanker.decoding`), so a ranking
+        call hands its scores to the method once."""
+
+        def decode(scores: np.ndarray, sizes: Sequence[int]) -> list[tuple[np.ndarray, list[float]]]:
+            orders = self.orders(scores, sizes, decoder)
+            return [(order, self.ranked_scores(scores[i], order)) for i, order in enumerate(orders)]
+
+        return decode
 
 
 class MethodSettings:

@@ -3,8 +3,9 @@
 Read top to bottom: the model's parts and their checks (``__init__``), building and loading
 (``build``, ``from_pretrained``, ``save_pretrained``; the files are :mod:`.checkpoint`'s), the
 forward pass (``encode`` -> ``collate`` -> ``read`` -> ``score``; how the backbone is read is
-the model's reader, :mod:`.readers`, of the kind its ranking method declares), and ranking
-(``rank``, ``rank_batch``: the method decodes the scores into a valid permutation).
+the model's reader, :mod:`spdrank.backbone.readout`, of the kind its ranking method declares),
+and ranking (``rank``, ``rank_batch``: the method's decoding turns the scores into a valid
+permutation and the scores its ranking reports, in one call).
 """
 
 from __future__ import annotations
@@ -30,15 +31,14 @@ from spdrank.backbone.prompt import (
     PromptBuilder,
     fitted_item_tokens,
 )
-from spdrank.backbone.readout import HeadInputs
+from spdrank.backbone.readout import HeadInputs, PromptReader, reader_for
 from spdrank.backbone.words import WordSplitter
 from spdrank.core.clock import StageClock, timed
 from spdrank.core.defaults import DEFAULT_ITEM_TOKENS
 from spdrank.core.ranking import STAGES, Ranking
 from spdrank.core.slates import Query, Slate, SlateError, as_slate
 from spdrank.core.validation import located
-from spdrank.methods.base import RankingMethod, method_for
-from spdrank.methods.spd.decode import get_decoder
+from spdrank.methods.base import BatchDecoder, RankingMethod, method_for
 from spdrank.model.checkpoint import (
     ADAPTER_DIR,
     CONFIG_NAME,
@@ -50,7 +50,6 @@ from spdrank.model.checkpoint import (
 )
 from spdrank.model.config import SPDConfig
 from spdrank.model.parts import backbone_and_tokenizer
-from spdrank.model.readers import PromptReader, reader_for
 
 log = logging.getLogger(__name__)
 
@@ -142,7 +141,9 @@ class SPDRanker(nn.Module):
             text_fields=config.text_fields, words=self.words, history=self.reads_history,
             sync=self.synchronize,
         )
-        get_decoder(config.decoder)  # fail early on an unknown decoder
+        #: The method's decoding of each decoder named so far (:meth:`decoding`).
+        self._decodings: dict[str, BatchDecoder] = {}
+        self.decoding()  # an unknown decoder fails here, not at the first ranking
         self.name = self.method.model_name(config.head.kind)
 
     # -- construction and checkpoints --------------------------------------------------------
@@ -350,6 +351,17 @@ class SPDRanker(nn.Module):
         one score per item."""
         return self.method.order(scores, decoder or self.config.decoder)
 
+    def decoding(self, decoder: str | None = None) -> BatchDecoder:
+        """The method's decoding (:meth:`~spdrank.methods.base.RankingMethod.decoding`) with
+        ``decoder``, the model's own (``config.decoder``) unless named: where every decoder
+        name given to a model is checked, an unknown one a ValueError listing those there
+        are. Asked of the method once a name, so a ranking call hands it its scores once."""
+        name = decoder or self.config.decoder
+        decode = self._decodings.get(name)
+        if decode is None:
+            decode = self._decodings[name] = self.method.decoding(name)
+        return decode
+
     # -- inference ---------------------------------------------------------------------------
 
     def rank(
@@ -426,15 +438,15 @@ class SPDRanker(nn.Module):
         already encoded (e.g. to read their truncation flags) so they are not tokenized twice;
         ``batch``, the slates already collated (see :meth:`score_batch`).
         """
+        decode = self.decoding(decoder)
         # encode -> collate -> read (prefill, readout) -> head, timed stage by stage
         scores, timings = self.score_batch(slates, encoded, batch)
-        t0 = time.perf_counter()  # decode: the method's order of each slate's scores
-        orders = self.method.orders(scores, [len(s) for s in slates],
-                                    decoder or self.config.decoder)
+        t0 = time.perf_counter()  # decode: each slate's order and the scores it reports
+        decoded = decode(scores, [len(s) for s in slates])
         timings["assign"] = (time.perf_counter() - t0) * 1e3
-        return [  # the Rankings, with the scores the method reports
-            self.ranking(slate, order, scores[i], timings)
-            for i, (slate, order) in enumerate(zip(slates, orders))
+        return [
+            _ranking(slate, order, ranked, timings)
+            for slate, (order, ranked) in zip(slates, decoded)
         ]
 
     def ranking(
@@ -444,12 +456,9 @@ class SPDRanker(nn.Module):
         scores: np.ndarray,
         timings: dict[str, float] | None = None,
     ) -> Ranking:
-        """The :class:`Ranking` of ``slate`` for an item ``order`` decoded from its ``scores``."""
-        items = order.tolist()  # Python ints index a list faster than numpy's
-        candidates = slate.candidates
-        docids = [candidates[j].docid for j in items]
-        ranked_scores = self.method.ranked_scores(scores, order)
-        return Ranking(docids, ranked_scores, dict(timings or {}), 1, indices=items)
+        """The :class:`Ranking` of ``slate`` for an item ``order`` decoded from its ``scores``
+        (one slate's, as ``spdrank bench`` decodes them one decoder at a time)."""
+        return _ranking(slate, order, self.method.ranked_scores(scores, order), timings)
 
     def score_matrix(self, slate: Slate) -> np.ndarray:
         """The raw scores of one slate: n x K for SPD (for analysis and other decoders), n for
@@ -486,3 +495,11 @@ class SPDRanker(nn.Module):
         """Trained by ``spdrank train``; nothing to fit at evaluation time."""
 
 
+def _ranking(
+    slate: Slate, order: np.ndarray, scores: list[float], timings: dict[str, float] | None
+) -> Ranking:
+    """The :class:`Ranking` of ``slate`` in item ``order``, reporting ``scores`` (best first)."""
+    items = order.tolist()  # Python ints index a list faster than numpy's
+    candidates = slate.candidates
+    docids = [candidates[j].docid for j in items]
+    return Ranking(docids, scores, dict(timings or {}), 1, indices=items)

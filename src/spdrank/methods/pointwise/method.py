@@ -1,17 +1,19 @@
 """The pointwise peer: each candidate in its own sequence with the user context, N prefills.
 
 The reranker a team would otherwise deploy on the same backbone (monoT5, RankLLaMA, a
-cross-encoder): a slate becomes one sequence a candidate (:mod:`.prompt`: the model's own
-prompt, holding that candidate alone), the sequences are batched into one padded pass
-(:mod:`.batching`, :mod:`.read`), and each candidate's score is one linear map of its
-sequence's last state (:mod:`.head`). It trains on the same targets with the scalar peer's
+cross-encoder): its head reads ``candidates``, so the model reads a slate as one sequence a
+candidate (:func:`~spdrank.backbone.prompt.encode_candidates`: the model's own prompt, holding
+that candidate alone), batched into one padded pass
+(:func:`~spdrank.backbone.batching.collate_candidates`,
+:func:`~spdrank.backbone.readout.read_candidates`), and each candidate's score is one linear
+map of its sequence's last state (:mod:`.head`). It trains on the same targets with the scalar peer's
 ListNet and ranks by sorting, as the scalar peer does: the two differ only in how the
 backbone reads the candidates, N sequences with the context each against one prompt with
 all of them, so a comparison between them, and with SPD, measures that and nothing else.
 
 A frozen backbone's state for a candidate is still a pure function of the slate's texts, so
 ``--cache-states`` caches them as it caches SPD's: the cache reads through the model's
-candidates reader (:class:`spdrank.model.readers.CandidateReader`).
+candidates reader (:class:`spdrank.backbone.readout.CandidateReader`).
 """
 
 from __future__ import annotations

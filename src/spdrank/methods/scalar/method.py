@@ -10,6 +10,7 @@ themselves. :mod:`spdrank.methods.first` scores, trains and ranks the same way f
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from spdrank.methods.base import RankingMethod, state_size
@@ -19,7 +20,7 @@ if TYPE_CHECKING:
     import torch
     from torch import nn
 
-    from spdrank.methods.base import ModelSettings
+    from spdrank.methods.base import BatchDecoder, ModelSettings
 
 
 class ScalarMethod(RankingMethod):
@@ -50,3 +51,24 @@ class ScalarMethod(RankingMethod):
 
     def ranked_scores(self, scores: np.ndarray, order: np.ndarray) -> list[float]:
         return scores[order].astype(float).tolist()
+
+    def decoding(self, decoder: str) -> BatchDecoder:
+        """:func:`rank_by_sorting`, whatever the decoder: there are no positions to assign.
+        The name must still be one of SPD's decoders, so a misspelt one is refused here as it
+        is for an SPD model rather than ignored."""
+        from spdrank.methods.spd.decode import get_decoder
+
+        get_decoder(decoder)
+        return rank_by_sorting
+
+
+def rank_by_sorting(scores: np.ndarray, sizes: Sequence[int]) -> list[tuple[np.ndarray, list[float]]]:
+    """Each slate's items sorted by their scores, with those scores, for a padded batch
+    ``scores`` [B, N] whose slate b has ``sizes[b]`` items."""
+    from spdrank.methods.spd.decode import sort_scores
+
+    ranked = []
+    for b, n in enumerate(sizes):
+        order = sort_scores(scores[b, :n])
+        ranked.append((order, scores[b][order].astype(float).tolist()))
+    return ranked

@@ -15,7 +15,8 @@ same signature (e.g. a faster LAPJV binding) under a new name.
 
 :func:`decode_batch` decodes a padded batch of matrices: ``expected_rank`` and ``argsort`` run
 once over every slate of one size together (their orders are those of the one-slate call),
-the others slate by slate.
+the others slate by slate. :func:`rank_batch` is what a ranking call runs: each slate's order
+with the scores its ranking reports (:func:`ranked_relevance`), in one call.
 """
 
 from __future__ import annotations
@@ -247,3 +248,23 @@ def decode_batch(
             for b, order in zip(part, batched(stack)):
                 orders[b] = order
     return orders
+
+
+def ranked_relevance(scores: np.ndarray, order: np.ndarray) -> list[float]:
+    """Each ranked item's :func:`relevance` (1 - its expected position over n), best first, as
+    a running minimum down the ranking, for a slate's ``scores`` [n, K] (padded items may follow
+    the real ones) ranked in ``order``: exactly the relevance under ``expected_rank``, whose
+    order it sorts by, and never rising down the list under a decoder that orders otherwise (an
+    assignment can place an item above one the soft assignment expects higher)."""
+    ranked = relevance(scores[: len(order)])[order]
+    return np.minimum.accumulate(ranked).tolist()
+
+
+def rank_batch(
+    scores: np.ndarray, sizes: Sequence[int], name: str = UNNAMED_DECODER
+) -> list[tuple[np.ndarray, list[float]]]:
+    """Each slate's order (:func:`decode_batch`) and the scores its ranking reports
+    (:func:`ranked_relevance`), for a padded batch ``scores`` [B, N, K] whose slate b has
+    ``sizes[b]`` items."""
+    orders = decode_batch(scores, sizes, name)
+    return [(order, ranked_relevance(scores[b], order)) for b, order in enumerate(orders)]

@@ -11,6 +11,7 @@ positions; a ranking reports each item's relevance under the Sinkhorn-normalised
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -22,7 +23,7 @@ if TYPE_CHECKING:
     import torch
     from torch import nn
 
-    from spdrank.methods.base import ModelSettings
+    from spdrank.methods.base import BatchDecoder, ModelSettings
     from spdrank.methods.heads import HeadConfig
 
 
@@ -105,14 +106,16 @@ class SPDMethod(RankingMethod):
         return decode_batch(scores, sizes, decoder)
 
     def ranked_scores(self, scores: np.ndarray, order: np.ndarray) -> list[float]:
-        """Each ranked item's :func:`~spdrank.methods.spd.decode.relevance` (1 - its expected position
-        over n), best first, as a running minimum down the ranking: exactly the relevance
-        under ``expected_rank``, whose order it sorts by, and never rising down the list under
-        a decoder that orders otherwise (an assignment can place an item above one the soft
-        assignment expects higher)."""
-        import numpy as np
+        """Each ranked item's relevance under the Sinkhorn-normalised matrix, never rising
+        down the list (:func:`~spdrank.methods.spd.decode.ranked_relevance`)."""
+        from spdrank.methods.spd.decode import ranked_relevance
 
-        from spdrank.methods.spd.decode import relevance
+        return ranked_relevance(scores, order)
 
-        ranked = relevance(scores[: len(order)])[order]
-        return np.minimum.accumulate(ranked).tolist()
+    def decoding(self, decoder: str) -> BatchDecoder:
+        """:func:`~spdrank.methods.spd.decode.rank_batch` with the named decoder, which must
+        be one of :data:`~spdrank.methods.spd.decode.DECODERS`."""
+        from spdrank.methods.spd.decode import get_decoder, rank_batch
+
+        get_decoder(decoder)
+        return functools.partial(rank_batch, name=decoder)
