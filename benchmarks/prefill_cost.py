@@ -40,9 +40,9 @@ from serve_harness import ROOT, code_version, machine
 
 from spdrank.backbone import cpu
 from spdrank.backbone.load import load_backbone, load_tokenizer
-from spdrank.backbone.split import last_hidden
 from spdrank.backbone.prompt import PromptBuilder, PromptSettings
 from spdrank.backbone.settings import BUNDLED, BackboneConfig
+from spdrank.backbone.split import last_hidden
 from spdrank.backbone.templates import SEARCH
 from spdrank.datasets.beauty import load_titles
 from spdrank.datasets.titles import render_history

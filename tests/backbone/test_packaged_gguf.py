@@ -81,9 +81,9 @@ def test_gemma_loads_offline_and_reads_a_prompt(monkeypatch):
     import torch
 
     from spdrank.backbone.load import load_backbone, load_tokenizer
-    from spdrank.backbone.split import last_hidden
     from spdrank.backbone.locate import packaged_backbone_path
     from spdrank.backbone.settings import BackboneConfig
+    from spdrank.backbone.split import last_hidden
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     folder = packaged_backbone_path(GEMMA3_270M)

@@ -110,8 +110,8 @@ def test_bad_sizes_are_refused_in_one_line(limit, capsys):
 
 def test_the_eager_route_runs_no_sdpa_and_is_undone(limit, config_backbone, monkeypatch):
     from spdrank.backbone.load import load_backbone
-    from spdrank.backbone.split import last_hidden
     from spdrank.backbone.settings import BackboneConfig
+    from spdrank.backbone.split import last_hidden
 
     backbone = load_backbone(BackboneConfig(name_or_path=config_backbone, lora=None))
     calls = []
