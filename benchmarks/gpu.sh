@@ -19,15 +19,15 @@
 #    train and eval slates: the student's distillation target, and the tau/top1 reference.
 #    Its counts include each training slate's own next item, so on train slates it is a
 #    stronger teacher than on eval slates;
-# 3. the autoregressive teachers: the bundled SmolLM2 through transformers on the GPU, batch
-#    size 1 (the recorded latency is that of one request), direct and reasoning, on the first
-#    $AR_N eval slates;
-# 4. the SPD student at full scale: every train slate, all 30 layers, LoRA r=64, bf16, batch
+# 3. the SPD student at full scale: every train slate, all 30 layers, LoRA r=64, bf16, batch
 #    $BATCH, one epoch, attention head, target teacher+clicks; K = 150 positions so that the
 #    latency decomposition reaches N = 150. Heads in $PEERS (scalar first linear slot) train
 #    the same way as extra rows (each costs about as much as the student);
-# 5. `spdrank bench` on all eval slates: baselines, SPD under every decoder, the peers, and
+# 4. `spdrank bench` on all eval slates: baselines, SPD under every decoder, the peers, and
 #    the latency decomposition at N = 20, 50, 150 (Tables 2-5 without the AR teachers);
+# 5. the autoregressive teachers: the bundled SmolLM2 through transformers on the GPU, batch
+#    size 1 (the recorded latency is that of one request), direct and reasoning, on the first
+#    $AR_N eval slates;
 # 6. `spdrank bench` on the $AR_N AR-labelled slates: the same rows next to the AR teachers,
 #    with the speed-ups over them (Table 2);
 # 7. fidelity at full scale (benchmarks/results/fidelity-beauty-cpu at CPU scale): students
@@ -59,7 +59,11 @@
 # Before the first step it prints what each step will cost (benchmarks/gpu_estimate.py: peak
 # memory and time from the backbone's config.json and the device's stated bf16 throughput, on
 # ESTIMATE_DEVICE, default h200), and stops, naming the step and its numbers, when a step will
-# not fit the device's memory or, with BUDGET_S set, the run its seconds; FIT_CHECK=0 runs anyway.
+# not fit the device's memory; FIT_CHECK=0 runs anyway. With BUDGET_S (seconds) set, it stops
+# (exit 75) before the first step whose estimate would end past the budget, and a rerun with
+# the same settings continues from there: on a lent device whose commands run at most 10
+# minutes, BUDGET_S=540 and as many calls as the lease holds. The steps are in the order of
+# what they tell: the student and its benchmark first, the AR teachers, fidelity, search.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . benchmarks/lib.sh
@@ -127,20 +131,7 @@ for SPLIT in train eval; do
     --train "$DATA/train.jsonl" --json "$COOC/$SPLIT.summary.json" --no-progress
 done
 
-# -- 3. the autoregressive teachers on the first AR_N eval slates ------------------------------
-AR_SLATES=$WORK/eval-ar$AR_N.jsonl
-if [ "$DRY" = 0 ] && [ ! -s "$AR_SLATES" ]; then head -n "$AR_N" "$COOC/eval.slates.jsonl" > "$AR_SLATES"; fi
-for MODE in direct reasoning; do
-  dir=$WORK/smollm2-$MODE
-  step "teacher-$MODE" "$dir/eval.slates.jsonl" \
-    "$BIN/spdrank" teacher --slates "$AR_SLATES" --out "$dir/eval.labels.jsonl" \
-    --slates-out "$dir/eval.slates.jsonl" --backend hf --model "$BACKBONE" --mode "$MODE" \
-    --batch-size 1 "${GPU[@]}" --max-failures 0 \
-    $( [ "$MODE" = reasoning ] && echo --max-new-tokens "$REASONING_TOKENS" ) \
-    --json "$dir/eval.summary.json" --no-progress
-done
-
-# -- 4. the student (and peers) at full scale --------------------------------------------------
+# -- 3. the student (and peers) at full scale --------------------------------------------------
 MODELS=()
 for HEAD in attn $PEERS; do
   run=$WORK/students/$HEAD
@@ -153,7 +144,7 @@ for HEAD in attn $PEERS; do
   MODELS+=( --model "$([ "$HEAD" = attn ] && echo spd || echo "$HEAD")=$run" )
 done
 
-# -- 5-6. the benchmarks ----------------------------------------------------------------------
+# -- 4. the benchmark of every eval slate ------------------------------------------------------
 BENCH=( "$BIN/spdrank" bench --train "$DATA/train.jsonl" --ranker random --ranker popularity
         --ranker cooccurrence "${MODELS[@]}" "${GPU[@]}" --warmup 3 --no-progress )
 step bench-all "$OUT/all/report.md" \
@@ -161,6 +152,19 @@ step bench-all "$OUT/all/report.md" \
   --title "All 1,118 Beauty eval slates: baselines and single-pass rankers" \
   --latency --latency-sizes "$LATENCY_SIZES" --latency-slates "$LATENCY_SLATES" \
   --batch-size "$THROUGHPUT_BATCH"
+
+# -- 5-6. the autoregressive teachers on the first AR_N eval slates ------------------------------
+AR_SLATES=$WORK/eval-ar$AR_N.jsonl
+if [ "$DRY" = 0 ] && [ ! -s "$AR_SLATES" ]; then head -n "$AR_N" "$COOC/eval.slates.jsonl" > "$AR_SLATES"; fi
+for MODE in direct reasoning; do
+  dir=$WORK/smollm2-$MODE
+  step "teacher-$MODE" "$dir/eval.slates.jsonl" \
+    "$BIN/spdrank" teacher --slates "$AR_SLATES" --out "$dir/eval.labels.jsonl" \
+    --slates-out "$dir/eval.slates.jsonl" --backend hf --model "$BACKBONE" --mode "$MODE" \
+    --batch-size 1 "${GPU[@]}" --max-failures 0 \
+    $( [ "$MODE" = reasoning ] && echo --max-new-tokens "$REASONING_TOKENS" ) \
+    --json "$dir/eval.summary.json" --no-progress
+done
 step bench-teachers "$OUT/teachers/report.md" \
   "${BENCH[@]}" --slates "$AR_SLATES" --out "$OUT/teachers" \
   --title "The first $AR_N Beauty eval slates: next to the autoregressive teachers" \

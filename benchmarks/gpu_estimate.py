@@ -9,8 +9,11 @@ configuration that will not fit.
 ``benchmarks/gpu.sh`` and ``benchmarks/gpu_latency.sh`` call it before their first step with
 their own settings (the ``NAME=VALUE`` arguments are the scripts' environment variables, with
 their defaults when left out), print its table, and stop when it exits 1: a step whose
-estimated peak memory exceeds the device's usable memory, or a run whose estimated time
-exceeds ``BUDGET_S`` when that is set. It needs only Python's standard library, so a dry run
+estimated peak memory exceeds the device's usable memory, or, when ``BUDGET_S`` is set, a step
+whose estimated time alone exceeds it. A run longer than ``BUDGET_S`` is not refused: ``--plan
+FILE`` writes each step's estimated seconds, and the scripts' ``step`` (benchmarks/lib.sh)
+stops before the first step that would end past the budget, so a rerun continues from there
+(a lent device's command runs at most 10 minutes). It needs only Python's standard library, so a dry run
 prints the table without the project's environment, and it reads no weights: a backbone is
 its config.json (a model folder, ``config:PATH``, a Hugging Face id already in the local
 cache, or ``bundled``, SmolLM2-135M-Instruct).
@@ -452,11 +455,6 @@ def gpu_steps(s: dict[str, str], shape_of: Any) -> list[Step]:
     answer = ANSWER_PER_CANDIDATE * n
     steps = [Step("data", None, note="CPU"), Step("cooccurrence-train", None, note="CPU"),
              Step("cooccurrence-eval", None, note="CPU")]
-    steps.append(Step("teacher-direct", bb, [Work("generate", ar_n, teacher_tokens, new_tokens=answer, lm_head=True)],
-                      f"{ar_n} slates, batch 1, {teacher_tokens} + {answer} tokens"))
-    reasoning = answer + int(s["REASONING_TOKENS"])
-    steps.append(Step("teacher-reasoning", bb, [Work("generate", ar_n, teacher_tokens, new_tokens=reasoning, lm_head=True)],
-                      f"{ar_n} slates, batch 1, {teacher_tokens} + {reasoning} tokens"))
     heads = ["attn", *s["PEERS"].split()]
     for head in heads:
         steps.append(Step(f"train-{head}", bb, [
@@ -471,6 +469,11 @@ def gpu_steps(s: dict[str, str], shape_of: Any) -> list[Step]:
     rows = len(heads)
     steps.append(Step("bench-all", bb, [Work("quality", rows * eval_n, tokens)] + latency * rows,
                       f"{eval_n} slates x {rows} models, latency at N={s['LATENCY_SIZES']}"))
+    steps.append(Step("teacher-direct", bb, [Work("generate", ar_n, teacher_tokens, new_tokens=answer, lm_head=True)],
+                      f"{ar_n} slates, batch 1, {teacher_tokens} + {answer} tokens"))
+    reasoning = answer + int(s["REASONING_TOKENS"])
+    steps.append(Step("teacher-reasoning", bb, [Work("generate", ar_n, teacher_tokens, new_tokens=reasoning, lm_head=True)],
+                      f"{ar_n} slates, batch 1, {teacher_tokens} + {reasoning} tokens"))
     steps.append(Step("bench-teachers", bb, [Work("quality", rows * ar_n, tokens)], f"{ar_n} slates"))
     steps.append(Step("data-features", None, note="CPU"))
     title = 33  # a title cut to 32 tokens and its separator
@@ -565,18 +568,40 @@ class Estimate:
         return self.device.memory_gib * GIB * USABLE
 
     def refusal(self) -> str | None:
-        """One line naming the first step that will not fit, or the budget overrun; None."""
+        """One line naming the first step that will not fit the device's memory, or that alone
+        outlasts the budget (no rerun could get past it); None."""
         for step, cost in self.rows:
             if cost.memory_bytes > self.usable_bytes:
                 return (f"gpu_estimate: step {step.name} needs about {cost.memory_bytes / GIB:.1f} GiB "
                         f"({step.note}), more than the {self.usable_bytes / GIB:.1f} GiB usable of "
                         f"the {self.device.name}: lower its batch, candidates or LoRA rank")
-        if self.budget_s is not None and self.total_seconds > self.budget_s:
-            worst = max(self.rows, key=lambda r: r[1].seconds)
-            return (f"gpu_estimate: the run needs about {self.total_seconds:.0f} s of GPU time, more "
-                    f"than BUDGET_S={self.budget_s:.0f} s (longest: {worst[0].name}, "
-                    f"{worst[1].seconds:.0f} s): lower its sizes or raise BUDGET_S")
+        for step, cost in self.rows:
+            if self.budget_s is not None and cost.seconds > self.budget_s:
+                return (f"gpu_estimate: step {step.name} alone needs about {cost.seconds:.0f} s "
+                        f"({step.note}), more than BUDGET_S={self.budget_s:.0f} s: lower its sizes "
+                        "or raise BUDGET_S")
         return None
+
+    def first_stop(self) -> tuple[str, float] | None:
+        """The step a run under the budget stops before, and when that step would have ended
+        (GPU steps only: the CPU steps' time is not estimated, and is counted as it passes); None
+        when the whole run fits, or when a step alone outlasts the budget (a refusal)."""
+        if self.budget_s is None or any(c.seconds > self.budget_s for _, c in self.rows):
+            return None
+        elapsed = 0.0
+        for step, cost in self.rows:
+            if step.shape is None:
+                continue
+            elapsed += cost.seconds
+            if elapsed > self.budget_s:
+                return step.name, elapsed
+        return None
+
+    def plan(self) -> str:
+        """Each GPU step's name and estimated seconds, a tab-separated line each: what
+        benchmarks/lib.sh's ``step`` weighs against the budget left."""
+        return "".join(f"{step.name}\t{cost.seconds:.0f}\n" for step, cost in self.rows
+                       if step.shape is not None)
 
     def table(self) -> str:
         lines = [
@@ -597,6 +622,11 @@ class Estimate:
         lines.append(f"{'total (GPU steps)':<26} {peak / GIB:>9.2f} {self.total_seconds:>8.0f} "
                      f"{sum(c.flops for _, c in self.rows) / 1e12:>9.1f}  of "
                      f"{self.usable_bytes / GIB:.0f} GiB usable{budget}")
+        stop = self.first_stop()
+        if stop:
+            lines.append(f"BUDGET_S={self.budget_s:.0f}: the run stops before step {stop[0]} (it "
+                         f"would end at about {stop[1]:.0f} s, CPU steps not counted); run it "
+                         "again with the same settings to continue from there")
         return "\n".join(lines)
 
 
@@ -637,6 +667,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="the device estimated for (default h200)")
     parser.add_argument("--tiny", metavar="FAMILY",
                         help="a backbone folder not made yet is benchmarks/tiny_backbone.py's FAMILY")
+    parser.add_argument("--plan", type=Path, metavar="FILE",
+                        help="write each GPU step's estimated seconds here (name<TAB>seconds)")
     args = parser.parse_intermixed_args(argv)
     settings = {}
     for item in args.settings:
@@ -653,6 +685,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"gpu_estimate: no estimate: {e}", file=sys.stderr)
         return NO_ESTIMATE
     print(result.table())
+    if args.plan:
+        args.plan.parent.mkdir(parents=True, exist_ok=True)
+        args.plan.write_text(result.plan())
     refusal = result.refusal()
     if refusal:
         print(refusal, file=sys.stderr)

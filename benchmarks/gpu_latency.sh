@@ -34,8 +34,9 @@
 # It needs `make install` done beforehand, with a CUDA build of torch in .venv (or
 # BIN=/path/to/env/bin); the data is the bundled Amazon Beauty 2014 (`spdrank data beauty`).
 # Before the first step it prints each step's estimated memory and time on ESTIMATE_DEVICE
-# (default h200) and stops when one will not fit, or the run BUDGET_S when set (FIT_CHECK=0:
-# run anyway); see benchmarks/gpu_estimate.py.
+# (default h200) and stops when one will not fit (FIT_CHECK=0: run anyway); with BUDGET_S set,
+# before the first step that would end past it (exit 75; a rerun continues); see
+# benchmarks/gpu_estimate.py and benchmarks/lib.sh's step.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . benchmarks/lib.sh

@@ -18,8 +18,6 @@ print_command() {
   echo "${line% }"
 }
 
-# step NAME DONE CMD...: run CMD unless the file DONE exists; print its wall time and append
-# "NAME<tab>seconds" to $TIMINGS (default $OUT/timings.tsv). With DRY=1, only print CMD.
 # parse_dry_run SCRIPT SETTINGS_DOC [ARG]: DRY=1 for --dry-run, DRY=0 for nothing; any other
 # argument is a usage error (exit 2) naming where the script's settings are documented.
 parse_dry_run() {
@@ -75,14 +73,18 @@ smoke_cut() {
 
 # gpu_estimate SCRIPT NAME...: benchmarks/gpu_estimate.py's table of what each step of SCRIPT
 # (gpu.sh, gpu_latency.sh) will cost on $ESTIMATE_DEVICE (default h200), with the settings named
-# by NAME... as they stand; a step that will not fit the device's memory (or a run over
-# $BUDGET_S seconds, when set) stops the script here, exit 1, unless FIT_CHECK=0. The estimator
-# needs only Python's standard library, so a dry run prints the table without the environment.
+# by NAME... as they stand; a step that will not fit the device's memory (or that alone
+# outlasts $BUDGET_S seconds, when set) stops the script here, exit 1, unless FIT_CHECK=0. Each
+# step's estimated seconds go to $PLAN (default $WORK/estimate.tsv), which `step` weighs
+# against the budget. The estimator needs only Python's standard library, so a dry run prints
+# the table without the environment.
 gpu_estimate() {
   local script=$1 name py=$BIN/python rc=0 args=(); shift
   [ -x "$py" ] || py=python3
   for name in "$@"; do args+=( "$name=${!name:-}" ); done
   [ "${SMOKE:-0}" = 0 ] || args+=( --tiny qwen3 )
+  PLAN=${PLAN:-$WORK/estimate.tsv}
+  if [ "${DRY:-0}" = 0 ]; then rm -f "$PLAN"; args+=( --plan "$PLAN" ); fi
   "$py" benchmarks/gpu_estimate.py "$script" --device "${ESTIMATE_DEVICE:-h200}" "${args[@]}" || rc=$?
   case $rc in
     0) ;;
@@ -100,10 +102,30 @@ require_cuda() {
   }
 }
 
+# within_budget NAME: whether step NAME's estimate (in $PLAN) ends within $BUDGET_S seconds of
+# $start_all; true without a budget or an estimate (CPU steps are not estimated). Says why not.
+within_budget() {
+  [ -n "${BUDGET_S:-}" ] && [ -s "${PLAN:-}" ] || return 0
+  local est elapsed=$(( SECONDS - ${start_all:-0} ))
+  est=$(awk -F'\t' -v n="$1" '$1 == n { print $2 }' "$PLAN")
+  [ -n "$est" ] || return 0
+  if [ $(( elapsed + est )) -gt "$BUDGET_S" ]; then
+    echo "== $1: not started: its estimated $est s after $elapsed s would end past BUDGET_S=$BUDGET_S;" \
+      "run the script again with the same settings to continue from this step"
+    return 1
+  fi
+}
+
+# step NAME DONE CMD...: run CMD unless the file DONE exists; print its wall time and append
+# "NAME<tab>seconds" to $TIMINGS (default $OUT/timings.tsv). With DRY=1, only print CMD. With
+# $BUDGET_S set, a step whose estimate in $PLAN would end past BUDGET_S seconds after
+# $start_all is not started: the script exits 75 saying so, and a rerun (its finished steps
+# skipped, the budget counted afresh) continues from that step.
 step() {
   local name=$1 done=$2; shift 2
   if [ "${DRY:-0}" = 1 ]; then print_command "$@"; return 0; fi
   if [ -e "$done" ]; then echo "== $name: already done ($done)"; return 0; fi
+  within_budget "$name" || exit 75
   echo "== $name: $*"
   local t0=$SECONDS
   "$@"

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -88,11 +90,27 @@ def test_a_run_that_will_not_fit_is_refused_in_one_line(capsys):
     assert "GiB usable of the NVIDIA H200" in line and "4096 x 1600 tokens" in line
 
 
-def test_a_budget_is_kept_when_given(capsys):
+def test_a_budget_is_kept_when_given(capsys, tmp_path):
+    """A step that alone outlasts the budget is refused; a longer run is planned to stop before
+    the step that would end past it, each step's estimate written for the scripts' step."""
     assert est.main(["gpu_latency.sh", "BUDGET_S=5"]) == 1
     line, = capsys.readouterr().err.splitlines()
-    assert "more than BUDGET_S=5 s" in line
+    assert line.startswith("gpu_estimate: step ") and "more than BUDGET_S=5 s" in line
+    plan = tmp_path / "plan.tsv"
+    assert est.main(["gpu.sh", "BUDGET_S=540", "--plan", str(plan)]) == 0
+    out = capsys.readouterr().out
+    rows = dict(line.split("\t") for line in plan.read_text().splitlines())
+    assert list(rows)[:3] == ["train-attn", "bench-all", "teacher-direct"]  # GPU steps only
+    assert "data" not in rows and all(int(v) > 0 for v in rows.values())
+    elapsed, stop = 0, None
+    for name, seconds in rows.items():
+        elapsed += int(seconds)
+        if elapsed > 540:
+            stop = name
+            break
+    assert stop is not None and f"BUDGET_S=540: the run stops before step {stop} " in out
     assert est.main(["gpu_latency.sh", "BUDGET_S=100000"]) == 0
+    assert "stops before" not in capsys.readouterr().out
 
 
 def test_the_device_is_a_parameter():
@@ -142,3 +160,30 @@ def test_a_backbone_without_a_readable_config_runs_unestimated():
     assert done.returncode == 0
     assert "gpu_estimate: no estimate: no config.json for backbone '/no/such/folder'" in done.stderr
     assert "the steps run unestimated" in done.stdout and " data beauty " in done.stdout
+
+
+def run_steps(tmp_path: Path, budget: int) -> subprocess.CompletedProcess:
+    """Three steps through benchmarks/lib.sh's ``step`` under ``budget``: ``a`` estimated at 4 s,
+    ``cpu`` not estimated, ``b`` at 20 s."""
+    (tmp_path / "plan.tsv").write_text("a\t4\nb\t20\n")
+    script = f"""
+        set -euo pipefail; . benchmarks/lib.sh
+        OUT={tmp_path}; PLAN={tmp_path}/plan.tsv; BUDGET_S={budget}; start_all=$SECONDS
+        for name in a cpu b; do step $name {tmp_path}/$name.done touch {tmp_path}/$name.done; done
+        echo all done
+    """
+    return subprocess.run(["bash", "-c", script], cwd=ROOT, capture_output=True, text=True,
+                          timeout=60, check=False)
+
+
+def test_a_step_past_the_budget_is_left_for_a_rerun(tmp_path):
+    done = run_steps(tmp_path, budget=10)
+    assert done.returncode == 75, done.stderr
+    assert (tmp_path / "a.done").exists() and (tmp_path / "cpu.done").exists()
+    assert not (tmp_path / "b.done").exists() and "all done" not in done.stdout
+    assert re.search(r"== b: not started: its estimated 20 s after [01] s would end past BUDGET_S=10;",
+                     done.stdout)
+    again = run_steps(tmp_path, budget=30)
+    assert again.returncode == 0, again.stderr
+    assert "== a: already done" in again.stdout and (tmp_path / "b.done").exists()
+    assert "all done" in again.stdout

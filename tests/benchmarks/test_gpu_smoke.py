@@ -116,8 +116,8 @@ def steps_run(tmp_path: Path) -> list[str]:
 
 #: The GPU run's steps, in order (the search steps need the shared TREC DL files).
 GPU_STEPS = [
-    "data", "cooccurrence-train", "cooccurrence-eval", "teacher-direct", "teacher-reasoning",
-    "train-attn", "bench-all", "bench-teachers", "data-features",
+    "data", "cooccurrence-train", "cooccurrence-eval", "train-attn", "bench-all",
+    "teacher-direct", "teacher-reasoning", "bench-teachers", "data-features",
     *(f"{teacher}-{split}" for split in ("train", "valid", "eval")
       for teacher in ("lexical", "likelihood")),
     "fidelity-lexical", "fidelity-bench-lexical", "fidelity-likelihood",
