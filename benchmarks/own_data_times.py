@@ -19,7 +19,7 @@ loads it once before, or it lands in the first LLM step.
 
 Writes ``report.md`` (a table of each step's seconds), ``times.json`` and ``command.txt`` to
 ``--out`` (default ``benchmarks/results/own-data-times-cpu/users-N``), with the machine, date,
-commit and what else ran (``--note``, and the load average before and after). ``--dry-run``
+commit and what else ran (``--note``, and the load average after each step). ``--dry-run``
 prints the commands, one a line, and runs nothing.
 """
 
@@ -159,7 +159,7 @@ def slate_counts(workdir: Path) -> str:
     """``N train + M eval slates`` as the first build printed it."""
     for line in (workdir / "logs" / "01.log").read_text(encoding="utf-8").splitlines():
         if " train + " in line and "slates" in line:
-            return line.split(",")[0]
+            return line.split(", ")[0]  # "1,989 train + 497 eval slates, 20.0 candidates ..."
     return "unknown"
 
 
@@ -181,7 +181,6 @@ def main(argv: list[str] | None = None) -> int:
     (workdir / "logs").mkdir(parents=True, exist_ok=True)
     path = workdir / "times.jsonl"
     done = journal(path)
-    load_before = load()
     for index, step in enumerate(plan):
         record = done.get(step.name)
         if (record is not None and record["command"] == step.command
@@ -204,21 +203,23 @@ def main(argv: list[str] | None = None) -> int:
                             capture_output=True, text=True, check=False).stdout.strip()
     records = [done[step.name] for step in plan]
     total = sum(float(r["seconds"]) for r in records)
+    dates = [r["date"] for r in records if "date" in r]
     lines = [
         "# How long each step of docs/own-data.md takes (CPU)",
         "",
         ("Command: see [command.txt](command.txt); the commands are docs/own-data.md's, the "
         f"example log at {args.users} users ({slate_counts(workdir)})."),
         "",
-        f"- finished: {datetime.now(timezone.utc).strftime('%Y-%m-%dT%H:%MZ')}; commit {commit}",
+        (f"- steps run {min(dates, default='?')} to {max(dates, default='?')}; "
+         f"report written at commit {commit}"),
         f"- machine: {machine()}; nice {os.nice(0)}",
-        (f"- load average before / after: {load_before} / {load()}; also running: "
-        f"{args.note or 'not noted'}"),
+        f"- also running: {args.note or 'not noted'}; the load average after each step is its row's",
         "",
-        "| step | seconds | command |",
-        "|---|---|---|",
-        *(f"| {r['step']} | {float(r['seconds']):.1f} | `{r['command']}` |" for r in records),
-        f"| all of them | {total:.1f} | |",
+        "| step | seconds | load average after | command |",
+        "|---|---|---|---|",
+        *(f"| {r['step']} | {float(r['seconds']):.1f} | {r.get('load_after', '')} | "
+          f"`{r['command']}` |" for r in records),
+        f"| all of them | {total:.1f} | | |",
     ]
     out.mkdir(parents=True, exist_ok=True)
     passed = list(argv if argv is not None else sys.argv[1:])

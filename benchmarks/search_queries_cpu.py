@@ -130,7 +130,7 @@ def curve_report(results: dict[str, Any], meta: dict[str, Any]) -> str:
         teacher = base["teacher"]["nDCG@10"]
         for name in meta["students"]:
             for point in meta["points"]:
-                r = base.get(f"{name}@{point['n']}")
+                r = base.get(f"{name}@{point.get('run', point['n'])}")
                 if r is None:
                     continue
                 lines.append(
@@ -151,6 +151,9 @@ def main() -> int:
                         help="synthetic slates at each curve point beyond 0 ('all': every kept)")
     parser.add_argument("--layers", type=int, default=2, help="the students' frozen layers")
     parser.add_argument("--students", default=",".join(CURVE_STUDENTS))
+    parser.add_argument("--epochs", type=int, default=0,
+                        help="epochs at every curve point beyond 0 (default: epochs_for); "
+                             "its students are separate runs, named NAME@Nx<epochs>")
     parser.add_argument("--out", type=Path, default=OUT)
     parser.add_argument("--dry-run", action="store_true", help="print the commands only")
     args = parser.parse_args()
@@ -188,7 +191,8 @@ def main() -> int:
               "--backbone", "bundled", "--device", "cpu", "--layers", str(args.layers),
               "--positions", str(POSITIONS))
     students = [s for s in args.students.split(",") if s]
-    points = [{"n": 0, "queries": base_slates, "epochs": BASE_EPOCHS}]
+    points = [{"n": 0, "queries": base_slates, "epochs": BASE_EPOCHS, "run": "0"}]
+    tag = f"x{args.epochs}" if args.epochs else ""
     models: dict[str, Path] = {}
     for name in students:
         models[f"{name}@0"] = onepass / name
@@ -203,11 +207,11 @@ def main() -> int:
                    f"(training_prefix) -> {shown(prefix)}")
         if not dry:
             training_prefix(train, synthetic_labelled, n, prefix)
-        epochs = epochs_for(base_slates + n, base_slates) if not dry else 3
-        points.append({"n": n, "queries": base_slates + n, "epochs": epochs})
+        epochs = args.epochs or (epochs_for(base_slates + n, base_slates) if not dry else 3)
+        points.append({"n": n, "queries": base_slates + n, "epochs": epochs, "run": f"{n}{tag}"})
         for name in students:
-            out = runs / f"{name}@{n}"
-            models[f"{name}@{n}"] = out
+            out = runs / f"{name}@{n}{tag}"
+            models[f"{name}@{n}{tag}"] = out
             spdrank("train", "--slates", prefix, "--eval-slates", valid, "--out", out,
                     *common, *STUDENTS[name][2], "--cache-states", runs / "cache-words",
                     "--cache-batch-size", "1", "--epochs", str(epochs), "--batch-size", "8",
@@ -252,7 +256,7 @@ def main() -> int:
                        if line.startswith("Model name")), platform.processor())
     for name in students:
         for point in points[1:]:
-            got = results["training"][f"{name}@{point['n']}"]
+            got = results["training"][f"{name}@{point['run']}"]
             costs[f"training {name} on {point['queries']} queries (its states cached: "
                   f"{(got.get('state_cache_s') or 0) / 60:.1f} min)"] = got["wall_s_this_run"]
     meta = {

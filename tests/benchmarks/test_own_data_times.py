@@ -43,9 +43,9 @@ def test_a_rerun_skips_the_steps_its_journal_holds(tmp_path, monkeypatch):
     module = load_benchmark("own_data_times", monkeypatch)
     plan = module.steps()
     (tmp_path / "logs").mkdir()
-    (tmp_path / "logs" / "01.log").write_text("275 train + 68 eval slates, 20.0 candidates\n")
-    records = [{"step": s.name, "command": s.command, "users": 400, "seconds": 1.5}
-               for s in plan]
+    (tmp_path / "logs" / "01.log").write_text("1,989 train + 497 eval slates, 20.0 candidates\n")
+    records = [{"step": s.name, "command": s.command, "users": 400, "seconds": 1.5,
+                "date": "2026-12-04T11:23Z", "load_after": "0.50 0.40 0.30"} for s in plan]
     records[3]["command"] += " --changed"  # a step whose command changed reruns
     records[5]["users"] = 2900  # and one timed at another size
     (tmp_path / "times.jsonl").write_text(
@@ -57,6 +57,8 @@ def test_a_rerun_skips_the_steps_its_journal_holds(tmp_path, monkeypatch):
     assert module.main(["--workdir", str(tmp_path), "--out", str(out)]) == 0
     assert ran == [plan[3], plan[5]]
     report = (out / "report.md").read_text()
-    assert "400 users (275 train + 68 eval slates)" in report
+    assert "400 users (1,989 train + 497 eval slates)" in report  # the count's comma kept
+    assert "| 0.50 0.40 0.30 |" in report  # each step's load as its journal recorded it
+    assert "steps run 2026-12-04T11:23Z to " in report
     assert f"| all of them | {1.5 * (len(plan) - 2) + 4.0:.1f} |" in report
     assert len(json.loads((out / "times.json").read_text())) == len(plan)
