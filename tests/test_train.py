@@ -501,6 +501,8 @@ def test_the_settings_read_no_file_and_the_run_fits_the_features_on_its_slates(
     ({"frozen": True, "cache_states": "c", "batch_size": 2}, 2,
      "--cache-states trains in one process"),
     ({"cache_states": "c"}, 1, "--cache-states needs --frozen"),
+    ({"head": "pointwise", "lora_layers": 1, "cache_states": "c"}, 1,
+     "the pointwise method reads one sequence a candidate: cache with --frozen"),
     ({"frozen": True, "cache_states": "c", "cache_dtype": "int8"}, 1, "unknown --cache-dtype"),
     ({"frozen": True, "cache_states": "c", "cache_batch_size": 0}, 1,
      "--cache-batch-size must be at least 1"),

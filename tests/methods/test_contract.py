@@ -21,8 +21,7 @@ Besides every head kind under each readout it accepts (and the history head's un
 each method's first kind is also built anchored, with a feature, features only, with LoRA on
 every layer and with LoRA on the top layer alone (the split cache). Those extra combinations
 a method refuses to build (FIRST cannot be anchored or run on features alone) are skipped with
-the refusal; the plain ones must build. Breaks of the contract found and not yet fixed are
-strict xfails, each naming its cause (:data:`KNOWN_BREAKS`).
+the refusal; the plain ones must build.
 """
 
 from __future__ import annotations
@@ -208,33 +207,6 @@ def model(case, tiny_backbone) -> SPDRanker:
     return moved(built)
 
 
-#: Breaks of the contract this suite found, each a strict xfail for the cases it names until
-#: it is fixed (a fixed one passes, which fails the run until its entry here goes).
-KNOWN_BREAKS = {
-    "padded": (
-        lambda case: dict(case.settings).get("anchor") == "order",
-        ("methods/anchor.py's FirstStageAnchor scales its prior by the batch's padded N "
-         "(scores.size(1)), not each slate's own n, so an anchored slate scores otherwise "
-         "beside a longer one than alone"),
-    ),
-    "cache": (
-        lambda case: method_for(case.kind).reads == "candidates"
-        and dict(case.settings).get("lora_layers") is not None,
-        ("the split cache (LoRA on the top layers) stores one prompt's token states a slate, "
-         "but a method reading one sequence a candidate collates a row a candidate: "
-         "StateCache._prompt_batch refuses its own cache ('holds N token states for slate i, "
-         "whose prompt is M tokens'), and spdrank train --head pointwise --lora-layers 1 "
-         "--cache-states fails the same way"),
-    ),
-}
-
-
-def known_break(request, case: Case, check: str) -> None:
-    applies, reason = KNOWN_BREAKS[check]
-    if applies(case):
-        request.applymarker(pytest.mark.xfail(strict=True, reason=reason))
-
-
 def decoders(model: SPDRanker) -> list[str]:
     """Every registered decoder for a method that decodes a matrix; the model's own for one
     that sorts (it reads no decoder)."""
@@ -269,8 +241,7 @@ def test_a_saved_model_loads_and_ranks_identically(model, case, slates, tmp_path
                              model.rank_batch(slates, decoder), exact=True)
 
 
-def test_a_padded_slate_ranks_as_it_does_alone(model, case, slates, request):
-    known_break(request, case, "padded")
+def test_a_padded_slate_ranks_as_it_does_alone(model, case, slates):
     sizes = [len(s) for s in slates]
     assert min(sizes) < max(sizes)  # all but the longest are padded in the batch
     for decoder in decoders(model):
@@ -309,12 +280,13 @@ def cache_refusal(model: SPDRanker) -> str | None:
     lora = model.config.backbone.lora
     if lora is not None and lora.top_layers is None:
         return "LoRA on every layer changes every state as it trains"
+    if lora is not None and model.method.reads == "candidates":
+        return "the split cache keeps one prompt a slate; this method reads one a candidate"
     return None
 
 
 def test_cached_states_are_the_live_ones_where_the_method_caches(model, case, slates, slate_file,
-                                                                 tmp_path, request):
-    known_break(request, case, "cache")
+                                                                 tmp_path):
     options = {"storage": "float32", "batch_size": 2, "shard_size": 2, "progress": False}
     refusal = cache_refusal(model)
     if refusal is not None:

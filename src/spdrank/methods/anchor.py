@@ -48,18 +48,24 @@ class FirstStageAnchor(nn.Module):
         #: log of the prior's strength, so the strength stays positive as it learns.
         self.log_strength = nn.Parameter(torch.tensor(math.log(INITIAL_STRENGTH)))
 
-    def prior(self, items: int, positions: int, device: torch.device) -> torch.Tensor:
-        """The given order's scores: [items, positions] for a matrix head, else [items]."""
-        scale = 1.0 / max(items - 1, 1)
-        order = torch.arange(items, device=device, dtype=torch.float32) * scale
+    def prior(self, lengths: torch.Tensor, items: int, positions: int) -> torch.Tensor:
+        """The given order's scores for slates of ``lengths`` items padded to ``items``:
+        [B, items, positions] for a matrix head, else [B, items].
+
+        Each slate's own n sets its scale, so a slate scores the same padded beside a longer
+        one as ranked alone (the padded rows are masked by the caller).
+        """
+        scale = 1.0 / (lengths.to(torch.float32) - 1).clamp(min=1)
+        steps = torch.arange(max(items, positions), device=lengths.device, dtype=torch.float32)
+        order = steps[None, :items] * scale[:, None]
         if not self.matrix:
             return -order
-        position = torch.arange(positions, device=device, dtype=torch.float32) * scale
-        return -(order[:, None] - position[None, :]).abs()
+        position = steps[None, :positions] * scale[:, None]
+        return -(order[:, :, None] - position[:, None, :]).abs()
 
     def forward(self, scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """``scores`` ([B, N, K] or [B, N]) of the head, anchored; padded items stay 0."""
-        prior = self.prior(scores.size(1), scores.size(-1), scores.device)
+        prior = self.prior(mask.sum(dim=1), scores.size(1), scores.size(-1))
         anchored = scores + self.log_strength.exp() * prior.to(scores.dtype)
         fill = ~mask.unsqueeze(-1) if self.matrix else ~mask
         return anchored.masked_fill(fill, 0.0)

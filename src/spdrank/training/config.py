@@ -500,6 +500,7 @@ class TrainConfig:
             check_cacheable(
                 method_for(self.head),
                 frozen=self.frozen or self.lora_layers is not None,
+                split=not self.frozen and self.lora_layers is not None,
                 features_only=self.features_only,
                 dtype=self.cache_dtype,
                 batch_size=self.cache_batch_size,
@@ -507,11 +508,13 @@ class TrainConfig:
 
 
 def check_cacheable(
-    method: RankingMethod, *, frozen: bool, features_only: bool, dtype: str, batch_size: int
+    method: RankingMethod, *, frozen: bool, features_only: bool, dtype: str, batch_size: int,
+    split: bool = False,
 ) -> None:
     """Refuse to cache states that would not stand for the prefill, or to cache them as asked;
     ``frozen``: whether the layers whose output would be cached never change (the whole
-    backbone, or the layers below LoRA's top ones).
+    backbone, or the layers below LoRA's top ones); ``split``: the latter, whose cache holds
+    the lower layers' states of one prompt a slate.
 
     Cached states stand for a prefill only when the prefill never changes and is what the
     head reads: the one check that both ``spdrank train --cache-states``
@@ -524,6 +527,10 @@ def check_cacheable(
                          "drop --cache-states")
     if method.cache_refusal is not None:
         raise ValueError(method.cache_refusal)
+    if split and method.reads == "candidates":
+        raise ValueError(f"--cache-states with --lora-layers keeps the lower layers' states of "
+                         f"one prompt a slate, and the {method.name} method reads one sequence "
+                         "a candidate: cache with --frozen, or drop --cache-states")
     if not frozen:
         raise ValueError("--cache-states needs --frozen, or LoRA on the top layers only "
                          "(--lora-layers N): LoRA on every layer changes all the backbone's "

@@ -397,6 +397,7 @@ def open_state_cache(
     check_cacheable(
         model.method,
         frozen=model.config.backbone.lora is None or cached_split(model) is not None,
+        split=model.config.backbone.lora is not None and cached_split(model) is not None,
         features_only=model.config.features_only,
         dtype=storage,
         batch_size=batch_size,
