@@ -35,7 +35,7 @@ whole top 100 (K = 100, 64 tokens a passage, 6.8k tokens a prompt), and a head:
   (``spdrank eval --window 20``): what one pass replaces.
 
 The frozen students are scored from cached backbone states (the same states a live prefill gives:
-tests/test_state_cache.py), so the quality columns cost minutes; the ms column is the live
+tests/training/test_state_cache.py), so the quality columns cost minutes; the ms column is the live
 ``spdrank eval`` time a query (tokenize, one prefill, head, decode) over the first
 ``--latency-queries`` DL21 queries. The LoRA students are scored live by ``spdrank eval``,
 which times every query. Intervals are paired 95% bootstrap intervals over queries.

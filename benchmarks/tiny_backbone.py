@@ -5,8 +5,8 @@
 The folder holds what a real checkpoint holds (config.json, safetensors weights, and the
 bundled SmolLM2 tokenizer), so every command that takes ``--backbone`` or ``--model`` reads
 it as it would read a downloaded model: ``benchmarks/gpu.sh --smoke`` runs the GPU script's
-every step on it, and tests/test_model_families.py trains, saves, loads and ranks each family
-on it. Two layers, 32 wide: a step costs milliseconds on a CPU. Its 8,192 positions are
+every step on it, and tests/backbone/test_model_families.py trains, saves, loads and ranks each
+family on it. Two layers, 32 wide: a step costs milliseconds on a CPU. Its 8,192 positions are
 SmolLM2's, so a prompt the default backbone reads (BM25's top 100 at 64 tokens a passage) fits. The vocabulary is SmolLM2's
 (49,152 tokens), so its prompts are tokenized exactly as the default backbone's are.
 

@@ -19,7 +19,8 @@ more than looking it up. So a builder keeps the token ids of the item texts it h
 bounded least-recently-used cache keyed by the text) and the ids of its literal pieces, and
 tokenizes a slate's unseen texts in one call. Tokenizing a text alone gives the same ids
 whether done once or many times, one at a time or in a batch, so the cache cannot change a
-prompt (``tests/test_prompt.py`` checks the ids, spans and flags against a builder without it).
+prompt (``tests/backbone/test_prompt.py`` checks the ids, spans and flags against a builder
+without it).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ Search is judged in grades (TREC DL: 0 irrelevant to 3 perfectly relevant), and 
 documents the retriever never returned still count: they are what a perfect system would have
 found. So these metrics read a query's judgements (``{docid: grade}``, every judged document,
 candidate or not) and follow trec_eval, the reference every search paper reports against
-(``tests/test_judged.py`` holds each to ir-measures to 1e-6):
+(``tests/eval/test_judged.py`` holds each to ir-measures to 1e-6):
 
 - ``nDCG@k``: gain = the grade (trec_eval's ``ndcg_cut``, linear gains), discount
   ``log2(rank + 1)``; the ideal ranking holds *every* judged document, best grades first;
