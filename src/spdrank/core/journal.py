@@ -101,7 +101,9 @@ def read_journal(
         if not raw.strip():
             continue
         try:
-            data = json.loads(raw, object_pairs_hook=unique_keys)
+            # Decoded here, strictly: json.loads given bytes decodes them with
+            # "surrogatepass", so an encoded surrogate (b"\xed\xa0\x80") would be read.
+            data = json.loads(raw.decode("utf-8"), object_pairs_hook=unique_keys)
         except RepeatedKey as exc:
             raise kind.error(f"{exc}: each field of a record may appear once", where) from None
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
