@@ -95,7 +95,7 @@ def build_model(args: argparse.Namespace) -> Any:
     from spdrank.backbone.load import resolve_device
     from spdrank.backbone.prompt import PromptSettings
     from spdrank.backbone.settings import BackboneConfig
-    from spdrank.methods.heads import HeadConfig
+    from spdrank.methods.head_config import HeadConfig
     from spdrank.model.config import SPDConfig
     from spdrank.model.ranker import SPDRanker
 

@@ -104,7 +104,7 @@ def build_model(path: Path, seed: int) -> Path:
 
     from spdrank.backbone.settings import BackboneConfig
     from spdrank.core.features import FeatureNormalizer
-    from spdrank.methods.heads import HeadConfig
+    from spdrank.methods.head_config import HeadConfig
     from spdrank.model.config import SPDConfig
     from spdrank.model.parts import NoBackbone, NoTokenizer
     from spdrank.model.ranker import SPDRanker

@@ -24,7 +24,7 @@ from spdrank.backbone.prompt import PromptSettings
 from spdrank.backbone.settings import BackboneConfig, LoraSettings
 from spdrank.core.ranking import Ranking
 from spdrank.core.slates import Candidate, Query, Slate
-from spdrank.methods.heads import HeadConfig
+from spdrank.methods.head_config import HeadConfig
 from spdrank.model.config import SPDConfig
 from spdrank.serving.engine import Engine
 

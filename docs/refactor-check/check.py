@@ -230,7 +230,7 @@ def refusals(root: Path) -> None:
     """The errors of settings a method refuses (their messages are part of the behaviour)."""
     from spdrank.backbone.settings import BackboneConfig
     from spdrank.core.features import FeatureNormalizer
-    from spdrank.methods.heads import HeadConfig
+    from spdrank.methods.head_config import HeadConfig
     from spdrank.model.config import SPDConfig
     from spdrank.model.parts import NoBackbone, NoTokenizer
     from spdrank.model.ranker import SPDRanker

@@ -1,5 +1,6 @@
-"""Reading a backbone's settings, and importing the checks and the packaged backbones' table,
-load no torch: a command reads a checkpoint's config.json before it pays for torch."""
+"""Reading a backbone's settings and a checkpoint's whole config, and importing the checks and
+the packaged backbones' table, load no torch: a command reads a checkpoint's config.json before
+it pays for torch."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import sys
 import pytest
 
 MODULES = ["spdrank.backbone.settings", "spdrank.backbone.trust", "spdrank.backbone.locate",
-           "spdrank.backbone.gguf"]
+           "spdrank.backbone.gguf", "spdrank.methods.head_config", "spdrank.model.config"]
 
 
 @pytest.mark.parametrize("module", MODULES)
@@ -35,6 +36,25 @@ def test_a_checkpoint_backbone_config_is_read_and_checked_without_torch(tmp_path
         "from spdrank.backbone.settings import BackboneConfig, read_json\n"
         f"backbone = BackboneConfig.from_dict(read_json({str(config)!r})['backbone'])\n"
         "assert backbone.layers == 2 and backbone.lora.r == 4, backbone\n"
+        "assert 'torch' not in sys.modules\n"
+        "print('read')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "read"
+
+
+def test_a_checkpoint_config_is_read_and_checked_without_torch():
+    """The whole record a checkpoint saves (backbone, head, prompt, decoder), written and read
+    back with every field checked, in a process that never imports torch."""
+    code = (
+        "import sys\n"
+        "from spdrank.model.config import SPDConfig\n"
+        "from spdrank.methods.head_config import HeadConfig\n"
+        "config = SPDConfig(head=HeadConfig(kind='history', positions=20, match='tfidf'))\n"
+        "again = SPDConfig.from_dict(config.to_dict())\n"
+        "assert again == config, again\n"
         "assert 'torch' not in sys.modules\n"
         "print('read')\n"
     )

@@ -15,7 +15,7 @@ from spdrank.backbone.settings import BackboneConfig
 from spdrank.core.features import FeatureNormalizer
 from spdrank.core.slates import Candidate, Query, Slate, load_slates, write_slates
 from spdrank.methods.anchor import FirstStageAnchor
-from spdrank.methods.heads import HeadConfig
+from spdrank.methods.head_config import HeadConfig
 from spdrank.methods.spd.decode import DECODERS, expected_positions
 from spdrank.model.config import SPDConfig
 from spdrank.model.parts import NoBackbone, NoTokenizer

@@ -39,7 +39,7 @@ from spdrank.core.features import FeatureNormalizer
 from spdrank.core.slates import Candidate, Query, Slate, write_slates
 from spdrank.core.validation import SlateError
 from spdrank.methods.base import head_kinds, method_for, methods
-from spdrank.methods.heads import MATCHES
+from spdrank.methods.head_config import MATCHES
 from spdrank.methods.spd.decode import DECODERS
 from spdrank.model.ranker import SPDRanker
 from spdrank.training.config import TrainConfig

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from spdrank.methods.first.head import FirstHead
-from spdrank.methods.heads import HeadConfig
+from spdrank.methods.head_config import HeadConfig
 from spdrank.methods.scalar.head import ScalarHead
 from spdrank.methods.spd.method import SPDMethod
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from spdrank.backbone.settings import LoraSettings
-from spdrank.methods.heads import HeadConfig
+from spdrank.methods.head_config import HeadConfig
 from spdrank.methods.spd.heads import SelfAttentionHead
 from spdrank.methods.spd.history import HistoryAttentionHead
 from tests.helpers import tiny_config

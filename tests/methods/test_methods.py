@@ -24,7 +24,7 @@ from spdrank.methods.base import (
     unregister,
 )
 from spdrank.methods.first.method import FirstMethod, first_prompt
-from spdrank.methods.heads import HeadConfig
+from spdrank.methods.head_config import HeadConfig
 from spdrank.methods.pointwise.method import PointwiseMethod
 from spdrank.methods.scalar.loss import listnet_loss
 from spdrank.methods.scalar.method import ScalarMethod

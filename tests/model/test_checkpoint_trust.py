@@ -299,7 +299,7 @@ def test_head_sizes_are_bounded_before_anything_is_built(tmp_path, features_mode
 
 
 def test_a_head_too_large_in_all_is_refused():
-    from spdrank.methods.heads import HeadConfig
+    from spdrank.methods.head_config import HeadConfig
 
     with pytest.raises(ValueError, match="weights, more than the"):
         HeadConfig(width=8192, layers=64)

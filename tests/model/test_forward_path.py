@@ -14,7 +14,7 @@ from spdrank.backbone.batching import CachedStates, SlateStates, collate, pad_ro
 from spdrank.backbone.prompt import PromptSettings
 from spdrank.backbone.settings import BackboneConfig
 from spdrank.core.ranking import STAGES
-from spdrank.methods.heads import HeadConfig
+from spdrank.methods.head_config import HeadConfig
 from spdrank.model.config import SPDConfig
 from spdrank.model.ranker import SPDRanker
 

@@ -14,7 +14,7 @@ from spdrank.core.ranking import STAGES
 from spdrank.core.slates import SlateError
 from spdrank.eval.metrics import is_valid_permutation
 from spdrank.methods.first.method import first_prompt
-from spdrank.methods.heads import HeadConfig
+from spdrank.methods.head_config import HeadConfig
 from spdrank.model.config import SPDConfig
 from spdrank.model.parts import NoBackbone, NoTokenizer
 from spdrank.model.ranker import SPDRanker

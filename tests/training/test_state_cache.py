@@ -8,7 +8,7 @@ import torch
 from spdrank.backbone.prompt import PromptSettings
 from spdrank.backbone.settings import BackboneConfig, LoraSettings
 from spdrank.core.slates import load_slates, write_slates
-from spdrank.methods.heads import HeadConfig
+from spdrank.methods.head_config import HeadConfig
 from spdrank.model.config import SPDConfig
 from spdrank.model.ranker import SPDRanker
 from spdrank.training.state_cache import open_state_cache, shard_name

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from torch import nn
 
     from spdrank.backbone.prompt import PromptSettings
-    from spdrank.methods.heads import HeadConfig
+    from spdrank.methods.head_config import HeadConfig
 
 
 class ModelSettings(Protocol):

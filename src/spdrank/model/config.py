@@ -16,7 +16,7 @@ from spdrank.backbone.settings import BackboneConfig, ConfigError, bounded_int
 from spdrank.core.defaults import UNNAMED_DECODER
 from spdrank.core.features import FeatureNormalizer
 from spdrank.core.slates import TEXT_FIELDS
-from spdrank.methods.heads import HeadConfig
+from spdrank.methods.head_config import HeadConfig
 
 FORMAT_VERSION = 1
 #: The checkpoint formats this version reads.

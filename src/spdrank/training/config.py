@@ -207,7 +207,7 @@ class TrainConfig:
         f"{HISTORY_READOUT} with --head history, {OTHER_READOUT} otherwise)",
         choices=READOUTS,
     )
-    # See :class:`spdrank.methods.heads.HeadConfig`.
+    # See :class:`spdrank.methods.head_config.HeadConfig`.
     match: str = setting(
         UNIT_MATCH,
         help="with --readout tokens or words, how --head history compares a candidate with a "
@@ -431,7 +431,7 @@ class TrainConfig:
         from spdrank.backbone.prompt import PromptSettings
         from spdrank.backbone.settings import BackboneConfig
         from spdrank.methods.base import method_for
-        from spdrank.methods.heads import HeadConfig
+        from spdrank.methods.head_config import HeadConfig
         from spdrank.model.config import SPDConfig
 
         method = method_for(self.head)

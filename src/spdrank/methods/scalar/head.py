@@ -5,7 +5,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from spdrank.methods.heads import HeadConfig, ItemHead, renamed_from
+from spdrank.methods.head_config import HeadConfig
+from spdrank.methods.heads import ItemHead, renamed_from
 
 
 class ScalarHead(ItemHead):

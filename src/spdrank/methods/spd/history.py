@@ -15,7 +15,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from spdrank.methods.heads import HeadConfig, ItemHead, state_projection
+from spdrank.methods.head_config import HeadConfig
+from spdrank.methods.heads import ItemHead, state_projection
 
 
 class HistoryAttentionHead(ItemHead):

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from torch import nn
 
     from spdrank.methods.base import BatchDecoder, ModelSettings
-    from spdrank.methods.heads import HeadConfig
+    from spdrank.methods.head_config import HeadConfig
 
 
 @dataclass(frozen=True)

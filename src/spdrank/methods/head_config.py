@@ -1,0 +1,99 @@
+"""A head's settings, the record every head kind is built from and a checkpoint saves as its
+``head`` field: here, apart from the layers (:mod:`spdrank.methods.heads`), so that reading a
+checkpoint's config imports no torch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from spdrank.backbone.settings import ConfigError
+from spdrank.core.defaults import ANCHORS, UNNAMED_ANCHOR, UNNAMED_HEAD, UNNAMED_MATCH
+
+#: How the history head compares a candidate's units with a history item's (``HeadConfig.match``).
+MATCHES = ("maxsim", "tfidf")
+
+#: The bounds of a head's sizes. A checkpoint's config.json is read from a file, so each size
+#: is checked before a layer is built from it: positions far past any slate, widths and depths
+#: far past any head trained here, and at most ``MAX_HEAD_PARAMETERS`` weights in all (1 GiB
+#: in float32), so no setting asks for an allocation without bound.
+MAX_POSITIONS = 8192
+MAX_WIDTH = 8192
+MAX_LAYERS = 64
+MAX_HEADS = 256
+MAX_HEAD_PARAMETERS = 1 << 28
+
+
+@dataclass
+class HeadConfig:
+    #: The head kind (``--head``): one a registered method serves
+    #: (:func:`~spdrank.methods.base.head_kinds`), and that method builds it.
+    kind: str = UNNAMED_HEAD
+    #: Number of rank positions; must be >= the largest slate.
+    positions: int = 64
+    #: Width of the head's own layers (attn/slot), projected down from the backbone's D.
+    width: int = 256
+    layers: int = 2
+    heads: int = 4
+    dropout: float = 0.1
+    #: How the history head matches units, when the prompt's readout keeps several states per
+    #: item (its tokens or its words: :data:`~spdrank.backbone.prompt.UNIT_READOUTS`): "maxsim" (late interaction: each candidate
+    #: unit's best cosine with the item's units, averaged with learned weights) or "tfidf"
+    #: (every pair of units through a sharp kernel, weighted on both sides: the shape of a
+    #: TF-IDF cosine, whose matches also go straight to the position scores). Unnamed:
+    #: :data:`~spdrank.core.defaults.UNNAMED_MATCH`; ``spdrank train`` asks for
+    #: :data:`~spdrank.core.defaults.UNIT_MATCH`.
+    match: str = UNNAMED_MATCH
+    #: Width of the space where the "tfidf" match compares units: every pair of units meets
+    #: there, so it is kept narrower than the head's own layers.
+    match_width: int = 64
+    #: What the scores start from (:mod:`spdrank.methods.anchor`): "none", or "order", the
+    #: order the candidates are given in (the first stage's), which the head then corrects.
+    anchor: str = UNNAMED_ANCHOR
+
+    def __post_init__(self) -> None:
+        if self.match not in MATCHES:
+            raise ValueError(f"unknown match {self.match!r}: use one of {list(MATCHES)}")
+        if self.anchor not in ANCHORS:
+            raise ValueError(f"unknown head.anchor {self.anchor!r}: use one of {list(ANCHORS)}")
+        self.check_sizes()
+
+    def check_sizes(self) -> None:
+        """Refuse a size that is no integer in its bound, or heads that would hold more than
+        :data:`MAX_HEAD_PARAMETERS` weights, naming the field (``head.positions``)."""
+        for name, low, high in (
+            ("positions", 1, MAX_POSITIONS), ("width", 1, MAX_WIDTH), ("layers", 0, MAX_LAYERS),
+            ("heads", 1, MAX_HEADS), ("match_width", 1, MAX_WIDTH),
+        ):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ConfigError(f"head.{name} must be an integer, got {value!r}")
+            if not low <= value <= high:
+                raise ValueError(f"head.{name} must be between {low} and {high}, got {value}")
+        if self.width % self.heads:
+            raise ValueError(f"head.width ({self.width}) must be a multiple of head.heads "
+                             f"({self.heads}): each attention head takes an equal share")
+        if not isinstance(self.kind, str):
+            raise ConfigError(f"head.kind must be a name, got {self.kind!r}")
+        dropout = self.dropout
+        if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) \
+                or not 0 <= dropout < 1:
+            raise ValueError(f"head.dropout must be a number in [0, 1), got {dropout!r}")
+        # A pre-norm layer holds about 12 width^2 weights; the position and match maps a few
+        # width-sized rows each.
+        weights = self.layers * 12 * self.width**2 + (3 * self.positions + 2 * self.match_width
+                                                        + 4) * self.width
+        if weights > MAX_HEAD_PARAMETERS:
+            raise ValueError(
+                f"head sizes (width {self.width}, layers {self.layers}, positions "
+                f"{self.positions}) ask for about {weights:,} weights, more than the "
+                f"{MAX_HEAD_PARAMETERS:,} a head may hold"
+            )
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> HeadConfig:
+        return cls(**data)
