@@ -14,13 +14,18 @@ MODULES = ["spdrank.backbone.settings", "spdrank.backbone.trust", "spdrank.backb
            "spdrank.backbone.gguf", "spdrank.methods.head_config", "spdrank.model.config"]
 
 
-@pytest.mark.parametrize("module", MODULES)
-def test_the_module_imports_no_torch(module):
-    code = f"import sys, {module}; assert 'torch' not in sys.modules; print('imported')"
+def assert_runs_without_torch(code: str) -> None:
+    """``code`` runs in a fresh interpreter, and torch is not imported when it ends."""
+    code += "\nimport sys\nassert 'torch' not in sys.modules, 'torch was imported'\nprint('done')\n"
     done = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True,
                           text=True, timeout=120)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "imported"
+    assert done.stdout.strip() == "done"
+
+
+@pytest.mark.parametrize("module", MODULES)
+def test_the_module_imports_no_torch(module):
+    assert_runs_without_torch(f"import {module}")
 
 
 def test_a_checkpoint_backbone_config_is_read_and_checked_without_torch(tmp_path):
@@ -31,34 +36,20 @@ def test_a_checkpoint_backbone_config_is_read_and_checked_without_torch(tmp_path
         "name_or_path": "bundled", "layers": 2, "dtype": "auto",
         "lora": {"r": 4, "alpha": 8, "dropout": 0.0, "target_modules": "all-linear"},
     }}))
-    code = (
-        "import sys\n"
+    assert_runs_without_torch(
         "from spdrank.backbone.settings import BackboneConfig, read_json\n"
         f"backbone = BackboneConfig.from_dict(read_json({str(config)!r})['backbone'])\n"
         "assert backbone.layers == 2 and backbone.lora.r == 4, backbone\n"
-        "assert 'torch' not in sys.modules\n"
-        "print('read')\n"
     )
-    done = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True,
-                          text=True, timeout=120)
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "read"
 
 
 def test_a_checkpoint_config_is_read_and_checked_without_torch():
     """The whole record a checkpoint saves (backbone, head, prompt, decoder), written and read
     back with every field checked, in a process that never imports torch."""
-    code = (
-        "import sys\n"
+    assert_runs_without_torch(
         "from spdrank.model.config import SPDConfig\n"
         "from spdrank.methods.head_config import HeadConfig\n"
         "config = SPDConfig(head=HeadConfig(kind='history', positions=20, match='tfidf'))\n"
         "again = SPDConfig.from_dict(config.to_dict())\n"
         "assert again == config, again\n"
-        "assert 'torch' not in sys.modules\n"
-        "print('read')\n"
     )
-    done = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True,
-                          text=True, timeout=120)
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "read"
