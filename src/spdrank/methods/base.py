@@ -138,10 +138,11 @@ class RankingMethod(ABC):
 
     def decoding(self, decoder: str) -> BatchDecoder:
         """What a ranking call runs after the head: each slate's order under the named
-        ``decoder`` and its reported scores, for a whole batch in one call. Where a decoder's
-        name is checked: an unknown one is a ValueError naming those there are. The model
-        asks once a decoder (:meth:`spdrank.model.ranker.SPDRanker.decoding`), so a ranking
-        call hands its scores to the method once."""
+        ``decoder`` (:meth:`orders`) and its reported scores (:meth:`ranked_scores`), for a
+        whole batch in one call. A method that names its decoders checks the name here, before
+        returning this (an unknown one a ValueError naming those there are). The model asks
+        once a decoder (:meth:`spdrank.model.ranker.SPDRanker.decoding`), so a ranking call
+        hands its scores to the method once."""
 
         def decode(scores: np.ndarray, sizes: Sequence[int]) -> list[tuple[np.ndarray, list[float]]]:
             orders = self.orders(scores, sizes, decoder)
