@@ -14,7 +14,8 @@
 #    backbone.sha256 and installed, and the bundled backbone converted once;
 # 4. then `benchmarks/gpu.sh` (RUN=0 skips it) with BUDGET_S set to what this call has left of
 #    its LIMIT_S (default 600) less MARGIN_S (default 60): it stops before a step that would
-#    not end in time (exit 75), and the next call's run continues there.
+#    not end in time (exit 75), and the next call's run continues there; a step that outruns
+#    its estimate is cut GUARD_S (default 20) before LIMIT_S, so the results still come back.
 # A rehearsal on a CPU: PREFLIGHT_DEVICE=cpu REHEARSE=1 PY=.venv/bin/python (gpu.sh --smoke).
 # What came out goes to the call's $OUT: lease.log (this call's output) and lease.tgz (the
 # reports and timings so far).
@@ -83,14 +84,19 @@ rc=0
 if [ "${RUN:-1}" = 1 ] && [ -e "$SITE/.backbone" ]; then
   "$PY" -c 'from spdrank.backbone.locate import bundled_backbone_path as p; print("== lease: backbone", p())'
   BUDGET_S=$(( LIMIT_S - MARGIN_S - SECONDS ))
-  echo "== lease: gpu.sh with BUDGET_S=$BUDGET_S"
-  BUDGET_S=$BUDGET_S bash benchmarks/gpu.sh ${REHEARSE:+--smoke} || rc=$?
+  # A step can outrun its estimate: the run is cut GUARD_S before the call's limit, so that
+  # what it wrote is still packed and returned; its steps resume where they stopped.
+  cut=$(( LIMIT_S - ${GUARD_S:-20} - SECONDS ))
+  echo "== lease: gpu.sh with BUDGET_S=$BUDGET_S, cut at $cut s"
+  BUDGET_S=$BUDGET_S timeout -k 5 "$cut" bash benchmarks/gpu.sh ${REHEARSE:+--smoke} || rc=$?
   [ "$rc" != 75 ] || echo "== lease: gpu.sh stopped at its budget; the next call continues it"
+  [ "$rc" != 124 ] || { echo "== lease: gpu.sh cut at $cut s, a step outrunning its estimate; the next call continues it"; rc=75; }
 fi
 
 # -- what came out --------------------------------------------------------------------------------
 outputs=()
-for path in benchmarks/results/gpu-beauty "$PREFLIGHT_DIR/out" runs/gpu-beauty/estimate.tsv; do
+for path in benchmarks/results/gpu-beauty "$PREFLIGHT_DIR/out" runs/gpu-beauty/estimate.tsv \
+    runs/gpu-beauty/students/*/{train.json,log.jsonl}; do
   [ ! -e "$path" ] || outputs+=( "$path" )
 done
 [ "${#outputs[@]}" = 0 ] || tar czf "$RESULTS/lease.tgz" "${outputs[@]}"
