@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The paper's Tables 2-5 at full scale on one H100/H200-class GPU (the estimate it prints before
-# its first step says about 22 minutes of an H200 at these sizes, at an assumed 15% MFU; the
-# step timings it prints and keeps in $OUT/timings.tsv say what it really took).
+# its first step says about 34 minutes of an H200 at these sizes: training at the rate an H200
+# measured, benchmarks/results/gpu-lease-h200, the rest at an assumed 15% MFU; the step timings
+# it prints and keeps in $OUT/timings.tsv say what it really took). One 15-minute lease holds
+# the first steps at lease sizes (benchmarks/lease.sh).
 #
 #   bash benchmarks/gpu.sh              # writes benchmarks/results/gpu-beauty/
 #   bash benchmarks/gpu.sh --dry-run    # prints every spdrank command instead of running it
@@ -19,8 +21,8 @@
 #    train and eval slates: the student's distillation target, and the tau/top1 reference.
 #    Its counts include each training slate's own next item, so on train slates it is a
 #    stronger teacher than on eval slates;
-# 3. the SPD student at full scale: every train slate, all 30 layers, LoRA r=64, bf16, batch
-#    $BATCH, one epoch, attention head, target teacher+clicks; K = 150 positions so that the
+# 3. the SPD student at full scale: every train slate (the first $TRAIN_SLATES when set), all
+#    30 layers, LoRA r=64, bf16, batch $BATCH, one epoch, attention head, target teacher+clicks; K = 150 positions so that the
 #    latency decomposition reaches N = 150. Heads in $PEERS (scalar first linear slot) train
 #    the same way as extra rows (each costs about as much as the student);
 # 4. `spdrank bench` on all eval slates: baselines, SPD under every decoder, the peers, and
@@ -49,7 +51,7 @@
 #    (--adapted), and one ranking by windows of 20 (--windowed). Needs ../shared/data/trec-dl19, -dl21 and -dl22.
 #
 # Settings, from the environment: BACKBONE (every step's LLM, default bundled; SEARCH_BACKBONE
-# for steps 8-9), DEVICE and DTYPE (cuda, bfloat16), and the sizes: CANDIDATES, VALIDATION,
+# for steps 8-9), DEVICE and DTYPE (cuda, bfloat16), and the sizes: TRAIN_SLATES (0: all), CANDIDATES, VALIDATION,
 # AR_N, REASONING_TOKENS, BATCH, POSITIONS, LORA_R, LATENCY_SIZES, LATENCY_SLATES,
 # THROUGHPUT_BATCH, EVAL_LIMIT, FID_TRAIN, FID_EVAL_LIMIT, FID_BATCH, FID_EPOCHS, CLICKS_EPOCHS,
 # SEARCH_QUERIES (0: all), SEARCH_FOLDS, SEARCH_EPOCHS, ONEPASS_EPOCHS, ONEPASS_LORA_LAYERS,
@@ -94,6 +96,7 @@ CANDIDATES=${CANDIDATES:-50}; VALIDATION=${VALIDATION:-1000}
 AR_N=${AR_N:-24}; REASONING_TOKENS=${REASONING_TOKENS:-512}
 FDATA=${FDATA:-data-out/beauty-features}; FID=$WORK/fidelity; FID_TRAIN=${FID_TRAIN:-4096}
 BATCH=${BATCH:-16}; POSITIONS=${POSITIONS:-150}; PEERS=${PEERS:-}; LORA_R=${LORA_R:-64}
+TRAIN_SLATES=${TRAIN_SLATES:-0}
 LATENCY_SIZES=${LATENCY_SIZES:-20,50,150}
 LATENCY_SLATES=${LATENCY_SLATES:-100}; THROUGHPUT_BATCH=${THROUGHPUT_BATCH:-32}
 EVAL_LIMIT=${EVAL_LIMIT:-200}; FID_EVAL_LIMIT=${FID_EVAL_LIMIT:-1000}
@@ -115,7 +118,7 @@ fi
 start_all=$SECONDS
 [ "$SMOKE" = 0 ] || smoke_backbone "$BACKBONE"
 gpu_estimate gpu.sh BACKBONE SEARCH_BACKBONE DTYPE CANDIDATES VALIDATION AR_N REASONING_TOKENS \
-  BATCH POSITIONS PEERS LORA_R LATENCY_SIZES LATENCY_SLATES THROUGHPUT_BATCH EVAL_LIMIT FID_TRAIN \
+  TRAIN_SLATES BATCH POSITIONS PEERS LORA_R LATENCY_SIZES LATENCY_SLATES THROUGHPUT_BATCH EVAL_LIMIT FID_TRAIN \
   FID_EVAL_LIMIT FID_BATCH FID_EPOCHS CLICKS_EPOCHS SEARCH_QUERIES SEARCH_FOLDS SEARCH_EPOCHS \
   ONEPASS_EPOCHS ONEPASS_LORA_LAYERS ONEPASS_LORA_EPOCHS LATENCY_QUERIES SLATES BUDGET_S
 
@@ -140,7 +143,8 @@ for HEAD in attn $PEERS; do
     --eval-limit "$EVAL_LIMIT" --eval-every 0 --out "$run" --target teacher+clicks --head "$HEAD" \
     --backbone "$BACKBONE" --lora-r "$LORA_R" --lora-alpha "$LORA_R" \
     --positions "$POSITIONS" --batch-size "$BATCH" --epochs 1 --lr 2e-4 --head-lr 1e-3 \
-    --save-every 200 --seed 0 "${GPU[@]}" --no-progress
+    --save-every 200 --seed 0 "${GPU[@]}" --no-progress \
+    $( [ "$TRAIN_SLATES" = 0 ] || echo --limit "$TRAIN_SLATES" )
   MODELS+=( --model "$([ "$HEAD" = attn ] && echo spd || echo "$HEAD")=$run" )
 done
 
@@ -257,7 +261,7 @@ fi
   echo
   machine_lines
   [ "$SMOKE" = 0 ] || echo "- **smoke run** (\`--smoke\`): every step on $DEVICE at toy scale, backbone $BACKBONE (a tiny random Qwen3), the first $SLATES slates of each split, $CANDIDATES candidates each: its figures mean nothing, only that every step ran"
-  echo "- student: $([ "$BACKBONE" = bundled ] && echo 'SmolLM2-135M-Instruct (bundled), all 30 layers' || echo "$BACKBONE, all layers"), LoRA r=$LORA_R, $DTYPE, attention head, K=$POSITIONS, target teacher+clicks from the co-occurrence ranker, all 21,245 train slates, batch $BATCH, 1 epoch${PEERS:+; peers: $PEERS}"
+  echo "- student: $([ "$BACKBONE" = bundled ] && echo 'SmolLM2-135M-Instruct (bundled), all 30 layers' || echo "$BACKBONE, all layers"), LoRA r=$LORA_R, $DTYPE, attention head, K=$POSITIONS, target teacher+clicks from the co-occurrence ranker, $([ "$TRAIN_SLATES" = 0 ] && echo 'all 21,245' || echo "the first $TRAIN_SLATES") train slates, batch $BATCH, 1 epoch${PEERS:+; peers: $PEERS}"
   echo "- autoregressive teachers: the same SmolLM2 through transformers, greedy, batch size 1, direct and reasoning (cap $REASONING_TOKENS new tokens), on the first $AR_N eval slates"
   echo "- wall time of this run (steps not already done): $(( SECONDS - start_all )) s"
   echo
@@ -272,6 +276,6 @@ fi
   echo
   code_block -f "$OUT/timings.tsv"
   echo
-  echo "Command: \`bash benchmarks/gpu.sh\` with AR_N=$AR_N BATCH=$BATCH POSITIONS=$POSITIONS PEERS='$PEERS' LATENCY_SLATES=$LATENCY_SLATES THROUGHPUT_BATCH=$THROUGHPUT_BATCH"
+  echo "Command: \`bash benchmarks/gpu.sh\` with TRAIN_SLATES=$TRAIN_SLATES AR_N=$AR_N BATCH=$BATCH POSITIONS=$POSITIONS PEERS='$PEERS' LATENCY_SLATES=$LATENCY_SLATES THROUGHPUT_BATCH=$THROUGHPUT_BATCH"
 } > "$OUT/report.md"
 cat "$OUT/report.md"

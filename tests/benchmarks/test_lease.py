@@ -32,20 +32,23 @@ def probe_wheel(path: Path) -> bytes:
 
 
 def lease_dir(tmp_path: Path) -> tuple[Path, list[bytes]]:
-    """A .lease folder as lease_pack.sh writes it, with the probe wheel in two parts (neither
-    carried yet), and the parts."""
+    """An empty .lease folder on the lent machine (nothing carried yet), and the probe wheel in
+    two parts."""
     lease = tmp_path / "lease"
     lease.mkdir()
     data = probe_wheel(tmp_path / WHEEL)
-    (lease / "backbone.sha256").write_text(f"{hashlib.sha256(data).hexdigest()}  {WHEEL}\n")
-    (lease / "backbone.parts").write_text("2\n")
     half = len(data) // 2
     return lease, [data[:half], data[half:]]
 
 
-def carry(lease: Path, number: int, data: bytes) -> None:
-    (lease / f"backbone-{number}").mkdir(exist_ok=True)
-    (lease / f"backbone-{number}" / "part").write_bytes(data)
+def carry(lease: Path, number: int, data: bytes, whole: bytes) -> None:
+    """Part ``number`` as a call carries it: its bytes, with the count of parts and the sha256
+    of the ``whole`` wheel beside it."""
+    folder = lease / f"backbone-{number}"
+    folder.mkdir(exist_ok=True)
+    (folder / "part").write_bytes(data)
+    (folder / "parts").write_text("2\n")
+    (folder / "sha256").write_text(f"{hashlib.sha256(whole).hexdigest()}  {WHEEL}\n")
 
 
 def call(tmp_path: Path, lease: Path) -> subprocess.CompletedProcess:
@@ -58,14 +61,15 @@ def call(tmp_path: Path, lease: Path) -> subprocess.CompletedProcess:
 
 
 def test_a_wheel_in_parts_is_joined_when_the_last_part_comes(tmp_path):
+    # Only the parts' folders travel: the first call knows from its part alone how many to wait for.
     lease, parts = lease_dir(tmp_path)
-    carry(lease, 1, parts[0])
+    carry(lease, 1, parts[0], b"".join(parts))
     first = call(tmp_path, lease)
     assert first.returncode == 0, first.stdout + first.stderr
     assert "1 of the backbone's 2 parts here" in first.stdout
     assert not (tmp_path / "site" / "lease_probe").exists()
     assert (tmp_path / "out" / "lease.log").read_text().count("parts here") == 1
-    carry(lease, 2, parts[1])
+    carry(lease, 2, parts[1], b"".join(parts))
     second = call(tmp_path, lease)
     assert second.returncode == 0, second.stdout + second.stderr
     assert (tmp_path / "site" / "lease_probe" / "__init__.py").read_text().startswith("VALUE = 42")
@@ -77,8 +81,8 @@ def test_a_wheel_in_parts_is_joined_when_the_last_part_comes(tmp_path):
 
 def test_a_damaged_part_is_refused_before_anything_is_installed(tmp_path):
     lease, parts = lease_dir(tmp_path)
-    carry(lease, 1, parts[0])
-    carry(lease, 2, parts[1][:-1] + bytes([parts[1][-1] ^ 1]))
+    carry(lease, 1, parts[0], b"".join(parts))
+    carry(lease, 2, parts[1][:-1] + bytes([parts[1][-1] ^ 1]), b"".join(parts))
     done = call(tmp_path, lease)
     assert done.returncode == 1
     said = done.stdout + done.stderr  # the script sends both to its log and to stdout
