@@ -1,6 +1,7 @@
 """Does a single-pass student learn its teacher from what it reads? Amazon Beauty, CPU scale.
 
-    .venv/bin/python benchmarks/fidelity_beauty_cpu.py [--only NAME ...] [--dry-run]
+    .venv/bin/python benchmarks/fidelity_beauty_cpu.py [--only NAME ...] [--dry-run] \
+        [--backbone NAME]
 
 Teachers whose rankings the prompt's text determines, so that a perfect single-pass student
 exists: ``lexical`` ranks the candidates by their title's TF-IDF similarity with the history
@@ -19,6 +20,13 @@ the teacher's best) and top-10 overlap; quality is against the held-out clicks.
 
 Writes ``benchmarks/results/fidelity-beauty-cpu/`` (report.md, results.json, commands.txt,
 learning-curve plots).
+
+``--backbone NAME`` (a packaged name such as ``gemma3-270m``, a Hugging Face id or a folder;
+default ``bundled``, SmolLM2) makes every student read that backbone instead: its runs and
+state caches go under ``runs/fidelity-SLUG/`` and its report into
+``benchmarks/results/fidelity-beauty-cpu/SLUG/``, beside the main one, which such a run never
+rewrites. The teachers and their labels stay the same (the likelihood teacher is SmolLM2's
+whatever the student reads), so the students of two backbones learn the same targets.
 """
 
 from __future__ import annotations
@@ -28,6 +36,7 @@ import datetime as dt
 import json
 import os
 import platform
+import re
 import shlex
 import shutil
 import subprocess
@@ -43,6 +52,10 @@ OUT = Path("benchmarks/results/fidelity-beauty-cpu")
 #: The LLM teachers' label files as committed with the report (``spdrank teacher`` output).
 SHIPPED = OUT / "labels"
 WORK = Path("runs/fidelity")
+#: The teachers' labels, whatever backbone the students read (the teachers read none of it).
+LABELS = WORK
+#: The backbone the students read (``--backbone``); WORK and OUT follow it (:func:`use_backbone`).
+BACKBONE = "bundled"
 DATA = Path("data-out/v-uniform")
 VALIDATION = 1000
 FIDELITY = ("tau", "top1", "top10")
@@ -115,6 +128,7 @@ class Row:
     def train_command(self) -> list[str]:
         cmd = [
             str(BIN / "spdrank"), "train",
+            *(["--backbone", BACKBONE] if BACKBONE != "bundled" else []),
             "--slates", str(labelled(self.teacher, "train")),
             "--eval-slates", str(labelled(self.teacher, "valid")),
             "--out", str(self.run_dir()),
@@ -256,8 +270,27 @@ def rows() -> list[Row]:
     ]
 
 
+def use_backbone(name: str) -> None:
+    """Students read ``name``: their runs, state caches and report go to its own folders."""
+    global BACKBONE, WORK, OUT
+    slug = re.sub(r"[^A-Za-z0-9._]+", "-", name).strip("-.")
+    BACKBONE, WORK, OUT = name, Path(f"runs/fidelity-{slug}"), OUT / slug
+
+
+def backbone_title() -> str:
+    """The students' backbone as the report names it."""
+    from spdrank.backbone.gguf import PACKAGED
+
+    return PACKAGED[BACKBONE].title if BACKBONE in PACKAGED else BACKBONE
+
+
+def model_name() -> str:
+    """The backbone's short name in the ceiling's rows (its tokenizer's tokens)."""
+    return "SmolLM2" if BACKBONE == "bundled" else backbone_title()
+
+
 def labelled(teacher: str, split: str) -> Path:
-    return WORK / teacher / f"{split}.labels.slates.jsonl"
+    return LABELS / teacher / f"{split}.labels.slates.jsonl"
 
 
 def labelled_slates(teacher: str, split: str) -> int:
@@ -290,7 +323,7 @@ def prepare(teachers: set[str], dry: bool) -> list[list[str]]:
         teacher = TEACHERS[name]
         for split, limit in teacher.limits.items():
             shipped = SHIPPED / name / f"{split}.labels.jsonl"
-            work = WORK / name / f"{split}.labels.jsonl"
+            work = LABELS / name / f"{split}.labels.jsonl"
             if shipped.exists() and not work.exists() and not dry:
                 # The LLM teachers' labels cost hours here: a run resumes from the committed ones.
                 work.parent.mkdir(parents=True, exist_ok=True)
@@ -298,7 +331,7 @@ def prepare(teachers: set[str], dry: bool) -> list[list[str]]:
             if labelled_slates(name, split) < (limit or 1):  # a shorter run resumes
                 cmds.append([
                     str(BIN / "spdrank"), "teacher", "--slates", str(DATA / f"{split}.jsonl"),
-                    "--out", str(WORK / name / f"{split}.labels.jsonl"), *teacher.backend,
+                    "--out", str(work), *teacher.backend,
                     "--no-progress", *(["--limit", str(limit)] if limit else []),
                 ])
     if not dry:
@@ -314,7 +347,7 @@ def bench_teachers(dry: bool) -> list[list[str]]:
     sizes = sorted({t.limits["eval"] for t in TEACHERS.values() if t.limits["eval"]})
     cmds = []
     for size in sizes:
-        labels = [f"--labels={name}={WORK / name / 'eval.labels.jsonl'}"
+        labels = [f"--labels={name}={LABELS / name / 'eval.labels.jsonl'}"
                   for name, t in TEACHERS.items() if (t.limits["eval"] or 10**9) >= size]
         cmds.append([
             str(BIN / "spdrank"), "bench", "--slates", str(DATA / "eval.jsonl"),
@@ -419,6 +452,17 @@ PREAMBLE = (
 )
 
 
+def preamble() -> str:
+    """PREAMBLE, naming the students' backbone when it is not the bundled SmolLM2."""
+    if BACKBONE == "bundled":
+        return PREAMBLE
+    return PREAMBLE.replace(
+        "Scale: SmolLM2-135M-Instruct (bundled)",
+        f"Backbone: **{backbone_title()}** (`--backbone {BACKBONE}`): every student reads it "
+        "(a row description's SmolLM2 states or layers are its here); the teachers are the "
+        "main report's, the likelihood teacher SmolLM2 (its shipped labels). Scale:")
+
+
 def write_report(selected: list[Row], summaries: dict[str, Any], evals: dict[str, Any],
                  probe: dict[str, float], ceiling: dict[str, Any], argv: list[str],
                  note: str) -> None:
@@ -432,7 +476,7 @@ def write_report(selected: list[Row], summaries: dict[str, Any], evals: dict[str
         (f"Machine: {platform.machine()}, {os.cpu_count()} cores; date "
          f"{dt.date.today().isoformat()}; commit {git_commit()}. {note}"),
         "",
-        PREAMBLE,
+        preamble(),
         "",
         "## Every row on validation",
         "",
@@ -464,7 +508,7 @@ def write_report(selected: list[Row], summaries: dict[str, Any], evals: dict[str
             "The lexical teacher reads whole titles; the prompt holds each title cut to k "
             "tokens. Its score recomputed on the cut titles, against the teacher, on the "
             f"{ceiling['n_slates']} eval slates (IDF over the titles these slates show; the "
-            "whole-titles row checks that recomputation). The rows marked SmolLM2's tokens "
+            f"whole-titles row checks that recomputation). The rows marked {model_name()}'s tokens "
             "compute the same TF-IDF cosine over the model's token ids instead of words: a "
             "reader matching the tokens exactly, without assembling the words the tokenizer "
             "splits into pieces; the rows marked assembled into words group those tokens back "
@@ -551,9 +595,8 @@ def truncation_ceiling(
     rows group those token ids back into words (:mod:`spdrank.backbone.words`: the runs of letters
     and digits of the text they decode to), as the ``words`` readout does."""
     import numpy as np
-    from transformers import AutoTokenizer
 
-    from spdrank.backbone.locate import bundled_backbone_path
+    from spdrank.backbone.load import load_tokenizer
     from spdrank.backbone.prompt import PromptBuilder, PromptSettings
     from spdrank.backbone.words import WordSplitter
     from spdrank.core.slates import load_slates
@@ -561,7 +604,7 @@ def truncation_ceiling(
     from spdrank.eval.metrics import kendall_tau, top1_agreement, topk_overlap
 
     slates = load_slates(labelled("lexical", "eval"))
-    tokenizer = AutoTokenizer.from_pretrained(bundled_backbone_path())
+    tokenizer = load_tokenizer(BACKBONE)  # the students' backbone's
     histories = [history_titles(s.query.text) for s in slates]
     titles = {t for h in histories for t in h} | {c.text() for s in slates for c in s.candidates}
     similarity = TitleSimilarity(sorted(titles))
@@ -597,8 +640,8 @@ def truncation_ceiling(
                 if value is not None:
                     values[metric].append(value)
         name = "whole titles" if k is None else str(k)
-        label = {"words": name, "model": f"{name}, SmolLM2's tokens",
-                 "assembled": f"{name}, SmolLM2's tokens assembled into words"}[terms]
+        label = {"words": name, "model": f"{name}, {model_name()}'s tokens",
+                 "assembled": f"{name}, {model_name()}'s tokens assembled into words"}[terms]
         out["rows"][label] = {
             m: float(np.mean(v)) for m, v in values.items()}
     return out
@@ -662,7 +705,12 @@ def main(argv: list[str]) -> int:
                         help="leave these rows out (e.g. ones too slow for this machine)")
     parser.add_argument("--dry-run", action="store_true", help="print the commands only")
     parser.add_argument("--note", default="", help="what else ran on the machine meanwhile")
+    parser.add_argument("--backbone", default="bundled",
+                        help="the students' backbone (spdrank train --backbone); any other than "
+                        "bundled runs in runs/fidelity-SLUG/ and reports in OUT/SLUG/")
     args = parser.parse_args(argv)
+    if args.backbone != "bundled":
+        use_backbone(args.backbone)
     os.chdir(ROOT)
     selected = [r for r in rows() if (not args.only or r.name in args.only)
                 and r.name not in args.skip]
