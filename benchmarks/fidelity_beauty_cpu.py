@@ -52,8 +52,9 @@ OUT = Path("benchmarks/results/fidelity-beauty-cpu")
 #: The LLM teachers' label files as committed with the report (``spdrank teacher`` output).
 SHIPPED = OUT / "labels"
 WORK = Path("runs/fidelity")
-#: The teachers' labels, whatever backbone the students read (the teachers read none of it).
-LABELS = WORK
+#: The teachers' labels, whatever backbone the students read (the teachers read none of it);
+#: None: WORK's.
+LABELS: Path | None = None
 #: The backbone the students read (``--backbone``); WORK and OUT follow it (:func:`use_backbone`).
 BACKBONE = "bundled"
 DATA = Path("data-out/v-uniform")
@@ -272,9 +273,14 @@ def rows() -> list[Row]:
 
 def use_backbone(name: str) -> None:
     """Students read ``name``: their runs, state caches and report go to its own folders."""
-    global BACKBONE, WORK, OUT
+    global BACKBONE, LABELS, WORK, OUT
     slug = re.sub(r"[^A-Za-z0-9._]+", "-", name).strip("-.")
-    BACKBONE, WORK, OUT = name, Path(f"runs/fidelity-{slug}"), OUT / slug
+    BACKBONE, LABELS = name, labels_dir()
+    WORK, OUT = WORK.with_name(f"{WORK.name}-{slug}"), OUT / slug  # runs/fidelity-SLUG
+
+
+def labels_dir() -> Path:
+    return LABELS or WORK
 
 
 def backbone_title() -> str:
@@ -290,7 +296,7 @@ def model_name() -> str:
 
 
 def labelled(teacher: str, split: str) -> Path:
-    return LABELS / teacher / f"{split}.labels.slates.jsonl"
+    return labels_dir() / teacher / f"{split}.labels.slates.jsonl"
 
 
 def labelled_slates(teacher: str, split: str) -> int:
@@ -323,7 +329,7 @@ def prepare(teachers: set[str], dry: bool) -> list[list[str]]:
         teacher = TEACHERS[name]
         for split, limit in teacher.limits.items():
             shipped = SHIPPED / name / f"{split}.labels.jsonl"
-            work = LABELS / name / f"{split}.labels.jsonl"
+            work = labels_dir() / name / f"{split}.labels.jsonl"
             if shipped.exists() and not work.exists() and not dry:
                 # The LLM teachers' labels cost hours here: a run resumes from the committed ones.
                 work.parent.mkdir(parents=True, exist_ok=True)
@@ -347,7 +353,7 @@ def bench_teachers(dry: bool) -> list[list[str]]:
     sizes = sorted({t.limits["eval"] for t in TEACHERS.values() if t.limits["eval"]})
     cmds = []
     for size in sizes:
-        labels = [f"--labels={name}={LABELS / name / 'eval.labels.jsonl'}"
+        labels = [f"--labels={name}={labels_dir() / name / 'eval.labels.jsonl'}"
                   for name, t in TEACHERS.items() if (t.limits["eval"] or 10**9) >= size]
         cmds.append([
             str(BIN / "spdrank"), "bench", "--slates", str(DATA / "eval.jsonl"),
