@@ -56,7 +56,9 @@
 # THROUGHPUT_BATCH, EVAL_LIMIT, FID_TRAIN, FID_EVAL_LIMIT, FID_BATCH, FID_EPOCHS, CLICKS_EPOCHS,
 # SEARCH_QUERIES (0: all), SEARCH_FOLDS, SEARCH_EPOCHS, ONEPASS_EPOCHS, ONEPASS_LORA_LAYERS,
 # ONEPASS_LORA_EPOCHS, LATENCY_QUERIES; SHARED, the folder of the TREC DL files. --smoke sets
-# each to its toy value (and SLATES, the slates kept of each split) unless it is set.
+# each to its toy value (and SLATES, the slates kept of each split) unless it is set. ONLY (step
+# names, space-separated) runs those steps alone, the others left for a later run: a short
+# lease runs the steps that tell most first.
 #
 # Before the first step it prints what each step will cost (benchmarks/gpu_estimate.py: peak
 # memory and time from the backbone's config.json and the device's stated bf16 throughput, on
@@ -120,7 +122,7 @@ start_all=$SECONDS
 gpu_estimate gpu.sh BACKBONE SEARCH_BACKBONE DTYPE CANDIDATES VALIDATION AR_N REASONING_TOKENS \
   TRAIN_SLATES BATCH POSITIONS PEERS LORA_R LATENCY_SIZES LATENCY_SLATES THROUGHPUT_BATCH EVAL_LIMIT FID_TRAIN \
   FID_EVAL_LIMIT FID_BATCH FID_EPOCHS CLICKS_EPOCHS SEARCH_QUERIES SEARCH_FOLDS SEARCH_EPOCHS \
-  ONEPASS_EPOCHS ONEPASS_LORA_LAYERS ONEPASS_LORA_EPOCHS LATENCY_QUERIES SLATES BUDGET_S
+  ONEPASS_EPOCHS ONEPASS_LORA_LAYERS ONEPASS_LORA_EPOCHS LATENCY_QUERIES SLATES BUDGET_S ONLY
 
 # -- 1-2. slates and the co-occurrence teacher -------------------------------------------------
 step data "$DATA/manifest.json" \

@@ -477,6 +477,7 @@ GPU_DEFAULTS: dict[str, str] = {
     "CLICKS_EPOCHS": "", "SEARCH_QUERIES": "0", "SEARCH_FOLDS": "5", "SEARCH_EPOCHS": "8",
     "ONEPASS_EPOCHS": "20", "ONEPASS_LORA_LAYERS": "8", "ONEPASS_LORA_EPOCHS": "4",
     "LATENCY_QUERIES": "8", "SLATES": "0", "TRAIN_SLATES": "0", "SKIP_SEARCH": "", "BUDGET_S": "",
+    "ONLY": "",
 }
 #: gpu_latency.sh's.
 LATENCY_DEFAULTS: dict[str, str] = {
@@ -484,7 +485,7 @@ LATENCY_DEFAULTS: dict[str, str] = {
     "DTYPE": "bfloat16", "SIZES": "20,50,150", "BATCHES": "1,32", "POSITIONS": "150",
     "CANDIDATES": "50", "LORA_R": "64", "LATENCY_SLATES": "320", "THROUGHPUT_BATCH": "32",
     "EVAL_LIMIT": "32", "WARMUP": "3", "TRAIN_BATCH": "8", "STEPS": "10", "STEP_WARMUP": "2",
-    "SLATES": "0", "BUDGET_S": "",
+    "SLATES": "0", "BUDGET_S": "", "ONLY": "",
 }
 
 
@@ -707,8 +708,9 @@ def estimate(script: str, settings: dict[str, str], device: Device, tiny: str | 
         return shapes[spec]
 
     dtype_bytes = 4 if s["DTYPE"] == "float32" else 2
+    only = set(s["ONLY"].split())
     rows = [(step, step_cost(step, device, dtype_bytes, int(s["LORA_R"]), measured=measured))
-            for step in steps_of(s, shape_of)]
+            for step in steps_of(s, shape_of) if not only or step.name in only]
     return Estimate(device, rows, float(s["BUDGET_S"]) if s["BUDGET_S"] else None, measured)
 
 

@@ -85,10 +85,13 @@ fi
 
 # -- 4. the run -----------------------------------------------------------------------------------
 # A lease of 15 minutes of device time spends about 2.5 of them starting and carrying, and a
-# call runs at most 10: gpu.sh's first steps at these sizes fit one call at the training rate
-# an H200 measured (benchmarks/results/gpu-lease-h200); TRAIN_SLATES=0 AR_N=24 are the
-# paper's sizes, for a device held longer.
+# call runs at most 10. So the first call runs what tells most and fits it at the training
+# rate an H200 measured (benchmarks/results/gpu-lease-h200): the Beauty student on 4,096
+# slates and its benchmark (quality and the latency decomposition), then the search students
+# reading every layer in one pass over the top 100 (DL22 -> DL19, DL21). ONLY= (empty) runs
+# every step; TRAIN_SLATES=0 AR_N=24 are the paper's sizes, for a device held longer.
 export TRAIN_SLATES=${TRAIN_SLATES:-4096} AR_N=${AR_N:-8}
+export ONLY=${ONLY-data cooccurrence-train cooccurrence-eval train-attn bench-all search-onepass}
 [ ! -d "$LEASE/shared" ] || export SHARED=${SHARED:-$(realpath "$LEASE/shared")}
 rc=0
 if [ "${RUN:-1}" = 1 ] && [ -e "$SITE/.backbone" ]; then

@@ -24,22 +24,26 @@ export LEASE=$SCRATCH/lease SITE=$SCRATCH/site PY=$BIN/python LEASE_BIN=$SCRATCH
   PREFLIGHT_DIR=$SCRATCH/preflight SMOKE_DIR=$SCRATCH/smoke PREFLIGHT_DEVICE=cpu REHEARSE=1 \
   SPDRANK_CACHE=$SCRATCH/cache OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 rows=()
+# The plan's calls, then one more that carries nothing and runs the steps the first left (ONLY=).
+{ cat "$SOURCE/calls.tsv"; printf '%s\t\n' "$(( parts + 1 ))"; } > "$SCRATCH/calls.tsv"
 while IFS=$'\t' read -r call paths; do
   for path in $paths; do cp -r "$path" "$SCRATCH/lease/"; done
+  rest=(); [ "$call" -le "$parts" ] || rest=( env ONLY= )
   t0=$SECONDS; rc=0
-  OUT=$SCRATCH/out-$call bash benchmarks/lease.sh < /dev/null > "$SCRATCH/call-$call.log" 2>&1 || rc=$?
+  OUT=$SCRATCH/out-$call "${rest[@]}" bash benchmarks/lease.sh < /dev/null > "$SCRATCH/call-$call.log" 2>&1 || rc=$?
   steps=$(grep -cE '^== [^ ]+: [0-9]+ s$' "$SCRATCH/call-$call.log" || true)
   said=$(grep -E '^== lease: [0-9]+ of|^== lease: gpu.sh|stopped at its budget' "$SCRATCH/call-$call.log" | sed 's/^== lease: //' | paste -sd ';' - || true)
   back=$(ls "$SCRATCH/out-$call" | paste -sd ' ' -)
   rows+=( "| $call | $rc | $(( SECONDS - t0 )) | $steps | ${said:--} | $back |" )
-done < "$SOURCE/calls.tsv"
+done < "$SCRATCH/calls.tsv"
 {
   echo "# A lent machine's calls, rehearsed on a CPU"
   echo
   echo "\`bash benchmarks/lease_rehearse.sh\` ($(date -u +%Y-%m-%d)): benchmarks/lease.sh once for each of"
-  echo "the $parts parts benchmarks/lease_pack.sh cut the backbone's wheel into, each part added before"
-  echo "its call, the carried wheels installed into a fresh folder, the preflight (gpu_latency.sh"
-  echo "--smoke) on the CPU and gpu.sh --smoke in place of the full run."
+  echo "the $parts calls of the plan (benchmarks/lease_pack.sh), each given exactly the paths"
+  echo "\`.lease/calls.tsv\` names, then once more carrying nothing with \`ONLY=\` (the steps the"
+  echo "lease's first run leaves); the carried wheels installed into a fresh folder, the preflight"
+  echo "(gpu_latency.sh --smoke) on the CPU and gpu.sh --smoke in place of the full run."
   echo
   machine_lines
   echo "- Python: $("$PY" --version 2>&1) (a lent machine's is 3.12, with its own torch)"
@@ -50,7 +54,7 @@ done < "$SOURCE/calls.tsv"
   echo
   echo "Each call's steps and seconds:"
   echo
-  for call in $(seq 1 "$parts"); do
+  for call in $(seq 1 "$(( parts + 1 ))"); do
     echo "call $call:"
     code_block "$(grep -E '^== [^ ]+: [0-9]+ s$' "$SCRATCH/call-$call.log" | sed 's/^== //' | paste -sd ',' - | sed 's/,/, /g')"
   done

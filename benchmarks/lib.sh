@@ -117,12 +117,17 @@ within_budget() {
 }
 
 # step NAME DONE CMD...: run CMD unless the file DONE exists; print its wall time and append
-# "NAME<tab>seconds" to $TIMINGS (default $OUT/timings.tsv). With DRY=1, only print CMD. With
+# "NAME<tab>seconds" to $TIMINGS (default $OUT/timings.tsv). With $ONLY set (step names,
+# space-separated), a step not named there is left for a later run. With DRY=1, only print CMD. With
 # $BUDGET_S set, a step whose estimate in $PLAN would end past BUDGET_S seconds after
 # $start_all is not started: the script exits 75 saying so, and a rerun (its finished steps
 # skipped, the budget counted afresh) continues from that step.
 step() {
   local name=$1 done=$2; shift 2
+  if [ -n "${ONLY:-}" ] && [[ " $ONLY " != *" $name "* ]]; then
+    [ "${DRY:-0}" = 1 ] || echo "== $name: not in ONLY, left for a later run"
+    return 0
+  fi
   if [ "${DRY:-0}" = 1 ]; then print_command "$@"; return 0; fi
   if [ -e "$done" ]; then echo "== $name: already done ($done)"; return 0; fi
   within_budget "$name" || exit 75

@@ -187,13 +187,13 @@ def test_a_backbone_without_a_readable_config_runs_unestimated():
     assert "the steps run unestimated" in done.stdout and " data beauty " in done.stdout
 
 
-def run_steps(tmp_path: Path, budget: int) -> subprocess.CompletedProcess:
+def run_steps(tmp_path: Path, budget: int, only: str = "") -> subprocess.CompletedProcess:
     """Three steps through benchmarks/lib.sh's ``step`` under ``budget``: ``a`` estimated at 4 s,
-    ``cpu`` not estimated, ``b`` at 20 s."""
+    ``cpu`` not estimated, ``b`` at 20 s; with ``only``, the steps it names alone."""
     (tmp_path / "plan.tsv").write_text("a\t4\nb\t20\n")
     script = f"""
         set -euo pipefail; . benchmarks/lib.sh
-        OUT={tmp_path}; PLAN={tmp_path}/plan.tsv; BUDGET_S={budget}; start_all=$SECONDS
+        OUT={tmp_path}; PLAN={tmp_path}/plan.tsv; BUDGET_S={budget}; start_all=$SECONDS; ONLY='{only}'
         for name in a cpu b; do step $name {tmp_path}/$name.done touch {tmp_path}/$name.done; done
         echo all done
     """
@@ -212,3 +212,19 @@ def test_a_step_past_the_budget_is_left_for_a_rerun(tmp_path):
     assert again.returncode == 0, again.stderr
     assert "== a: already done" in again.stdout and (tmp_path / "b.done").exists()
     assert "all done" in again.stdout
+
+
+def test_only_the_named_steps_run_and_a_later_run_takes_the_rest(tmp_path):
+    """A short lease runs the steps that tell most first: the others wait, unestimated by the
+    budget, for a run without ONLY."""
+    first = run_steps(tmp_path, budget=30, only="b cpu")
+    assert first.returncode == 0, first.stderr
+    assert "== a: not in ONLY, left for a later run" in first.stdout
+    assert not (tmp_path / "a.done").exists()
+    assert (tmp_path / "b.done").exists() and (tmp_path / "cpu.done").exists()
+    rest = run_steps(tmp_path, budget=30)
+    assert rest.returncode == 0 and (tmp_path / "a.done").exists()
+    assert "== b: already done" in rest.stdout
+    # The estimate weighs only the steps that will run.
+    assert est.main(["gpu.sh", "BUDGET_S=540", "ONLY=bench-all"]) == 0
+    assert est.main(["gpu.sh", "BUDGET_S=540", "ONLY=train-attn"]) == 1
