@@ -161,7 +161,9 @@ step bench-all "$OUT/all/report.md" \
 
 # -- 5-6. the autoregressive teachers on the first AR_N eval slates ------------------------------
 AR_SLATES=$WORK/eval-ar$AR_N.jsonl
-if [ "$DRY" = 0 ] && [ ! -s "$AR_SLATES" ]; then head -n "$AR_N" "$COOC/eval.slates.jsonl" > "$AR_SLATES"; fi
+if [ "$DRY" = 0 ] && [ ! -s "$AR_SLATES" ] && [ -s "$COOC/eval.slates.jsonl" ]; then
+  head -n "$AR_N" "$COOC/eval.slates.jsonl" > "$AR_SLATES"
+fi
 for MODE in direct reasoning; do
   dir=$WORK/smollm2-$MODE
   step "teacher-$MODE" "$dir/eval.slates.jsonl" \

@@ -67,6 +67,7 @@ smoke_cut() {
   if [ "$DRY" = 1 ]; then echo "# smoke: the first $SLATES slates of each $1/*.jsonl kept"; return 0; fi
   local f
   for f in "$1"/*.jsonl; do
+    [ -e "$f" ] || continue  # the step that writes DIR left for a later run (ONLY)
     [ "$(wc -l < "$f")" -le "$SLATES" ] || { head -n "$SLATES" "$f" > "$f.tmp" && mv "$f.tmp" "$f"; }
   done
 }

@@ -98,9 +98,9 @@ def test_an_unknown_argument_is_a_usage_error():
         in done.stderr
 
 
-def run_smoke(script: str, tmp_path: Path, timeout: int) -> subprocess.CompletedProcess:
+def run_smoke(script: str, tmp_path: Path, timeout: int, **settings: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "BIN": str(Path(sys.executable).parent),
-           "SMOKE_DIR": str(tmp_path / "smoke"), "OMP_NUM_THREADS": "1"}
+           "SMOKE_DIR": str(tmp_path / "smoke"), "OMP_NUM_THREADS": "1", **settings}
     for name in ("DATA", "FDATA", "WORK", "OUT", "BACKBONE", "BACKBONES", "DEVICE", "DTYPE"):
         env.pop(name, None)
     done = subprocess.run(["bash", str(ROOT / "benchmarks" / script), "--smoke"], cwd=ROOT,
@@ -140,6 +140,15 @@ def test_gpu_smoke_runs_every_step(tmp_path):
     else:  # a clone without the shared files: the search steps are skipped, and said to be
         assert steps_run(tmp_path) == GPU_STEPS
         assert "the search steps 8 and 9 skipped" in done.stdout
+
+
+def test_a_run_of_some_steps_passes_over_the_others(tmp_path):
+    """ONLY: the script runs through with the named steps alone; what sits between steps does
+    not assume the others ran (a lease runs what tells most first)."""
+    done = run_smoke("gpu.sh", tmp_path, timeout=600, ONLY="data")
+    assert steps_run(tmp_path) == ["data"]
+    assert "== data-features: not in ONLY, left for a later run" in done.stdout
+    assert "== search-onepass: not in ONLY" in done.stdout or "search steps 8 and 9 skipped" in done.stdout
 
 
 @pytest.mark.slow  # every step of the latency run: a minute on 2 cores
