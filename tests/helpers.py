@@ -25,6 +25,7 @@ from spdrank.backbone.settings import BackboneConfig, LoraSettings
 from spdrank.core.ranking import Ranking
 from spdrank.core.slates import Candidate, Query, Slate
 from spdrank.methods.head_config import HeadConfig
+from spdrank.methods.spd.history_settings import HistorySettings
 from spdrank.model.config import SPDConfig
 from spdrank.serving.engine import Engine
 
@@ -182,7 +183,11 @@ def tiny_config(
 ) -> SPDConfig:
     """A small SPD model on ``backbone``: LoRA ``lora`` (r 4, alpha 8 unless given) unless
     ``frozen``, a ``kind`` head 16 wide with 2 attention heads (``head`` overrides any of
-    HeadConfig's fields), ``item_tokens`` tokens an item and, when given, ``query_tokens``."""
+    HeadConfig's fields, or the history head's ``match`` and ``match_width``), ``item_tokens``
+    tokens an item and, when given, ``query_tokens``."""
+    history = {name: head.pop(name) for name in ("match", "match_width") if name in head}
+    if history:
+        head["history"] = HistorySettings(**history)
     prompt = {"max_item_tokens": item_tokens}
     if query_tokens is not None:
         prompt["max_query_tokens"] = query_tokens

@@ -11,7 +11,8 @@ import sys
 import pytest
 
 MODULES = ["spdrank.backbone.settings", "spdrank.backbone.trust", "spdrank.backbone.locate",
-           "spdrank.backbone.gguf", "spdrank.methods.head_config", "spdrank.model.config"]
+           "spdrank.backbone.gguf", "spdrank.methods.head_config",
+           "spdrank.methods.spd.history_settings", "spdrank.model.config"]
 
 
 def assert_runs_without_torch(code: str) -> None:
@@ -49,7 +50,9 @@ def test_a_checkpoint_config_is_read_and_checked_without_torch():
     assert_runs_without_torch(
         "from spdrank.model.config import SPDConfig\n"
         "from spdrank.methods.head_config import HeadConfig\n"
-        "config = SPDConfig(head=HeadConfig(kind='history', positions=20, match='tfidf'))\n"
+        "from spdrank.methods.spd.history_settings import HistorySettings\n"
+        "history = HistorySettings(match='tfidf')\n"
+        "config = SPDConfig(head=HeadConfig(kind='history', positions=20, history=history))\n"
         "again = SPDConfig.from_dict(config.to_dict())\n"
         "assert again == config, again\n"
     )

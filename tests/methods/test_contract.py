@@ -39,8 +39,8 @@ from spdrank.core.features import FeatureNormalizer
 from spdrank.core.slates import Candidate, Query, Slate, write_slates
 from spdrank.core.validation import SlateError
 from spdrank.methods.base import head_kinds, method_for, methods
-from spdrank.methods.head_config import MATCHES
 from spdrank.methods.spd.decode import DECODERS
+from spdrank.methods.spd.history_settings import MATCHES
 from spdrank.model.ranker import SPDRanker
 from spdrank.training.config import TrainConfig
 from spdrank.training.state_cache import open_state_cache

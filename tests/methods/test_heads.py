@@ -6,6 +6,7 @@ import torch
 from spdrank.methods.first.head import FirstHead
 from spdrank.methods.head_config import HeadConfig
 from spdrank.methods.scalar.head import ScalarHead
+from spdrank.methods.spd.history_settings import HistorySettings
 from spdrank.methods.spd.method import SPDMethod
 
 #: SPD's heads that read the candidates alone; the history head has its own tests below.
@@ -224,7 +225,8 @@ def test_history_head_ranks_a_slate_without_history():
 
 def _token_head(match: str = "maxsim"):
     torch.manual_seed(0)
-    cfg = HeadConfig(kind="history", positions=12, width=16, heads=2, dropout=0.0, match=match)
+    cfg = HeadConfig(kind="history", positions=12, width=16, heads=2, dropout=0.0,
+                     history=HistorySettings(match=match))
     return build_head(24, cfg, units=True).eval()
 
 
@@ -262,7 +264,7 @@ def test_tfidf_match_of_an_item_with_itself_is_one():
     # Kernel 1 on the diagonal, below 1 elsewhere: at least the weights' unit norm.
     assert stats[0, 0, 0] >= 1.0 - 1e-5
     with pytest.raises(ValueError, match="unknown match"):
-        HeadConfig(kind="history", match="bm25")
+        HeadConfig.from_dict({"kind": "history", "match": "bm25"})
 
 
 def test_token_match_is_the_weighted_mean_of_each_tokens_best_cosine():

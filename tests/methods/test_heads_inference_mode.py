@@ -14,6 +14,7 @@ from spdrank.backbone.settings import LoraSettings
 from spdrank.methods.head_config import HeadConfig
 from spdrank.methods.spd.heads import SelfAttentionHead
 from spdrank.methods.spd.history import HistoryAttentionHead
+from spdrank.methods.spd.history_settings import HistorySettings
 from tests.helpers import tiny_config
 
 
@@ -89,7 +90,7 @@ def _history_head(match: str | None, features: int = 0) -> HistoryAttentionHead:
     null slot) is trivially zero."""
     torch.manual_seed(0)
     cfg = HeadConfig(kind="history", positions=12, width=16, heads=2, layers=2,
-                     match=match or "maxsim", match_width=8)
+                     history=HistorySettings(match=match or "maxsim", match_width=8))
     head = HistoryAttentionHead(24, cfg, features, units=match is not None).eval()
     with torch.no_grad():
         for p in head.parameters():

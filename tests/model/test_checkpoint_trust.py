@@ -289,6 +289,10 @@ def test_a_fifo_or_an_oversized_config_is_refused(tmp_path):
     ("layers", -1, "head.layers must be between"),
     ("heads", True, "head.heads must be an integer"),
     ("dropout", "x", "head.dropout must be a number"),
+    # the history head's own settings, in every kind's record
+    ("match_width", 10**7, "head.match_width must be between"),
+    ("match_width", 8.0, "head.match_width must be an integer"),
+    ("match", "bm25", "unknown match 'bm25'"),
 ])
 def test_head_sizes_are_bounded_before_anything_is_built(tmp_path, features_model, capsys,
                                                          field, value, phrase):

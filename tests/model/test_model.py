@@ -15,6 +15,7 @@ from spdrank.core.slates import SlateError
 from spdrank.eval.metrics import is_valid_permutation
 from spdrank.methods.first.method import first_prompt
 from spdrank.methods.head_config import HeadConfig
+from spdrank.methods.spd.history_settings import HistorySettings
 from spdrank.model.config import SPDConfig
 from spdrank.model.parts import NoBackbone, NoTokenizer
 from spdrank.model.ranker import SPDRanker
@@ -310,7 +311,8 @@ def test_unit_readouts_need_the_history_head_built_for_them(tiny_backbone, slate
     torch.manual_seed(0)
     config = SPDConfig(
         backbone=BackboneConfig(name_or_path=tiny_backbone, lora=None),
-        head=HeadConfig(kind="history", positions=16, width=32, match=match),
+        head=HeadConfig(kind="history", positions=16, width=32,
+                        history=HistorySettings(match=match)),
         prompt=PromptSettings(max_item_tokens=6, readout=readout, history_items=True),
     )
     model = SPDRanker.build(config).eval()

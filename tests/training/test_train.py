@@ -456,7 +456,7 @@ def test_the_defaults_are_the_recipe_that_learned_its_teachers():
     assert (cfg.target, cfg.head, cfg.readout, cfg.match) == ("teacher", "history", "words", "tfidf")
     spd = cfg.model_config()
     assert spd.head.kind == "history" and spd.prompt.history_items and spd.prompt.readout == "words"
-    assert spd.head.match == "tfidf"
+    assert spd.head.history.match == "tfidf"
     # the other heads read one state per item
     assert TrainConfig(slates="s.jsonl", out="o", head="attn").readout == "mean"
     # no states to read: the head over the candidates' features
@@ -466,7 +466,7 @@ def test_the_defaults_are_the_recipe_that_learned_its_teachers():
 
 def test_the_words_readout_and_tfidf_match_reach_the_head():
     spd = TrainConfig(slates="s.jsonl", out="o", readout="words", match="tfidf").model_config()
-    assert spd.prompt.readout == "words" and spd.head.match == "tfidf"
+    assert spd.prompt.readout == "words" and spd.head.history.match == "tfidf"
     with pytest.raises(ValueError, match="unknown match"):
         TrainConfig(slates="s.jsonl", out="o", readout="words", match="bm25").model_config()
 

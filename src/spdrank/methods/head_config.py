@@ -1,18 +1,20 @@
 """A head's settings, the record every head kind is built from and a checkpoint saves as its
 ``head`` field: here, apart from the layers (:mod:`spdrank.methods.heads`), so that reading a
 checkpoint's config imports no torch.
+
+What one head kind alone reads is that head's own record: the history head's match
+(:class:`~spdrank.methods.spd.history_settings.HistorySettings`), held here as one field and
+written flat into ``head``, where checkpoints have always held its fields.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from spdrank.backbone.settings import ConfigError
-from spdrank.core.defaults import ANCHORS, UNNAMED_ANCHOR, UNNAMED_HEAD, UNNAMED_MATCH
-
-#: How the history head compares a candidate's units with a history item's (``HeadConfig.match``).
-MATCHES = ("maxsim", "tfidf")
+from spdrank.core.defaults import ANCHORS, UNNAMED_ANCHOR, UNNAMED_HEAD
+from spdrank.methods.spd.history_settings import HistorySettings
 
 #: The bounds of a head's sizes. A checkpoint's config.json is read from a file, so each size
 #: is checked before a layer is built from it: positions far past any slate, widths and depths
@@ -37,24 +39,14 @@ class HeadConfig:
     layers: int = 2
     heads: int = 4
     dropout: float = 0.1
-    #: How the history head matches units, when the prompt's readout keeps several states per
-    #: item (its tokens or its words: :data:`~spdrank.backbone.prompt.UNIT_READOUTS`): "maxsim" (late interaction: each candidate
-    #: unit's best cosine with the item's units, averaged with learned weights) or "tfidf"
-    #: (every pair of units through a sharp kernel, weighted on both sides: the shape of a
-    #: TF-IDF cosine, whose matches also go straight to the position scores). Unnamed:
-    #: :data:`~spdrank.core.defaults.UNNAMED_MATCH`; ``spdrank train`` asks for
-    #: :data:`~spdrank.core.defaults.UNIT_MATCH`.
-    match: str = UNNAMED_MATCH
-    #: Width of the space where the "tfidf" match compares units: every pair of units meets
-    #: there, so it is kept narrower than the head's own layers.
-    match_width: int = 64
+    #: The history head's own settings (its match), saved flat in ``head`` in this field's
+    #: place whatever the kind.
+    history: HistorySettings = field(default_factory=HistorySettings)
     #: What the scores start from (:mod:`spdrank.methods.anchor`): "none", or "order", the
     #: order the candidates are given in (the first stage's), which the head then corrects.
     anchor: str = UNNAMED_ANCHOR
 
     def __post_init__(self) -> None:
-        if self.match not in MATCHES:
-            raise ValueError(f"unknown match {self.match!r}: use one of {list(MATCHES)}")
         if self.anchor not in ANCHORS:
             raise ValueError(f"unknown head.anchor {self.anchor!r}: use one of {list(ANCHORS)}")
         self.check_sizes()
@@ -64,7 +56,7 @@ class HeadConfig:
         :data:`MAX_HEAD_PARAMETERS` weights, naming the field (``head.positions``)."""
         for name, low, high in (
             ("positions", 1, MAX_POSITIONS), ("width", 1, MAX_WIDTH), ("layers", 0, MAX_LAYERS),
-            ("heads", 1, MAX_HEADS), ("match_width", 1, MAX_WIDTH),
+            ("heads", 1, MAX_HEADS),
         ):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int):
@@ -82,8 +74,8 @@ class HeadConfig:
             raise ValueError(f"head.dropout must be a number in [0, 1), got {dropout!r}")
         # A pre-norm layer holds about 12 width^2 weights; the position and match maps a few
         # width-sized rows each.
-        weights = self.layers * 12 * self.width**2 + (3 * self.positions + 2 * self.match_width
-                                                        + 4) * self.width
+        weights = self.layers * 12 * self.width**2 + (
+            3 * self.positions + 2 * self.history.match_width + 4) * self.width
         if weights > MAX_HEAD_PARAMETERS:
             raise ValueError(
                 f"head sizes (width {self.width}, layers {self.layers}, positions "
@@ -92,8 +84,16 @@ class HeadConfig:
             )
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The record config.json holds: every field, the history head's flat in its place."""
+        record: dict[str, Any] = {}
+        for f in fields(self):
+            if f.name == "history":
+                record |= self.history.to_dict()
+            else:
+                record[f.name] = getattr(self, f.name)
+        return record
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> HeadConfig:
-        return cls(**data)
+        data = dict(data)
+        return cls(history=HistorySettings.take(data), **data)

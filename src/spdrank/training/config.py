@@ -207,7 +207,7 @@ class TrainConfig:
         f"{HISTORY_READOUT} with --head history, {OTHER_READOUT} otherwise)",
         choices=READOUTS,
     )
-    # See :class:`spdrank.methods.head_config.HeadConfig`.
+    # See :class:`spdrank.methods.spd.history_settings.HistorySettings`.
     match: str = setting(
         UNIT_MATCH,
         help="with --readout tokens or words, how --head history compares a candidate with a "
@@ -432,6 +432,7 @@ class TrainConfig:
         from spdrank.backbone.settings import BackboneConfig
         from spdrank.methods.base import method_for
         from spdrank.methods.head_config import HeadConfig
+        from spdrank.methods.spd.history_settings import HistorySettings
         from spdrank.model.config import SPDConfig
 
         method = method_for(self.head)
@@ -457,7 +458,7 @@ class TrainConfig:
                 width=self.head_width,
                 layers=self.head_layers,
                 dropout=self.head_dropout,
-                match=self.match,
+                history=HistorySettings(match=self.match),
                 anchor=self.head_anchor(),
             ),
             prompt=prompt,

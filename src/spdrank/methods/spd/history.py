@@ -48,13 +48,14 @@ class HistoryAttentionHead(ItemHead):
         self, hidden: int, cfg: HeadConfig, features: int = 0, units: bool = False
     ) -> None:
         """``units``: the prompt's readout keeps several states per item (its tokens or its
-        words), and the match compares them unit by unit (as ``cfg.match`` says)."""
+        words), and the match compares them unit by unit (as ``cfg.history.match`` says)."""
         if not hidden:
             raise ValueError("the history head compares hidden states: it needs a backbone")
         super().__init__(hidden, cfg.width, features, history=True)
         self.units = units
-        self.tfidf = units and cfg.match == "tfidf"
-        self.match_query = state_projection(hidden, cfg.match_width if self.tfidf else cfg.width)
+        self.tfidf = units and cfg.history.match == "tfidf"
+        self.match_query = state_projection(
+            hidden, cfg.history.match_width if self.tfidf else cfg.width)
         # The tfidf match projects both sides alike (match_query); the others learn a key.
         self.match_key = None if self.tfidf else state_projection(hidden, cfg.width)
         self.token_weight = nn.Linear(hidden, 1) if units else None

@@ -1,0 +1,122 @@
+"""config.json as checkpoints hold it: a config written in the format read back and written
+again is the same bytes, whatever record in the code holds each of its fields (the history
+head's ``match`` and ``match_width`` sit flat in ``head``, for every head kind, as spdrank has
+always written them)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from spdrank.model.checkpoint import CONFIG_NAME, read_config
+from spdrank.model.ranker import SPDRanker
+from tests.helpers import save_features_only_model
+
+#: A history head's config.json as ``spdrank train --head history --readout words --positions
+#: 20`` wrote it before the history head had a settings record of its own (``match_width``
+#: edited to a value no default gives).
+HISTORY = """\
+{
+  "format": "spdrank",
+  "format_version": 1,
+  "backbone": {
+    "name_or_path": "bundled",
+    "layers": null,
+    "dtype": "auto",
+    "lora": {
+      "r": 64,
+      "alpha": 64,
+      "dropout": 0.0,
+      "target_modules": "all-linear",
+      "top_layers": null
+    },
+    "config_sha256": null
+  },
+  "head": {
+    "kind": "history",
+    "positions": 20,
+    "width": 256,
+    "layers": 2,
+    "heads": 4,
+    "dropout": 0.1,
+    "tokens": true,
+    "match": "tfidf",
+    "match_width": 16,
+    "anchor": "none"
+  },
+  "prompt": {
+    "instruction": "Rank the candidate items by how likely the user is to choose each one next, given the user's history.",
+    "max_item_tokens": 32,
+    "max_query_tokens": 512,
+    "use_chat_template": true,
+    "labels": "numbers",
+    "answer_prefix": "",
+    "readout": "words",
+    "history_items": true
+  },
+  "decoder": "expected_rank",
+  "text_fields": [
+    "title",
+    "text",
+    "contents"
+  ],
+  "features": null,
+  "features_only": false
+}
+"""
+
+#: The head record of other kinds as ``spdrank train`` wrote them: the history head's fields
+#: too, at the run's ``--match`` (tfidf) though nothing reads them.
+OTHER_HEADS = {
+    "attn": {"kind": "attn", "positions": 20, "width": 256, "layers": 2, "heads": 4,
+             "dropout": 0.1, "tokens": False, "match": "tfidf", "match_width": 64,
+             "anchor": "order"},
+    "first": {"kind": "first", "positions": 20, "width": 256, "layers": 2, "heads": 4,
+              "dropout": 0.1, "tokens": False, "match": "maxsim", "match_width": 64,
+              "anchor": "none"},
+}
+
+
+def _written(text: str, tmp_path) -> str:
+    """``text`` read as a checkpoint's config.json and written again as a checkpoint writes it."""
+    path = tmp_path / CONFIG_NAME
+    path.write_text(text)
+    return json.dumps(read_config(path).to_dict(), indent=2) + "\n"
+
+
+def test_a_history_config_reads_and_writes_back_byte_identical(tmp_path):
+    assert _written(HISTORY, tmp_path) == HISTORY
+    config = read_config(tmp_path / CONFIG_NAME)
+    assert config.head.kind == "history" and config.head.positions == 20
+
+
+@pytest.mark.parametrize("kind", sorted(OTHER_HEADS))
+def test_every_kind_keeps_the_history_fields_it_was_written_with(tmp_path, kind):
+    record = json.loads(HISTORY)
+    record["head"] = OTHER_HEADS[kind]
+    record["prompt"] |= {"readout": "mean", "history_items": False}
+    text = json.dumps(record, indent=2) + "\n"
+    assert _written(text, tmp_path) == text
+
+
+def test_a_config_from_before_the_unit_fields_loads_with_their_defaults(tmp_path):
+    record = json.loads(HISTORY)
+    for name in ("tokens", "match", "match_width", "anchor"):
+        del record["head"][name]
+    (tmp_path / CONFIG_NAME).write_text(json.dumps(record))
+    head = json.loads(_written(json.dumps(record), tmp_path))["head"]
+    assert (head["match"], head["match_width"], head["anchor"]) == ("maxsim", 64, "none")
+    assert list(head) == list(json.loads(HISTORY)["head"])
+
+
+def test_a_checkpoint_loaded_and_saved_again_writes_the_same_config(tmp_path):
+    """Through the model: a checkpoint's config.json (an attn head's, with the history fields
+    a run wrote) survives ``from_pretrained`` and ``save_pretrained`` byte for byte."""
+    saved = save_features_only_model(tmp_path / "m", positions=6)
+    record = json.loads((saved / CONFIG_NAME).read_text())
+    record["head"] |= {"match": "tfidf", "match_width": 16}
+    text = json.dumps(record, indent=2) + "\n"
+    (saved / CONFIG_NAME).write_text(text)
+    SPDRanker.from_pretrained(saved, device="cpu").save_pretrained(tmp_path / "again")
+    assert (tmp_path / "again" / CONFIG_NAME).read_text() == text
