@@ -120,7 +120,7 @@ class _FakeModel:
         self.config = SimpleNamespace(head=SimpleNamespace(positions=k))
         self.decoders: list[str | None] = []
 
-    def encode(self, slate: Slate):
+    def encode(self, slate: Slate, features=None):
         from types import SimpleNamespace
 
         return SimpleNamespace(input_ids=[0] * (3 * len(slate)), query_truncated=False,

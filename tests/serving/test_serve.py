@@ -395,6 +395,37 @@ def test_features_come_with_slates_and_are_checked_before_queueing(features_serv
         assert "reads upstream features (pop, score)" in error_of(r)["message"]
 
 
+@pytest.mark.parametrize("n", [3, 20])
+def test_a_served_slate_has_its_features_normalised_once(features_served, monkeypatch, n):
+    """The check on the request's thread normalises a slate's features and its batch reads
+    them as they are (a slate over K, each window its candidates' rows): one normalisation a
+    slate, counted, and the ranking the model gives the slate itself."""
+    from spdrank.core.features import FeatureNormalizer
+    from spdrank.core.slates import Slate
+    from spdrank.rankers.windows import WindowedRanker, Windows
+    from spdrank.serving.settings import ServeSettings
+
+    model = SPDRanker.from_pretrained(features_served)
+    slate = {"query": {"qid": "u1", "text": "1. rose shampoo"}, "candidates": [
+        {"docid": f"d{i}", "doc": {"title": f"item {i}"}, "score": (7 * i % n) / n,
+         "features": {"pop": (3 * i) % 5}} for i in range(n)
+    ]}
+    alone = Slate.from_dict(slate, text_fields=model.config.text_fields)
+    windows = Windows(K, K // 2)
+    expected = (model.rank(alone.query, alone.candidates) if n <= K
+                else WindowedRanker(model, windows).rank(alone))
+    normalised = []
+    real = FeatureNormalizer.__call__
+    monkeypatch.setattr(FeatureNormalizer, "__call__",
+                        lambda self, s: normalised.append(len(s)) or real(self, s))
+    settings = ServeSettings(window=windows.window, window_stride=windows.stride)
+    with TestClient(create_app(model, name="f", settings=settings)) as c:
+        r = c.post("/v1/rank", json=slate)
+    assert r.status_code == 200, r.text
+    assert normalised == [n]
+    assert [x["docid"] for x in r.json()["candidates"]] == expected.docids
+
+
 def test_serve_command_warms_up_a_features_model(features_served, monkeypatch):
     import uvicorn
 
@@ -446,7 +477,7 @@ def test_rerank_and_rank_build_the_same_slate(served):
         "candidates": [{"docid": str(i), "doc": {field: t}} for i, t in enumerate(texts)],
     }
     direct = Slate(Query("", "1. rose"), [Candidate(str(i), {field: t}) for i, t in enumerate(texts)])
-    assert rerank_slate(req, engine) == admit(as_rank, engine) == direct
+    assert rerank_slate(req, engine).slate == admit(as_rank, engine).slate == direct
 
 
 def test_one_fallback_score_for_a_ranking_without_scores(served):

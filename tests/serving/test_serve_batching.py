@@ -269,7 +269,7 @@ def test_bucketed_engine_keeps_order_and_ranks_as_each_slate_alone(served):
 
     model.rank_batch = recording  # the instance attribute shadows the method
     try:
-        ranked = engine.rank(slates)
+        ranked = engine.rank([engine.check(s) for s in slates])
     finally:
         del model.rank_batch
     lengths = [n for p in prefills for n in p]
@@ -283,7 +283,7 @@ def test_bucketed_engine_keeps_order_and_ranks_as_each_slate_alone(served):
         assert r.ranking.scores == pytest.approx(alone.scores, abs=1e-5)
         assert r.prompt_tokens == len(model.encode(slate).input_ids)
     # The score matrices too, not only the decoded order: each prefill's vs each slate alone.
-    parts = list(engine.rank_parts(slates))
+    parts = list(engine.rank_parts([engine.check(s) for s in slates]))
     for group, _ in parts:
         together, _ = model.score_batch([slates[i] for i in group])
         for row, i in enumerate(group):
@@ -296,11 +296,11 @@ def test_bucketed_engine_keeps_order_and_ranks_as_each_slate_alone(served):
 def test_every_policy_answers_in_request_order(served, policy):
     slates = mixed_slates()
     engine = Engine(served[0], "tiny-spd", policy=policy)
-    parts = list(engine.rank_parts(slates))
+    parts = list(engine.rank_parts([engine.check(s) for s in slates]))
     sizes = {"padded": [len(slates)], "single": [1] * len(slates)}
     if policy in sizes:
         assert [len(g) for g, _ in parts] == sizes[policy]
-    ranked = engine.rank(slates)
+    ranked = engine.rank([engine.check(s) for s in slates])
     assert [sorted(r.ranking.docids) for r in ranked] == [
         sorted(c.docid for c in s.candidates) for s in slates
     ]
@@ -405,9 +405,9 @@ def test_tokenize_holds_the_encoding_timed_where_it_ran(served, monkeypatch):
     clock = FakeClock()
     monkeypatch.setattr(engine_module, "time", clock)
 
-    def slow(slate):
+    def slow(slate, features=None):
         clock.advance(0.02)
-        return real(slate)
+        return real(slate, features)
 
     monkeypatch.setattr(model, "encode", slow)
     slates = mixed_slates()[:3]
@@ -420,7 +420,7 @@ def test_tokenize_holds_the_encoding_timed_where_it_ran(served, monkeypatch):
         return out
 
     monkeypatch.setattr(model, "rank_batch", recording)
-    ranked = engine.rank(slates)
+    ranked = engine.rank([engine.check(s) for s in slates])
     model_tokenize = seen[0]["tokenize"]
     for r in ranked:  # one prefill: all three slates' encoding, plus the model's collation
         assert r.ranking.timings["tokenize"] == pytest.approx(model_tokenize + 3 * 20)

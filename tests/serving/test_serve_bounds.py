@@ -78,12 +78,12 @@ def test_the_engine_stops_a_slates_windows_once_it_is_not_wanted(served):
 
     model.rank_batch = counted  # the instance attribute shadows the method
     try:
-        parts = list(engine.rank_parts([_long_slate(40)], wanted=lambda i: not ran))
+        parts = list(engine.rank_parts([engine.check(_long_slate(40))], wanted=lambda i: not ran))
         assert len(ran) == 1  # the first window ran; none after it
         [(indices, [result])] = parts
         assert indices == [0] and isinstance(result, Abandoned)
         ran.clear()
-        [(_, [whole])] = list(engine.rank_parts([_long_slate(40)]))
+        [(_, [whole])] = list(engine.rank_parts([engine.check(_long_slate(40))]))
         assert len(ran) == len(engine.windows.spans(40)) and len(whole.ranking.docids) == 40
     finally:
         del model.rank_batch

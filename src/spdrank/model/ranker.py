@@ -222,13 +222,16 @@ class SPDRanker(nn.Module):
     def device(self) -> torch.device:
         return next(itertools.chain(self.parameters(), self.buffers())).device
 
-    def encode(self, slate: Slate) -> EncodedPrompt:
-        """The slate's prompt, and its candidates' normalised features when the model reads them.
+    def encode(self, slate: Slate, features: np.ndarray | None = None) -> EncodedPrompt:
+        """The slate's prompt, and its candidates' normalised features when the model reads them:
+        ``features`` when given (what :meth:`check` returned for this slate, taken as they
+        are), else normalised here.
 
         A candidate missing a feature the model reads is a :class:`SlateError` naming it.
         """
         self._check_size(slate)
-        features = self.slate_features(slate)
+        if features is None:
+            features = self.slate_features(slate)
         if self.prompts is None:  # features only: no text is read
             n = len(slate)
             return EncodedPrompt([], item_first=[0] * n, item_last=[0] * n,
@@ -239,7 +242,9 @@ class SPDRanker(nn.Module):
         encoded.features = features
         return encoded
 
-    def check(self, slate: Slate, where: str | None = None, most: int | None = None) -> None:
+    def check(
+        self, slate: Slate, where: str | None = None, most: int | None = None
+    ) -> np.ndarray | None:
         """Refuse a slate this model cannot rank, as a :class:`SlateError` naming ``where``
         (``file:line``) and the field to blame: more candidates than ``most`` (its K unless
         given: a longer slate is ranked only by windows), a feature missing, or one its
@@ -247,11 +252,12 @@ class SPDRanker(nn.Module):
 
         ``spdrank rank`` and ``eval`` call it before ranking a line and the server before it
         queues a request, so errors name the line or the request, never a broken batch.
+        Returns the slate's normalised features (None: the model reads none), the check's own
+        work, which :meth:`encode` takes so that they are not normalised twice.
         """
         self._check_size(slate, where, most)
-        if self.features is not None:
-            with located(where):
-                self.features(slate)
+        with located(where):
+            return self.slate_features(slate)
 
     def _check_size(
         self, slate: Slate, where: str | None = None, most: int | None = None

@@ -22,10 +22,13 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from spdrank.core.ranking import Ranking
 from spdrank.core.slates import Slate
+
+if TYPE_CHECKING:
+    import numpy as np
 
 
 @dataclass(frozen=True)
@@ -144,34 +147,39 @@ class WindowedRanker:
         """Nothing to learn here: the inner ranker is fitted as it is."""
 
     def rank(
-        self, slate: Slate, before_window: Callable[[Slate], None] | None = None
+        self, slate: Slate, before_window: Callable[[Slate], None] | None = None,
+        features: np.ndarray | None = None,
     ) -> Ranking:
         """``slate`` ranked by windows; ``before_window`` is called with each window before it
-        is ranked (what stops a slate whose client has left, by raising)."""
+        is ranked (what stops a slate whose client has left, by raising). ``features``: the
+        slate's normalised features as the model's check returned them, a window's prompt
+        taking its candidates' rows rather than normalising them again."""
         self.slates += 1
         self.prompts = WindowPrompts()
+        position = {d: i for i, d in enumerate(slate.docids)}
 
         def one(part: Slate) -> Ranking:
             if before_window is not None:
                 before_window(part)
-            ranking = self._window(part)
+            rows = None if features is None else features[[position[d] for d in part.docids]]
+            ranking = self._window(part, rows)
             self.passes += max(ranking.decode_passes, 1)
             return ranking
 
         ranking = rank_windowed(slate, self.windows, one)
-        position = {d: i for i, d in enumerate(slate.docids)}
         return replace(ranking, indices=[position[d] for d in ranking.docids])
 
     def rank_batch(self, slates: Sequence[Slate]) -> list[Ranking]:
         """Each slate ranked by its own windows."""
         return [self.rank(slate) for slate in slates]
 
-    def _window(self, part: Slate) -> Ranking:
-        """One window ranked by the inner ranker (a model from the prompt encoded here)."""
+    def _window(self, part: Slate, features: np.ndarray | None = None) -> Ranking:
+        """One window ranked by the inner ranker (a model from the prompt encoded here, with
+        the window's ``features`` when given)."""
         if not self._encodes:
             return self.inner.rank(part)
         start = time.perf_counter()
-        encoded = self.inner.encode(part)
+        encoded = self.inner.encode(part, features)
         encode_ms = (time.perf_counter() - start) * 1e3
         prompts = self.prompts
         prompts.truncated.update(zip(part.docids, encoded.truncated))

@@ -23,9 +23,8 @@ from fastapi.responses import JSONResponse, Response
 from fastapi_offline import FastAPIOffline
 
 from spdrank import __version__
-from spdrank.core.slates import Slate
 from spdrank.serving.batcher import Done, MicroBatcher
-from spdrank.serving.engine import Engine, Ranked
+from spdrank.serving.engine import Admitted, Engine, Ranked
 from spdrank.serving.errors import ApiError, batcher_errors, install_error_handlers
 from spdrank.serving.gate import Gate
 from spdrank.serving.intake import admit, json_body, rerank_request, rerank_slate
@@ -54,7 +53,7 @@ __all__ = ["ApiError", "ServeSettings", "create_app"]
 
 log = logging.getLogger(__name__)
 
-Batcher = MicroBatcher[Slate, Ranked]
+Batcher = MicroBatcher[Admitted, Ranked]
 T = TypeVar("T")
 
 
@@ -158,9 +157,9 @@ def _add_ranking_routes(app: FastAPI, engine: Engine, batcher: Batcher) -> None:
     """``POST /v1/rerank`` (and its aliases) and ``POST /v1/rank``: each turns its body into a
     slate (intake), queues it, and answers with its ranking (replies)."""
 
-    async def submit(request: Request, slate: Slate) -> Done[Ranked]:
+    async def submit(request: Request, admitted: Admitted) -> Done[Ranked]:
         with batcher_errors():
-            return await until_disconnected(request, batcher.submit(slate))
+            return await until_disconnected(request, batcher.submit(admitted))
 
     async def rerank(request: Request) -> JSONResponse:
         req = rerank_request(await json_body(request), engine)
@@ -186,9 +185,9 @@ def _add_ranking_routes(app: FastAPI, engine: Engine, batcher: Batcher) -> None:
         openapi_extra=RANK_BODY,
     )
     async def rank(request: Request) -> JSONResponse:
-        slate = admit(await json_body(request), engine)
-        done = await submit(request, slate)
-        return JSONResponse(rank_reply(slate, request, done))
+        admitted = admit(await json_body(request), engine)
+        done = await submit(request, admitted)
+        return JSONResponse(rank_reply(admitted.slate, request, done))
 
 
 async def until_disconnected(request: Request, work: Awaitable[T]) -> T:

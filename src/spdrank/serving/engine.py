@@ -7,6 +7,10 @@ How a batch shares prefills is the batch policy's (``policy.py``). A slate over 
 admitted only when the server ranks by sliding windows, is ranked alone, one prefill a window,
 by the windowed ranker ``rank`` and ``eval`` use (:class:`spdrank.rankers.windows.WindowedRanker`);
 its remaining windows are dropped once its client has left.
+
+A slate comes as the engine's check admitted it (:class:`Admitted`), with the features the
+check normalised on the request's thread: its prompts take them as they are, so a served
+slate's features are normalised once.
 """
 
 from __future__ import annotations
@@ -29,8 +33,20 @@ from spdrank.serving.policy import (
 )
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from spdrank.backbone.prompt import EncodedPrompt
     from spdrank.model.ranker import SPDRanker
+
+
+@dataclass(eq=False)
+class Admitted:
+    """A slate the engine's check let in (:meth:`Engine.check`), with the candidates'
+    normalised features it computed (None: the model reads none, or the slate was not
+    checked here and its prompt normalises them)."""
+
+    slate: Slate
+    features: np.ndarray | None = None
 
 
 @dataclass
@@ -52,9 +68,9 @@ class _Prompt:
     encode_ms: float
 
     @classmethod
-    def encode(cls, model: SPDRanker, slate: Slate) -> _Prompt:
+    def encode(cls, model: SPDRanker, admitted: Admitted) -> _Prompt:
         start = time.perf_counter()
-        encoded = model.encode(slate)
+        encoded = model.encode(admitted.slate, admitted.features)
         return cls(encoded, (time.perf_counter() - start) * 1e3)
 
 
@@ -116,16 +132,17 @@ class Engine:
         """The upstream features the model reads from each candidate (none: ``()``)."""
         return self.model.features.names if self.model.features is not None else ()
 
-    def check(self, slate: Slate) -> None:
+    def check(self, slate: Slate) -> Admitted:
         """Raise :class:`SlateError` for a slate the model cannot rank (the checks ``spdrank
-        rank`` makes of each line): over K, a feature missing or beyond what it represents.
+        rank`` makes of each line): over K, a feature missing or beyond what it represents;
+        else the slate admitted, with the features the check normalised.
 
         Called on the event loop, so such a request is refused (422) before it is queued
         rather than failing its batch.
         """
-        self.model.check(slate, most=self.max_documents)
+        return Admitted(slate, self.model.check(slate, most=self.max_documents))
 
-    def rank(self, slates: list[Slate]) -> list[Ranked]:
+    def rank(self, slates: list[Admitted]) -> list[Ranked]:
         """Rank ``slates`` under the batch policy; the results in the slates' order."""
         out: list[Ranked | None] = [None] * len(slates)
         for indices, results in self.rank_parts(slates):
@@ -135,7 +152,7 @@ class Engine:
         return out  # type: ignore[return-value]
 
     def rank_parts(
-        self, slates: list[Slate], wanted: Callable[[int], bool] = lambda i: True
+        self, slates: list[Admitted], wanted: Callable[[int], bool] = lambda i: True
     ) -> Iterator[tuple[list[int], list[Ranked | Abandoned]]]:
         """Rank ``slates`` one prefill at a time: yields each prefill's slates (indices into
         ``slates``) and their results, as soon as that prefill is done. A slate ranked by
@@ -149,8 +166,8 @@ class Engine:
         """
         model = self.model
         k = int(model.config.head.positions)
-        whole = [i for i, slate in enumerate(slates) if len(slate) <= k]
-        for i in (i for i in range(len(slates)) if len(slates[i]) > k):
+        whole = [i for i, admitted in enumerate(slates) if len(admitted.slate) <= k]
+        for i in (i for i in range(len(slates)) if len(slates[i].slate) > k):
             result: Ranked | Abandoned
             try:
                 result = self._windowed(slates[i], lambda i=i: wanted(i))
@@ -162,17 +179,17 @@ class Engine:
         for group in plan_prefills(lengths, self.policy, self.max_padding):
             part = [prompts[g] for g in group]
             rankings = model.rank_batch(
-                [slates[whole[g]] for g in group], encoded=[p.encoded for p in part]
+                [slates[whole[g]].slate for g in group], encoded=[p.encoded for p in part]
             )
             encode_ms = sum(p.encode_ms for p in part)
             yield [whole[g] for g in group], [
                 _ranked(r, p.encoded, encode_ms) for r, p in zip(rankings, part)
             ]
 
-    def _windowed(self, slate: Slate, wanted: Callable[[], bool] = lambda: True) -> Ranked:
-        """A slate over K, ranked by sliding windows: one prefill a window, each window's
-        truncations and tokens counted; :class:`Abandoned` before a window once the slate is
-        no longer ``wanted``."""
+    def _windowed(self, admitted: Admitted, wanted: Callable[[], bool] = lambda: True) -> Ranked:
+        """A slate over K, ranked by sliding windows: one prefill a window (each reading its
+        candidates' rows of the admitted features), each window's truncations and tokens
+        counted; :class:`Abandoned` before a window once the slate is no longer ``wanted``."""
         windowed = self.windowed
         assert windowed is not None, "a slate over K was admitted without windows"
 
@@ -180,7 +197,8 @@ class Engine:
             if not wanted():
                 raise Abandoned(f"the client left; windows of {len(part)} candidates dropped")
 
-        ranking = windowed.rank(slate, unless_gone)
+        slate = admitted.slate
+        ranking = windowed.rank(slate, unless_gone, admitted.features)
         prompts = windowed.prompts
         return Ranked(ranking, [prompts.truncated[d] for d in slate.docids],
                       prompts.query_truncated, prompts.tokens)

@@ -1,4 +1,5 @@
-"""What a request becomes before it is queued: a :class:`Slate` the model accepts.
+"""What a request becomes before it is queued: a :class:`Slate` the model accepts, admitted
+with what the model's check computed of it (:class:`~spdrank.serving.engine.Admitted`).
 
 Both routes build their slate one way, :func:`admit`: ``/v1/rank`` takes a slate in
 spdrank's JSON format, and ``/v1/rerank`` writes its request as that same JSON
@@ -17,7 +18,7 @@ from pydantic import ValidationError
 
 from spdrank.core.slates import Slate, SlateError
 from spdrank.core.validation import loads
-from spdrank.serving.engine import Engine
+from spdrank.serving.engine import Admitted, Engine
 from spdrank.serving.errors import ApiError
 from spdrank.serving.schemas import RerankRequest, format_validation_error
 
@@ -70,9 +71,10 @@ def check_size(n: int, limit: int, field: str, windowed: bool = False) -> None:
         )
 
 
-def admit(data: Any, engine: Engine, field: str = "candidates") -> Slate:
+def admit(data: Any, engine: Engine, field: str = "candidates") -> Admitted:
     """The slate ``data`` (spdrank's slate JSON) describes, checked against the model: at most
-    its K items (``field`` names the list in the message), the features it reads present.
+    its K items (``field`` names the list in the message), the features it reads present
+    (and normalised, once: they travel with the slate to its batch).
 
     The one way a request becomes a slate; 422 ``invalid_slate`` naming the field for a
     slate that is malformed or that the model cannot rank. Its ids pass the rule slate files
@@ -83,10 +85,9 @@ def admit(data: Any, engine: Engine, field: str = "candidates") -> Slate:
     try:
         slate = Slate.from_dict(data, text_fields=engine.model.config.text_fields)
         check_size(len(slate), engine.max_documents, field, engine.windows is not None)
-        engine.check(slate)
+        return engine.check(slate)
     except SlateError as exc:
         raise ApiError(422, str(exc), "invalid_slate", exc.field) from None
-    return slate
 
 
 def rerank_request(data: Any, engine: Engine) -> RerankRequest:
@@ -135,6 +136,6 @@ def rerank_slate_json(req: RerankRequest, text_field: str) -> dict[str, Any]:
     }
 
 
-def rerank_slate(req: RerankRequest, engine: Engine) -> Slate:
+def rerank_slate(req: RerankRequest, engine: Engine) -> Admitted:
     """The slate a rerank request ranks (too many documents: 422 naming ``documents``)."""
     return admit(rerank_slate_json(req, engine.text_field), engine, "documents")
