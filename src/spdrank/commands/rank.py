@@ -90,9 +90,12 @@ def run(args: argparse.Namespace) -> int:
         trec = stack.enter_context(atomic_writer(args.trec)) if args.trec else None
         bar = Progress("rank", unit="slate")
         stack.callback(bar.close)
-        for batch in batched(checked_slates(args, model, windows is not None), args.batch_size):
-            rankings = (model.rank_batch(batch, decoder=args.decoder) if windowed is None
-                        else windowed.rank_batch(batch))
+        for checked in batched(checked_slates(args, model, windows is not None), args.batch_size):
+            batch = [slate for slate, _ in checked]
+            features = [f for _, f in checked]  # normalised once, by the check
+            rankings = (model.rank_batch(batch, decoder=args.decoder, features=features)
+                        if windowed is None else
+                        [windowed.rank(slate, features=f) for slate, f in checked])
             for slate, ranking in zip(batch, rankings):
                 record = result_record(slate, ranking)
                 out.write(json.dumps(record, ensure_ascii=False, allow_nan=False) + "\n")
@@ -130,10 +133,10 @@ def check_unread(args: argparse.Namespace) -> None:
 
 def checked_slates(
     args: argparse.Namespace, model: Any, windowed: bool = False
-) -> Iterator[Slate]:
+) -> Iterator[tuple[Slate, Any]]:
     """The input's slates, each checked, with its ``file:line``, against what the model ranks
     (the server's checks: K unless ranked by windows, features) and, with ``--trec``, what a
-    run line can carry.
+    run line can carry; each with the normalised features its check returned.
 
     A repeated qid is refused (the outputs are keyed by it); slates without a qid are not.
     """
@@ -142,7 +145,7 @@ def checked_slates(
 
     located = unique_qids(iter_slates(args.input, model.config.text_fields), allow_blank=True)
     for where, slate in located:
-        model.check(slate, where, len(slate) if windowed else None)
+        features = model.check(slate, where, len(slate) if windowed else None)
         if args.trec:
             check_trec_ids(slate, where)
-        yield slate
+        yield slate, features

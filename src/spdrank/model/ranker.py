@@ -391,6 +391,7 @@ class SPDRanker(nn.Module):
         slates: Sequence[Slate],
         encoded: Sequence[EncodedPrompt] | None = None,
         batch: Batch | None = None,
+        features: Sequence[np.ndarray | None] | None = None,
     ) -> tuple[np.ndarray, dict[str, float]]:
         """Scores of slates from one padded prefill, and the milliseconds of each stage.
 
@@ -399,12 +400,13 @@ class SPDRanker(nn.Module):
         ``readout`` (pooling its states for the head) and ``head`` (the head and copying its
         scores to the host). Kept apart from decoding so one forward pass can be
         decoded several ways (``spdrank bench``). ``batch``: the slates already collated, e.g.
-        with cached states (then nothing is tokenized).
+        with cached states (then nothing is tokenized); ``features``: each slate's normalised
+        features as :meth:`check` returned them, for the prompts encoded here.
         """
         clock = StageClock([s for s in STAGES if s != "assign"])  # decoding comes later
         with self._evaluating():
             with clock.stage("tokenize"):
-                batch = self._batch_of(slates, encoded, batch)
+                batch = self._batch_of(slates, encoded, batch, features)
             with torch.inference_mode():
                 scores = self.head_scores(batch, clock)
                 with clock.stage("head"):
@@ -416,13 +418,17 @@ class SPDRanker(nn.Module):
         slates: Sequence[Slate],
         encoded: Sequence[EncodedPrompt] | None,
         batch: Batch | None,
+        features: Sequence[np.ndarray | None] | None = None,
     ) -> Batch:
         """The batch of ``slates`` on the model's device: ``batch`` as given, else collated
-        from ``encoded``, else from the slates' prompts."""
+        from ``encoded``, else from the slates' prompts (with their checked ``features``)."""
         if batch is not None:
             return batch.to(self.device)
         if encoded is None:
-            encoded = [self.encode(s) for s in slates]
+            checked = features if features is not None else [None] * len(slates)
+            if len(checked) != len(slates):
+                raise ValueError("features must match the slates one to one")
+            encoded = [self.encode(s, f) for s, f in zip(slates, checked)]
         elif len(encoded) != len(slates):
             raise ValueError("encoded prompts must match the slates one to one")
         return self.collate(encoded)
@@ -433,6 +439,7 @@ class SPDRanker(nn.Module):
         decoder: str | None = None,
         encoded: Sequence[EncodedPrompt] | None = None,
         batch: Batch | None = None,
+        features: Sequence[np.ndarray | None] | None = None,
     ) -> list[Ranking]:
         """Rank slates in one padded prefill. Timings are the batch's, shared by its slates.
 
@@ -442,11 +449,12 @@ class SPDRanker(nn.Module):
         where the decoder's order differs from the expected one, so ties are possible; the
         sorting peers report their own per-item scores. ``encoded`` passes prompts the caller
         already encoded (e.g. to read their truncation flags) so they are not tokenized twice;
-        ``batch``, the slates already collated (see :meth:`score_batch`).
+        ``batch``, the slates already collated, and ``features``, what :meth:`check` returned
+        for each slate (see :meth:`score_batch`).
         """
         decode = self.decoding(decoder)
         # encode -> collate -> read (prefill, readout) -> head, timed stage by stage
-        scores, timings = self.score_batch(slates, encoded, batch)
+        scores, timings = self.score_batch(slates, encoded, batch, features)
         t0 = time.perf_counter()  # decode: each slate's order and the scores it reports
         decoded = decode(scores, [len(s) for s in slates])
         timings["assign"] = (time.perf_counter() - t0) * 1e3
