@@ -463,10 +463,10 @@ def preamble() -> str:
     if BACKBONE == "bundled":
         return PREAMBLE
     return PREAMBLE.replace(
-        "Scale: SmolLM2-135M-Instruct (bundled)",
+        "Scale: SmolLM2-135M-Instruct (bundled), ",
         f"Backbone: **{backbone_title()}** (`--backbone {BACKBONE}`): every student reads it "
         "(a row description's SmolLM2 states or layers are its here); the teachers are the "
-        "main report's, the likelihood teacher SmolLM2 (its shipped labels). Scale:")
+        "main report's, the likelihood teacher SmolLM2 (its shipped labels). Scale: ")
 
 
 def write_report(selected: list[Row], summaries: dict[str, Any], evals: dict[str, Any],

@@ -70,5 +70,7 @@ def test_default_dry_run_unchanged(monkeypatch, capsys):
 
 def test_preamble_names_the_backbone(monkeypatch, capsys):
     module, _ = dry_run(monkeypatch, capsys, "--backbone", "gemma3-270m")
-    assert "Gemma 3 270M" in module.preamble() and "--backbone gemma3-270m" in module.preamble()
+    text = module.preamble()
+    assert "Gemma 3 270M" in text and "--backbone gemma3-270m" in text
+    assert "Scale: frozen first L layers" in text and "SmolLM2-135M" not in text
     assert module.model_name() == "Gemma 3 270M"
