@@ -13,8 +13,9 @@ queries) and DL21 (53), BM25's top 100 each and NIST's graded judgements, neithe
 training; nDCG@10 graded over every judged passage, AP and R@100 at grade >= 2 (trec_eval's
 semantics).
 
-Every student is frozen SmolLM2-135M's first ``--layers`` layers read in ONE prefill of the
-whole top 100 (K = 100, 64 tokens a passage, 6.8k tokens a prompt), and a head:
+Every student is a frozen backbone's first ``--layers`` layers (``--backbone``; SmolLM2-135M by
+default) read in ONE prefill of the whole top 100 (K = 100, 64 tokens a passage, 6.8k tokens a
+prompt with SmolLM2's tokenizer), and a head:
 
 - ``paper head``: the paper's self-attention head over each passage's last-token state, not
   anchored;
@@ -261,6 +262,13 @@ def summarize(table: dict[str, dict[str, dict[str, Any]]], rows: list[tuple[str,
     return out
 
 
+def backbone_title(name: str) -> str:
+    """The students' backbone as the report names it: a packaged name's title, else ``name``."""
+    from spdrank.backbone.gguf import PACKAGED
+
+    return "SmolLM2" if name == "bundled" else PACKAGED[name].title if name in PACKAGED else name
+
+
 def report(results: dict[str, Any], meta: dict[str, Any], rows: list[tuple[str, str]]) -> str:
     lines = [
         "# One pass over BM25's top 100: search students on DL19 and DL21, CPU scale",
@@ -268,7 +276,8 @@ def report(results: dict[str, Any], meta: dict[str, Any], rows: list[tuple[str, 
         (f"Written by `benchmarks/search_onepass_cpu.py` ({meta['date']}, commit "
          f"{meta['commit']}, {meta['machine']}; {meta['other']}; {meta['minutes']} min). "
          f"Students trained on DL22's queries (no judgements) labelled by `{TEACHER}`, "
-         f"{meta['layers']} frozen SmolLM2 layers read in one prefill of the whole top 100 "
+         f"{meta['layers']} frozen {meta.get('backbone', 'SmolLM2')} layers read in one "
+         "prefill of the whole top 100 "
          f"(K = {POSITIONS}, {ITEM_TOKENS} tokens a passage); scored on test sets they never "
          "saw. nDCG@10 graded over every judged passage, AP and R@100 at grade >= 2; tau and "
          "top-1 against the teacher; paired 95% bootstrap intervals over queries. The "
@@ -485,6 +494,7 @@ def main() -> int:
     meta = {
         "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "commit": commit, "layers": args.layers, "latency_queries": args.latency_queries,
+        "backbone": backbone_title(args.backbone),
         "machine": f"{model_name}, {os.cpu_count()} cores, Python {platform.python_version()}",
         "other": os.environ.get("SEARCH_BENCH_OTHER", "nothing else named as running"),
         "minutes": round((time.time() - started) / 60, 1),
