@@ -35,6 +35,10 @@ prompt with SmolLM2's tokenizer), and a head:
   sliding windows (``spdrank data windows``) and ranking the top 100 through nine windows
   (``spdrank eval --window 20``): what one pass replaces.
 
+``--teachers likelihood`` scores one more teacher beside the fusion teacher, taught from by no
+student: the query-likelihood teacher (the bundled SmolLM2 with all its layers scoring
+log p(query | passage), ``spdrank teacher --backend likelihood``), its ms a query its own.
+
 The frozen students are scored from cached backbone states (the same states a live prefill gives:
 tests/training/test_state_cache.py), so the quality columns cost minutes; the ms column is the live
 ``spdrank eval`` time a query (tokenize, one prefill, head, decode) over the first
@@ -116,6 +120,14 @@ ADAPTED: dict[str, tuple[str, str]] = {
 WINDOW, STRIDE = 20, 10
 BASELINE_ROWS = (("BM25", "retriever"), ("dense (all-MiniLM-L6-v2)", "dense"),
                  (f"teacher: {TEACHER}", "teacher"))
+#: Teachers scored beside the fusion teacher (``--teachers``), none of them taught from: each
+#: one's row name and its ``spdrank teacher`` flags. The query-likelihood teacher is the LLM
+#: teacher a CPU can afford: the bundled SmolLM2, all 30 layers, scoring log p(query | passage).
+TEACHERS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "likelihood": ("teacher: query likelihood (SmolLM2, all layers)",
+                   ("--backend", "likelihood", "--model", "bundled", "--device", "cpu",
+                    "--max-item-tokens", str(ITEM_TOKENS))),
+}
 
 
 def shown(path: Path) -> str:
@@ -203,6 +215,22 @@ def label(slates: Path, stem: Path, dry: bool, log: list[str]) -> Path:
             f"ranker:{TEACHER}", "--prompt", "search", "--no-progress",
             dry_run=dry, log=log, done=labelled)
     return labelled
+
+
+def scored_teacher(work: Path, test: str, labelled: Path, teacher: str, dry: bool,
+                   log: list[str]) -> Path:
+    """``teacher``'s labels of the test set's slates (``TEST.TEACHER.labels.jsonl``, resumable)
+    replayed by ``spdrank eval`` as a row named ``teacher``: the per-query rows' path. Its ms a
+    query is the teacher's own, as its labels recorded it."""
+    labels = work / f"{test}.{teacher}.labels.jsonl"
+    spdrank("teacher", "--slates", work / f"{test}.jsonl", "--out", labels,
+            *TEACHERS[teacher][1], "--prompt", "search", "--no-progress", dry_run=dry, log=log,
+            done=labels.with_name(f"{labels.stem}.slates.jsonl"))
+    rows = work / f"{test}.{teacher}.rows.jsonl"
+    spdrank("eval", "--slates", labelled, "--labels", f"{teacher}={labels}", "--k", "10,100",
+            "--rel-level", "2", "--per-slate", rows, "--no-progress", dry_run=dry, log=log,
+            done=rows)
+    return rows
 
 
 def cached_rows(model_dir: Path, slates_path: Path, cache: Path, name: str,
@@ -368,6 +396,8 @@ def main() -> int:
     parser.add_argument("--lora-layers", type=int, default=1,
                         help="the top layers the LoRA students adapt")
     parser.add_argument("--lora-epochs", default="2", help="training epochs of a LoRA student")
+    parser.add_argument("--teachers", default="",
+                        help=f"more teachers to score, comma-separated, of {list(TEACHERS)}")
     parser.add_argument("--windowed", default="",
                         help="frozen students to train and rank by windows too, comma-separated")
     parser.add_argument("--work", type=Path, default=WORK)
@@ -425,7 +455,9 @@ def main() -> int:
 
     results: dict[str, Any] = {}
     live_students = [*adapted, *(f"{s}@windows" for s in windowed)]
-    rows = [*BASELINE_ROWS, *((STUDENTS[s][0], s) for s in chosen),
+    teachers = [t for t in args.teachers.split(",") if t]
+    rows = [*BASELINE_ROWS, *((TEACHERS[t][0], t) for t in teachers),
+            *((STUDENTS[s][0], s) for s in chosen),
             *((ADAPTED[s][0], s) for s in adapted),
             *((f"{STUDENTS[s][0]}, by windows of {WINDOW}", f"{s}@windows") for s in windowed)]
     latency: dict[str, float] = {}
@@ -435,6 +467,7 @@ def main() -> int:
                 "dense", "--labels", f"teacher={work / f'{test}.teacher.labels.jsonl'}",
                 "--k", "10,100", "--rel-level", "2", "--per-slate", baselines,
                 "--no-progress", dry_run=dry, log=log, done=baselines)
+        teacher_rows = [scored_teacher(work, test, labelled[test], t, dry, log) for t in teachers]
         if test == "dl21":
             timed = runs / "dl21.latency.rows.jsonl"
             live = [s for s in ("anchored+bm25", "paper") if s in chosen]
@@ -466,6 +499,8 @@ def main() -> int:
         if dry:
             continue
         table = per_query(baselines, {})
+        for path in teacher_rows:
+            table.update(per_query(path, {}))
         done = per_query(student_rows, {}) if student_rows.exists() else {}
         for name in chosen:
             if name not in done:

@@ -42,7 +42,7 @@ def test_every_command_of_the_dry_run_parses(tmp_path: Path) -> None:
     parser = build_parser()
     for extra in ([], ["--layers", "0", "--device", "cuda", "--dtype", "bfloat16",
                        "--adapted", "matched+lora,anchored+bm25+lora", "--lora-layers", "4",
-                       "--windowed", "anchored+bm25"]):
+                       "--windowed", "anchored+bm25", "--teachers", "likelihood"]):
         done = subprocess.run(
             [sys.executable, str(SCRIPT), "--dry-run", "--work", str(tmp_path / "w"),
              "--runs", str(tmp_path / "r"), *extra],
@@ -71,4 +71,13 @@ def test_every_command_of_the_dry_run_parses(tmp_path: Path) -> None:
                    for argv in adapted)
         assert all(argv[argv.index("--positions") + 1] == "100" and "--eval-slates" in argv
                    for argv in trains)
-        assert [argv[0] for argv in argvs].count("teacher") == 3
+        # The fusion teacher labels every set; a teacher scored beside it labels each test set
+        # and is replayed as one row of its own.
+        teachers = [argv for argv in argvs if argv[0] == "teacher"]
+        assert len(teachers) == 3 + (2 if extra else 0)
+        scored = [argv for argv in teachers if "likelihood" in argv]
+        assert all(argv[argv.index("--slates") + 1].endswith(("dl19.jsonl", "dl21.jsonl"))
+                   for argv in scored) and len(scored) == (2 if extra else 0)
+        replayed = [argv for argv in argvs if argv[0] == "eval" and "--labels" in argv
+                    and argv[argv.index("--labels") + 1].startswith("likelihood=")]
+        assert len(replayed) == len(scored)
