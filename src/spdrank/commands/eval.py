@@ -47,9 +47,13 @@ from spdrank.eval.judged import DEFAULT_REL_LEVEL
 from spdrank.eval.paired import RESAMPLES
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from spdrank.core.slates import Slate
     from spdrank.eval.evaluate import Results
     from spdrank.eval.paired import PairedComparison
+    from spdrank.model.ranker import SPDRanker
+    from spdrank.rankers.windows import WindowedRanker
 
 log = logging.getLogger(__name__)
 
@@ -135,22 +139,69 @@ def cutoffs(text: str) -> tuple[int, ...]:
 # -- command --------------------------------------------------------------------------------
 
 
+def is_trained(ranker: Ranker) -> bool:
+    """Whether the ranker is a trained checkpoint (run over sliding windows or not), known by
+    its config, so that no torch is imported to tell."""
+    return hasattr(getattr(getattr(ranker, "inner", ranker), "config", None), "head")
+
+
 def trained_models(rankers: list[Ranker]) -> list[Ranker]:
-    """The trained checkpoints among the rankers (run over sliding windows or not), known by
-    their config, so that no torch is imported to tell them."""
-    return [r for r in rankers if hasattr(getattr(getattr(r, "inner", r), "config", None), "head")]
+    """The trained checkpoints among the rankers."""
+    return [r for r in rankers if is_trained(r)]
+
+
+class CheckedModel:
+    """A trained model's row: it checks each slate before it is ranked, as ``spdrank rank``
+    does, and ranks that slate with the features its check normalised, so that they are
+    normalised once rather than again by every ``rank`` call (warm-up ones too).
+
+    ``ranker`` is the model, or the :class:`~spdrank.rankers.windows.WindowedRanker` that runs
+    it over sliding windows; the row keeps its name.
+    """
+
+    needs_train = False
+
+    def __init__(self, ranker: Ranker) -> None:
+        self.name = ranker.name
+        self.model: SPDRanker = getattr(ranker, "inner", ranker)
+        self.windowed: WindowedRanker | None = ranker if hasattr(ranker, "windows") else None
+        #: The slate last checked, and the normalised features its check returned.
+        self.checked: tuple[Slate, np.ndarray | None] | None = None
+
+    def fit(self, train: object) -> None:
+        """Nothing to learn: the model is trained."""
+
+    def check(self, slate: Slate, where: str) -> None:
+        """Refuse a slate the model cannot rank (naming ``where``), keeping its features."""
+        from spdrank.commands.rank import checked_features
+
+        features = checked_features(self.model, slate, where, self.windowed is not None)
+        self.checked = (slate, features)
+
+    def rank(self, slate: Slate) -> Ranking:
+        """``slate`` ranked with the features its check returned; a slate not checked here
+        is ranked as the model ranks any, normalising its own."""
+        from spdrank.commands.rank import rank_checked
+
+        features = self.checked[1] if self.checked and self.checked[0] is slate else None
+        return rank_checked(self.model, self.windowed, [(slate, features)])[0]
+
+
+def checked_models(rankers: list[Ranker]) -> list[Ranker]:
+    """The rankers, each trained model's row a :class:`CheckedModel` of it, in their order."""
+    return [CheckedModel(r) if is_trained(r) else r for r in rankers]
 
 
 def checked_slates(path: Path, rankers: list[Ranker]) -> Iterator[Slate]:
-    """The file's slates, a repeated qid refused, each checked with its ``file:line`` against
-    every SPD model's limits (K, features): the checks ``spdrank rank`` and the server make."""
+    """The file's slates, a repeated qid refused, each checked with its ``file:line`` by every
+    :class:`CheckedModel` among ``rankers`` (K, features: the checks ``spdrank rank`` and the
+    server make), which keeps the slate's features for ranking it next."""
     from spdrank.core.slates import iter_slates, unique_qids
 
-    # One run over sliding windows takes slates of any size, so only its features are checked.
-    models = [(getattr(r, "inner", r), hasattr(r, "windows")) for r in trained_models(rankers)]
+    models = [r for r in rankers if isinstance(r, CheckedModel)]
     for where, slate in unique_qids(iter_slates(path), allow_blank=True):
-        for model, windowed in models:
-            model.check(slate, where, len(slate) if windowed else None)
+        for model in models:
+            model.check(slate, where)
         yield slate
 
 
@@ -330,7 +381,8 @@ def run(args: argparse.Namespace) -> int:
     extra = Path(args.extra_sequences) if args.extra_sequences else None
     fit_s = fit_rankers(rankers, train, progress, extra)
 
-    stream = checked_slates(slates_path, rankers)
+    rows = checked_models(rankers)
+    stream = checked_slates(slates_path, rows)
     qrels = read_qrels(args.qrels) if args.qrels else None
     if qrels is not None:
         stream = with_judgements(stream, qrels)
@@ -343,7 +395,7 @@ def run(args: argparse.Namespace) -> int:
     with contextlib.ExitStack() as stack:
         runs = trec_writers(stack, run_files) if run_files else None
         results = evaluate(
-            rankers, stream, ks=args.k, mrr_ks=args.k, warmup=args.warmup, progress=progress,
+            rows, stream, ks=args.k, mrr_ks=args.k, warmup=args.warmup, progress=progress,
             total=total, rel=args.rel_level, observe=runs,
         )
     results.meta.update(

@@ -6,11 +6,16 @@ import argparse
 import contextlib
 import json
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    import numpy as np
+
+    from spdrank.core.ranking import Ranking
     from spdrank.core.slates import Slate
+    from spdrank.model.ranker import SPDRanker
+    from spdrank.rankers.windows import WindowedRanker
 
 #: The tag of a TREC run ``--trec`` writes, unless ``--tag`` names another.
 DEFAULT_TAG = "spdrank"
@@ -92,10 +97,7 @@ def run(args: argparse.Namespace) -> int:
         stack.callback(bar.close)
         for checked in batched(checked_slates(args, model, windows is not None), args.batch_size):
             batch = [slate for slate, _ in checked]
-            features = [f for _, f in checked]  # normalised once, by the check
-            rankings = (model.rank_batch(batch, decoder=args.decoder, features=features)
-                        if windowed is None else
-                        [windowed.rank(slate, features=f) for slate, f in checked])
+            rankings = rank_checked(model, windowed, checked, args.decoder)
             for slate, ranking in zip(batch, rankings):
                 record = result_record(slate, ranking)
                 out.write(json.dumps(record, ensure_ascii=False, allow_nan=False) + "\n")
@@ -145,7 +147,30 @@ def checked_slates(
 
     located = unique_qids(iter_slates(args.input, model.config.text_fields), allow_blank=True)
     for where, slate in located:
-        features = model.check(slate, where, len(slate) if windowed else None)
+        features = checked_features(model, slate, where, windowed)
         if args.trec:
             check_trec_ids(slate, where)
         yield slate, features
+
+
+def checked_features(
+    model: SPDRanker, slate: Slate, where: str | None, windowed: bool = False
+) -> np.ndarray | None:
+    """The model's check of ``slate`` (``where`` names its line), K waived when it is ranked by
+    windows (they take a slate of any size): the slate's normalised features, which its
+    ranking then takes as they are rather than normalising them again."""
+    return model.check(slate, where, len(slate) if windowed else None)
+
+
+def rank_checked(
+    model: SPDRanker,
+    windowed: WindowedRanker | None,
+    checked: Sequence[tuple[Slate, np.ndarray | None]],
+    decoder: str | None = None,
+) -> list[Ranking]:
+    """Each checked slate ranked with the features its check returned: together in one
+    prefill, or one by one over ``windowed``'s windows when given."""
+    if windowed is None:
+        slates = [slate for slate, _ in checked]
+        return model.rank_batch(slates, decoder=decoder, features=[f for _, f in checked])
+    return [windowed.rank(slate, features=features) for slate, features in checked]
