@@ -45,6 +45,10 @@ class HeadConfig:
     #: What the scores start from (:mod:`spdrank.methods.anchor`): "none", or "order", the
     #: order the candidates are given in (the first stage's), which the head then corrects.
     anchor: str = UNNAMED_ANCHOR
+    #: Standardise each dimension of the backbone's states before the head reads them, with
+    #: statistics fitted on the training slates (:mod:`spdrank.backbone.standardise`). Written
+    #: to ``head`` only when set, so the configs of models without it read as they always did.
+    standardise: bool = False
 
     def __post_init__(self) -> None:
         if self.anchor not in ANCHORS:
@@ -66,6 +70,8 @@ class HeadConfig:
         if self.width % self.heads:
             raise ValueError(f"head.width ({self.width}) must be a multiple of head.heads "
                              f"({self.heads}): each attention head takes an equal share")
+        if not isinstance(self.standardise, bool):
+            raise ConfigError(f"head.standardise must be true or false, got {self.standardise!r}")
         if not isinstance(self.kind, str):
             raise ConfigError(f"head.kind must be a name, got {self.kind!r}")
         dropout = self.dropout
@@ -89,6 +95,8 @@ class HeadConfig:
         for f in fields(self):
             if f.name == "history":
                 record |= self.history.to_dict()
+            elif f.name == "standardise" and not self.standardise:
+                continue
             else:
                 record[f.name] = getattr(self, f.name)
         return record

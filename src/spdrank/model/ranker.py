@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 from spdrank.backbone.batching import Batch
-from spdrank.backbone.load import context_length, resolve_dtype
+from spdrank.backbone.load import context_length, hidden_size, resolve_dtype
 from spdrank.backbone.prompt import (
     UNIT_READOUTS,
     Cuts,
@@ -32,6 +32,7 @@ from spdrank.backbone.prompt import (
     fitted_item_tokens,
 )
 from spdrank.backbone.readout import HeadInputs, PromptReader, reader_for
+from spdrank.backbone.standardise import StateStandardiser
 from spdrank.backbone.words import WordSplitter
 from spdrank.core.clock import StageClock, timed
 from spdrank.core.defaults import DEFAULT_ITEM_TOKENS
@@ -102,6 +103,14 @@ class SPDRanker(nn.Module):
                 raise ValueError("a features-only model has no backbone to adapt: set no LoRA")
         self.method.check(config)
         self.head = self.method.build_head(config, backbone, tokenizer, n_features)
+        #: The backbone's states standardised per dimension before the head reads them, its
+        #: statistics the head's buffers (saved in head.safetensors), fitted by training.
+        self.standardised = config.head.standardise
+        if self.standardised:
+            if config.features_only or self.method.reads == "logits":
+                raise ValueError("head.standardise standardises the backbone's hidden states, "
+                                 "and this model's head reads none")
+            self.head.standardiser = StateStandardiser(hidden_size(backbone))
         #: Scores start from the given order and the head learns a correction to it, its
         #: output layers starting at zero; the anchor's weight is the head's (saved with it in
         #: head.safetensors).
@@ -325,8 +334,11 @@ class SPDRanker(nn.Module):
             return self.score(inputs, batch)
 
     def score(self, inputs: HeadInputs, batch: Batch) -> torch.Tensor:
-        """The head's scores from what :meth:`read` returned for ``batch`` (anchored to the
-        candidates' given order when the model is)."""
+        """The head's scores from what :meth:`read` returned for ``batch`` (its states
+        standardised first, and the scores anchored to the candidates' given order, when the
+        model is)."""
+        if self.standardised:
+            inputs = self.head.standardiser.inputs(inputs)
         if self.reads_history:
             scores = self.head(
                 inputs.items, batch.item_mask, batch.features, inputs.history,
