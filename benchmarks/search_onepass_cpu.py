@@ -477,9 +477,9 @@ def main() -> int:
                 "--k", "10,100", "--rel-level", "2", "--per-slate", baselines,
                 "--no-progress", dry_run=dry, log=log, done=baselines)
         teacher_rows = [scored_teacher(work, test, labelled[test], t, dry, log) for t in teachers]
-        if test == "dl21":
+        live = [s for s in ("anchored+bm25", "paper") if s in chosen]  # the students timed
+        if test == "dl21" and live:
             timed = runs / "dl21.latency.rows.jsonl"
-            live = [s for s in ("anchored+bm25", "paper") if s in chosen]
             spdrank("eval", "--slates", labelled[test], "--limit", str(args.latency_queries),
                     *(x for s in live for x in ("--model", f"{s}={runs / s}")),
                     "--k", "10,100", "--rel-level", "2", "--device", args.device,
