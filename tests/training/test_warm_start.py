@@ -125,15 +125,29 @@ def test_the_cli_flag_starts_from_the_checkpoint(tmp_path, tiny_backbone, files,
 
 def test_a_warm_start_is_a_candidate_to_keep(tmp_path, tiny_backbone, files):
     """With --select best, the checkpoint a run starts from is evaluated before the first
-    step: a run whose steps only make it worse on the eval slates keeps it as it was."""
+    step: a run whose steps only make it worse on the eval slates keeps it as it was.
+
+    The eval slates' teacher ranks by the signal the start learned from clicks, so the
+    selection metric (tau with the teacher) is high at the start; the run then learns the
+    opposite clicks (the lowest signal clicked), so every later evaluation is lower."""
     eval_file = files[1]
+    held_out = signal_slates(24, seed=2)
+    for slate in held_out:
+        slate.teacher = [c.docid for c in sorted(slate.candidates,
+                                                 key=lambda c: -c.features["signal"])]
+    write_slates(eval_file, held_out)
+    inverted = signal_slates(32, seed=1)
+    for slate in inverted:
+        slate.clicked = [min(slate.candidates, key=lambda c: c.features["signal"]).docid]
+    write_slates(tmp_path / "inverted.jsonl", inverted)
     train(settings(tmp_path, tiny_backbone, "start", features="signal", target="clicks",
                    max_steps=40, head_lr=1e-2, head_dropout=0.0, warmup_steps=4))
     start = SPDRanker.from_pretrained(tmp_path / "start")
     summary = train(settings(
         tmp_path, tiny_backbone, "worse", init_from=str(tmp_path / "start"),
-        features="signal", target="clicks", head_lr=1.0, max_steps=8, warmup_steps=1,
-        eval_slates=str(eval_file), eval_every=4, select="best"))
+        slates=str(tmp_path / "inverted.jsonl"), features="signal", target="clicks",
+        head_lr=1e-1, max_steps=8, warmup_steps=1, eval_slates=str(eval_file), eval_every=4,
+        select="best"))
     assert summary["selected"]["step"] == 0
     slates = load_slates(eval_file)[:4]
     kept = SPDRanker.from_pretrained(tmp_path / "worse")
