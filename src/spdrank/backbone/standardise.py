@@ -1,8 +1,8 @@
 """The backbone's states standardised per dimension before a head reads them.
 
 Some backbones keep most of a hidden state's norm in one or two dimensions that every token
-shares (the "massive activations" of Sun et al., 2024: Gemma 3's second layer puts about 80% of
-a state's squared norm in one dimension). A head's LayerNorm does not remove them, so after it
+shares (the "massive activations" of Sun et al., 2024; Gemma 3's first layers are one case). A
+head's LayerNorm does not remove them, so after it
 every token's state points the same way and two different words have almost the cosine of two
 copies of one word: the query-matched head's match, which relies on that difference, then
 starts blind and must first learn to undo the shared dimensions from a few hundred queries.
