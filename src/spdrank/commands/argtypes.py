@@ -3,22 +3,81 @@
 from __future__ import annotations
 
 import argparse
+import math
 from collections.abc import Callable, Iterable
 
 
-def int_at_least(low: int) -> Callable[[str], int]:
-    """An argparse ``type`` accepting integers >= ``low``."""
+def int_at_least(low: int, high: int | None = None) -> Callable[[str], int]:
+    """An argparse ``type`` accepting integers >= ``low`` (and <= ``high``, when given)."""
 
     def parse(text: str) -> int:
         try:
             value = int(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text[:40]!r}") from None
         if value < low:
             raise argparse.ArgumentTypeError(f"must be at least {low}, got {value}")
+        if high is not None and value > high:
+            raise argparse.ArgumentTypeError(f"must be at most {high:,}, got {text[:40]}")
         return value
 
     return parse
+
+
+def float_in(
+    low: float | None = None,
+    high: float | None = None,
+    *,
+    above: float | None = None,
+    below: float | None = None,
+) -> Callable[[str], float]:
+    """An argparse ``type`` accepting finite numbers in a range: at least ``low``, at most
+    ``high``, strictly above ``above``, strictly below ``below`` (each when given). ``nan``,
+    ``inf`` and a literal past a float's range (``1e999``) are refused: no setting means them,
+    and each fails later, far from its flag (a NaN compares false with every bound)."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got {text[:40]!r}") from None
+        if not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"must be a finite number, got {text[:40]!r}")
+        if low is not None and value < low:
+            raise argparse.ArgumentTypeError(f"must be at least {low:g}, got {value:g}")
+        if above is not None and value <= above:
+            raise argparse.ArgumentTypeError(f"must be above {above:g}, got {value:g}")
+        if high is not None and value > high:
+            raise argparse.ArgumentTypeError(f"must be at most {high:g}, got {value:g}")
+        if below is not None and value >= below:
+            raise argparse.ArgumentTypeError(f"must be below {below:g}, got {value:g}")
+        return value
+
+    return parse
+
+
+#: Any finite number.
+finite_float = float_in()
+
+#: The longest a network wait (a request's timeout, a back-off) may be set to: a day. A
+#: larger number means "never", which no wait should be, and past ``threading.TIMEOUT_MAX``
+#: (about 49 days) Python's own waits refuse it with an OverflowError.
+MAX_WAIT_SECONDS = 86_400.0
+
+#: Seconds to wait for a network answer or between attempts: above 0, at most a day.
+wait_seconds = float_in(above=0, high=MAX_WAIT_SECONDS)
+
+
+def model_name(text: str) -> str:
+    """An argparse ``type`` for a name clients send (``--served-model-name``): not empty, no
+    whitespace, control or format character (the id rule, :func:`spdrank.core.validation.
+    id_problem`), so that a client can send it back as it was printed."""
+    from spdrank.core.validation import id_problem
+
+    problem = id_problem(text)
+    if problem:
+        raise argparse.ArgumentTypeError(f"a model name {problem}, got {text[:80]!r}")
+    return text
 
 
 #: Integers >= 1: counts, sizes, limits.

@@ -18,7 +18,12 @@ import argparse
 import os
 from typing import Any
 
-from spdrank.commands.argtypes import add_trust_remote_code, int_at_least, positive_int
+from spdrank.commands.argtypes import (
+    add_trust_remote_code,
+    int_at_least,
+    positive_int,
+    wait_seconds,
+)
 from spdrank.datasets.synthetic_queries import DROP_REASONS, QueryOptions
 
 GENERATORS = ("bundled", "hf", "openai")
@@ -28,8 +33,8 @@ def _temperature(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not 0.0 <= value <= 10.0:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text[:40]!r}") from None
+    if not 0.0 <= value <= 10.0:  # NaN fails this too
         raise argparse.ArgumentTypeError(f"must be within [0, 10], got {text}")
     return value
 
@@ -95,7 +100,7 @@ def register(sub: Any) -> None:
                    help="openai: the API key (default $OPENAI_API_KEY, else 'none')")
     g.add_argument("--concurrency", type=positive_int, default=8, metavar="N",
                    help="openai: requests in flight a server (default 8)")
-    g.add_argument("--timeout", type=float, default=120.0, metavar="S",
+    g.add_argument("--timeout", type=wait_seconds, default=120.0, metavar="S",
                    help="openai: seconds a request attempt, all of it (default 120)")
     g.add_argument("--retries", type=int_at_least(0), default=4, metavar="N",
                    help="openai: retries a request (default 4)")

@@ -12,12 +12,12 @@ from spdrank.commands.argtypes import (
     add_dtype_argument,
     add_trust_remote_code,
     add_window_arguments,
-    positive_int,
+    int_at_least,
     windows_from_args,
 )
 from spdrank.commands.named_rankers import build_rankers, default_train_path, is_search
 from spdrank.core.ranking import Ranker
-from spdrank.eval.paired import RESAMPLES
+from spdrank.eval.paired import MAX_RESAMPLES, RESAMPLES
 from spdrank.rankers.baselines import BASELINES, FEATURE_PREFIX, baseline_factory, baseline_names
 from spdrank.rankers.fusion import SYNTAX as FUSION_SYNTAX
 
@@ -95,11 +95,11 @@ def add_paired_arguments(p: argparse.ArgumentParser, reference_help: str) -> Non
     )
     paired.add_argument(
         "--bootstrap",
-        type=positive_int,
+        type=int_at_least(1, MAX_RESAMPLES),
         default=RESAMPLES,
         metavar="N",
         help=f"bootstrap resamples of the slates for the 95%% intervals, seeded with --seed "
-        f"(default {RESAMPLES})",
+        f"(default {RESAMPLES}, at most {MAX_RESAMPLES:,})",
     )
 
 

@@ -32,7 +32,7 @@ _TYPES = {"int": int, "float": float, "str": str}
 
 
 def register(sub: Any) -> None:
-    from spdrank.commands.argtypes import add_dtype_argument, add_trust_remote_code
+    from spdrank.commands.argtypes import add_dtype_argument, add_trust_remote_code, model_name
 
     p = sub.add_parser(
         "serve",
@@ -45,6 +45,7 @@ def register(sub: Any) -> None:
     p.add_argument("--port", type=int, default=8000)
     p.add_argument(
         "--served-model-name",
+        type=model_name,
         help="name clients may pass as 'model' (default: the --model directory's name)",
     )
     for f in dataclasses.fields(ServeSettings):

@@ -47,7 +47,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from spdrank.backbone.templates import PROMPT_HELP
-from spdrank.commands.argtypes import add_trust_remote_code, positive_int
+from spdrank.commands.argtypes import (
+    MAX_WAIT_SECONDS,
+    add_trust_remote_code,
+    float_in,
+    int_at_least,
+    positive_int,
+    wait_seconds,
+)
 from spdrank.rankers.fusion import SYNTAX as FUSION_SYNTAX
 from spdrank.teacher.grammar import GUIDED
 
@@ -126,14 +133,14 @@ def register(subparsers: Any) -> None:
                     help="API key (default $OPENAI_API_KEY, else 'none')")
     oa.add_argument("--concurrency", type=positive_int, default=8, metavar="N",
                     help="requests in flight per server (default 8)")
-    oa.add_argument("--timeout", type=float, default=120.0, metavar="S",
+    oa.add_argument("--timeout", type=wait_seconds, default=120.0, metavar="S",
                     help="seconds per request attempt, all of it: connect to the answer's "
                     "last byte (default 120)")
-    oa.add_argument("--retries", type=int, default=4, metavar="N", help="retries per request (default 4)")
-    oa.add_argument("--retry-backoff", type=float, default=1.0, metavar="S",
+    oa.add_argument("--retries", type=int_at_least(0), default=4, metavar="N", help="retries per request (default 4)")
+    oa.add_argument("--retry-backoff", type=float_in(0, MAX_WAIT_SECONDS), default=1.0, metavar="S",
                     help="first retry delay in seconds, doubled each retry, or the answer's "
                     "Retry-After when longer, up to 120 (default 1)")
-    oa.add_argument("--server-backoff", type=float, default=30.0, metavar="S",
+    oa.add_argument("--server-backoff", type=float_in(0, MAX_WAIT_SECONDS), default=30.0, metavar="S",
                     help="seconds a server whose request failed all retries stays out of "
                     "rotation, doubled while it keeps failing (default 30)")
     oa.add_argument("--extra-body", metavar="JSON",
@@ -153,7 +160,8 @@ def register(subparsers: Any) -> None:
                     help="training slates to fit the ranker (default: train.jsonl beside --slates)")
     rk.add_argument("--seed", type=int, default=0, help="seed of ranker:random (default 0)")
     # Testing only: sleep this long before each slate (ranker/file backends), to kill mid-run.
-    p.add_argument("--debug-delay", type=float, default=0.0, help=argparse.SUPPRESS)
+    p.add_argument("--debug-delay", type=float_in(0, MAX_WAIT_SECONDS), default=0.0,
+                   help=argparse.SUPPRESS)
     p.set_defaults(func=run)
 
     sub = p.add_subparsers(dest="teacher_command", metavar="{merge}")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -75,7 +76,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         if f.name == "head":
             help_, choices = _head_help(help_), head_kinds()
         required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
-        kind = {"int": int, "float": float}.get(
+        kind = {"int": int, "float": _float_type(f.name)}.get(
             str(f.type).replace(" | None", ""), str
         )
         default = None if required else f.default
@@ -94,6 +95,42 @@ def register(sub: argparse._SubParsersAction) -> None:
         "(default: 1)",
     )
     p.set_defaults(func=run)
+
+
+def _float_type(name: str) -> Callable[[str], float]:
+    """The argparse type of the float setting ``name``: finite, and within the range where
+    the setting means something (:data:`_FLOAT_RANGES`)."""
+    from spdrank.commands.argtypes import float_in
+
+    if name == "holdout":
+        return _holdout
+    return float_in(**_FLOAT_RANGES.get(name, {}))
+
+
+#: The range of each float setting, as :func:`spdrank.commands.argtypes.float_in` takes it;
+#: a setting not named here is any finite number.
+_FLOAT_RANGES: dict[str, dict[str, float]] = {
+    "head_dropout": {"low": 0.0, "below": 1.0},
+    "epochs": {"above": 0.0},
+    "lr": {"low": 0.0},
+    "head_lr": {"low": 0.0},
+    "weight_decay": {"low": 0.0},
+    "max_grad_norm": {"above": 0.0},
+    "tau": {"above": 0.0},
+}
+
+
+def _holdout(text: str) -> float:
+    """``--holdout``: a whole number of queries or a share below 1
+    (:func:`spdrank.training.holdout.holdout_problem`)."""
+    from spdrank.commands.argtypes import finite_float
+    from spdrank.training.holdout import holdout_problem
+
+    value = finite_float(text)
+    problem = holdout_problem(value)
+    if problem:
+        raise argparse.ArgumentTypeError(problem)
+    return value
 
 
 def config_argv(cfg: TrainConfig) -> list[str]:

@@ -34,6 +34,10 @@ import numpy as np
 from spdrank.eval.evaluate import RankerResult, Results
 
 RESAMPLES = 2000
+#: The most resamples an interval is drawn from: each resample's mean is kept (8 bytes) and
+#: draws as many indices as there are slates, and the interval's Monte Carlo error is already
+#: far below its width at the default; a larger number costs memory and time for nothing.
+MAX_RESAMPLES = 1_000_000
 LEVEL = 0.95
 METHOD = "percentile bootstrap over slates"
 #: Resampled values drawn at once (a bound on the index array's size, 32 MB as int64).
@@ -90,8 +94,8 @@ def bootstrap_interval(
     values: np.ndarray, resamples: int = RESAMPLES, level: float = LEVEL, seed: int = 0
 ) -> tuple[float, float] | None:
     """The percentile bootstrap interval of the mean of ``values``; ``None`` below two values."""
-    if resamples < 1:
-        raise ValueError(f"resamples must be at least 1, got {resamples}")
+    if not 1 <= resamples <= MAX_RESAMPLES:
+        raise ValueError(f"resamples must be between 1 and {MAX_RESAMPLES:,}, got {resamples}")
     if not 0 < level < 1:
         raise ValueError(f"level must lie strictly between 0 and 1, got {level}")
     n = len(values)

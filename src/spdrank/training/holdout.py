@@ -14,6 +14,7 @@ reads the files it started with. Lines are copied as they are, never re-serialis
 
 from __future__ import annotations
 
+import math
 import random
 from pathlib import Path
 
@@ -38,11 +39,21 @@ def _qid(line: bytes, where: str) -> str:
     return str(qid)
 
 
+def holdout_problem(holdout: float) -> str | None:
+    """What makes ``holdout`` no ``--holdout`` value, or None: it is a whole number of
+    queries or a share strictly between 0 and 1, and finite (``inf`` and ``nan`` are
+    neither, and ``int`` of them raises)."""
+    if not math.isfinite(holdout) or holdout <= 0 or (holdout >= 1 and not holdout.is_integer()):
+        return f"is a number of queries or a share below 1, got {holdout}"
+    return None
+
+
 def held_out_count(holdout: float, queries: int) -> int:
     """How many of ``queries`` queries ``--holdout`` sets aside: N itself, or a share below 1
     of them (at least one)."""
-    if holdout <= 0 or (holdout >= 1 and holdout != int(holdout)):
-        raise ValueError(f"--holdout is a number of queries or a share below 1, got {holdout}")
+    problem = holdout_problem(float(holdout))
+    if problem:
+        raise ValueError(f"--holdout {problem}")
     return int(holdout) if holdout >= 1 else max(1, round(holdout * queries))
 
 
