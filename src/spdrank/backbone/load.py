@@ -121,15 +121,52 @@ def _quiet_load() -> Iterator[None]:
             hf_logging.enable_progress_bar()
 
 
+#: The largest magnitude a checkpoint's weight may have. A trained weight is near 1 (a
+#: state's standardisation buffers, the largest, are a state's own scale, thousands at most);
+#: one past this bound is damage, and it reaches float32's limit (3.4e38) in the first
+#: product with states of backbones whose massive activations are 1e4 and more, so the model
+#: would rank by infinities and NaN, near-constantly, instead of failing.
+MAX_WEIGHT = 1e15
+
+
 def read_tensors(path: Path, what: str) -> dict[str, torch.Tensor]:
     """A checkpoint's safetensors file ``path`` (its ``what`` weights), or one line naming it:
-    missing, or unreadable (a truncated or tampered header)."""
+    missing, unreadable (a truncated or tampered header), or holding a tensor with a value
+    that is not finite (NaN, ±inf) or past :data:`MAX_WEIGHT`, named with the tensor. Every
+    reader of a checkpoint's tensors (the head, the LoRA adapter, ``--init-from``) reads
+    through here, so a damaged weight is refused where it is read, not blamed later on the
+    learning rate or seen as a constant ranking."""
     if not path.is_file():
         raise FileNotFoundError(f"{path}: the checkpoint has no {what} weights")
     try:
-        return load_file(str(path))
+        tensors = load_file(str(path))
     except Exception as exc:  # noqa: BLE001 - safetensors' own error type is not exported stably
         raise ValueError(f"{path}: not a readable safetensors file ({exc})") from None
+    for name, tensor in tensors.items():
+        problem = _weight_problem(tensor)
+        if problem:
+            raise ValueError(f"{path}: tensor {name!r} of the {what} weights {problem}; the "
+                             "checkpoint is damaged: train it again or restore it")
+    return tensors
+
+
+def _weight_problem(tensor: torch.Tensor) -> str | None:
+    """What makes ``tensor`` no trained weight (a value not finite, or past
+    :data:`MAX_WEIGHT`), or None; tensors of integers (token ids) hold no such value."""
+    if not (tensor.is_floating_point() or tensor.is_complex()) or tensor.numel() == 0:
+        return None
+    finite = torch.isfinite(tensor)
+    if not bool(finite.all()):
+        values = tensor[~finite]
+        kinds = [label for label, present in (("NaN", bool(torch.isnan(values).any())),
+                                              ("inf", bool(torch.isinf(values).any())))
+                 if present]
+        return f"holds {values.numel():,} values that are not finite ({', '.join(kinds)})"
+    peak = float(tensor.abs().max())
+    if peak > MAX_WEIGHT:
+        return (f"holds a value of magnitude {peak:.3g}, past {MAX_WEIGHT:.0e}, which no trained "
+                "weight comes near")
+    return None
 
 
 def load_backbone(
