@@ -180,7 +180,8 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else RESULTS_ROOT / args.name
     check_outputs(
         {"--slates": slates_path, "--train": train, "--preamble": args.preamble,
-         "--labels": named_files(args, "labels"), "--run": named_files(args, "run")},
+         "--labels": named_files(args, "labels"), "--run": named_files(args, "run"),
+         "--choose-on": args.choose_on},
         {"--out": [out / name for name in ("report.md", "results.json", "table.txt",
                                             QUALITY_PLOT, STAGES_PLOT, DECOMPOSITION_PLOT)]},
         models={"--model": model_folders(args.model)},

@@ -355,7 +355,7 @@ def run(args: argparse.Namespace) -> int:
     inputs = {
         "--slates": slates_path, "--train": train, "--extra-sequences": args.extra_sequences,
         "--labels": named_files(args, "labels"), "--run": named_files(args, "run"),
-        "--qrels": args.qrels, "--prompt": prompt_file(args.prompt),
+        "--qrels": args.qrels, "--prompt": prompt_file(args.prompt), "--choose-on": args.choose_on,
     }
     outputs = {"--json": args.json, "--per-slate": args.per_slate}
     models = {"--model": model_folders(args.model)}

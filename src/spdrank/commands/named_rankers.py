@@ -22,6 +22,8 @@ from spdrank.rankers.baselines import (
     SEARCH_DEFAULTS,
     make_baseline,
 )
+from spdrank.rankers.fusion import FUSION_PREFIX
+from spdrank.rankers.fusion_choice import BEST_PREFIX, is_chosen
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +44,41 @@ def default_train_path(slates: str | Path) -> Path:
     return gz if not plain.exists() and gz.exists() else plain
 
 
+def replayed_labels(path: str, name: str) -> Ranker:
+    """A ``labels:PATH`` fusion component: the label file's rankings
+    (:class:`spdrank.teacher.replay.LabelRanking`)."""
+    from spdrank.teacher.replay import LabelRanking
+
+    return LabelRanking(path, name=name)
+
+
+def make_ranker(name: str, *, seed: int = 0, choose_on: str | Path | None = None) -> Ranker:
+    """A baseline by name as the commands build it: ``random`` seeded, a fusion's
+    ``labels:PATH`` components replayed, a ``fusion:best:...`` given its validation slates
+    (``choose_on``, which it needs; it chooses when :func:`fit_rankers` runs)."""
+    kwargs: dict[str, Any] = {"seed": seed} if name == "random" else {}
+    if name.startswith(FUSION_PREFIX):
+        kwargs["replay"] = replayed_labels
+    if is_chosen(name):
+        if choose_on is None:
+            raise ValueError(f"{name!r} chooses its fusion on validation slates: add "
+                             "--choose-on FILE (slates with graded relevance, or clicks)")
+        kwargs["choose_on"] = Path(choose_on)
+    return make_baseline(name, **kwargs)
+
+
+def check_choose_on(names: Sequence[str], choose_on: str | Path | None) -> None:
+    """Refuse ``--choose-on`` when no ranker named chooses on it, and a file that is not
+    there, before anything is built."""
+    if choose_on is None:
+        return
+    if not any(is_chosen(name) for name in names):
+        raise ValueError(f"--choose-on {choose_on} has no effect here: it chooses the fusion "
+                         f"of a {BEST_PREFIX}... ranker, and none is named; drop it")
+    if not Path(choose_on).is_file():
+        raise FileNotFoundError(f"--choose-on: no such slate file: {choose_on}")
+
+
 def build_rankers(
     names: Sequence[str] | None,
     *,
@@ -55,6 +92,7 @@ def build_rankers(
     trust_remote_code: bool = False,
     search: bool = False,
     windows: Any = None,
+    choose_on: str | Path | None = None,
 ) -> list[Ranker]:
     """The rankers named, unfitted, in the order given: baselines (``names``; without any,
     and without labels or models, every baseline), then label files replayed (``labels``),
@@ -68,9 +106,11 @@ def build_rankers(
     (:data:`~spdrank.rankers.baselines.SEARCH_DEFAULTS`) and every ranker that learns from histories
     is left out with a note (:func:`without_history`). ``windows``
     (:class:`spdrank.rankers.windows.Windows`) runs every checkpoint over sliding windows.
+    ``choose_on``: the validation slates every ``fusion:best:...`` among ``names`` is chosen on.
     """
     defaults = SEARCH_DEFAULTS if search else tuple(BASELINES)
     names = names or ([] if models or labels or runs else list(defaults))
+    check_choose_on(names, choose_on)
     rankers: list[Ranker] = []
     built: set[str] = set()
     for name in names:  # a name repeated, or given by its deprecated alias too, counts once
@@ -78,8 +118,7 @@ def build_rankers(
         if current in built:
             continue
         built.add(current)
-        kwargs: dict[str, Any] = {"seed": seed} if name == "random" else {}
-        rankers.append(make_baseline(name, **kwargs))
+        rankers.append(make_ranker(name, seed=seed, choose_on=choose_on))
     for spec in labels:
         from spdrank.teacher.replay import LabelReplayRanker
 
@@ -151,15 +190,40 @@ def fit_rankers(
     sequences of users who make no slate (default: ``extra_sequences.txt`` beside ``train``).
     A ranker that can load what the build of ``train`` fitted for it (``fit_build``: SASRec,
     which the build's ``sasrec`` feature fitted) does so rather than fit again, unless
-    ``extra`` names other sequences than the build's.
+    ``extra`` names other sequences than the build's. Then each ``fusion:best:...`` chooses
+    its fusion on its validation slates (:func:`choose_fusions`), its components fitted.
     """
+    needing = [r for r in rankers if getattr(r, "needs_train", False)]
+    seconds = _fit(needing, train, progress, extra) if needing else {}
+    choose_fusions(rankers, progress)
+    return seconds
+
+
+def choose_fusions(rankers: Sequence[Ranker], progress: bool | None = None) -> None:
+    """Every :class:`~spdrank.rankers.fusion_choice.ChosenFusion` among ``rankers`` chooses on
+    its validation slates; the choice and the candidates' scores are printed."""
+    from spdrank.core.slates import read_unique_slates
+    from spdrank.rankers.fusion_choice import ChosenFusion, format_choice
+
+    for ranker in rankers:
+        if isinstance(ranker, ChosenFusion) and ranker.choice is None:
+            if ranker.choose_on is None:
+                raise ValueError(f"{ranker.name} has no validation slates: --choose-on FILE")
+            t0 = time.perf_counter()
+            choice = ranker.choose(read_unique_slates(ranker.choose_on), str(ranker.choose_on),
+                                   progress)
+            log.info("chose %s for %s in %.1f s", choice.spec, ranker.name,
+                     time.perf_counter() - t0)
+            print(format_choice(choice), flush=True)
+
+
+def _fit(
+    needing: list[Ranker], train: Path | None, progress: bool | None, extra: Path | None
+) -> dict[str, float]:
     from spdrank.core.progress import track
     from spdrank.core.slates import read_slates, training_sequence
     from spdrank.datasets.extra_sequences import default_extra_sequences, iter_extra_sequences
 
-    needing = [r for r in rankers if getattr(r, "needs_train", False)]
-    if not needing:
-        return {}
     if train is None or not train.exists():
         raise FileNotFoundError(
             f"ranker(s) {', '.join(r.name for r in needing)} need training slates, but "

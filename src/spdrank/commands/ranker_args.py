@@ -43,6 +43,13 @@ def add_ranker_arguments(p: argparse.ArgumentParser) -> None:
         "is feature:title_similarity, `spdrank data ... --features`), or several fused: "
         f"{FUSION_SYNTAX}; repeat for several (default: {', '.join(BASELINES)})",
     )
+    p.add_argument(
+        "--choose-on",
+        metavar="FILE",
+        help="validation slates on which each --ranker fusion:best:A+B[+C[+D]] chooses its "
+        "fusion (each component alone, rrf, zscore and minmax over a grid of weights): graded "
+        "relevance judges them (nDCG@10), else clicks; keep them apart from --slates",
+    )
     p.add_argument("--limit", type=int, metavar="N", help="evaluate only the first N slates")
     p.add_argument("--seed", type=int, default=0, help="seed of the random ranker (default 0)")
     p.add_argument(
@@ -136,6 +143,7 @@ def rankers_from_args(args: argparse.Namespace) -> list[Ranker]:
         trust_remote_code=getattr(args, "trust_remote_code", False),
         search=is_search(args.slates),
         windows=windows_from_args(args),
+        choose_on=getattr(args, "choose_on", None),
     )
 
 

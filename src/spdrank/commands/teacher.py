@@ -10,6 +10,8 @@
     spdrank teacher --slates train.jsonl --out labels.jsonl --backend ranker:cooccurrence
     spdrank teacher --slates train.jsonl --out labels.jsonl --backend ranker:title_similarity
     spdrank teacher --slates dl19.jsonl --out labels.jsonl --backend ranker:fusion:rrf:dense+retriever
+    spdrank teacher --slates train.jsonl --out labels.jsonl \
+        --backend ranker:fusion:best:feature:dense+retriever --choose-on valid.jsonl
     spdrank teacher --slates train.jsonl --out labels.jsonl --backend file:rankings.jsonl
     spdrank teacher merge --labels a.jsonl b.jsonl --slates train.jsonl --out merged.jsonl
 
@@ -56,6 +58,8 @@ from spdrank.commands.argtypes import (
     wait_seconds,
 )
 from spdrank.rankers.fusion import SYNTAX as FUSION_SYNTAX
+from spdrank.rankers.fusion import component_files
+from spdrank.rankers.fusion_choice import is_chosen
 from spdrank.teacher.grammar import GUIDED
 
 if TYPE_CHECKING:
@@ -68,7 +72,8 @@ BACKEND_HELP = (
     "title: log p(title | history) - log p(title), no decoding), openai (an OpenAI-compatible "
     "server, --base-url), ranker:NAME (a built-in baseline: random, popularity, cooccurrence, "
     "title_similarity, slate_bm25, dense, retriever, feature:NAME to rank by a feature the slates "
-    "carry, or several fused: ranker:" + FUSION_SYNTAX + "), "
+    "carry, or several fused: ranker:" + FUSION_SYNTAX + "; ranker:fusion:best:... is "
+    "chosen on --choose-on's slates), "
     "file:PATH (rankings computed elsewhere: {qid, ranking} lines or slates with teacher)"
 )
 
@@ -159,6 +164,11 @@ def register(subparsers: Any) -> None:
     rk.add_argument("--train", metavar="FILE",
                     help="training slates to fit the ranker (default: train.jsonl beside --slates)")
     rk.add_argument("--seed", type=int, default=0, help="seed of ranker:random (default 0)")
+    rk.add_argument("--choose-on", metavar="FILE",
+                    help="validation slates on which ranker:fusion:best:A+B[+C[+D]] chooses "
+                    "its fusion (each component alone, rrf, zscore and minmax over a grid of "
+                    "weights), judged by graded relevance (nDCG@10), else clicks; the choice "
+                    "and its score are printed and recorded in each label ('chosen')")
     # Testing only: sleep this long before each slate (ranker/file backends), to kill mid-run.
     p.add_argument("--debug-delay", type=float_in(0, MAX_WAIT_SECONDS), default=0.0,
                    help=argparse.SUPPRESS)
@@ -249,12 +259,11 @@ def build_backend(args: argparse.Namespace, slates: Path) -> Any:
             guided=(args.guided or "llama") if args.constrained else None,
         )
     if spec.startswith("ranker:"):
-        from spdrank.commands.named_rankers import default_train_path, fit_rankers
-        from spdrank.rankers.baselines import make_baseline
+        from spdrank.commands.named_rankers import default_train_path, fit_rankers, make_ranker
         from spdrank.teacher.backends import RankerBackend
 
         name = spec.split(":", 1)[1]
-        ranker = make_baseline(name, **({"seed": args.seed} if name == "random" else {}))
+        ranker = make_ranker(name, seed=args.seed, choose_on=args.choose_on)
         train = Path(args.train) if args.train else default_train_path(slates)
         fit_rankers([ranker], train, False if args.no_progress else None)
         return RankerBackend(ranker, delay_s=args.debug_delay)
@@ -263,6 +272,16 @@ def build_backend(args: argparse.Namespace, slates: Path) -> Any:
 
         return FileBackend(spec.split(":", 1)[1], delay_s=args.debug_delay)
     raise ValueError(f"unknown --backend {spec!r}: {BACKEND_HELP}")
+
+
+def backend_files(spec: str) -> list[str]:
+    """The files ``--backend`` reads: ``file:PATH``'s, or a fusion's ``run:`` and ``labels:``
+    components'."""
+    if spec.startswith("file:"):
+        return [spec[len("file:"):]]
+    if spec.startswith("ranker:"):
+        return component_files(spec[len("ranker:"):])
+    return []
 
 
 def server_urls(args: argparse.Namespace) -> list[str]:
@@ -305,6 +324,13 @@ def run(args: argparse.Namespace) -> int:
     if args.constrained and args.mode != "direct":
         raise ValueError("--constrained decodes the ranking alone: it needs --mode direct")
     check_backend_flags(args)
+    if args.backend.startswith("ranker:"):
+        from spdrank.commands.named_rankers import check_choose_on, make_ranker
+
+        name = args.backend.split(":", 1)[1]
+        check_choose_on([name], args.choose_on)
+        if is_chosen(name) and not args.choose_on:
+            make_ranker(name)  # refused: it says what it needs
     if args.extra_body:
         json.loads(args.extra_body)  # fail before any work
     if args.backend == "openai":
@@ -314,7 +340,7 @@ def run(args: argparse.Namespace) -> int:
         raise FileNotFoundError(f"no such slate file: {slates}")
     check_outputs(
         {"--slates": slates, "--train": args.train, "--base-urls-file": args.base_urls_file,
-         "--backend": args.backend[len("file:"):] if args.backend.startswith("file:") else None,
+         "--backend": backend_files(args.backend), "--choose-on": args.choose_on,
          "--prompt": prompt_file(args.prompt)},
         {"--out": args.out, "--slates-out": args.slates_out or default_slates_out(args.out),
          "--json": args.json},
@@ -370,6 +396,8 @@ def check_backend_flags(args: argparse.Namespace) -> None:
             "retries", "retry_backoff", "server_backoff", "extra_body", "tokenizer")),
         Unread("train", ranker, "it fits the baseline of --backend ranker:NAME"),
         Unread("seed", backend == "ranker:random", "it seeds --backend ranker:random alone"),
+        Unread("choose_on", ranker and is_chosen(backend[len("ranker:"):]),
+               "it chooses the fusion of --backend ranker:fusion:best:..."),
     )
     parsers = argparse.ArgumentParser().add_subparsers()
     register(parsers)

@@ -14,7 +14,10 @@ Beauty builder (also registered under that name), which makes it a lexical basel
 cheap, deterministic teacher whose ties are real ties.
 
 ``fusion:...`` fuses several of these by reciprocal rank or normalised scores
-(:mod:`spdrank.rankers.fusion`): the components are built here, by the names they have alone.
+(:mod:`spdrank.rankers.fusion`), and ``fusion:best:...`` chooses such a fusion on validation
+slates (:mod:`spdrank.rankers.fusion_choice`): the components are built here, by the names
+they have alone (``run:PATH`` a TREC run; ``labels:PATH`` a label file, replayed by what the
+caller hands in as ``replay``, since label files are the teacher layer's).
 
 A ranker whose ``ranks_by_scores`` is true orders by ``Ranking.scores`` alone, equal scores
 kept in candidate order: its equal scores are ties, which a teacher run records as such.
@@ -37,7 +40,15 @@ from pathlib import Path
 from spdrank.core.features import TITLE_SIMILARITY, raw_features
 from spdrank.core.ranking import Ranker, Ranking
 from spdrank.core.slates import SCORE_FEATURE, Slate, training_sequence
-from spdrank.rankers.fusion import FUSION_PREFIX, RUN_PREFIX, SYNTAX, FusionRanker, parse_fusion
+from spdrank.rankers.fusion import (
+    FUSION_PREFIX,
+    LABELS_PREFIX,
+    RUN_PREFIX,
+    SYNTAX,
+    FusionRanker,
+    parse_fusion,
+)
+from spdrank.rankers.fusion_choice import ChosenFusion, is_chosen, parse_choice
 
 log = logging.getLogger(__name__)
 
@@ -326,35 +337,57 @@ def baseline_names() -> list[str]:
     return sorted([*BASELINES, *MODEL_BASELINES, *FEATURE_BASELINES, *TEXT_BASELINES])
 
 
-def _fusion(spec: str) -> Ranker:
+#: Builds a ``labels:PATH`` component from its path and name (the commands hand in the
+#: teacher's label replay).
+Replay = Callable[[str, str], Ranker]
+
+
+def _fusion(spec: str, replay: Replay | None = None) -> Ranker:
     """The :class:`~spdrank.rankers.fusion.FusionRanker` a ``fusion:...`` name asks for, its
-    components built by name here (``run:PATH`` a replayed TREC run), so a component means
-    what the same name means alone."""
+    components built by name here, so a component means what the same name means alone."""
     parsed = parse_fusion(spec)
-    return FusionRanker(parsed, [_component(name) for name, _ in parsed.components], name=spec)
+    return FusionRanker(parsed, [_component(name, replay) for name, _ in parsed.components],
+                        name=spec)
 
 
-def _component(name: str) -> Ranker:
+def _chosen(spec: str, choose_on: Path | None = None, replay: Replay | None = None) -> Ranker:
+    """The :class:`~spdrank.rankers.fusion_choice.ChosenFusion` a ``fusion:best:...`` name asks
+    for, its components built as :func:`_fusion` builds them; ``choose_on`` its validation
+    slates."""
+    names = parse_choice(spec)
+    return ChosenFusion(spec, [_component(name, replay) for name in names], choose_on)
+
+
+def _component(name: str, replay: Replay | None) -> Ranker:
     if name.startswith(RUN_PREFIX):
         from spdrank.rankers.run_ranker import RunRanker
 
         return RunRanker(name[len(RUN_PREFIX) :], name=name)
+    if name.startswith(LABELS_PREFIX):
+        if replay is None:
+            raise ValueError(f"component {name!r}: a label file is replayed by spdrank's "
+                             "commands (eval --ranker, teacher --backend ranker:)")
+        return replay(name[len(LABELS_PREFIX) :], name)
     return make_baseline(name)
 
 
 def _check_fusion(spec: str) -> None:
-    """A ``fusion:...`` name's syntax and every component's name, checked before anything is
-    built (a model loaded, a run read); ``ValueError`` naming the spec and what is wrong."""
-    for name, _ in parse_fusion(spec).components:
-        if name.startswith(RUN_PREFIX):
-            path = Path(name[len(RUN_PREFIX) :])
-            if not path.is_file():
-                raise ValueError(f"{spec!r}: component {name!r}: no such TREC run file {path}")
-            continue
-        try:
-            baseline_factory(name)
-        except ValueError as exc:
-            raise ValueError(f"{spec!r}: component {name!r}: {exc}") from None
+    """A ``fusion:...`` or ``fusion:best:...`` name's syntax and every component's name,
+    checked before anything is built (a model loaded, a run read); ``ValueError`` naming the
+    spec and what is wrong."""
+    names = parse_choice(spec) if is_chosen(spec) else [n for n, _ in parse_fusion(spec).components]
+    for name in names:
+        for prefix, what in ((RUN_PREFIX, "TREC run"), (LABELS_PREFIX, "label")):
+            if name.startswith(prefix):
+                path = Path(name[len(prefix) :])
+                if not path.is_file():
+                    raise ValueError(f"{spec!r}: component {name!r}: no such {what} file {path}")
+                break
+        else:
+            try:
+                baseline_factory(name)
+            except ValueError as exc:
+                raise ValueError(f"{spec!r}: component {name!r}: {exc}") from None
 
 
 def baseline_factory(name: str) -> Callable[..., Ranker]:
@@ -362,12 +395,13 @@ def baseline_factory(name: str) -> Callable[..., Ranker]:
 
     A registry name (:data:`BASELINES`, :data:`MODEL_BASELINES`), an alias of
     :data:`FEATURE_BASELINES`, ``feature:NAME`` for any feature the slates carry,
-    ``fusion:...`` for several of them fused (:mod:`spdrank.rankers.fusion`), or a name of
+    ``fusion:...`` for several of them fused (:mod:`spdrank.rankers.fusion`; ``fusion:best:...``
+    chosen on validation slates, :mod:`spdrank.rankers.fusion_choice`), or a name of
     :data:`DEPRECATED_NAMES` (the constructor of the name it stands for).
     """
     if name.startswith(FUSION_PREFIX):
         _check_fusion(name)
-        return partial(_fusion, name)
+        return partial(_chosen if is_chosen(name) else _fusion, name)
     if name.startswith(FEATURE_PREFIX):
         feature = name[len(FEATURE_PREFIX) :]
         if not feature:

@@ -27,16 +27,18 @@ fused scores go along with the ranking, so a teacher records those ties as ties.
 The spec's syntax (``spdrank eval --ranker``, ``spdrank teacher --backend ranker:...``) is
 ``fusion:[METHOD:]COMPONENT+COMPONENT[+...]``: METHOD ``rrf`` (the default; ``rrf=K`` sets
 ``k``), ``zscore`` or ``minmax``; a COMPONENT ``[WEIGHT*]NAME``, NAME any ranker a ``--ranker``
-names (``dense``, ``slate_bm25``, ``retriever``, ``feature:NAME``, ...) or ``run:PATH``, a TREC run
-(another teacher's labels become one through ``spdrank eval --labels FILE --trec-dir DIR``).
+names (``dense``, ``slate_bm25``, ``retriever``, ``feature:NAME``, ...), ``run:PATH``, a TREC run,
+or ``labels:PATH``, a teacher's label file (its repaired rankings, with its scores when it
+recorded them; replayed by :mod:`spdrank.teacher.replay`, which the commands hand in).
 This module parses specs and fuses; building the components by name is
-:mod:`spdrank.rankers.baselines`'s, which owns the names.
+:mod:`spdrank.rankers.baselines`'s, which owns the names. ``fusion:best:A+B[+...]``, a fusion
+whose kind and weights are chosen on validation slates, is :mod:`spdrank.rankers.fusion_choice`'s.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from spdrank.core.ranking import Ranker, Ranking
@@ -46,6 +48,10 @@ from spdrank.core.slates import Slate, SlateError
 FUSION_PREFIX = "fusion:"
 #: ``run:PATH`` names a TREC run as a fusion component.
 RUN_PREFIX = "run:"
+#: ``labels:PATH`` names a teacher's label file as a fusion component.
+LABELS_PREFIX = "labels:"
+#: The method word of ``fusion:best:...``, which :mod:`spdrank.rankers.fusion_choice` reads.
+BEST = "best"
 #: Cormack et al.'s constant, which the field has kept.
 RRF_K = 60.0
 METHODS = ("rrf", "zscore", "minmax")
@@ -53,8 +59,10 @@ METHODS = ("rrf", "zscore", "minmax")
 SYNTAX = (
     "fusion:[METHOD:]COMPONENT+COMPONENT[+...] with METHOD rrf (reciprocal rank, the default, "
     "k=60; rrf=K sets k), zscore or minmax (normalised scores summed), COMPONENT "
-    "[WEIGHT*]NAME with NAME a baseline's name or run:PATH (a TREC run), e.g. "
-    "fusion:rrf:dense+retriever or fusion:zscore:dense+0.5*slate_bm25"
+    "[WEIGHT*]NAME with NAME a baseline's name, run:PATH (a TREC run) or labels:PATH (a "
+    "teacher's label file), e.g. fusion:rrf:dense+retriever or "
+    "fusion:zscore:dense+0.5*slate_bm25; fusion:best:A+B[+C[+D]] chooses the method and "
+    "weights on validation slates (--choose-on FILE)"
 )
 
 
@@ -78,6 +86,9 @@ def parse_fusion(spec: str) -> FusionSpec:
     body = spec[len(FUSION_PREFIX) :]
     method, k = "rrf", RRF_K
     head, sep, tail = body.partition(":")
+    if sep and head == BEST:
+        raise bad(f"{FUSION_PREFIX}{BEST}:... is no fixed fusion: its method and weights are "
+                  "chosen on validation slates (--choose-on FILE)")
     name, eq, value = head.partition("=")
     if sep and (name in METHODS):
         method, body = name, tail
@@ -90,6 +101,12 @@ def parse_fusion(spec: str) -> FusionSpec:
                 raise bad(f"rrf's k must be a number, got {value!r}") from None
             if not math.isfinite(k) or k < 0:
                 raise bad(f"rrf's k must be a finite number >= 0, got {value!r}")
+    return FusionSpec(method, parse_components(body, bad), k)
+
+
+def parse_components(body: str, bad: Callable[[str], ValueError]) -> tuple[tuple[str, float], ...]:
+    """A spec's ``COMPONENT+COMPONENT[+...]`` read into ``(name, weight)`` pairs; ``bad`` makes
+    the error that says what is wrong."""
     parts = body.split("+")
     if len(parts) < 2 or not all(parts):
         raise bad("it needs two or more components joined by '+', none empty")
@@ -114,7 +131,25 @@ def parse_fusion(spec: str) -> FusionSpec:
         if part in {name for name, _ in components}:
             raise bad(f"{part!r} is named twice: weight it instead (2*{part})")
         components.append((part, w))
-    return FusionSpec(method, tuple(components), k)
+    return tuple(components)
+
+
+def component_files(spec: str) -> list[str]:
+    """The files a fusion spec's components read (``run:PATH``, ``labels:PATH``), in its
+    order: inputs no output may overwrite. Any other text names none."""
+    if not spec.startswith(FUSION_PREFIX):
+        return []
+    body = spec[len(FUSION_PREFIX):]
+    head, sep, tail = body.partition(":")
+    if sep and head.partition("=")[0] in (*METHODS, BEST):
+        body = tail
+    files = []
+    for part in body.split("+"):
+        name = part.partition("*")[2] if "*" in part else part
+        for prefix in (RUN_PREFIX, LABELS_PREFIX):
+            if name.startswith(prefix) and len(name) > len(prefix):
+                files.append(name[len(prefix):])
+    return files
 
 
 def rrf_terms(ranking: Ranking, k: float, ties: bool) -> dict[str, float]:
@@ -145,6 +180,32 @@ def normalised(scores: Sequence[float], method: str) -> list[float]:
         return [0.0] * n if std == 0 else [(s - mean) / std for s in scores]
     low, high = min(scores), max(scores)
     return [0.0] * n if high == low else [(s - low) / (high - low) for s in scores]
+
+
+def checked_ranking(ranker: Ranker, slate: Slate) -> Ranking:
+    """A component's ranking of ``slate``, which must hold exactly the slate's candidates."""
+    ranking = ranker.rank(slate)
+    if sorted(ranking.docids) != sorted(slate.docids):
+        raise SlateError(f"slate {slate.query.qid!r}: fusion component {ranker.name} "
+                         "did not rank exactly the slate's candidates")
+    return ranking
+
+
+def component_values(
+    ranker: Ranker, ranking: Ranking, docids: Sequence[str], method: str, k: float, fusion: str
+) -> list[float]:
+    """What one component adds to each candidate (in ``docids``' order) before its weight: its
+    RRF terms (``rrf``), or its scores normalised over the slate (``zscore``, ``minmax``)."""
+    if method == "rrf":
+        terms = rrf_terms(ranking, k, getattr(ranker, "ranks_by_scores", False))
+        return [terms[d] for d in docids]
+    if ranking.scores is None:
+        raise SlateError(
+            f"fusion {fusion}: component {ranker.name} gives no scores to "
+            f"normalise ({method}); fuse it by rank with rrf"
+        )
+    by_docid = dict(zip(ranking.docids, ranking.scores))
+    return normalised([float(by_docid[d]) for d in docids], method)
 
 
 class FusionRanker:
@@ -179,21 +240,9 @@ class FusionRanker:
         docids = slate.docids
         fused = [0.0] * len(docids)
         for ranker, weight in zip(self.components, self.weights):
-            ranking = ranker.rank(slate)
-            if sorted(ranking.docids) != sorted(docids):
-                raise SlateError(f"slate {slate.query.qid!r}: fusion component {ranker.name} "
-                                 "did not rank exactly the slate's candidates")
-            if self.spec.method == "rrf":
-                terms = rrf_terms(ranking, self.spec.k, getattr(ranker, "ranks_by_scores", False))
-                values = [terms[d] for d in docids]
-            else:
-                if ranking.scores is None:
-                    raise SlateError(
-                        f"fusion {self.name}: component {ranker.name} gives no scores to "
-                        f"normalise ({self.spec.method}); fuse it by rank with rrf"
-                    )
-                by_docid = dict(zip(ranking.docids, ranking.scores))
-                values = normalised([float(by_docid[d]) for d in docids], self.spec.method)
+            ranking = checked_ranking(ranker, slate)
+            values = component_values(ranker, ranking, docids, self.spec.method, self.spec.k,
+                                      self.name)
             for i, v in enumerate(values):
                 fused[i] += weight * v
         return fused

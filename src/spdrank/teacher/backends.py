@@ -10,6 +10,9 @@ set and is NOT recorded, so a rerun retries it.
 an LLM, and a way to test the whole pipeline); a ranker that orders by its scores alone
 (``ranks_by_scores``: popularity, ``title_similarity``, ``feature:NAME``) also hands over its
 scores, so the candidates it scored equally are recorded as ties rather than as an order.
+A fusion chosen on validation slates (``ranker:fusion:best:...``) labels as the plain fusion
+spec it chose, and each record carries the choice (``chosen``: the spec asked for, the one
+chosen, the metric, its validation score, the slates and their file).
 ``file:PATH`` takes permutations computed elsewhere: ``{qid, ranking: [docids]}`` lines (a
 label file works), slates with ``teacher`` filled, ranked results whose ``candidates`` (or
 ``hits``) are in ranked order (``spdrank rank``'s output, rank_llm's and RankGPT's, as JSONL
@@ -114,7 +117,14 @@ class RankerBackend:
 
     def __init__(self, ranker: Ranker, delay_s: float = 0.0) -> None:
         self.ranker = ranker
-        self.name = f"ranker:{ranker.name}"
+        # A fusion chosen on validation slates (fusion:best:...) labels as the plain spec it
+        # chose, which is its name here; each record says what it was chosen from, and how.
+        choice = getattr(ranker, "choice", None)
+        self.name = f"ranker:{choice.spec if choice is not None else ranker.name}"
+        #: The choice's record (``chosen`` in each label), or None for any other ranker.
+        self.chosen: dict[str, Any] | None = choice.record() if choice is not None else None
+        #: The choice with every candidate's score, for the run summary.
+        self.choice: dict[str, Any] | None = choice.to_dict() if choice is not None else None
         #: Sleep before each slate; for tests that need a slow teacher (e.g. to kill mid-run).
         self.delay_s = delay_s
 
@@ -128,6 +138,8 @@ class RankerBackend:
             generation = _from_docids(job.slate, ranking.docids, latency, text=None)
             if getattr(self.ranker, "ranks_by_scores", False) and ranking.scores is not None:
                 generation.scores = [float(x) for x in ranking.scores]
+            if self.chosen is not None:
+                generation.extra["chosen"] = self.chosen
             yield Outcome(job, generation)
 
     def close(self) -> None:

@@ -6,6 +6,11 @@ file gives the evaluation what it needs to put the teacher next to the students:
 teacher's OWN output (as parsed, before repair, so an invalid answer counts against the
 ``valid%`` column and is repaired by the evaluator exactly as the label file repaired it),
 the decode passes it spent and the latency measured when it ran.
+
+:class:`LabelRanking` reads the same file as a fusion component (``labels:PATH`` in
+``fusion:...`` and ``fusion:best:...``): the repaired rankings a student would learn from,
+with the teacher's scores when it recorded them, so an LLM teacher can be fused with cheaper
+rankers, and kept in a chosen fusion only where the validation slates say it adds.
 """
 
 from __future__ import annotations
@@ -16,10 +21,45 @@ from pathlib import Path
 
 from spdrank.core.ranking import Ranking
 from spdrank.core.slates import Slate, SlateError
-from spdrank.teacher.labels import Label, read_labels
+from spdrank.teacher.labels import Label, check_ranking, read_labels
 
 #: The docid standing for an id the teacher wrote that names no candidate (e.g. ``[57]`` of 50).
 OUT_OF_RANGE = "<out-of-range:{}>"
+
+
+def _label(labels: dict[str, Label], path: Path, slate: Slate) -> Label:
+    label = labels.get(slate.query.qid)
+    if label is None:
+        raise SlateError(
+            f"qid {slate.query.qid!r} has no record in the label file {path} "
+            "(label these slates with `spdrank teacher` first)"
+        )
+    return label
+
+
+class LabelRanking:
+    """A label file's repaired ranking of each slate, with the teacher's scores when its
+    record holds them (a teacher that ranks by a score alone): a fusion component."""
+
+    needs_train = False
+    #: Where a record has scores they decide its order, ties included; where it has none (an
+    #: LLM's), the ranking comes without scores and fuses by rank alone.
+    ranks_by_scores = True
+
+    def __init__(self, path: str | os.PathLike[str], name: str | None = None) -> None:
+        self.path = Path(path)
+        self.labels: dict[str, Label] = read_labels(self.path)
+        self.name = name or f"labels:{self.path}"
+
+    def fit(self, train: Iterable[Slate]) -> None:
+        """Nothing to learn: the rankings were computed when the labels were made."""
+
+    def rank(self, slate: Slate) -> Ranking:
+        label = _label(self.labels, self.path, slate)
+        ranking = check_ranking(label, slate)
+        scores = label.scores
+        return Ranking(docids=ranking,
+                       scores=None if scores is None else [float(x) for x in scores])
 
 
 class LabelReplayRanker:
@@ -39,12 +79,7 @@ class LabelReplayRanker:
         """Nothing to learn: the rankings were computed when the labels were made."""
 
     def rank(self, slate: Slate) -> Ranking:
-        label = self.labels.get(slate.query.qid)
-        if label is None:
-            raise SlateError(
-                f"qid {slate.query.qid!r} has no record in the label file {self.path} "
-                "(label these slates with `spdrank teacher` first)"
-            )
+        label = _label(self.labels, self.path, slate)
         rec = label.record
         docids = slate.docids
         if rec.get("n") not in (None, len(docids)):

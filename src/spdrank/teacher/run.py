@@ -121,6 +121,9 @@ class RunSummary:
     candidates_read: int | None = None
     candidates_cut: int | None = None
     max_item_tokens: int | None = None
+    #: A fusion chosen on validation slates (``ranker:fusion:best:...``): what it chose, its
+    #: validation score and every candidate's.
+    chosen: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -148,6 +151,7 @@ def run_teacher(options: RunOptions, make_backend: Callable[[], Backend]) -> Run
         if todo:
             backend = make_backend()
             summary.backend = backend.name
+            summary.chosen = getattr(backend, "choice", None)
             _warn_mixed(store, backend.name, mode, template)
             _label(options, backend, store, len(todo), summary)
         _summarise(store, selected, summary)
@@ -267,6 +271,10 @@ def format_summary(summary: RunSummary) -> str:
         head += f", shard {summary.shard}"
     if summary.limit is not None:
         head += f", limit {summary.limit}"
+    chosen = summary.chosen
+    if chosen is not None:
+        head += (f" (chosen as {chosen['from']} on {chosen['on']}: {chosen['metric']} "
+                 f"{chosen['score']:.4f} over {chosen['slates']} slates)")
     lines = [
         head,
         f"slates selected {summary.selected}: {summary.already_labelled} already labelled, "
