@@ -118,3 +118,67 @@ def test_a_run_ranker_counts_what_it_ranked_once_per_slate(files) -> None:
     for slate in list(read_slates(slates)) * 2:  # a warm-up ranks a slate twice
         ranker.rank(slate)
     assert ranker.ranked == {"q0": (1, N), "q1": (1, N), "q2": (1, N), "q3": (N, N)}
+
+
+def _other_ids(path: Path) -> Path:
+    """A run over the same queries in another id space: no docid is a slate's."""
+    path.write_text("".join(f"q{q} Q0 doc{q}-{j} {j + 1} {10 - j}.0 run\n"
+                            for q in range(4) for j in range(5)))
+    return path
+
+
+def test_a_fusion_component_of_another_id_space_is_said_as_eval_run_says_it(files, tmp_path,
+                                                                            caplog):
+    slates, _ = files
+    other = _other_ids(tmp_path / "other.trec")
+    spec = f"fusion:rrf:random+run:{other}"
+    with caplog.at_level(logging.WARNING):
+        _eval(slates, tmp_path / "fused.json", "--ranker", spec)
+    assert (f"{spec}: run:{other}: {other} ranks none of the candidates of 4 slates "
+            "('q0', 'q1', 'q2' and 1 more), which keep their given order: are its docids the "
+            "slates'?") in caplog.text
+
+
+def test_a_teacher_ranker_fusing_a_run_of_another_id_space_says_so(files, tmp_path, caplog):
+    slates, _ = files
+    other = _other_ids(tmp_path / "other.trec")
+    with caplog.at_level(logging.WARNING):
+        assert main(["teacher", "--slates", str(slates), "--out", str(tmp_path / "l.jsonl"),
+                     "--backend", f"ranker:fusion:rrf:random+run:{other}", "--prompt", "search",
+                     "--no-progress"]) == 0
+    assert f"{other} ranks none of the candidates of 4 slates" in caplog.text
+
+
+def test_a_fusion_component_that_is_no_regular_file_says_what_it_is(files, capsys):
+    slates, _ = files
+    with pytest.raises(SystemExit):  # a usage error of --ranker
+        main(["eval", "--slates", str(slates), "--ranker", "fusion:rrf:random+run:/dev/zero",
+              "--no-progress"])
+    err = capsys.readouterr().err
+    assert "/dev/zero is a character device: a TREC run file must be a regular file" in err, err
+    assert "no such" not in err
+
+
+@pytest.mark.parametrize("fields", [5, 7])
+def test_a_teacher_file_with_trec_lines_of_other_widths_says_so(files, tmp_path, fields, capsys):
+    slates, _ = files
+    run = tmp_path / "run.trec"
+    line = " ".join(["q0", "Q0", "q0p1", "1", "2.0", "tag", "extra"][:fields])
+    run.write_text(line + "\n")
+    assert main(["teacher", "--slates", str(slates), "--out", str(tmp_path / "l.jsonl"),
+                 "--backend", f"file:{run}", "--prompt", "search", "--no-progress"]) != 0
+    err = capsys.readouterr().err
+    assert f"{run}:1: neither JSON" in err and f"it has {fields} fields" in err, err
+    assert "invalid JSON" not in err
+
+
+def test_a_teacher_file_that_lacks_qids_does_not_ask_for_the_same_rerun(files, tmp_path, capsys):
+    slates, _ = files
+    run = tmp_path / "part.trec"
+    run.write_text("".join(f"q0 Q0 q0p{i} {i + 1} {10 - i}.0 run\n" for i in range(N)))
+    main(["teacher", "--slates", str(slates), "--out", str(tmp_path / "l.jsonl"),
+          "--backend", f"file:{run}", "--prompt", "search", "--no-progress",
+          "--max-failures", "0"])
+    out = capsys.readouterr().out
+    assert f"3 selected slates have no label: {run} has no ranking for them" in out, out
+    assert "rerun the same command" not in out

@@ -380,8 +380,14 @@ def _check_fusion(spec: str) -> None:
         for prefix, what in ((RUN_PREFIX, "TREC run"), (LABELS_PREFIX, "label")):
             if name.startswith(prefix):
                 path = Path(name[len(prefix) :])
-                if not path.is_file():
-                    raise ValueError(f"{spec!r}: component {name!r}: no such {what} file {path}")
+                if not path.is_file():  # missing, a device, a directory: say which
+                    from spdrank.core.inputs import check_rereadable
+                    from spdrank.core.slates import SlateError
+
+                    try:
+                        check_rereadable(path, f"{what} file")
+                    except SlateError as exc:
+                        raise ValueError(f"{spec!r}: component {name!r}: {exc}") from None
                 break
         else:
             try:

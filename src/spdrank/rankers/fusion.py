@@ -247,6 +247,14 @@ class FusionRanker:
                 fused[i] += weight * v
         return fused
 
+    def coverage_note(self) -> str | None:
+        """What its components did not rank (a ``run:PATH`` of another id space keeps every
+        slate's given order, which would pass for the run's), in their own words
+        (:func:`spdrank.rankers.run_ranker.coverage_line`), once the slates are ranked."""
+        notes = (getattr(r, "coverage_note", None) for r in self.components)
+        lines = [line for note in notes if note is not None and (line := note())]
+        return "; ".join(f"{self.name}: {line}" for line in lines) or None
+
     def rank(self, slate: Slate) -> Ranking:
         docids = slate.docids
         scores = self.scores(slate)

@@ -143,7 +143,12 @@ class RankerBackend:
             yield Outcome(job, generation)
 
     def close(self) -> None:
-        """Nothing held."""
+        """Say what of the slates labelled now the ranker did not rank (a fusion's ``run:PATH``
+        component of another id space), in ``eval``'s words."""
+        note = getattr(self.ranker, "coverage_note", None)
+        line = note() if note is not None else None
+        if line:
+            log.warning(line)
 
 
 class FileBackend:
@@ -246,9 +251,16 @@ def is_trec_run(path: Path) -> bool:
 
     The file is read again as what it is, so it must be a regular file, not a pipe.
     """
-    for _, _, line in iter_lines(path, "rankings file", regular_only=True):
+    for number, _, line in iter_lines(path, "rankings file", regular_only=True):
         text = line.decode("utf-8").strip()
-        return not text.startswith(("{", "[")) and len(text.split()) == 6
+        if text.startswith(("{", "[")):
+            return False
+        fields = len(text.split())
+        if fields == 6:
+            return True
+        raise SlateError(f"{path}:{number}: neither JSON (a ranking record starts with '{{' "
+                         f"or '[') nor a TREC run line (6 fields: qid Q0 docid rank score tag); "
+                         f"it has {fields} field{'s' if fields != 1 else ''}")
     return False
 
 

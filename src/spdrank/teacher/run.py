@@ -305,6 +305,14 @@ def format_summary(summary: RunSummary) -> str:
     lines.append(f"\nlabels: {summary.labels}")
     if summary.slates_out:
         lines.append(f"labelled slates: {summary.slates_out}")
+    elif summary.unlabelled and (summary.backend or "").startswith("file:"):
+        # A file's rankings are what they are: the same command would fail the same slates.
+        source = summary.backend.removeprefix("file:")
+        lines.append(
+            f"{summary.unlabelled} selected slates have no label: {source} has no ranking for "
+            "them (the first failure names one); add their rankings to it and rerun, or "
+            "select slates it ranks (labelled slates are written once all are labelled)"
+        )
     elif summary.unlabelled:
         lines.append(
             f"{summary.unlabelled} selected slates have no label yet: rerun the same command to "
