@@ -255,7 +255,7 @@ def test_eval_ranker_is_not_a_default_baseline():
 # -- builder: feature and retriever --------------------------------------------------------
 
 
-def test_feature_is_fitted_on_training_users_without_their_targets(tmp_path, monkeypatch):
+def test_feature_is_fitted_on_every_users_history_without_their_targets(tmp_path, monkeypatch):
     users = _runs(60, length=7)
     seqs, titles = _write_log(tmp_path, users)
     seen = _spy_fits(monkeypatch)
@@ -265,8 +265,10 @@ def test_feature_is_fitted_on_training_users_without_their_targets(tmp_path, mon
     train = load_slates(result.train_path)
     held_out = [*load_slates(result.eval_path), *load_slates(result.valid_path)]
     items = dict(users)
-    # Every training user's items but the last (its slate's target), no one else's.
-    assert sorted(map(tuple, seen[0])) == sorted(tuple(items[s.query.qid][:-1]) for s in train)
+    # Every user's items but the last (its slate's target), in every split, nothing else.
+    assert sorted(map(tuple, seen[0])) == sorted(
+        tuple(items[s.query.qid][:-1]) for s in [*train, *held_out]
+    )
     assert len(seen) == 1 and held_out
 
     model = SASRec.fit(seen[0], TINY, items=[f"i{i}" for i in range(N_ITEMS)])
@@ -281,8 +283,9 @@ def test_feature_is_fitted_on_training_users_without_their_targets(tmp_path, mon
 
 
 def test_feature_also_learns_from_users_without_a_candidate_list(tmp_path, monkeypatch):
-    """Users a candidate file does not list make no slate; their counted sequences
-    (``extra_sequences.txt``) reach the builder's SASRec as they reach the counts."""
+    """Users a candidate file does not list make no slate; their whole sequences reach the
+    builder's SASRec, as every history does (``extra_sequences.txt`` holds what the counts
+    take of them)."""
     users = _runs(30, length=7)
     seqs, _titles = _write_log(tmp_path, users)
     listed = dict(users[:20])
@@ -294,11 +297,11 @@ def test_feature_also_learns_from_users_without_a_candidate_list(tmp_path, monke
                            features=("sasrec",), sasrec=TINY)
     result = build_from_files(seqs, _titles, tmp_path / "out", options, candidate_file=lists,
                               progress=False)
-    train = load_slates(result.train_path)
-    extra = [items[-5:] for u, items in users[20:]]  # the history shown, then the target
+    slates = [*load_slates(result.train_path), *load_slates(result.eval_path)]
     assert (result.extra_path.read_text("utf-8").splitlines()
             == [" ".join([u, *items[-5:]]) for u, items in users[20:]])
-    expected = [tuple(listed[s.query.qid][:-1]) for s in train] + [tuple(e) for e in extra]
+    expected = ([tuple(listed[s.query.qid][:-1]) for s in slates]
+                + [tuple(items) for _, items in users[20:]])
     assert len(seen) == 1 and sorted(map(tuple, seen[0])) == sorted(expected)
 
 

@@ -3,8 +3,8 @@
 ``popularity``, ``cooccurrence`` and ``transition`` are counted over the training slates,
 leaving the slate's own user out (:mod:`spdrank.datasets.interaction_features` says why);
 ``title_similarity`` is a lexical retriever's score from the titles alone
-(:mod:`spdrank.datasets.title_similarity`); ``sasrec`` is the score of a SASRec fitted on the
-training users' items but their last (:mod:`spdrank.datasets.sasrec_features`).
+(:mod:`spdrank.datasets.title_similarity`); ``sasrec`` is the score of a SASRec fitted on every
+history the build has, never a slate's target (:mod:`spdrank.datasets.sasrec_features`).
 
 Leakage: the statistics the baselines fit on ``train.jsonl`` and these features count the
 same sequences: those of the users in ``train.jsonl`` (and of the users only counted,
@@ -87,13 +87,15 @@ def fit_features(
     retriever: SASRecScores | None,
     options: BuildOptions,
 ) -> CandidateFeatures:
-    """The features ``options`` names, fitted on the training users (and the users only
-    counted), as the baselines count them; the retriever's SASRec serves as the feature's."""
+    """The features ``options`` names: the counts over the training users (and the users only
+    counted), as the baselines count them; SASRec fitted on every user's history and the users
+    only counted, never a target (the retriever's SASRec, when there is one, serves as the
+    feature's: it is fitted on the same)."""
     only_counted = [counted_sequence(items, options.history) for _, items in extra]
     sasrec = retriever
     if SASREC in options.features and sasrec is None:
-        train_users = (u for u, name in split_of.items() if name == TRAIN_FILE)
-        sasrec = fit_for_build(users, train_users, shown_items, options, only_counted)
+        # Every history, the whole sequences of the users only counted included.
+        sasrec = fit_for_build(users, shown_items, options, [items for _, items in extra])
     if not set(options.features) & set(FEATURES):
         return CandidateFeatures(options.features, sasrec=sasrec)
     similarity = TitleSimilarity(title_of(i) for i in sorted(log.item_counts))

@@ -1,19 +1,25 @@
 """SASRec for the builders: a score per candidate (``--features ...,sasrec``) and a retriever
 (``--retriever sasrec``), from one model fitted per build.
 
-**What the model sees.** It is fitted on the training users' sequences without their last
-item: ``items[:-1]``, the history each training slate shows (and any older items), never the
-slate's target. Validation and eval users are not fitted on at all, as they are not counted in
-the interaction features. So:
+**What the model sees.** It is fitted on every history the build has, as a team fits its
+SASRec on every interaction it holds, and never on a slate's target:
 
-- no slate's target was ever a training label: a training slate's target is the one item of
-  its user the fit dropped, and a validation or eval user contributed nothing;
-- a training slate's history was fitted on (as a prefix predicting its own next items), an
-  eval slate's was not. That is the one asymmetry, and it carries no label: the state that
-  scores a slate's candidates is the one after its last history item, which the fit never
-  trained to predict anything for that user (docs/sasrec.md measures how far train and eval
-  scores differ). Leaving each user out, as the interaction features do by subtracting exact
-  counts, has no exact counterpart for a trained network: it would take a fit per user.
+- every user who makes a slate (train, validation and eval alike): their items without their
+  last, ``items[:-1]``, the history their slate shows (and any older items), never the
+  slate's target, which is that last item;
+- every user given only to be counted (``extra_sequences.txt``, users without a candidate
+  list, :mod:`spdrank.datasets.extra_sequences`): their whole sequence, since they make no
+  slate and so hold no target.
+
+So no slate's target was ever a training label, in any split: a user makes one slate, and its
+target is the one item of theirs the fit dropped. Train, validation and eval slates are also
+treated alike (each one's history was a training sequence, and the state that scores a slate's
+candidates, after its last history item, was never trained to predict anything for that
+user), so the feature has no train/eval asymmetry of its own. Eval histories are what a
+deployed model would see at serving time; fitting on them is what a team does before it ranks,
+and it holds no label. Leaving each user out, as the interaction features do by subtracting
+exact counts, has no exact counterpart for a trained network (it would take a fit per user),
+and with no target in the fit it is not needed.
 
 The vocabulary is the whole log's item set (titles and ids, no interactions), so every
 candidate has an embedding; items no training user touched are only ever sampled negatives.
@@ -35,7 +41,7 @@ from typing import TYPE_CHECKING
 from spdrank.datasets.candidates import CandidateLists
 from spdrank.datasets.log import InteractionLog
 from spdrank.datasets.options import BuildOptions
-from spdrank.datasets.split import history_and_target, split_users, validation_users
+from spdrank.datasets.split import history_and_target
 from spdrank.rankers.sasrec_config import SASREC, SASRecConfig
 
 if TYPE_CHECKING:
@@ -48,8 +54,9 @@ DECIMALS = 6
 
 #: How the manifest describes the SASRec feature and retriever, when a build uses them.
 SASREC_POLICY = (
-    "SASRec (Kang & McAuley 2018, spdrank.rankers.sasrec) fitted on the training users' sequences "
-    "without their last item (never a slate's target; validation and eval users not at all), "
+    "SASRec (Kang & McAuley 2018, spdrank.rankers.sasrec) fitted on every user's items but their "
+    "last (train, validation and eval users alike: each slate's history, never its target) and "
+    "on the whole sequences of users without a slate (extra_sequences.txt), "
     "vocabulary: the log's items; a candidate's score is its logit after the slate's history, "
     "rounded to 6 decimals; the retriever takes the top-N items outside the user's earlier "
     "items and never adds the target"
@@ -68,7 +75,7 @@ class SASRecScores:
     ) -> None:
         """Fit (or load from the cache) and encode every user's history once.
 
-        ``train_sequences``: the training users' items without their last one;
+        ``train_sequences``: what the fit learns from (:func:`fit_sequences`);
         ``histories``: each user's slate history, by user id.
         """
         from spdrank.rankers.sasrec import SASRec, default_cache_dir
@@ -105,23 +112,30 @@ class SASRecScores:
         }
 
 
+def fit_sequences(
+    users: Sequence[tuple[str, list[str]]], extra: Sequence[Sequence[str]] = ()
+) -> list[list[str]]:
+    """What the build's SASRec is fitted on (the module's docstring says why): each slate's
+    user's items but their last (the target), then the whole sequence of each user who makes no
+    slate (``extra``)."""
+    return [items[:-1] for _, items in users] + [list(s) for s in extra]
+
+
 def fit_for_build(
     users: Sequence[tuple[str, list[str]]],
-    train_users: Iterable[str],
     catalogue: Iterable[str],
     options: BuildOptions,
     extra: Sequence[Sequence[str]] = (),
 ) -> SASRecScores:
-    """The model a build's slates read: fitted on ``train_users``' items but their last, and
-    on ``extra``, the sequences of users who make no slate (``extra_sequences.txt``, which the
-    count features and ``spdrank eval``'s SASRec also learn from: no slate's target is in them).
+    """The model a build's slates read, fitted on :func:`fit_sequences`: every slate's user's
+    items but their target, in every split, and ``extra``, the whole sequences of users who make
+    no slate (``extra_sequences.txt``).
 
     ``users``: every user that makes a slate (``(user, items)``, oldest first); ``catalogue``:
     every item a slate may show (the vocabulary).
     """
-    train = set(train_users)
     return SASRecScores(
-        [items[:-1] for user, items in users if user in train] + [list(s) for s in extra],
+        fit_sequences(users, extra),
         catalogue,
         {user: history_and_target(items, options.history)[0] for user, items in users},
         options.sasrec,
@@ -133,18 +147,13 @@ def retriever_lists(
 ) -> tuple[SASRecScores, CandidateLists]:
     """SASRec's top ``options.candidates`` of every user, as a scored candidate file would be.
 
-    The retriever decides which users make a slate, so it runs before the builder's split; it
-    splits the log's users exactly as the builder will (every user gets a list: one whose
-    earlier items are the whole catalogue, leaving nothing to retrieve, is an error).
+    The retriever decides which users make a slate, so it runs before the builder's split; the
+    fit does not depend on the split, since it takes every user's items but their last (every
+    user gets a list: one whose earlier items are the whole catalogue, leaving nothing to
+    retrieve, is an error).
     """
     users = log.users
-    held_out = split_users((u for u, _ in users), options.eval_fraction, options.seed)
-    held_out |= validation_users(
-        (u for u, _ in users if u not in held_out), options.validation, options.seed
-    )
-    scores = fit_for_build(
-        users, (u for u, _ in users if u not in held_out), sorted(log.item_counts), options
-    )
+    scores = fit_for_build(users, sorted(log.item_counts), options)
     top = scores.retrieve(options.candidates, {user: items[:-1] for user, items in users})
     empty = [u for u, hits in top.items() if not hits]
     if empty:

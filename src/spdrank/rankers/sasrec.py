@@ -544,7 +544,8 @@ class SASRecRanker:
     (:func:`spdrank.core.slates.training_sequence`), then the sequences of users who make no
     slate when the build wrote them (:meth:`fit_sequences`).
 
-    Only the training file feeds the fit, so no evaluation target is ever seen. The
+    Only the training file feeds the fit, so no evaluation target is ever seen (the fit a
+    build made, which :meth:`fit_build` loads instead, holds no slate's target at all). The
     vocabulary is every item those slates show (candidates too: an item that is only ever a
     negative is still an id the model can rank low); an evaluation candidate outside it
     ranks last (:meth:`SASRec.score`). The fit is cached by its inputs, so a second
@@ -566,8 +567,12 @@ class SASRecRanker:
         self.cache = default_cache_dir() if cache == "default" else cache
         self.name = name
         self.model: SASRec | None = None
+        #: Whether the model is the fit a build made (:meth:`fit_build`), which holds no
+        #: slate's target, rather than one on the training slates, which holds theirs.
+        self.fitted_by_build = False
 
     def fit(self, train: Iterable[Slate]) -> None:
+        self.fitted_by_build = False
         sequences: list[list[str]] = []
         items: set[str] = set()
         for slate in train:
@@ -587,6 +592,7 @@ class SASRecRanker:
         sequences; a candidate no one interacted with ranks last, as one outside the
         vocabulary always does, rather than low by its trained-as-negative embedding.
         """
+        self.fitted_by_build = False
         seqs = [list(s) for s in sequences]
         self._fit(seqs, {item for seq in seqs for item in seq})
 
@@ -600,9 +606,13 @@ class SASRecRanker:
         when ``manifest.json`` beside it records one under these settings, ``train`` is the file
         that build wrote, and the fit is in the cache; whether it did.
 
-        That fit learned from the training users' items but their last and the users without a
-        slate: no eval target, as this ranker's own fit. Sharing it makes the ranker the model
-        whose scores the slates' ``sasrec`` feature holds, and spares a second fit.
+        That fit learned from every user's items but their last, in every split (each slate's
+        history, never its target), and from the users without a slate
+        (:mod:`spdrank.datasets.sasrec_features`): no target of any of the build's slates, as
+        this ranker's own fit holds no eval target. Sharing it makes the ranker the model whose
+        scores the slates' ``sasrec`` feature holds, and spares a second fit; and since no
+        training target is in it either, its scores of the build's training slates are
+        leak-free too (``fitted_by_build`` says so: ``spdrank data features`` reads it).
         """
         from spdrank.core.files import sha256_file
 
@@ -623,6 +633,7 @@ class SASRecRanker:
         if model is None:
             return False
         self.model = model
+        self.fitted_by_build = True
         log.info("%s: the fit the build of %s made (%s)", self.name, train, manifest_path)
         return True
 
