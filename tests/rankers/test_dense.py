@@ -110,3 +110,29 @@ def test_minilm_from_the_wheel() -> None:
                                                        "months on a host."}}],
     })
     assert DenseRanker().rank(slate).docids == ["b", "a"]
+
+
+def test_scores_many_embeds_each_new_text_once_within_its_bound(tmp_path: Path) -> None:
+    """Many slates: the texts not kept from an earlier call go through one embed call, the
+    cosines are scores()'s, and at most cache_texts vectors stay between calls."""
+    ranker = DenseRanker(str(_tiny_bert(tmp_path)), cache_texts=3)
+    calls: list[list[str]] = []
+    embed = ranker.embed
+
+    def counted(texts: list[str]) -> torch.Tensor:
+        calls.append(list(texts))
+        return embed(texts)
+
+    ranker.embed = counted  # type: ignore[method-assign]
+    slates = [_slate(), _slate()]
+    got = ranker.scores_many(slates)
+    assert calls == [["flea dog", "moon tide", "tick cat"]]  # each distinct text once
+    assert got[0] == got[1]
+    assert got[0] == pytest.approx(DenseRanker.scores(ranker, slates[0]), abs=1e-6)
+    calls.clear()
+    ranker.scores_many([_slate()])
+    assert calls == []  # all three kept
+    assert len(ranker._vectors) == 3
+    other = Slate.from_dict({"query": "cat", "candidates": [{"docid": "a", "doc": {"text": "dog"}}]})
+    ranker.scores_many([other])
+    assert calls == [["cat", "dog"]] and len(ranker._vectors) == 3  # the oldest dropped

@@ -135,10 +135,11 @@ def register(subparsers: Any) -> None:
     _add_common(beauty, negatives_default=None)
     beauty.set_defaults(func=run_beauty)
 
-    from spdrank.commands import data_queries, data_search
+    from spdrank.commands import data_features, data_queries, data_search
 
     data_search.register(sub)
     data_queries.register(sub)
+    data_features.register(sub)
 
 
 def _options(args: argparse.Namespace) -> BuildOptions:

@@ -98,6 +98,8 @@ class PopularityRanker:
     #: It learns from users' interaction histories: a search slate (no history) has none.
     needs_history = True
     ranks_by_scores = True
+    #: ``scores`` and ``rank`` take ``leave_out``: one fitted sequence not counted, exactly.
+    leaves_one_out = True
 
     def __init__(self, name: str = "popularity") -> None:
         self.name = name
@@ -124,9 +126,10 @@ class PopularityRanker:
         own = Counter(leave_out or ())
         return [float(self.counts.get(d, 0) - own.get(d, 0)) for d in slate.docids]
 
-    def rank(self, slate: Slate) -> Ranking:
+    def rank(self, slate: Slate, leave_out: Sequence[str] | None = None) -> Ranking:
+        """The candidates by count; ``leave_out`` as :meth:`scores` takes it."""
         docids = slate.docids
-        scores = self.scores(slate)
+        scores = self.scores(slate, leave_out)
         order = _sorted_by([(s,) for s in scores])
         return Ranking(docids=[docids[i] for i in order], scores=[scores[i] for i in order])
 
@@ -153,6 +156,8 @@ class CooccurrenceRanker:
     needs_history = True
     #: Its score ties are ordered by popularity, so equal scores are not ties of its ranking.
     ranks_by_scores = False
+    #: ``scores`` and ``rank`` take ``leave_out``: one fitted sequence not counted, exactly.
+    leaves_one_out = True
 
     def __init__(
         self,
@@ -228,11 +233,16 @@ class CooccurrenceRanker:
                     out[index[d]] += w * c
         return out
 
-    def rank(self, slate: Slate) -> Ranking:
+    def rank(self, slate: Slate, leave_out: Sequence[str] | None = None) -> Ranking:
+        """The candidates by score, ties by popularity; ``leave_out``: one of the fitted
+        sequences, left out of both (the ranking of a fit without it)."""
         docids = slate.docids
-        scores = self.scores(slate)
-        counts = self.popularity.counts or Counter()
-        order = _sorted_by([(s, float(counts.get(d, 0))) for s, d in zip(scores, docids)])
+        scores = self.scores(slate, leave_out)
+        counts = (
+            self.popularity.scores(slate, leave_out) if self.popularity.counts is not None
+            else [0.0] * len(docids)
+        )
+        order = _sorted_by(list(zip(scores, counts)))
         return Ranking(docids=[docids[i] for i in order], scores=[scores[i] for i in order])
 
 

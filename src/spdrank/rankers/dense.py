@@ -24,13 +24,20 @@ threads ran about 3x slower than one, and a batch a thread as fast as one). None
 this changes an embedding beyond float rounding: attention masks the padding and the pooling
 reads only real tokens, so each text's vector is the one it gets alone (tested), put back in
 the order given.
+
+Many slates (:meth:`DenseRanker.scores_many`, what ``spdrank data features`` calls): a query or
+passage that recurs across slates (a user's history, a popular item, a passage many queries
+retrieve) is embedded once. The texts of the slates given that are not yet embedded go through
+one :meth:`DenseRanker.embed` call, and their vectors are kept by text, the least recently used
+dropped first beyond :data:`CACHE_TEXTS`, so memory stays bounded however many slates pass.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import zipfile
-from collections.abc import Iterable
+from collections import OrderedDict
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +52,10 @@ MAX_TOKENS = 256
 #: MS MARCO passages, small enough that a layer's activations stay in a CPU's caches; faster
 #: than 4,096 on DL19 (benchmarks/results/dense-speed-cpu).
 BATCH_TOKENS = 1024
+#: Text vectors :meth:`DenseRanker.scores_many` keeps between calls, the least recently used
+#: dropped first: all-MiniLM-L6-v2's are 384 float32 numbers (1.5 KiB), so about 75 MiB. One
+#: call holds its own slates' vectors whatever their number, and trims to this after it.
+CACHE_TEXTS = 50_000
 
 
 def length_batches(lengths: list[int], budget: int) -> list[list[int]]:
@@ -90,16 +101,21 @@ class DenseRanker:
 
     def __init__(
         self, model: str = MINILM, name: str = "dense", max_tokens: int = MAX_TOKENS,
-        batch_tokens: int = BATCH_TOKENS,
+        batch_tokens: int = BATCH_TOKENS, cache_texts: int = CACHE_TEXTS,
     ) -> None:
         if batch_tokens < 1:
             raise ValueError(f"batch_tokens must be at least 1, got {batch_tokens}")
+        if cache_texts < 0:
+            raise ValueError(f"cache_texts must be at least 0, got {cache_texts}")
         self.model_name = model
         self.name = name
         self.max_tokens = max_tokens
         self.batch_tokens = batch_tokens
+        self.cache_texts = cache_texts
         self._encoder: Any = None
         self._tokenizer: Any = None
+        #: Vectors by text, least recently used first (:meth:`scores_many`).
+        self._vectors: OrderedDict[str, Any] = OrderedDict()
 
     def fit(self, train: Iterable[Slate]) -> None:
         """Nothing to learn: the encoder is trained already."""
@@ -188,6 +204,34 @@ class DenseRanker:
         """The cosine of each candidate with the query, in candidate order."""
         vectors = self.embed([slate.query.text, *slate.candidate_texts(TEXT_FIELDS)])
         return (vectors[1:] @ vectors[0]).tolist()
+
+    def scores_many(self, slates: Sequence[Slate]) -> list[list[float]]:
+        """:meth:`scores` of each slate, each distinct text embedded once: the slates' query
+        and candidate texts not kept from an earlier call go through one :meth:`embed` call,
+        and the cosines are computed as :meth:`scores` computes them, from the same vectors a
+        text gets alone, to float rounding. Up to :attr:`cache_texts` vectors are kept for the
+        next call, the least recently used dropped first."""
+        import torch
+
+        texts = [[s.query.text, *s.candidate_texts(TEXT_FIELDS)] for s in slates]
+        kept = self._vectors
+        missing = list(dict.fromkeys(t for group in texts for t in group if t not in kept))
+        if missing:
+            vectors = self.embed(missing)
+            for text, vector in zip(missing, vectors):
+                kept[text] = vector.clone()  # a row of its own, not a view of the whole batch
+        out: list[list[float]] = []
+        for query, *candidates in texts:
+            for text in (query, *candidates):
+                kept.move_to_end(text)
+            if not candidates:
+                out.append([])
+                continue
+            matrix = torch.stack([kept[t] for t in candidates])
+            out.append((matrix @ kept[query]).tolist())
+        while len(kept) > self.cache_texts:
+            kept.popitem(last=False)
+        return out
 
     def rank(self, slate: Slate) -> Ranking:
         docids = slate.docids

@@ -1,0 +1,301 @@
+"""``spdrank data features``: any ranker's score as a feature, leak-free on the training file,
+each text embedded once by dense, resumable after a crash, and its refusals."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from pathlib import Path
+
+import pytest
+
+from spdrank.commands import data_features
+from spdrank.commands.cli import main
+from spdrank.commands.named_rankers import build_rankers, fit_rankers
+from spdrank.core.ranking import rank_scores
+from spdrank.core.slates import read_slates, training_sequence
+from spdrank.datasets.build import build_from_files
+from spdrank.datasets.options import BuildOptions
+from spdrank.rankers.baselines import CooccurrenceRanker, PopularityRanker
+
+N_ITEMS = 30
+
+
+def write_log(folder: Path, users: int = 40, length: int = 6) -> tuple[Path, Path]:
+    """Users who walk i, i+1, ... through the items (no item twice), and the items' titles."""
+    rng = random.Random(0)
+    lines = []
+    for u in range(users):
+        start = rng.randrange(N_ITEMS)
+        lines.append(" ".join([f"u{u}", *(f"i{(start + k) % N_ITEMS}" for k in range(length))]))
+    seqs, titles = folder / "seq.txt", folder / "titles.tsv"
+    seqs.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    titles.write_text("item_id\ttitle\n" + "".join(f"i{i}\tItem {i}\n" for i in range(N_ITEMS)),
+                      encoding="utf-8")
+    return seqs, titles
+
+
+def build(folder: Path, **options) -> Path:
+    seqs, titles = write_log(folder)
+    out = folder / "slates"
+    build_from_files(seqs, titles, out, BuildOptions(candidates=8, eval_fraction=0.25,
+                                                     **options), progress=False)
+    return out
+
+
+def features(path: Path, *names: str) -> list[list[dict[str, float]]]:
+    """Each slate's candidates' ``names`` values."""
+    return [[{n: c.features[n] for n in names} for c in s.candidates] for s in read_slates(path)]
+
+
+def run(*argv: str) -> int:
+    return main(["data", "features", "--no-progress", *argv])
+
+
+def order_by(values: list[float]) -> list[int]:
+    """Candidate indices by value, ties in candidate order (how a ranking by scores sorts)."""
+    return sorted(range(len(values)), key=lambda i: -values[i])
+
+
+def test_popularity_on_the_training_file_leaves_each_user_out(tmp_path: Path) -> None:
+    """On the training file a slate's own sequence is not counted: the values equal the
+    builder's leave-one-user-out features, and a refit without the user (co-occurrence's
+    rank-derived score)."""
+    out = build(tmp_path, features=("popularity", "cooccurrence"))
+    train = out / "train.jsonl"
+    dst = tmp_path / "f.jsonl"
+    assert run("--slates", str(train), "--out", str(dst), "--add", "pop=popularity",
+               "--add", "co=cooccurrence") == 0
+    slates = list(read_slates(train))
+    featured = list(read_slates(dst))
+    for slate, done in zip(slates, featured):
+        for c in done.candidates:
+            # the builder's popularity is log1p of the count without the slate's user
+            assert round(math.log1p(c.features["pop"]), 6) == c.features["popularity"]
+        others = [training_sequence(s) for s in slates if s.query.qid != slate.query.qid]
+        refit = CooccurrenceRanker()
+        refit.fit_sequences(others)
+        ranking = refit.rank(slate)
+        expected = dict(zip(ranking.docids, rank_scores(len(slate))))
+        assert [c.features["co"] for c in done.candidates] == [expected[d] for d in slate.docids]
+    # and a slate's own target would have counted: without leaving out, values differ
+    whole = PopularityRanker()
+    whole.fit(slates)
+    target = slates[0].clicked[0]
+    value = next(c.features["pop"] for c in featured[0].candidates if c.docid == target)
+    assert whole.scores(slates[0])[slates[0].docids.index(target)] == value + 1
+
+
+def test_values_on_eval_slates_are_what_eval_ranks_by(tmp_path: Path) -> None:
+    out = build(tmp_path)
+    slates_path = out / "eval.jsonl"
+    dst = tmp_path / "f.jsonl"
+    specs = ["popularity", "cooccurrence", "fusion:rrf:popularity+cooccurrence"]
+    argv = ["--slates", str(slates_path), "--out", str(dst)]
+    assert run(*argv, *[x for s in specs for x in ("--add", s)]) == 0
+    rankers = build_rankers(specs)
+    fit_rankers(rankers, out / "train.jsonl", progress=False)
+    names = [data_features.feature_name(s) for s in specs]
+    assert names == ["popularity", "cooccurrence", "fusion_rrf_popularity_cooccurrence"]
+    for slate, done in zip(read_slates(slates_path), read_slates(dst)):
+        for ranker, name in zip(rankers, names):
+            ranking = ranker.rank(slate)
+            values = [c.features[name] for c in done.candidates]
+            # the ranker's order is the order of the feature
+            assert [slate.docids[i] for i in order_by(values)] == ranking.docids
+            if ranker.ranks_by_scores:
+                assert dict(zip(ranking.docids, ranking.scores)) == dict(
+                    zip(slate.docids, values))
+
+
+def test_a_run_and_a_feature_are_values_too(tmp_path: Path) -> None:
+    out = build(tmp_path)
+    slates = list(read_slates(out / "eval.jsonl"))
+    run_file = tmp_path / "runs" / "mine.trec"
+    run_file.parent.mkdir()
+    lines = [f"{s.query.qid} Q0 {d} {r + 1} {10.0 - r} tag"
+             for s in slates for r, d in enumerate(s.docids[:5])]
+    run_file.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    dst = tmp_path / "f.jsonl"
+    assert run("--slates", str(out / "eval.jsonl"), "--out", str(dst),
+               "--add", f"run:{run_file}") == 0
+    for done in read_slates(dst):
+        values = [c.features["mine"] for c in done.candidates]
+        assert values[:5] == [10.0, 9.0, 8.0, 7.0, 6.0]
+        assert all(v == math.nextafter(6.0, -math.inf) for v in values[5:])
+
+
+def test_sasrec_on_the_training_file_is_refused_unless_the_build_fitted_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = build(tmp_path)
+    assert run("--slates", str(out / "train.jsonl"), "--out", str(tmp_path / "f.jsonl"),
+               "--add", "sasrec") == 2
+    err = capsys.readouterr().err
+    assert "is in its fit" in err and "--features ...,sasrec" in err
+
+
+def test_two_adds_one_name_an_existing_feature_and_out_over_in_are_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = build(tmp_path, features=("popularity",))
+    train = str(out / "train.jsonl")
+    dst = tmp_path / "f.jsonl"
+    assert run("--slates", train, "--out", str(dst), "--add", "popularity",
+               "--add", "popularity=cooccurrence") == 2
+    assert "both write the feature 'popularity'" in capsys.readouterr().err
+    assert run("--slates", train, "--out", str(dst), "--add", "popularity") == 2
+    err = capsys.readouterr().err
+    assert "already holds feature 'popularity'" in err and "train.jsonl:1" in err
+    assert run("--slates", train, "--out", str(dst), "--add", "popularity", "--overwrite") == 0
+    assert run("--slates", train, "--out", train, "--add", "x=popularity") == 2
+    assert "is the same file as --slates" in capsys.readouterr().err
+    assert run("--slates", train, "--out", str(dst), "--add", "nonsense") == 2
+    assert "unknown baseline 'nonsense'" in capsys.readouterr().err
+    assert run("--slates", train, "--out", str(dst), "--add", "score=popularity") == 2
+    assert "'score' is the candidate's own score field" in capsys.readouterr().err
+
+
+def test_a_non_finite_value_names_the_slate_and_the_candidate(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = build(tmp_path)
+    monkeypatch.setattr(PopularityRanker, "scores",
+                        lambda self, slate, leave_out=None: [math.nan] * len(slate))
+    assert run("--slates", str(out / "eval.jsonl"), "--out", str(tmp_path / "f.jsonl"),
+               "--add", "popularity") == 2
+    err = capsys.readouterr().err
+    assert "eval.jsonl:1" in err and "candidates[0] (docid" in err and "nan" in err
+
+
+def test_a_crash_resumes_to_the_bytes_of_an_uninterrupted_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = build(tmp_path)
+    slates = str(out / "train.jsonl")
+    argv = ["--slates", slates, "--add", "popularity", "--add", "cooccurrence",
+            "--add", "rrf=fusion:rrf:popularity+cooccurrence"]
+    whole = tmp_path / "whole.jsonl"
+    assert run(*argv, "--out", str(whole)) == 0
+
+    monkeypatch.setattr(data_features, "CHUNK", 4)
+    original = CooccurrenceRanker.rank
+    calls = {"n": 0}
+
+    def crashing(self, slate, leave_out=None):
+        calls["n"] += 1
+        if calls["n"] > 20:  # two chunks of 4, ranked alone and in the fusion
+            raise RuntimeError("killed")
+        return original(self, slate, leave_out)
+
+    monkeypatch.setattr(CooccurrenceRanker, "rank", crashing)
+    dst = tmp_path / "f.jsonl"
+    with pytest.raises(RuntimeError, match="killed"):
+        run(*argv, "--out", str(dst))
+    partial = data_features.partial_path(dst)
+    assert not dst.exists() and partial.exists()
+    kept = partial.read_bytes().splitlines(keepends=True)
+    assert len(kept) == 1 + 8  # the header and two whole chunks
+    with open(partial, "ab") as fh:  # a kill in the middle of a line
+        fh.write(b'{"query":{"qid":"u')
+    monkeypatch.setattr(CooccurrenceRanker, "rank", original)
+    assert run(*argv, "--out", str(dst)) == 0
+    assert dst.read_bytes() == whole.read_bytes()
+    assert not partial.exists()
+    assert "8 of them from f.jsonl.partial" in capsys.readouterr().out
+
+
+def test_a_partial_of_other_slates_or_another_command_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = build(tmp_path)
+    dst = tmp_path / "f.jsonl"
+    monkeypatch.setattr(data_features, "CHUNK", 4)
+    original = PopularityRanker.rank
+    calls = {"n": 0}
+
+    def crashing(self, slate, leave_out=None):
+        calls["n"] += 1
+        if calls["n"] > 4:
+            raise RuntimeError("killed")
+        return original(self, slate, leave_out)
+
+    monkeypatch.setattr(PopularityRanker, "rank", crashing)
+    argv = ["--out", str(dst), "--add", "popularity"]
+    with pytest.raises(RuntimeError):
+        run("--slates", str(out / "eval.jsonl"), *argv)
+    monkeypatch.setattr(PopularityRanker, "rank", original)
+    capsys.readouterr()
+    assert run("--slates", str(out / "eval.jsonl"), *argv[:-1], "cooccurrence") == 2
+    assert "left by another `spdrank data features` run" in capsys.readouterr().err
+    lines = (out / "eval.jsonl").read_text(encoding="utf-8").splitlines(keepends=True)
+    (out / "eval.jsonl").write_text("".join([lines[1], lines[0], *lines[2:]]),
+                                     encoding="utf-8")
+    assert run("--slates", str(out / "eval.jsonl"), *argv) == 2
+    err = capsys.readouterr().err
+    assert "f.jsonl.partial:2" in err and "eval.jsonl:1's" in err and "--restart" in err
+    assert run("--slates", str(out / "eval.jsonl"), *argv, "--restart") == 0
+    assert len(list(read_slates(dst))) == len(lines)
+
+
+def test_dense_embeds_each_distinct_text_once_and_scores_as_it_ranks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from spdrank.rankers import dense
+    from tests.rankers.test_dense import _tiny_bert
+
+    tiny = _tiny_bert(tmp_path / "bert")
+    monkeypatch.setattr(dense, "minilm_path", lambda: tiny)
+    words = ["flea", "tick", "moon", "tide", "dog", "cat"]
+    rng = random.Random(1)
+    rows = [{"query": {"qid": f"q{q}", "text": " ".join(rng.sample(words, 2))},
+             "candidates": [{"docid": f"d{d}", "doc": {"text": " ".join(rng.sample(words, 2))}}
+                            for d in rng.sample(range(12), 5)]}
+            for q in range(9)]
+    src = tmp_path / "s.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    embedded: list[list[str]] = []
+    original = dense.DenseRanker.embed
+
+    def counted(self, texts):
+        embedded.append(list(texts))
+        return original(self, texts)
+
+    monkeypatch.setattr(dense.DenseRanker, "embed", counted)
+    monkeypatch.setattr(data_features, "CHUNK", 4)
+    dst = tmp_path / "f.jsonl"
+    assert run("--slates", str(src), "--out", str(dst), "--add", "dense",
+               "--add", "fused=fusion:rrf:dense+retriever") == 0
+    texts = [t for call in embedded for t in call]
+    distinct = {r["query"]["text"] for r in rows} | {
+        c["doc"]["text"] for r in rows for c in r["candidates"]}
+    assert sorted(texts) == sorted(distinct)  # each once, across chunks and rankers
+    assert len(embedded) == 3  # one call a chunk (9 slates in chunks of 4)
+    ranker = dense.DenseRanker()
+    for slate, done in zip(read_slates(src), read_slates(dst)):
+        values = [c.features["dense"] for c in done.candidates]
+        assert values == pytest.approx(ranker.scores(slate), abs=1e-6)
+
+
+def test_sasrec_loads_the_fit_its_build_made_and_then_features_the_training_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The build's fit holds no slate's target, so its scores of the training slates are
+    leak-free: the command loads it and writes the builder's feature, to its rounding."""
+    from spdrank.rankers.sasrec import SASRecRanker
+    from spdrank.rankers.sasrec_config import SASREC, SASRecConfig
+
+    tiny = SASRecConfig(dim=8, epochs=1, batch_size=16, dropout=0.1, max_len=8, lr=1e-2)
+    monkeypatch.setenv("SPDRANK_CACHE", str(tmp_path / "cache"))
+    original = SASRecRanker.__init__
+    monkeypatch.setattr(SASRecRanker, "__init__",
+                        lambda self, config=None, cache="default", name=SASREC:
+                        original(self, tiny, cache, name))
+    out = build(tmp_path, features=(SASREC,), sasrec=tiny)
+    dst = tmp_path / "f.jsonl"
+    assert run("--slates", str(out / "train.jsonl"), "--out", str(dst),
+               "--add", "s=sasrec") == 0
+    for done in read_slates(dst):
+        values = [c.features["s"] for c in done.candidates]
+        assert values == pytest.approx([c.features[SASREC] for c in done.candidates], abs=1e-6)
