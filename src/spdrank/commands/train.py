@@ -227,7 +227,10 @@ def run(args: argparse.Namespace) -> int:
     summary = train(cfg, trust_remote_code=args.trust_remote_code)
     if not PartialState().is_main_process:
         return 0
-    print(json.dumps({k: v for k, v in summary.items() if k != "config"}, indent=2))
+    print(json.dumps({k: v for k, v in summary.items() if k not in ("config", "input_lines")},
+                     indent=2))
+    for line in summary.get("input_lines", ()):  # the student beside each ranker it reads
+        print(line)
     if "verdict" in summary:
         print(summary["verdict"])
     if not summary["finished"]:

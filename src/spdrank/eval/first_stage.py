@@ -8,7 +8,8 @@ metric, chosen by what the slates hold, and say in one line when the student fal
 
 The metric: judged nDCG@10 (the field's measure) when the slates carry graded judgements;
 else Kendall's tau with the teacher, the fidelity a distilled student is trained for; else
-none, and nothing is said.
+NDCG@10 against the clicks (first, for a student trained on clicks); else none, and nothing
+is said.
 """
 
 from __future__ import annotations
@@ -29,6 +30,9 @@ from spdrank.eval.paired import difference_of
 FIRST_STAGE = ("retriever", "order")
 #: The cut-off of the judged metric, the one TREC's deep-learning tracks report.
 JUDGED_CUTOFF = 10
+#: The metric against clicks that judges a student with neither judgements nor a teacher,
+#: or one trained on clicks: the next item's NDCG@10, as sequential recommenders report it.
+CLICK_METRIC = "NDCG@10"
 
 
 class GivenOrder:
@@ -45,10 +49,12 @@ class GivenOrder:
         return Ranking(docids=slate.docids)
 
 
-def selection_metric(available: Iterable[str]) -> str | None:
+def selection_metric(available: Iterable[str], clicks_first: bool = False) -> str | None:
     """The metric a student is judged by, among the names ``available`` defined on the
     slates: ``nDCG@10`` (else the judged nDCG at the smallest cut-off above 10, else the
-    largest below), else the teacher's ``tau``; None when neither is there."""
+    largest below), else the teacher's ``tau``, else NDCG@10 against the clicks; None when
+    none is there. ``clicks_first``: a student trained on clicks is judged by them before the
+    teacher, since they are what it learned to predict."""
     names = set(available)
     judged = sorted(
         (int(name.split("@", 1)[1]) for name in names
@@ -58,12 +64,18 @@ def selection_metric(available: Iterable[str]) -> str | None:
     if judged:
         return f"nDCG@{judged[0]}"
     tau = TEACHER_METRICS[0]
-    return tau if tau in names else None
+    order = (CLICK_METRIC, tau) if clicks_first else (tau, CLICK_METRIC)
+    return next((name for name in order if name in names), None)
+
+
+#: How a verdict names the ranker it compares a student with, unless told another.
+FIRST_STAGE_WORDS = "the first stage's order"
 
 
 @dataclass(frozen=True)
 class Verdict:
-    """A student's figure beside the first stage's, on one metric over the same slates."""
+    """A student's figure beside another ranker's (the first stage's, or any input the student
+    reads), on one metric over the same slates."""
 
     name: str
     metric: str
@@ -72,30 +84,34 @@ class Verdict:
     slates: int
     #: The paired 95% interval of ``value - first_stage``, when one could be computed.
     interval: tuple[float, float] | None = None
+    #: The ranker compared with, as the line names it.
+    against: str = FIRST_STAGE_WORDS
 
     @property
     def below(self) -> bool:
         return self.value < self.first_stage
 
     def line(self) -> str:
-        """The one line that says where the student stands against its first stage."""
+        """The one line that says where the student stands against the other ranker."""
         where = "below" if self.below else "not below"
         diff = self.value - self.first_stage
         spread = "" if self.interval is None else \
             f" [{self.interval[0]:+.3f}, {self.interval[1]:+.3f}]"
         return (
-            f"{self.name} ranks {where} the first stage's order on these {self.slates} slates: "
+            f"{self.name} ranks {where} {self.against} on these {self.slates} slates: "
             f"{self.metric} {self.value:.3f} against {self.first_stage:.3f} "
             f"({diff:+.3f}{spread})"
         )
 
 
 def verdict(
-    name: str, metric: str, student: Sequence[float | None], first_stage: Sequence[float | None]
+    name: str, metric: str, student: Sequence[float | None], first_stage: Sequence[float | None],
+    against: str = FIRST_STAGE_WORDS,
 ) -> Verdict | None:
-    """The verdict from per-slate values of the student and of the first stage (aligned, None
-    where a slate does not define the metric), with the paired bootstrap interval of the
-    difference; None when no slate defines the metric for both."""
+    """The verdict from per-slate values of the student and of the other ranker (the first
+    stage by default, else named by ``against``; aligned, None where a slate does not define
+    the metric), with the paired bootstrap interval of the difference; None when no slate
+    defines the metric for both."""
     pairs = [(s, f) for s, f in zip(student, first_stage) if s is not None and f is not None]
     if not pairs:
         return None
@@ -103,7 +119,7 @@ def verdict(
     diff = difference_of(values[:, 0] - values[:, 1])
     interval = None if diff.low is None or diff.high is None else (diff.low, diff.high)
     return Verdict(name, metric, float(values[:, 0].mean()), float(values[:, 1].mean()),
-                   len(pairs), interval)
+                   len(pairs), interval, against)
 
 
 def results_verdicts(results: Results, students: Sequence[str]) -> list[Verdict]:

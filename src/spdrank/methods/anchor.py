@@ -1,26 +1,33 @@
-"""The first stage's order as the student's starting point: a prior plus a learned correction.
+"""A ranker's order as the student's starting point: a prior plus a learned correction.
 
 A reranker is given a list its first stage (BM25, a dense retriever, a recommender's candidate
-generator) has already ordered, and that order is usually good. A head trained from random
-weights starts far from it and, on little data, may never get back: a student that ranks
-below the retriever it was given is worse than no reranker. An anchored model scores
+generator) has already ordered, and often the scores of other rankers beside it (a dense
+cosine, SASRec's score). The strongest of them is what a team already runs, and a head
+trained from random weights starts far from it and, on little data, may never get back: a
+student that ranks below the best ranker it reads is worse than no reranker. An anchored
+model scores
 
     M = head(...) + strength * prior
 
-where ``prior`` holds the first stage's order: item i of n (0-based in the order the
-candidates were given) at position k scores ``-|i - k| / (n - 1)`` (a matrix head) or
-``-i / (n - 1)`` (one score per item), so the prior's spread is the same for any n. The
-head's output layers start at zero (:func:`zero_correction`), so an untrained model decodes
-exactly the given order: the prior alone is maximised by the identity assignment, and its
-Sinkhorn normalisation keeps expected positions in the given order (``exp(-|i - k|)`` is a
-totally positive kernel, and diagonal scaling keeps that). Training moves the head away from
-zero only as far as the targets pull it, and may weaken or strengthen the prior itself
-(``strength``). This is the residual form of zero-initialised output layers (as LoRA's B or
-ReZero's gate): the correction starts at zero, its gradient does not.
+where ``prior`` holds a ranker's order (:mod:`spdrank.methods.anchor_spec` says which): item i
+at rank r_i of n (0-based: the order the candidates were given in, or the order of a feature
+the model reads, or of a weighted sum of them) at position k scores ``-|r_i - k| / (n - 1)``
+(a matrix head) or ``-r_i / (n - 1)`` (one score per item), so the prior's spread is the same
+for any n. The head's output layers start at zero (:func:`zero_correction`), so an untrained
+model decodes exactly that order: the prior alone is maximised by the assignment of each
+item to its own rank, and its Sinkhorn normalisation keeps expected positions in that order
+(``exp(-|r - k|)`` is a totally positive kernel, diagonal scaling keeps that, and permuting
+rows permutes the normalised matrix alike). Training moves the head away from zero only as
+far as the targets pull it, and may weaken or strengthen the prior itself (``strength``). This
+is the residual form of zero-initialised output layers (as LoRA's B or ReZero's gate): the
+correction starts at zero, its gradient does not.
 
-The prior reads nothing but the candidates' order, so it needs slates whose candidates come
-in the first stage's order: search slates, rank_llm and Cohere requests. Slates whose
-candidates are shuffled (recommendation slates built from logs) must not be anchored.
+A feature's order is read from the normalised features the head reads: a z-score keeps each
+feature's order, equal values keep the order the candidates were given in (a stable sort), as
+``spdrank eval --ranker feature:NAME`` ranks them. The ``order`` prior reads nothing but the
+candidates' order, so it needs slates whose candidates come in the first stage's order:
+search slates, rank_llm and Cohere requests; slates whose candidates are shuffled
+(recommendation slates built from logs) are anchored to a feature, or not at all.
 """
 
 from __future__ import annotations
@@ -30,42 +37,79 @@ import math
 import torch
 from torch import nn
 
+from spdrank.methods.anchor_spec import AnchorSpec, check_anchor_features
+
 #: The prior's strength at initialisation: the first and the last of the given order differ
 #: by this much at any position, enough to keep the order against a head's early noise, and
 #: little enough that a head's scores can move a passage many places.
 INITIAL_STRENGTH = 5.0
 
 
-class FirstStageAnchor(nn.Module):
-    """Adds the given order's prior to a head's scores.
+class Anchor(nn.Module):
+    """Adds a ranker's order as a prior to a head's scores.
 
     ``matrix``: the head scores an N x K item-position matrix (else one score per item).
+    ``spec``: what orders the items (:func:`~spdrank.methods.anchor_spec.parse_anchor`'s
+    ``order`` or ``feature`` kind); ``features``: the names of the features the model reads,
+    in the order of its feature rows, which a feature anchor weighs.
     """
 
-    def __init__(self, matrix: bool) -> None:
+    def __init__(self, matrix: bool, spec: AnchorSpec | None = None,
+                 features: tuple[str, ...] = ()) -> None:
         super().__init__()
         self.matrix = matrix
+        self.spec = spec or AnchorSpec("order")
+        if not self.spec.anchored:
+            raise ValueError("an anchor needs an order to start from, not 'none'")
+        check_anchor_features(self.spec, features)
+        weights = torch.zeros(len(features))
+        for name, weight in self.spec.weights:
+            weights[features.index(name)] = weight
+        #: Each feature row's weight in the ranking score a feature anchor sorts by; derived
+        #: from the config, so not saved with the head's weights.
+        self.register_buffer("feature_weights", weights, persistent=False)
         #: log of the prior's strength, so the strength stays positive as it learns.
         self.log_strength = nn.Parameter(torch.tensor(math.log(INITIAL_STRENGTH)))
 
-    def prior(self, lengths: torch.Tensor, items: int, positions: int) -> torch.Tensor:
-        """The given order's scores for slates of ``lengths`` items padded to ``items``:
-        [B, items, positions] for a matrix head, else [B, items].
+    def ranks(self, mask: torch.Tensor, features: torch.Tensor | None) -> torch.Tensor:
+        """Each item's 0-based rank in the anchor's order, float32 [B, N]; padded items last.
+
+        The given order is ``0..n-1``; a feature anchor sorts its weighted score, highest
+        first, equal scores in the given order (a stable sort).
+        """
+        items = mask.size(1)
+        steps = torch.arange(items, device=mask.device, dtype=torch.float32)
+        if self.spec.kind == "order":
+            return steps.expand(mask.size(0), items)
+        if features is None:
+            raise ValueError(f"anchor {self.spec.text()!r} orders by features, and this batch "
+                             "carries none")
+        score = features.to(torch.float32) @ self.feature_weights.to(features.device)
+        score = score.masked_fill(~mask, float("-inf"))
+        order = torch.sort(score, dim=1, descending=True, stable=True).indices
+        return torch.empty_like(score).scatter_(1, order, steps.expand_as(score).contiguous())
+
+    def prior(self, lengths: torch.Tensor, ranks: torch.Tensor, positions: int) -> torch.Tensor:
+        """The anchor order's scores for slates of ``lengths`` items whose items sit at
+        ``ranks`` ([B, N]): [B, N, positions] for a matrix head, else [B, N].
 
         Each slate's own n sets its scale, so a slate scores the same padded beside a longer
         one as ranked alone (the padded rows are masked by the caller).
         """
         scale = 1.0 / (lengths.to(torch.float32) - 1).clamp(min=1)
-        steps = torch.arange(max(items, positions), device=lengths.device, dtype=torch.float32)
-        order = steps[None, :items] * scale[:, None]
+        order = ranks * scale[:, None]
         if not self.matrix:
             return -order
-        position = steps[None, :positions] * scale[:, None]
+        steps = torch.arange(positions, device=lengths.device, dtype=torch.float32)
+        position = steps[None, :] * scale[:, None]
         return -(order[:, :, None] - position[:, None, :]).abs()
 
-    def forward(self, scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """``scores`` ([B, N, K] or [B, N]) of the head, anchored; padded items stay 0."""
-        prior = self.prior(mask.sum(dim=1), scores.size(1), scores.size(-1))
+    def forward(self, scores: torch.Tensor, mask: torch.Tensor,
+                features: torch.Tensor | None = None) -> torch.Tensor:
+        """``scores`` ([B, N, K] or [B, N]) of the head, anchored; padded items stay 0.
+        ``features``: the batch's normalised features [B, N, F], which a feature anchor
+        orders by."""
+        prior = self.prior(mask.sum(dim=1), self.ranks(mask, features), scores.size(-1))
         anchored = scores + self.log_strength.exp() * prior.to(scores.dtype)
         fill = ~mask.unsqueeze(-1) if self.matrix else ~mask
         return anchored.masked_fill(fill, 0.0)

@@ -75,6 +75,9 @@ class RankingMethod(ABC):
     history_kinds: ClassVar[tuple[str, ...]] = ()
     #: The most rank positions (K) it can score; None: no limit of its own.
     max_positions: ClassVar[int | None] = None
+    #: Its scores can start from a ranker's order (:mod:`spdrank.methods.anchor`): its heads
+    #: name the output layers to start at zero.
+    anchorable: ClassVar[bool] = True
 
     @property
     def reads_logits(self) -> bool:

@@ -13,7 +13,8 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from spdrank.backbone.settings import ConfigError
-from spdrank.core.defaults import ANCHORS, UNNAMED_ANCHOR, UNNAMED_HEAD
+from spdrank.core.defaults import UNNAMED_ANCHOR, UNNAMED_HEAD
+from spdrank.methods.anchor_spec import parse_anchor
 from spdrank.methods.spd.history_settings import HistorySettings
 
 #: The bounds of a head's sizes. A checkpoint's config.json is read from a file, so each size
@@ -42,8 +43,9 @@ class HeadConfig:
     #: The history head's own settings (its match), saved flat in ``head`` in this field's
     #: place whatever the kind.
     history: HistorySettings = field(default_factory=HistorySettings)
-    #: What the scores start from (:mod:`spdrank.methods.anchor`): "none", or "order", the
-    #: order the candidates are given in (the first stage's), which the head then corrects.
+    #: What the scores start from (:mod:`spdrank.methods.anchor_spec`): "none", "order" (the
+    #: order the candidates are given in, the first stage's), or "feature:NAME" (the order of
+    #: a feature the model reads, or of a blend of them), which the head then corrects.
     anchor: str = UNNAMED_ANCHOR
     #: Standardise each dimension of the backbone's states before the head reads them, with
     #: statistics fitted on the training slates (:mod:`spdrank.backbone.standardise`). Written
@@ -51,8 +53,10 @@ class HeadConfig:
     standardise: bool = False
 
     def __post_init__(self) -> None:
-        if self.anchor not in ANCHORS:
-            raise ValueError(f"unknown head.anchor {self.anchor!r}: use one of {list(ANCHORS)}")
+        try:
+            parse_anchor(self.anchor)
+        except ValueError as err:
+            raise ValueError(f"head.anchor: {err}") from None
         self.check_sizes()
 
     def check_sizes(self) -> None:

@@ -16,6 +16,7 @@ from spdrank.backbone.settings import BackboneConfig, ConfigError, bounded_int
 from spdrank.core.defaults import UNNAMED_DECODER
 from spdrank.core.features import FeatureNormalizer
 from spdrank.core.slates import TEXT_FIELDS
+from spdrank.methods.anchor_spec import check_anchor_features, parse_anchor
 from spdrank.methods.head_config import HeadConfig
 
 FORMAT_VERSION = 1
@@ -38,13 +39,17 @@ class SPDConfig:
     #: Read the features alone: no backbone is loaded and no prompt is built.
     features_only: bool = False
 
+    def __post_init__(self) -> None:
+        check_anchor_features(parse_anchor(self.head.anchor),
+                              self.features.names if self.features is not None else ())
+
     @property
     def reranks_first_stage(self) -> bool:
         """Whether the model reranks a first stage's list in its order, so that the order it
         is given is a ranking to be judged against: it is anchored to that order, or reads a
         search prompt (whose likelihood teacher scores the query given each passage).
         Recommendation slates shuffle their candidates, and their given order means nothing."""
-        return self.head.anchor != "none" or self.prompt.template.likelihood == "query"
+        return self.head.anchor == "order" or self.prompt.template.likelihood == "query"
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -39,6 +39,7 @@ from spdrank.core.defaults import DEFAULT_ITEM_TOKENS
 from spdrank.core.ranking import STAGES, Ranking
 from spdrank.core.slates import Query, Slate, SlateError, as_slate
 from spdrank.core.validation import located
+from spdrank.methods.anchor_spec import parse_anchor
 from spdrank.methods.base import BatchDecoder, RankingMethod, method_for
 from spdrank.model.checkpoint import (
     ADAPTER_DIR,
@@ -111,15 +112,17 @@ class SPDRanker(nn.Module):
                 raise ValueError("head.standardise standardises the backbone's hidden states, "
                                  "and this model's head reads none")
             self.head.standardiser = StateStandardiser(hidden_size(backbone))
-        #: Scores start from the given order and the head learns a correction to it, its
-        #: output layers starting at zero; the anchor's weight is the head's (saved with it in
-        #: head.safetensors).
-        self.anchored = config.head.anchor != "none"
+        #: Scores start from a ranker's order (the given one, or a feature's) and the head
+        #: learns a correction to it, its output layers starting at zero; the anchor's
+        #: strength is the head's (saved with it in head.safetensors).
+        spec = parse_anchor(config.head.anchor)
+        self.anchored = spec.anchored
         if self.anchored:
-            from spdrank.methods.anchor import FirstStageAnchor, zero_correction
+            from spdrank.methods.anchor import Anchor, zero_correction
 
             zero_correction(self.head)
-            self.head.anchor = FirstStageAnchor(self.method.matrix)
+            self.head.anchor = Anchor(self.method.matrix, spec,
+                                      config.features.names if config.features else ())
         #: The head compares candidates with the user's history items (their own states).
         self.reads_history = config.head.kind in self.method.history_kinds
         if self.reads_history and not config.prompt.history_items:
@@ -333,10 +336,24 @@ class SPDRanker(nn.Module):
         with timed(clock, "head", self.synchronize), _serial_if(serial, self.device):
             return self.score(inputs, batch)
 
+    def start_as(self, anchor: str) -> None:
+        """Rank exactly as ``anchor`` (a spec :func:`~spdrank.methods.anchor_spec.parse_anchor`
+        reads: ``order``, ``feature:NAME``) from now on: the head's correction is zeroed and
+        its scores anchored to that order, as an untrained anchored model starts. What
+        training keeps when its student cannot beat the best ranker it reads."""
+        from spdrank.methods.anchor import Anchor, zero_correction
+
+        spec = parse_anchor(anchor)
+        zero_correction(self.head)
+        names = self.config.features.names if self.config.features else ()
+        self.head.anchor = Anchor(self.method.matrix, spec, names).to(self.device)
+        self.config.head.anchor = spec.text()
+        self.anchored = True
+
     def score(self, inputs: HeadInputs, batch: Batch) -> torch.Tensor:
         """The head's scores from what :meth:`read` returned for ``batch`` (its states
-        standardised first, and the scores anchored to the candidates' given order, when the
-        model is)."""
+        standardised first, and the scores anchored to its anchor's order, when the model
+        is)."""
         if self.standardised:
             inputs = self.head.standardiser.inputs(inputs)
         if self.reads_history:
@@ -346,7 +363,9 @@ class SPDRanker(nn.Module):
             )
         else:
             scores = self.head(inputs.items, batch.item_mask, batch.features)
-        return self.head.anchor(scores, batch.item_mask) if self.anchored else scores
+        if not self.anchored:
+            return scores
+        return self.head.anchor(scores, batch.item_mask, batch.features)
 
     def read(self, batch: Batch, clock: StageClock | None = None) -> HeadInputs:
         """What the head reads, as float32: the batch's cached states, or what the reader

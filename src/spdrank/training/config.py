@@ -167,15 +167,17 @@ class TrainConfig:
     head_width: int = setting(256, help="width of the head's layers (the backbone's states are projected to it)")
     head_layers: int = setting(2, help="layers of the head's attention stack (heads that have one)")
     head_dropout: float = setting(0.1, help="dropout inside the head while training")
-    # None: decided by the prompt (:meth:`TrainConfig.head_anchor`).
+    # None: decided by the features and the prompt (:meth:`TrainConfig.head_anchor`).
     anchor: str | None = setting(
         None,
-        help="what the scores start from: order (the order the candidates are given in, the "
-        "first stage's: an untrained student ranks exactly as the retriever did and training "
-        "learns a correction to it) or none (default: order with a search prompt, whose "
-        "slates list their passages in the first stage's order; none otherwise, since "
-        "recommendation slates shuffle their candidates)",
-        choices=ANCHORS,
+        help="what the scores start from, so that an untrained student ranks exactly as that "
+        "ranker and training learns a correction to it: order (the order the candidates are "
+        "given in, the first stage's), a feature the student reads (NAME, or a blend "
+        "feature:0.7*NAME+0.3*OTHER of their z-scores), best (of the given order and every "
+        "feature read, what ranks the eval slates best when the run chooses on them, else "
+        "the training slates), or none. Default: best for a student that reads --features "
+        "(unless --init-from), else order with a search prompt (its slates list passages in "
+        "the first stage's order) and none otherwise (recommendation slates shuffle theirs)",
     )
 
     # -- prompt & readout ------------------------------------------------------------------
@@ -371,11 +373,31 @@ class TrainConfig:
                              "drop it, or drop --eval-slates")
         if self.target not in TARGETS:
             raise ValueError(f"unknown --target {self.target!r}: choose one of {list(TARGETS)}")
+        self._check_anchor()
         self._check_cache_settings()
         self._check_unread()
         self.template()  # an unknown name or a bad template file, before anything loads
         if self.trains_lora:
             self.lora_settings()  # raises when --lora-modules names no module
+
+    def _check_anchor(self) -> None:
+        """Refuse an ``--anchor`` that names no known start, or features not read."""
+        from spdrank.core.features import parse_feature_names
+        from spdrank.methods.anchor_spec import (
+            BEST_ANCHOR,
+            check_anchor_features,
+            parse_anchor,
+        )
+
+        anchor = self.head_anchor()
+        if anchor == BEST_ANCHOR:
+            return
+        try:
+            spec = parse_anchor(anchor)
+            read = parse_feature_names(self.features) if self.features is not None else ()
+            check_anchor_features(spec, read)
+        except ValueError as err:
+            raise ValueError(f"--anchor {self.anchor}: {err}") from None
 
     def _check_unread(self) -> None:
         """Say, or refuse, a setting this run would not read, with what would make it count: a
@@ -433,9 +455,12 @@ class TrainConfig:
             return self.max_item_tokens
         return DEFAULT_ITEM_TOKENS if self.template().name == "recommendation" else None
 
-    def model_config(self, features: FeatureNormalizer | None = None) -> SPDConfig:
+    def model_config(
+        self, features: FeatureNormalizer | None = None, anchor: str | None = None
+    ) -> SPDConfig:
         """The model these settings train; ``features``: the ``--features`` normalisation,
-        fitted on the training slates (:func:`spdrank.training.train.fit_feature_normalizer`)."""
+        fitted on the training slates (:func:`spdrank.training.train.fit_feature_normalizer`);
+        ``anchor``: the anchor ``--anchor best`` chose (:meth:`built_anchor`)."""
         from spdrank.backbone.prompt import PromptSettings
         from spdrank.backbone.settings import BackboneConfig
         from spdrank.methods.base import method_for
@@ -467,7 +492,7 @@ class TrainConfig:
                 layers=self.head_layers,
                 dropout=self.head_dropout,
                 history=HistorySettings(match=self.match),
-                anchor=self.head_anchor(),
+                anchor=self.built_anchor(anchor),
                 standardise=self.standardise_states,
             ),
             prompt=prompt,
@@ -477,11 +502,35 @@ class TrainConfig:
         )
 
     def head_anchor(self) -> str:
-        """``--anchor``, else ``order`` for a search prompt (its likelihood teacher scores the
-        query given each passage: the candidates are a first stage's passages, in its order)
-        and ``none`` for any other."""
+        """``--anchor`` as a spec (a bare feature name as ``feature:NAME``, ``best`` as it is),
+        else ``best`` for a student that reads features, starts fresh (a warm start keeps
+        its checkpoint's start) and can be anchored, else :meth:`plain_anchor`."""
+        from spdrank.methods.anchor_spec import BEST_ANCHOR, FEATURE_ANCHOR, feature_anchor
+        from spdrank.methods.base import method_for
+
         if self.anchor is not None:
-            return self.anchor
+            if self.anchor in (*ANCHORS, BEST_ANCHOR) or self.anchor.startswith(FEATURE_ANCHOR):
+                return self.anchor
+            return feature_anchor(self.anchor)
+        if self.features is not None and self.init_from is None and \
+                method_for(self.head).anchorable:
+            return BEST_ANCHOR
+        return self.plain_anchor()
+
+    def built_anchor(self, chosen: str | None = None) -> str:
+        """The anchor the model is built with: ``chosen`` (what the run chose for ``best``),
+        else :meth:`head_anchor`, ``best`` unresolved standing for :meth:`plain_anchor`
+        (nothing chosen among yet)."""
+        from spdrank.methods.anchor_spec import BEST_ANCHOR
+
+        anchor = chosen or self.head_anchor()
+        return self.plain_anchor() if anchor == BEST_ANCHOR else anchor
+
+    def plain_anchor(self) -> str:
+        """The anchor of a student that reads no feature: ``order`` for a search prompt (its
+        likelihood teacher scores the query given each passage: the candidates are a first
+        stage's passages, in its order) and ``none`` for any other; also what ``best`` is
+        when there is nothing to choose among."""
         return "order" if self.template().likelihood == "query" else "none"
 
     def lora_settings(self) -> LoraSettings:

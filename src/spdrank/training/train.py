@@ -45,10 +45,12 @@ from spdrank.core.defaults import DEFAULT_WARMUP, DEFAULT_WARMUP_SHARE
 from spdrank.core.features import FeatureNormalizer, parse_feature_names
 from spdrank.core.progress import Progress
 from spdrank.core.slates import Slate, load_slates, read_slates
-from spdrank.eval.first_stage import selection_metric
+from spdrank.eval.first_stage import selection_metric, verdict
 from spdrank.eval.metrics import aggregate, slate_metrics
+from spdrank.methods.anchor_spec import BEST_ANCHOR, parse_anchor
 from spdrank.model.ranker import SPDRanker
 from spdrank.training.config import TrainConfig
+from spdrank.training.inputs import input_names, mean_of, per_slate, score_inputs
 from spdrank.training.slate_source import SkipSlate, open_slate_source
 from spdrank.training.state_cache import StateCache, open_state_cache
 from spdrank.training.targets import RELEVANCE_TARGETS, has_relevant_candidate, target_matrix
@@ -64,6 +66,11 @@ STATE_DIR = "state"
 #: Where a run keeps the best model evaluated so far (``--select best``), and what it scored.
 BEST_DIR = "best"
 BEST_NAME = "best.json"
+#: Where a run saves the input it keeps when no evaluation of its student ranks as well.
+INPUT_MODEL = "input"
+#: The training slates ``--anchor best`` chooses on when the run has no eval slates to
+#: choose on: enough to tell rankers apart, read once.
+CHOICE_SLATES = 2000
 SUMMARY_NAME = "train.json"
 #: The training slates whose states fit ``--standardise-states``'s statistics: enough rows
 #: for a mean and a spread per dimension, and a bounded number of prefills without a cache.
@@ -162,18 +169,17 @@ def _dropout_seed(seed: int, process: int) -> int:
     return int(np.random.SeedSequence([seed, process]).generate_state(1)[0])
 
 
-def evaluate_model(
+def model_rankings(
     model: SPDRanker, slates: list[Slate], batch_size: int = 4, cache: StateCache | None = None
-) -> dict[str, float | None]:
-    """Mean metrics of the model on ``slates`` (clicks or graded judgements, and teacher
-    agreement when labelled);
-    ``cache``: the slates' cached states, read instead of running the backbone."""
+) -> list[list[str]]:
+    """The model's ranking of each of ``slates`` (docids, best first); ``cache``: the slates'
+    cached states, read instead of running the backbone."""
     rankings = []
     for i in range(0, len(slates), batch_size):
         chunk = slates[i : i + batch_size]
         batch = None if cache is None else cache.batch(range(i, i + len(chunk)), chunk, model)
         rankings += [ranking.docids for ranking in model.rank_batch(chunk, batch=batch)]
-    return mean_metrics(slates, rankings)
+    return rankings
 
 
 def given_order_metrics(slates: list[Slate]) -> dict[str, float | None]:
@@ -227,7 +233,21 @@ class Trainer:
         self.processes = self.accelerator.num_processes
         cfg.check(self.processes)
         set_seed(cfg.seed)  # every process builds the same initial weights
-        model_config = self.model_config = cfg.model_config(fit_feature_normalizer(cfg))
+        normalizer = fit_feature_normalizer(cfg)
+        evaluates = cfg.eval_slates and self.accelerator.is_main_process  # the others train only
+        self.eval_slates = load_slates(cfg.eval_slates, limit=cfg.eval_limit) if evaluates else []
+        #: The eval slates' own order scored (the first stage's), and the metric that selects
+        #: the model kept.
+        self.first_stage = given_order_metrics(self.eval_slates) if self.eval_slates else {}
+        self.metric = selection_metric(
+            (k for k, v in self.first_stage.items() if v is not None),
+            clicks_first=cfg.target in CLICK_TARGETS,
+        )
+        #: What ``--anchor best`` chose, and every input's figure it chose among.
+        self.anchor_choice = self.choose_anchor(normalizer)
+        model_config = self.model_config = cfg.model_config(
+            normalizer, self.anchor_choice["anchor"] if self.anchor_choice else None
+        )
         self.positions = model_config.head.positions
         self.source = open_slate_source(
             cfg.slates, seed=cfg.seed, check=self.check_slate, limit=cfg.limit
@@ -247,8 +267,6 @@ class Trainer:
                 "`spdrank data windows --relevant-only` leaves such windows out of the file"
                 if cfg.target in RELEVANCE_TARGETS else "--require-clicks refuses such a file",
             )
-        evaluates = cfg.eval_slates and self.accelerator.is_main_process  # the others train only
-        self.eval_slates = load_slates(cfg.eval_slates, limit=cfg.eval_limit) if evaluates else []
         self.model = SPDRanker.build(
             model_config, device=self.accelerator.device, trust_remote_code=trust_remote_code
         )
@@ -286,14 +304,16 @@ class Trainer:
         #: The cached states of the training and eval slates (with ``cache_states``).
         self.cache: StateCache | None = None
         self.eval_cache: StateCache | None = None
-        #: (step, metrics) of the latest evaluation, so the final one is not run twice.
-        self.last_eval: tuple[int, dict[str, float | None]] | None = None
+        #: (step, metrics, each eval slate's value of the selection metric) of the latest
+        #: evaluation, so the final one is not run twice.
+        self.last_eval: tuple[int, dict[str, float | None], list[float | None]] | None = None
         #: Seconds spent opening (building or completing) the state caches.
         self.cache_s = 0.0
-        #: The eval slates' own order scored (the first stage's), and the metric that selects
-        #: the model kept; the best evaluation so far: {step, epoch, value}.
-        self.first_stage = given_order_metrics(self.eval_slates) if self.eval_slates else {}
-        self.metric = selection_metric(k for k, v in self.first_stage.items() if v is not None)
+        #: Each ranker the student reads, scored slate by slate on the eval slates: what the
+        #: model kept is compared with (:mod:`spdrank.training.inputs`).
+        self.inputs = score_inputs(self.eval_slates, self.input_names(), self.metric) \
+            if self.eval_slates and self.metric else {}
+        #: The best evaluation so far: {step, epoch, metric, value, per_slate}.
         self.best: dict[str, Any] | None = self.read_best()
 
     def report_warmup(self) -> None:
@@ -497,9 +517,61 @@ class Trainer:
     def evaluate(self) -> dict[str, float | None]:
         """Metrics on the eval slice at the current step (computed once per step)."""
         if self.last_eval is None or self.last_eval[0] != self.step:
-            metrics = evaluate_model(self.spd, self.eval_slates, cache=self.eval_cache)
-            self.last_eval = (self.step, metrics)
+            rankings = model_rankings(self.spd, self.eval_slates, cache=self.eval_cache)
+            values = per_slate(self.eval_slates, rankings, self.metric) if self.metric else []
+            self.last_eval = (self.step, mean_metrics(self.eval_slates, rankings), values)
         return self.last_eval[1]
+
+    # -- the rankers the student reads -------------------------------------------------------
+
+    def input_names(self) -> list[str]:
+        """The rankers the student reads, as inputs to compare it with: each feature, and the
+        given order when the model reranks a first stage's list (or starts from it)."""
+        config = self.model_config
+        names = input_names(config.features.names if config.features else ())
+        return names if config.reranks_first_stage else names[1:]
+
+    def choose_anchor(self, normalizer: FeatureNormalizer | None) -> dict[str, Any] | None:
+        """What ``--anchor best`` starts from: of the given order and each feature read, the
+        one that ranks best the slates the run chooses on (its eval slates when it selects on
+        them, else its first training slates), by the metric that selects; a warm start
+        without ``--anchor``, its checkpoint's anchor; None for any other ``--anchor``. Every
+        process reads the same slates, so all choose alike."""
+        cfg = self.cfg
+        if cfg.init_from and cfg.anchor is None:
+            from spdrank.model.checkpoint import CONFIG_NAME, checkpoint_dir, read_config
+
+            kept = read_config(checkpoint_dir(cfg.init_from) / CONFIG_NAME).head.anchor
+            read = normalizer.names if normalizer is not None else ()
+            if not set(parse_anchor(kept).names) <= set(read):  # warm_start names the gap
+                kept = cfg.plain_anchor()
+            return {"anchor": kept, "why": "the --init-from checkpoint's"}
+        if cfg.head_anchor() != BEST_ANCHOR:
+            return None
+        names = normalizer.names if normalizer is not None else ()
+        if not names:
+            return {"anchor": cfg.plain_anchor(), "why": "no features to choose among"}
+        on_eval = cfg.selection == "best" and bool(cfg.eval_slates)
+        if on_eval:
+            slates = self.eval_slates or load_slates(cfg.eval_slates, limit=cfg.eval_limit)
+            where = f"its {len(slates)} eval slates"
+        else:
+            slates = list(islice(read_slates(cfg.slates), CHOICE_SLATES))
+            where = f"its first {len(slates)} training slates"
+        found = given_order_metrics(slates)
+        metric = selection_metric((k for k, v in found.items() if v is not None),
+                                  clicks_first=cfg.target in CLICK_TARGETS)
+        if metric is None:
+            log.warning("--anchor best: %s define no metric to choose by (no judgements, "
+                        "teacher or clicks); starting as %s", where, cfg.plain_anchor())
+            return {"anchor": cfg.plain_anchor(), "why": f"{where} define no metric"}
+        means = {name: mean_of(values)
+                 for name, values in score_inputs(slates, input_names(names), metric).items()}
+        chosen = max((n for n in means if means[n] is not None), key=lambda n: means[n])
+        shown = ", ".join(f"{n} {v:.4f}" for n, v in means.items() if v is not None)
+        log.info("--anchor best: starting as %s, which ranks %s best by %s (%s)", chosen,
+                 where, metric, shown)
+        return {"anchor": chosen, "metric": metric, "on": where, "inputs": means}
 
     @property
     def selects(self) -> bool:
@@ -522,7 +594,7 @@ class Trainer:
         if self.best is not None and value <= self.best["value"]:
             return
         self.best = {"step": self.step, "epoch": round(self.step / self.steps_per_epoch, 3),
-                     "metric": self.metric, "value": value}
+                     "metric": self.metric, "value": value, "per_slate": self.last_eval[2]}
         if self.accelerator.is_main_process:
             with atomic_directory(self.out / BEST_DIR) as tmp:
                 self.spd.save_pretrained(tmp / "model")
@@ -627,6 +699,8 @@ class Trainer:
             summary["eval"] = self.evaluate()
             summary["eval_slates"] = len(self.eval_slates)
             summary["first_stage"] = self.first_stage
+            if self.anchor_choice is not None:
+                summary["anchor"] = self.anchor_choice
             self.consider(summary["eval"])
             kept = self.report_selection(summary)
         if self.accelerator.is_main_process:
@@ -647,24 +721,60 @@ class Trainer:
         if self.metric is None:
             return None
         final = summary["eval"].get(self.metric)
-        chosen = self.best if self.selects and self.best is not None else \
+        chosen = dict(self.best) if self.selects and self.best is not None else \
             {"step": self.step, "epoch": round(self.step / self.steps_per_epoch, 3),
              "metric": self.metric, "value": final}
+        values = chosen.pop("per_slate", None) or self.last_eval[2]
         first = self.first_stage.get(self.metric)
         summary["selected"] = chosen | {"first_stage": first, "of_steps": self.step}
         if chosen["value"] is None or first is None:
             return None
-        kept = f"kept the model of step {chosen['step']} of {self.step} (epoch {chosen['epoch']})"
+        besides = [found for name, other in self.inputs.items()
+                   if (found := verdict("the student", self.metric, values, other,
+                                        against=name)) is not None]
+        summary["inputs"] = [found.__dict__ | {"below": found.below} for found in besides]
+        summary["input_lines"] = [found.line() for found in besides]
         slates = f"on its {len(self.eval_slates)} eval slates"
+        better = max((found for found in besides if found.below),
+                     key=lambda found: found.first_stage, default=None)
+        if better is not None and self.selects and self.start_as(better.against):
+            summary["selected"] = {"input": better.against, "metric": self.metric,
+                                   "value": better.first_stage, "student": chosen["value"],
+                                   "first_stage": first, "of_steps": self.step}
+            summary["verdict"] = (
+                f"kept {better.against} itself: no evaluation of the student ranks as well "
+                f"{slates} ({self.metric} {chosen['value']:.3f} against "
+                f"{better.first_stage:.3f}), so the model saved ranks exactly as "
+                f"{better.against} does"
+            )
+            return self.out / BEST_DIR / INPUT_MODEL
+        kept = f"kept the model of step {chosen['step']} of {self.step} (epoch {chosen['epoch']})"
         if self.spd.config.reranks_first_stage:
             where = "below" if chosen["value"] < first else "not below"
             summary["verdict"] = (f"{kept}: {where} the first stage's order {slates}, "
                                   f"{self.metric} {chosen['value']:.3f} against {first:.3f}")
         else:
             summary["verdict"] = f"{kept}: {self.metric} {chosen['value']:.3f} {slates}"
+        if better is not None:
+            summary["verdict"] += (f"; {better.against} ranks them better "
+                                   f"({better.first_stage:.3f})")
         if chosen["step"] != self.step:
             return self.out / BEST_DIR / "model"
         return None
+
+    def start_as(self, name: str) -> bool:
+        """Save, as the run's pick, a model that ranks exactly as the input ``name`` (its
+        head's correction zeroed, anchored to that input's order); False, and a warning, for
+        a head that cannot be anchored (its scores have no output layer to zero)."""
+        try:
+            self.spd.start_as(name)
+        except ValueError as err:
+            log.warning("the student ranks below %s on the eval slates, and cannot be saved as "
+                        "it: %s", name, err)
+            return False
+        if self.accelerator.is_main_process:
+            self.spd.save_pretrained(self.out / BEST_DIR / INPUT_MODEL)
+        return True
 
 
 def with_holdout(cfg: TrainConfig) -> TrainConfig:

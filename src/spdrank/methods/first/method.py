@@ -57,6 +57,8 @@ class FirstMethod(ScalarMethod):
         "(and only LoRA trains it): drop --cache-states"
     )
     max_positions = len(LETTERS)
+    #: The letters' logits are the LM's own, with no output layer of the head's to zero.
+    anchorable = False
 
     def prompt(self, settings: PromptSettings) -> PromptSettings:
         return first_prompt(settings)

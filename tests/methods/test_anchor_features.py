@@ -1,0 +1,127 @@
+"""Anchors on the features a student reads: an untrained student ranks exactly as the feature
+(or the blend) it starts from, ``--anchor best`` starts from the input that ranks the eval
+slates best, and a student that cannot beat its best input is saved as that input."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+from spdrank.backbone.settings import BackboneConfig
+from spdrank.core.features import FeatureNormalizer
+from spdrank.core.slates import Candidate, Query, Slate, load_slates, write_slates
+from spdrank.methods.anchor_spec import parse_anchor
+from spdrank.methods.head_config import HeadConfig
+from spdrank.methods.spd.decode import DECODERS
+from spdrank.model.config import SPDConfig
+from spdrank.model.parts import NoBackbone, NoTokenizer
+from spdrank.model.ranker import SPDRanker
+from spdrank.rankers.baselines import FeatureRanker
+from spdrank.training.train import TrainConfig, train
+
+
+def slate(rng: random.Random, qid: str, n: int) -> Slate:
+    """Candidates listed at random, graded by a hidden relevance that 'good' tells with
+    little noise and 'weak' with much; 'tied' takes few values, so its ties matter."""
+    grades = [rng.choice((0, 0, 1, 2, 3)) for _ in range(n)]
+    cands = [Candidate(docid=f"{qid}-d{i}", doc={"text": f"passage {i}"},
+                       features={"good": g + rng.gauss(0, 0.3), "weak": g + rng.gauss(0, 3),
+                                 "tied": float(rng.randint(0, 2))})
+             for i, g in enumerate(grades)]
+    return Slate(query=Query(qid=qid, text="a query"), candidates=cands,
+                 relevance={c.docid: g for c, g in zip(cands, grades) if g})
+
+
+def model(kind: str, anchor: str, names=("good", "weak", "tied")) -> SPDRanker:
+    config = SPDConfig(
+        backbone=BackboneConfig(lora=None),
+        head=HeadConfig(kind=kind, positions=24, width=16, heads=2, anchor=anchor),
+        features=FeatureNormalizer(tuple(names), (0.5,) * len(names), (2.0,) * len(names)),
+        features_only=True,
+    )
+    return SPDRanker(config, NoBackbone(), NoTokenizer()).eval()
+
+
+@pytest.mark.parametrize("kind", ["attn", "linear", "slot", "scalar"])
+@pytest.mark.parametrize("feature", ["good", "tied"])
+def test_an_untrained_student_ranks_as_the_feature_it_starts_from(kind, feature):
+    rng = random.Random(f"{kind}{feature}")
+    slates = [slate(rng, f"q{i}", rng.randint(2, 24)) for i in range(6)]
+    torch.manual_seed(0)
+    student = model(kind, f"feature:{feature}")
+    expected = [FeatureRanker(feature).rank(s).docids for s in slates]
+    decoders = sorted(DECODERS) if student.method.matrix else [student.config.decoder]
+    for decoder in decoders:
+        got = [r.docids for r in student.rank_batch(slates, decoder=decoder)]
+        assert got == expected, (kind, decoder)
+
+
+def test_a_blend_ranks_by_the_weighted_sum_of_z_scores():
+    rng = random.Random(7)
+    slates = [slate(rng, f"q{i}", 16) for i in range(4)]
+    student = model("attn", "feature:0.8*good+0.2*weak")
+    for s, ranking in zip(slates, student.rank_batch(slates)):
+        z = {c.docid: 0.8 * (c.features["good"] - 0.5) / 2 + 0.2 * (c.features["weak"] - 0.5) / 2
+             for c in s.candidates}
+        assert ranking.docids == sorted(s.docids, key=lambda d: -z[d])
+
+
+def test_a_feature_anchor_round_trips_and_refuses_what_the_model_does_not_read(tmp_path):
+    student = model("attn", "feature:0.7*good+0.3*tied")
+    student.save_pretrained(tmp_path / "m")
+    assert SPDRanker.from_pretrained(tmp_path / "m").config.head.anchor == \
+        "feature:0.7*good+0.3*tied"
+    with pytest.raises(ValueError, match="does not read"):
+        model("attn", "feature:dense")
+    for bad in ("feature:", "feature:-1*good", "feature:x*good", "feature:good+good", "dense"):
+        with pytest.raises(ValueError, match="anchor"):
+            parse_anchor(bad)
+
+
+def run(tmp_path, name: str, **settings) -> dict:
+    rng = random.Random(11)
+    write_slates(tmp_path / "train.jsonl", [slate(rng, f"t{i}", 20) for i in range(32)])
+    write_slates(tmp_path / "valid.jsonl", [slate(rng, f"v{i}", 20) for i in range(12)])
+    common = {"slates": str(tmp_path / "train.jsonl"), "features": "weak,good",
+              "features_only": True, "head": "attn", "positions": 20, "head_width": 16,
+              "batch_size": 8, "eval_every": 0, "save_every": 0, "progress": False,
+              "target": "relevance", "select": "best",
+              "eval_slates": str(tmp_path / "valid.jsonl")}
+    return train(TrainConfig(out=str(tmp_path / name), **(common | settings)))
+
+
+def test_anchor_best_starts_from_the_input_that_ranks_the_eval_slates_best(tmp_path):
+    summary = run(tmp_path, "best", max_steps=1, head_lr=0.0)
+    assert summary["config"]["anchor"] is None  # best is the default for a student reading features
+    choice = summary["anchor"]
+    assert choice["anchor"] == "feature:good" and choice["metric"] == "nDCG@10"
+    assert choice["inputs"]["feature:good"] > choice["inputs"]["feature:weak"] > \
+        choice["inputs"]["order"]
+    saved = SPDRanker.from_pretrained(tmp_path / "best")
+    assert saved.config.head.anchor == "feature:good"
+    assert "not below feature:good" in " ".join(summary["input_lines"])
+
+
+def test_a_student_below_its_best_input_is_saved_as_that_input(tmp_path, capsys):
+    """Anchored to the weaker feature and unable to learn (learning rate 0), the student ranks
+    below 'good' on every evaluation: the run saves 'good' itself, and says so."""
+    summary = run(tmp_path, "weak", anchor="weak", epochs=2, head_lr=0.0)
+    kept = summary["selected"]
+    assert kept["input"] == "feature:good" and kept["student"] < kept["value"]
+    assert summary["verdict"].startswith("kept feature:good itself")
+    below = [line for line in summary["input_lines"] if "below feature:good" in line]
+    assert below and below[0].startswith("the student ranks below feature:good on these 12")
+    saved = SPDRanker.from_pretrained(tmp_path / "weak")
+    slates = load_slates(tmp_path / "valid.jsonl")
+    assert [r.docids for r in saved.rank_batch(slates)] == \
+        [FeatureRanker("good").rank(s).docids for s in slates]
+    assert not (tmp_path / "weak" / "best").exists()
+
+
+def test_select_last_says_when_an_input_ranks_better_but_keeps_the_student(tmp_path):
+    summary = run(tmp_path, "last", anchor="weak", epochs=1, head_lr=0.0, select="last")
+    assert "step" in summary["selected"] and "input" not in summary["selected"]
+    assert summary["verdict"].endswith(
+        f"; feature:good ranks them better ({summary['inputs'][-1]['first_stage']:.3f})")
