@@ -266,3 +266,56 @@ def test_data_windows_writes_trainable_slates(tmp_path: Path) -> None:
     assert [len(w) for w in windows] == [2, 2, 2, 1]  # query 7: 2 spans + 1 subset; 8: whole
     done = _spdrank("data", "windows", "--slates", slates, "--out", slates)
     assert done.returncode != 0 and "--out" in done.stderr
+
+
+def _one_record(path: Path, ranks: list, query: str = "fleas") -> Path:
+    hits = [{"qid": 7, "docid": f"p{i}", "content": f"passage {i}", "score": 1.0,
+             **({"rank": r} if r is not None else {})} for i, r in enumerate(ranks)]
+    path.write_text(json.dumps([{"query": query, "hits": hits}]))
+    return path
+
+
+@pytest.mark.parametrize(("ranks", "said"), [
+    ([1, 1, 2], r"hits\[1\]\.rank 1 is also hits\[0\]'s"),
+    ([2, -1, 3], r"hits\[1\]\.rank must be between 1 and 1,000,000,000, got -1"),
+    ([0, 1, 2], r"hits\[0\]\.rank must be between 1 and"),
+    ([1, 10**400, 2], r"hits\[1\]\.rank must be between 1 and .*, got an integer of 401 digits"),
+    ([1, None, 2], r"hits\[1\] has no 'rank' and hits\[0\] has one"),
+])
+def test_a_hit_rank_that_is_no_order_is_refused_naming_the_hit(tmp_path: Path, ranks, said):
+    path = _one_record(tmp_path / "r.json", ranks)
+    with pytest.raises(SlateError, match=said):
+        list(slates_from_retrieve_results(path))
+
+
+def test_ranks_that_are_an_order_sort_the_hits(tmp_path: Path) -> None:
+    path = _one_record(tmp_path / "r.json", [3, 1, 2])
+    assert next(slates_from_retrieve_results(path)).docids == ["p1", "p2", "p0"]
+
+
+@pytest.mark.parametrize("query", ["", "   ", "   \u200b ", "\u202e\u2066"])
+def test_a_query_that_shows_nothing_is_refused(tmp_path: Path, query: str) -> None:
+    path = _one_record(tmp_path / "r.json", [1], query=query)
+    with pytest.raises(SlateError, match="'query' must be a string that shows something"):
+        list(slates_from_retrieve_results(path))
+    (tmp_path / "run.trec").write_text("7 Q0 a 1 2.0 bm25\n")
+    (tmp_path / "topics.tsv").write_text(f"7\t{query}\n")
+    (tmp_path / "corpus.jsonl").write_text('{"_id": "a", "text": "Flea bites itch."}\n')
+    with pytest.raises(SlateError, match=r"topics.tsv:1.*query '7' has an empty text"):
+        list(slates_from_run(tmp_path / "run.trec", tmp_path / "topics.tsv",
+                             tmp_path / "corpus.jsonl"))
+
+
+def test_an_empty_passage_is_named_at_its_corpus_line(tmp_path: Path) -> None:
+    (tmp_path / "run.trec").write_text("7 Q0 a 1 2.0 bm25\n7 Q0 b 2 1.0 bm25\n")
+    (tmp_path / "topics.tsv").write_text("7\tflea bites\n")
+    (tmp_path / "corpus.jsonl").write_text(
+        '{"_id": "a", "text": "Flea bites itch."}\n{"_id": "c", "text": ""}\n'
+        '{"_id": "b", "title": " ", "text": "\\u200b"}\n')
+    with pytest.raises(SlateError) as raised:
+        list(slates_from_run(tmp_path / "run.trec", tmp_path / "topics.tsv",
+                             tmp_path / "corpus.jsonl"))
+    message = str(raised.value)
+    assert f"{tmp_path / 'corpus.jsonl'}:3" in message and "passage 'b' has an empty text" \
+        in message, message
+    assert "run.trec" not in message

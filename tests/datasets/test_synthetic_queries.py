@@ -115,8 +115,16 @@ def test_sample_is_seeded_and_a_prefix_of_larger_samples() -> None:
 def test_clean_query_takes_the_first_line_without_labels_or_quotes() -> None:
     assert clean_query(" How long do fleas live?\n") == "How long do fleas live?"
     assert clean_query('\n\n Relevant Query: "what is a flea"\nExample 5:') == "what is a flea"
-    assert clean_query("query -  tides\x00 and\u200b moons ") == "tides and\u200b moons"
+    assert clean_query("query -  tides\x00 and\u200b moons ") == "tides and moons"
     assert clean_query("  \n ") == ""
+
+
+def test_clean_query_drops_format_characters_that_would_print_raw() -> None:
+    """A right-to-left override reorders the text a terminal shows after it; a zero-width
+    space hides between words: neither is kept in a query, nor printed."""
+    assert clean_query("what is \u202eevil\u202c text") == "what is evil text"
+    assert clean_query("\ufeffflea\u2066 life\u2069") == "flea life"
+    assert clean_query("\u202e\u200b\n") == ""
 
 
 def test_screen_drops_by_reason_in_order() -> None:
@@ -345,3 +353,14 @@ def test_bundled_model_writes_queries_end_to_end(tmp_path: Path, capsys) -> None
     slates = list(read_slates(out))
     assert len(slates) >= 1 and all(s.relevance and len(s.relevance) == 1 for s in slates)
     assert main(args) == 0 and "queries: 0 written now" in capsys.readouterr().out
+
+
+def test_a_journal_that_would_overwrite_an_input_names_the_flag_to_change(tmp_path, capsys):
+    """The journal's path comes from --out, so --out is what to change."""
+    corpus = tmp_path / "out.queries.jsonl"
+    corpus.write_text('{"_id": "a", "text": "Flea bites itch."}\n')
+    assert main(["data", "queries", "--corpus", str(corpus),
+                 "--out", str(tmp_path / "out.jsonl")]) == 2
+    err = capsys.readouterr().err
+    assert (f"--out's queries journal {corpus} is the same file as --corpus {corpus}: writing "
+            "it would destroy the input; choose another --out") in err, err

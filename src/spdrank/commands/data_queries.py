@@ -143,7 +143,7 @@ def run(args: argparse.Namespace) -> int:
     from spdrank.datasets.synthetic_queries import build_synthetic, journal_path, load_prompt
 
     check_outputs({"--corpus": args.corpus, **({"--prompt": args.prompt} if args.prompt else {})},
-                  {"--out": args.out, "the queries journal": journal_path(args.out)},
+                  {"--out": args.out, "--out's queries journal": journal_path(args.out)},
                   models={"--model": args.model if args.generator == "hf" else None})
     options = QueryOptions(
         passages=args.passages, seed=args.seed, keep_top=args.keep_top, depth=args.depth,

@@ -378,7 +378,7 @@ def _refuse_in_model(name: str, path: Path, models: list[tuple[str, Path]]) -> N
         if _same(path, folder) or _inside(path, folder):
             raise ValueError(
                 f"{name} {path} is inside {option} {folder}: writing it would change the "
-                f"model's own files; choose another {name}"
+                f"model's own files; {_choose(name)}"
             )
 
 
@@ -412,7 +412,7 @@ def check_outputs(
             if _same(path, earlier):
                 raise ValueError(
                     f"{name} {path} is the same file as {other} {earlier}: writing it would "
-                    f"destroy the {role}; choose another {name}"
+                    f"destroy the {role}; {_choose(name)}"
                 )
         seen.append(("other output", name, path))
     for name, folder in ((n, p) for n, paths in (folders or {}).items() for p in _each(paths)):
@@ -424,8 +424,14 @@ def check_outputs(
             if _same(path, folder) or _inside(path, folder):
                 raise ValueError(
                     f"{other} {path} is inside {name} {folder}, which is replaced whole: "
-                    f"choose another {name}"
+                    f"{_choose(name)}"
                 )
+
+
+def _choose(name: str) -> str:
+    """What to change, for an output named ``name``: its flag, or the flag it is derived from
+    (``--out's queries journal``, made from ``--out``, is changed by ``--out``)."""
+    return f"choose another {name.split(chr(39))[0] if name.startswith('-') else name}"
 
 
 def sha256_file(path: str | os.PathLike[str]) -> str:

@@ -22,7 +22,7 @@ from typing import Any
 from spdrank.core.files import iter_lines, parse_json_line
 from spdrank.core.inputs import input_lines, read_document
 from spdrank.core.slates import MAX_GRADE
-from spdrank.core.validation import SlateError, as_id, check_id
+from spdrank.core.validation import SlateError, as_id, check_id, is_blank
 
 #: Fields of a corpus record that hold its id, title and body, in the order they are looked up
 #: (BEIR's ``_id/title/text``, pyserini's ``id/contents``, MS MARCO v2's ``docid/segment`` and
@@ -194,8 +194,9 @@ def read_topics(path: str | os.PathLike[str]) -> dict[str, str]:
         where = f"{path}:{lineno}"
         if qid in lines:
             raise twice(f"query {qid!r}", path, lines[qid], where)
-        if not text.strip():
-            raise SlateError(f"query {qid!r} has an empty text", where)
+        if is_blank(text):
+            raise SlateError(f"query {qid!r} has an empty text (nothing but whitespace or "
+                             "invisible characters)", where)
         lines[qid] = lineno
         topics[qid] = text
     return topics
@@ -251,7 +252,8 @@ def read_corpus(
     JSONL: BEIR (``_id``, ``title``, ``text``), pyserini (``id``, ``contents``), MS MARCO v2
     (``docid``, ``title``, ``segment`` / ``pid``, ``passage``). TSV: ``docid<TAB>text`` or
     ``docid<TAB>title<TAB>text``. Every docid is checked; one kept twice is refused naming
-    both lines (the ids left out are not remembered: a corpus may hold millions).
+    both lines (the ids left out are not remembered: a corpus may hold millions), and so is a
+    ``wanted`` passage without text, naming its line.
     """
     path = Path(path)
     corpus: dict[str, dict[str, str]] = {}
@@ -261,6 +263,10 @@ def read_corpus(
             continue
         if docid in lines:
             raise twice(f"docid {docid!r}", path, lines[docid], f"{path}:{lineno}")
+        if wanted is not None and all(is_blank(v) for v in doc.values()):
+            raise SlateError(f"passage {docid!r} has an empty text (nothing but whitespace or "
+                             "invisible characters), and a slate of the run holds it: a "
+                             "candidate needs text to be ranked", f"{path}:{lineno}")
         lines[docid] = lineno
         corpus[docid] = doc
     return corpus

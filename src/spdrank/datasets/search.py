@@ -31,7 +31,7 @@ from typing import Any, NamedTuple
 from spdrank.core.files import iter_json_lines
 from spdrank.core.slates import Slate
 from spdrank.core.trec import read_corpus, read_json, read_run, read_topics
-from spdrank.core.validation import SlateError, as_float, as_id
+from spdrank.core.validation import SlateError, as_float, as_id, is_blank
 
 
 @dataclass
@@ -45,6 +45,11 @@ class SearchBuild:
     unjudged: list[str] = field(default_factory=list)
     #: Queries judged with no passage at the relevance level (they score 0, as in trec_eval).
     no_relevant: list[str] = field(default_factory=list)
+
+
+#: The largest rank a retrieve-results hit may give: no first stage returns a billion hits for
+#: one query, and a rank past it (a 400-digit number) is damage that would sort its hit last.
+MAX_RANK = 10**9
 
 
 class Hit(NamedTuple):
@@ -92,8 +97,9 @@ def _retrieved_record(rec: Any, where: str) -> tuple[str, str, list[Hit]]:
     query, qid = rec["query"], rec.get("qid")
     if isinstance(query, dict):  # rank_llm's request shape: {"text", "qid"}
         qid, query = query.get("qid", qid), query.get("text")
-    if not isinstance(query, str) or not query.strip():
-        raise SlateError("'query' must be a non-empty string (or {text, qid})", where,
+    if not isinstance(query, str) or is_blank(query):
+        raise SlateError("'query' must be a string that shows something, not empty or only "
+                         "whitespace and invisible characters (or {text, qid})", where,
                          field="query")
     hits = rec["hits"]
     if not isinstance(hits, list) or not hits:
@@ -103,7 +109,28 @@ def _retrieved_record(rec: Any, where: str) -> tuple[str, str, list[Hit]]:
     if qid is None:
         raise SlateError("the record names no qid (in the record or its hits)", where)
     qid = as_id(qid, "qid", where)
-    return qid, query, [_check_hit(h, i, qid, where) for i, h in enumerate(hits)]
+    checked = [_check_hit(h, i, qid, where) for i, h in enumerate(hits)]
+    _check_ranks(checked, where)
+    return qid, query, checked
+
+
+def _check_ranks(hits: list[Hit], where: str) -> None:
+    """A record's ranks order its hits, so they must be an order: every hit ranked or none
+    (a mix would be sorted by half of them), each rank given once."""
+    ranked = [i for i, h in enumerate(hits) if h.rank is not None]
+    if ranked and len(ranked) != len(hits):
+        unranked = next(i for i, h in enumerate(hits) if h.rank is None)
+        raise SlateError(f"hits[{unranked}] has no 'rank' and hits[{ranked[0]}] has one: a "
+                         "record's ranks order its hits, so every hit has one or none does",
+                         where, field=f"hits[{unranked}]")
+    first: dict[int, int] = {}
+    for i, hit in enumerate(hits):
+        if hit.rank is not None and hit.rank in first:
+            raise SlateError(f"hits[{i}].rank {hit.rank} is also hits[{first[hit.rank]}]'s: "
+                             "each hit of a record has its own rank", where,
+                             field=f"hits[{i}].rank")
+        if hit.rank is not None:
+            first[hit.rank] = i
 
 
 def _check_hit(hit: Any, i: int, qid: str, where: str) -> Hit:
@@ -129,6 +156,10 @@ def _check_hit(hit: Any, i: int, qid: str, where: str) -> Hit:
     rank = hit.get("rank")
     if "rank" in hit and (isinstance(rank, bool) or not isinstance(rank, int)):
         raise SlateError(f"{label}.rank must be an integer, got {type(rank).__name__}", where,
+                         field=f"{label}.rank")
+    if rank is not None and not 1 <= rank <= MAX_RANK:
+        shown = str(rank) if len(str(rank)) <= 20 else f"an integer of {len(str(rank))} digits"
+        raise SlateError(f"{label}.rank must be between 1 and {MAX_RANK:,}, got {shown}", where,
                          field=f"{label}.rank")
     return Hit(docid, doc, 0.0 if score is None else as_float(score, f"{label}.score", where),
                rank)

@@ -316,8 +316,12 @@ _QUOTES = "\"'“”‘’`"
 
 def clean_query(raw: str) -> str:
     """The query in a writer's answer: its first non-blank line, without a ``Query:`` label,
-    surrounding quotes, control and unpaired surrogate characters, its spaces collapsed."""
-    text = "".join(c for c in raw if c.isspace() or unicodedata.category(c) not in ("Cs", "Cc"))
+    surrounding quotes, control, format and unpaired surrogate characters, its spaces
+    collapsed. A format character (a right-to-left override, a zero-width space) shows
+    nothing a search query needs, and printed raw it reorders or hides the text around it
+    on the terminal that shows the query."""
+    text = "".join(c for c in raw
+                   if c.isspace() or unicodedata.category(c) not in ("Cs", "Cc", "Cf"))
     line = next((ln for ln in text.split("\n") if not is_blank(ln)), "")
     line = _PREFIX.sub("", line.strip())
     line = line.strip().strip(_QUOTES).strip()
