@@ -6,6 +6,7 @@ traceback or a failure far from it (``train --holdout inf`` in the holdout split
 from __future__ import annotations
 
 import argparse
+import re
 
 import pytest
 
@@ -105,3 +106,16 @@ def test_the_bootstrap_refuses_more_resamples_than_its_bound():
 
     with pytest.raises(ValueError, match="resamples must be between 1 and"):
         bootstrap_interval(np.ones(4), MAX_RESAMPLES + 1)
+
+
+@pytest.mark.parametrize(("flag", "value", "said"), [
+    ("--header-timeout", "1e300", "--header-timeout must be at most 86400, got 1e+300"),
+    ("--max-wait-ms", "1e9", "--max-wait-ms must be at most 60000"),
+    ("--keep-alive-timeout", "nan", "--keep-alive-timeout must be a finite number"),
+])
+def test_serve_knobs_are_held_to_their_range(flag, value, said):
+    from spdrank.commands.serve import settings_from_args
+
+    args = build_parser().parse_args(["serve", "--model", "m", flag, value])
+    with pytest.raises(ValueError, match=re.escape(said)):
+        settings_from_args(args)

@@ -92,7 +92,7 @@ def _flag(name: str) -> str:
 
 def settings_from_args(args: argparse.Namespace) -> ServeSettings:
     """The settings parsed ``spdrank serve`` arguments describe; a value below its field's
-    minimum, a number that is not finite, and a flag given without the one it needs
+    minimum or above its maximum, a number that is not finite, and a flag given without the one it needs
     (``--max-documents`` without ``--window``) are refused naming the flag."""
     values = {}
     for f in dataclasses.fields(ServeSettings):
@@ -107,6 +107,9 @@ def settings_from_args(args: argparse.Namespace) -> ServeSettings:
         if minimum is not None and value is not None and value < minimum:
             bound = "positive" if minimum == 1 else f">= {minimum}"
             raise ValueError(f"{_flag(f.name)} must be {bound}")
+        maximum = f.metadata.get("maximum")
+        if maximum is not None and value is not None and value > maximum:
+            raise ValueError(f"{_flag(f.name)} must be at most {maximum:g}, got {value:g}")
     return ServeSettings(**values)
 
 

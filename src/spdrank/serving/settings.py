@@ -19,11 +19,18 @@ from spdrank.serving.policy import (
     check_policy,
 )
 
+#: The longest a deadline the server keeps may be, in seconds: a day. A longer one means
+#: "never", which lets a client hold a connection for good, and past ``threading.TIMEOUT_MAX``
+#: the event loop's timers refuse it.
+MAX_TIMEOUT_SECONDS = 86_400.0
 
-def _knob(default: Any, help_text: str, minimum: float | None = None, **extra: Any) -> Any:
-    """A settings field whose metadata says how its flag reads (help, smallest value, choices,
-    and ``needs``: the field without which it means nothing)."""
-    return field(default=default, metadata={"help": help_text, "minimum": minimum, **extra})
+
+def _knob(default: Any, help_text: str, minimum: float | None = None,
+          maximum: float | None = None, **extra: Any) -> Any:
+    """A settings field whose metadata says how its flag reads (help, smallest and largest
+    value, choices, and ``needs``: the field without which it means nothing)."""
+    return field(default=default, metadata={"help": help_text, "minimum": minimum,
+                                            "maximum": maximum, **extra})
 
 
 @dataclass
@@ -41,6 +48,7 @@ class ServeSettings:
         5.0,
         "how long the oldest waiting request may wait for others to join its batch",
         minimum=0,
+        maximum=60_000,  # a minute: a batch waited for longer serves no one
     )
     max_queue: int = _knob(
         64, "requests waiting for a batch before new ones get 503 + Retry-After", minimum=1
@@ -81,17 +89,20 @@ class ServeSettings:
         "connecting, a later one's from its first byte); past it the server answers 408 and "
         "closes the connection",
         minimum=0.1,
+        maximum=MAX_TIMEOUT_SECONDS,
     )
     body_timeout: float = _knob(
         30.0,
         "seconds a request has to send its whole body once its headers are in; past it the "
         "server answers 408 and closes the connection",
         minimum=0.1,
+        maximum=MAX_TIMEOUT_SECONDS,
     )
     keep_alive_timeout: float = _knob(
         5.0,
         "seconds an idle keep-alive connection stays open between requests",
         minimum=0.1,
+        maximum=MAX_TIMEOUT_SECONDS,
     )
 
     def __post_init__(self) -> None:
