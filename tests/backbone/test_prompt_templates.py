@@ -349,3 +349,16 @@ def test_train_then_rank_under_the_search_template(tiny_backbone, tmp_path, caps
     capsys.readouterr()
     assert main([*rank, "--prompt", "recommendation"]) == 2
     assert "trained with the prompt template 'search'" in capsys.readouterr().err
+
+
+def test_the_template_tokens_are_what_no_item_budget_shrinks(tokenizer):
+    """A prompt's own text (chat template, instruction, headers, markers, tail) counted apart
+    from the query and candidates: what a context check tells from what the budgets cut."""
+    settings = PromptSettings(max_item_tokens=4)
+    builder = PromptBuilder(tokenizer, settings)
+    encoded = builder.encode("", ["a"] * 5)
+    items = sum(last - first + 1 for first, last in zip(encoded.item_first, encoded.item_last))
+    assert builder.template_tokens(5) == len(encoded.input_ids) - items
+    long = dataclasses.replace(settings.template, instruction="Rank them. " * 2000)
+    wordy = PromptBuilder(tokenizer, dataclasses.replace(settings, template=long))
+    assert wordy.template_tokens(5) > builder.template_tokens(5) + 4000

@@ -326,6 +326,14 @@ class PromptBuilder:
                 self._headers[n] = header
         return header
 
+    def template_tokens(self, n: int) -> int:
+        """How many tokens of a slate of ``n``'s prompt are the template's own: the chat
+        template, the instruction, the headers, the candidates' markers and the tail. No
+        ``--max-item-tokens`` or ``--window`` shrinks these, so a prompt past the backbone's
+        positions whose template alone fills most of them is the template's to shorten."""
+        return (len(self._head(n)) + len(self._header(n)) + sum(map(len, self._label_ids(n)))
+                + len(self._tail))
+
     def _label_ids(self, n: int) -> list[list[int]]:
         """The markers ``"\n[label] "`` before the first ``n`` candidates."""
         labels = self._labels
