@@ -62,3 +62,20 @@ def test_an_evaluated_slate_has_its_features_normalised_once(tmp_path, monkeypat
     assert args.func(args) == 0
     assert normalised == [n, n]  # each slate once, by its check; the warm-up reads it too
     assert ranked_docids((runs / "spd.trec").read_text()) == expected
+
+
+def test_the_cut_counts_eval_prints_count_each_slate_once(tmp_path, tiny_backbone, capsys):
+    """The untimed warm-up ranks the first slate again; what it cut is not counted, so the
+    line says as many queries as there are slates."""
+    from spdrank.commands.cli import main
+    from spdrank.model.ranker import SPDRanker
+    from tests.helpers import tiny_config
+
+    SPDRanker.build(tiny_config(tiny_backbone, frozen=True, item_tokens=2)).save_pretrained(
+        tmp_path / "m")
+    path = tmp_path / "slates.jsonl"
+    path.write_text("".join(json.dumps(slate_dict(f"u{i}", 4, i)) + "\n" for i in range(3)))
+    assert main(["eval", "--slates", str(path), "--model", f"spd={tmp_path / 'm'}",
+                 "--device", "cpu", "--ranker", "random", "--no-progress"]) == 0
+    printed = capsys.readouterr().out
+    assert "of 12 candidates (at 2 tokens), " in printed and " of 3 queries" in printed

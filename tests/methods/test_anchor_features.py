@@ -125,3 +125,17 @@ def test_select_last_says_when_an_input_ranks_better_but_keeps_the_student(tmp_p
     assert "step" in summary["selected"] and "input" not in summary["selected"]
     assert summary["verdict"].endswith(
         f"; feature:good ranks them better ({summary['inputs'][-1]['first_stage']:.3f})")
+
+
+def test_eval_puts_a_student_beside_each_ranker_it_reads(tmp_path, capsys):
+    from spdrank.commands.cli import main
+
+    run(tmp_path, "student", anchor="weak", epochs=1, head_lr=0.0, select="last")
+    rng = random.Random(12)
+    write_slates(tmp_path / "test.jsonl", [slate(rng, f"e{i}", 20) for i in range(10)])
+    assert main(["eval", "--slates", str(tmp_path / "test.jsonl"), "--model",
+                 f"student={tmp_path / 'student'}", "--k", "10", "--no-progress"]) == 0
+    printed = capsys.readouterr().out
+    assert "\nfeature:weak " in printed and "\nfeature:good " in printed
+    assert "student ranks not below feature:weak on these 10 slates: nDCG@10" in printed
+    assert "student ranks below feature:good on these 10 slates: nDCG@10" in printed

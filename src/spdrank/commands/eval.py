@@ -178,6 +178,13 @@ class CheckedModel:
         features = checked_features(self.model, slate, where, self.windowed is not None)
         self.checked = (slate, features)
 
+    def forget_warmup(self) -> None:
+        """Forget what the untimed warm-up ranks cut, so the cuts said count each slate of
+        the evaluation once."""
+        from spdrank.backbone.prompt import Cuts
+
+        self.model.cuts = Cuts()
+
     def rank(self, slate: Slate) -> Ranking:
         """``slate`` ranked with the features its check returned; a slate not checked here
         is ranked as the model ranks any, normalising its own."""
@@ -219,6 +226,32 @@ def with_first_stage(rankers: list[Ranker]) -> list[Ranker]:
                      GivenOrder.name)
             return [*rankers, GivenOrder()]
     return rankers
+
+
+def read_inputs(ranker: Ranker) -> list[str]:
+    """The rows of the rankers a trained model reads: ``feature:NAME`` for each feature."""
+    config = getattr(getattr(ranker, "inner", ranker), "config", None)
+    features = getattr(config, "features", None)
+    return [f"feature:{name}" for name in features.names] if features is not None else []
+
+
+def with_inputs(rankers: list[Ranker]) -> list[Ranker]:
+    """The rankers, plus a ``feature:NAME`` row for each feature a trained model reads that
+    no row ranks by yet: a student is judged beside every ranker it reads, since a team that
+    hands it a dense cosine already runs that ranker."""
+    from spdrank.rankers.baselines import FeatureRanker
+
+    have = {r.name for r in rankers}
+    added = []
+    for ranker in trained_models(rankers):
+        for name in read_inputs(ranker):
+            if name not in have:
+                have.add(name)
+                added.append(FeatureRanker(name.split(":", 1)[1]))
+    if added:
+        log.info("eval: %s added, the rankers the students read",
+                 ", ".join(r.name for r in added))
+    return [*rankers, *added]
 
 
 def without_training(rankers: list[Ranker], train: Path) -> list[Ranker]:
@@ -368,7 +401,7 @@ def run(args: argparse.Namespace) -> int:
         rankers = without_training(rankers, train)
     if not rankers:
         raise ValueError("no rankers: pass --ranker NAME (repeatable)")
-    rankers = with_first_stage(rankers)
+    rankers = with_inputs(with_first_stage(rankers))
     check_seed(args, [r.name for r in rankers])
     if args.reference is not None:
         check_reference([r.name for r in rankers], args.reference)
@@ -417,12 +450,17 @@ def run(args: argparse.Namespace) -> int:
         print(format_paired(paired))
     for line in unused_notes(args, rankers, results, qrels, bool(fit_s)):
         log.warning(line)
-    from spdrank.eval.first_stage import results_verdicts
+    from spdrank.eval.first_stage import input_verdicts, results_verdicts
 
     verdicts = results_verdicts(results, [r.name for r in trained_models(rankers)])
     for found in verdicts:
         print(found.line())
     results.meta["first_stage"] = [found.__dict__ | {"below": found.below} for found in verdicts]
+    beside = [found for r in trained_models(rankers)
+              for found in input_verdicts(results, r.name, read_inputs(r))]
+    for found in beside:
+        print(found.line())
+    results.meta["inputs"] = [found.__dict__ | {"below": found.below} for found in beside]
     for ranker in rankers:
         model = getattr(ranker, "inner", ranker)
         cuts = getattr(model, "cuts", None)

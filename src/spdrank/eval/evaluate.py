@@ -228,6 +228,9 @@ def evaluate(
             if index == 0:
                 for _ in range(warmup):
                     ranker.rank(slate)
+                forget = getattr(ranker, "forget_warmup", None)
+                if forget is not None:  # a warm-up is no slate of the evaluation's counts
+                    forget()
             out, latency_ms = _timed_rank(ranker, slate)
             if observe is not None:
                 observe(ranker, slate, out)

@@ -122,6 +122,27 @@ def verdict(
                    len(pairs), interval, against)
 
 
+def input_verdicts(results: Results, student: str, inputs: Sequence[str]) -> list[Verdict]:
+    """The verdict of the row ``student`` against each row named in ``inputs`` (the rankers
+    it reads: ``feature:NAME`` rows) that the evaluation holds, on the metric that judges it
+    (:func:`selection_metric` of what its row defines), each named by the input's row."""
+    names = {r.name for r in results.rankers}
+    metric = selection_metric(k for k, s in results[student].summary().items() if s.n)
+    if metric is None:
+        return []
+    mine = [r.metrics.values.get(metric) for r in results[student].records]
+    out = []
+    for name in inputs:
+        if name not in names or name == student:
+            continue
+        other = {rec.index: rec.metrics.values.get(metric) for rec in results[name].records}
+        found = verdict(student, metric, mine,
+                        [other.get(r.index) for r in results[student].records], against=name)
+        if found is not None:
+            out.append(found)
+    return out
+
+
 def results_verdicts(results: Results, students: Sequence[str]) -> list[Verdict]:
     """The verdict of each ranker named in ``students`` against the first stage's row of one
     evaluation (:data:`FIRST_STAGE`; its slates paired by index); none without such a row or

@@ -291,6 +291,14 @@ class SPDRanker(nn.Module):
         if self.context_length is None or encoded.longest <= self.context_length:
             return
         prompt = self.config.prompt
+        fixed = self.prompts.template_tokens(len(slate)) if self.prompts is not None else 0
+        if fixed * 2 >= self.context_length:
+            raise SlateError(
+                f"slate {slate.query.qid!r}: its prompt is {encoded.longest} tokens, more "
+                f"than the backbone's {self.context_length} positions, and the prompt "
+                f"template's own text is {fixed} of them: shorten its instruction (--prompt "
+                "FILE); no token budget or window shrinks it"
+            )
         raise SlateError(
             f"slate {slate.query.qid!r}: its prompt is {encoded.longest} tokens, more "
             f"than the backbone's {self.context_length} positions ({len(slate)} candidates at "
