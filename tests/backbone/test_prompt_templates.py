@@ -362,3 +362,19 @@ def test_the_template_tokens_are_what_no_item_budget_shrinks(tokenizer):
     long = dataclasses.replace(settings.template, instruction="Rank them. " * 2000)
     wordy = PromptBuilder(tokenizer, dataclasses.replace(settings, template=long))
     assert wordy.template_tokens(5) > builder.template_tokens(5) + 4000
+
+
+def test_a_template_that_fills_the_context_is_named_not_the_budgets(tiny_backbone):
+    """A prompt past the backbone's positions because of its template's own instruction is
+    refused naming the template: no --max-item-tokens or --window would shrink it."""
+    from spdrank.core.slates import SlateError
+    from spdrank.model.ranker import SPDRanker
+    from tests.helpers import tiny_config
+
+    config = tiny_config(tiny_backbone, frozen=True, item_tokens=4)
+    config.prompt = dataclasses.replace(config.prompt, template=dataclasses.replace(
+        config.prompt.template, instruction="Rank them. " * 3000))
+    model = SPDRanker.build(config)
+    with pytest.raises(SlateError, match=r"the prompt template's own text is \d+ of them: "
+                                         r"shorten its instruction"):
+        model.rank("a query", ["one", "two"])
