@@ -101,9 +101,9 @@ def report(results: dict[str, Any]) -> str:
          f"{meta['texts']} DL19 passages ({meta['tokens']:,} tokens, the first {TOKENS} of "
          "each, its first token left out), each read alone. The command is in command.txt."),
         "",
-        "| backbone | layer | top dimension's share of the squared norm | cosine of two "
+        ("| backbone | layer | top dimension's share of the squared norm | cosine of two "
         "tokens after LayerNorm | after standardising | same-token contrast after LayerNorm "
-        "| after standardising |",
+        "| after standardising |"),
         "|---|---|---|---|---|---|---|",
     ]
     for row in results["rows"]:
@@ -139,7 +139,7 @@ def main() -> int:
     results = {
         "meta": {"date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
                  "commit": code_version(), "machine": machine(), "load_before": before,
-                 "load_after": load(), "texts": len(texts), "tokens": int(len(ids))},
+                 "load_after": load(), "texts": len(texts), "tokens": len(ids)},
         "rows": rows,
     }
     args.out.mkdir(parents=True, exist_ok=True)

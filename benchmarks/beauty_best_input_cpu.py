@@ -1,0 +1,235 @@
+"""Recommendation students that start as the best ranker they read: Amazon Beauty against
+SASRec fitted on every history.
+
+    .venv/bin/python benchmarks/beauty_best_input_cpu.py [--settings uniform,retrieved]
+        [--limit 4096] [--dry-run]
+
+A recommendation team runs SASRec; a student is worth deploying only where it ranks better.
+Per setting (``uniform``: the next item among 49 uniform negatives; ``retrieved``: SASRec's
+own top 50, the next item not added), with nothing but ``spdrank`` commands:
+
+1. ``spdrank data beauty`` with popularity, co-occurrence, title similarity and SASRec's score
+   as features (SASRec fitted on every history the build has: every user's items but the last,
+   never a slate's target), 1,000 training users held out as validation slates;
+2. two students trained on clicks from the same recipe, both reading the four features and
+   starting as the one that ranks the validation users best (``--anchor best``, the
+   default), their epoch chosen there and saved as that feature where no epoch beats it: the
+   LLM student (SmolLM2's first 2 frozen layers, the history head, words matched as a soft
+   TF-IDF) and the features-only student (no LLM);
+3. ``spdrank eval`` on the eval users: popularity, co-occurrence, title similarity, SASRec
+   and both students, paired by user, and the students against each other on slices where
+   text should matter most: the next item's interaction count and the history's length.
+
+Every step is skipped when its output exists. The report goes to
+benchmarks/results/beauty-best-input-cpu/ with the commands in command.txt.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from machine import machine
+from search_dl19_cpu import fmt, interval, read_jsonl, spdrank
+
+ROOT = Path(__file__).resolve().parent.parent
+OUT = ROOT / "benchmarks" / "results" / "beauty-best-input-cpu"
+WORK = ROOT / "data-out" / "beauty-best-input"
+FEATURES = "popularity,cooccurrence,title_similarity,sasrec"
+SETTINGS = {"uniform": (), "retrieved": ("--retriever", "sasrec")}
+STUDENTS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "llm": ("student: SmolLM2 states + the four features",
+            ("--head", "history", "--frozen", "--layers", "2", "--backbone", "bundled")),
+    "features": ("no LLM: the head on the four features", ("--head", "attn", "--features-only")),
+}
+BASELINES = ("popularity", "cooccurrence", "feature:title_similarity", "feature:sasrec")
+TITLES = {"feature:sasrec": "SASRec fitted on every history", "cooccurrence": "co-occurrence",
+          "popularity": "popularity", "feature:title_similarity": "title similarity"}
+METRICS = ("NDCG@10", "R@10", "MRR")
+#: Slices by the next item's interactions in the training users' counts (from its log1p
+#: popularity feature) and by the history's length in items.
+ITEM_SLICES = ((0, 5), (6, 20), (21, 10**9))
+HISTORY_SLICES = ((1, 3), (4, 7), (8, 10**9))
+
+
+def paired(rows: dict[str, dict[str, Any]], a: str, b: str, metric: str,
+           qids: list[str] | None = None) -> dict[str, Any]:
+    import numpy as np
+
+    from spdrank.eval.paired import difference_of
+
+    qids = qids if qids is not None else sorted(set(rows[a]) & set(rows[b]))
+    values = [(rows[a][q].get(metric), rows[b][q].get(metric)) for q in qids]
+    diffs = np.array([x - y for x, y in values if x is not None and y is not None])
+    diff = difference_of(diffs)
+    return {"mean": diff.mean, "low": diff.low, "high": diff.high, "n": len(diffs)}
+
+
+def mean(rows: dict[str, Any], metric: str, qids: list[str] | None = None) -> float | None:
+    values = [rows[q].get(metric) for q in (qids if qids is not None else rows)]
+    values = [v for v in values if v is not None]
+    return sum(values) / len(values) if values else None
+
+
+def slices(eval_file: Path) -> dict[str, list[str]]:
+    """The eval users in each slice: by the clicked item's interaction count, by the
+    history's length."""
+    out: dict[str, list[str]] = {}
+    for slate in read_jsonl(eval_file):
+        clicked = set(slate.get("clicked") or ())
+        target = next((c for c in slate["candidates"] if c["docid"] in clicked), None)
+        history = [line for line in (slate["query"].get("history") or "").splitlines() if line]
+        length = len(history) or len(slate["query"]["text"].splitlines())
+        if target is not None:
+            count = round(math.expm1(target["features"]["popularity"]))
+            for low, high in ITEM_SLICES:
+                if low <= count <= high:
+                    out.setdefault(f"next item seen {low}-{high if high < 10**9 else ''} times",
+                                   []).append(slate["query"]["qid"])
+        for low, high in HISTORY_SLICES:
+            if low <= length <= high:
+                out.setdefault(f"history of {low}-{high if high < 10**9 else ''} items",
+                               []).append(slate["query"]["qid"])
+    return out
+
+
+def report(results: dict[str, Any], meta: dict[str, Any]) -> str:
+    lines = [
+        ("# Recommendation students that start as the best ranker they read: Amazon Beauty, "
+        "CPU scale"),
+        "",
+        (f"Written by `benchmarks/beauty_best_input_cpu.py` ({meta['date']}, commit "
+         f"{meta['commit']}, {meta['machine']}; {meta['load']}; {meta['minutes']:.1f} min). "
+         "Beauty 2014 (bundled), a user's last 10 items as history, 50 candidates; 1,000 "
+         "training users held out as validation slates; students trained on the clicks of the "
+         f"first {meta['limit']:,} training slates, 4 epochs of 16, the epoch and the start "
+         "chosen on the validation users; eval users scored once. Paired 95% bootstrap "
+         "intervals over users. The commands are in command.txt."),
+    ]
+    for setting, found in results["settings"].items():
+        rows = found["rows"]
+        lines += ["", f"## {setting}: {found['what']} ({found['users']:,} eval users)", "",
+                  "What training chose: " + "; ".join(
+                      f"{STUDENTS[n][0]}: {c}" for n, c in found["chosen"].items()), "",
+                  ("| row | NDCG@10 | R@10 | MRR | NDCG@10 - SASRec | NDCG@10 - no-LLM student | "
+                  "ms a user (p50) |"), "| --- | --- | --- | --- | --- | --- | --- |"]
+        for name, entry in rows.items():
+            title = TITLES.get(name) or STUDENTS.get(name, (name,))[0]
+            lines.append(f"| {title} | " + " | ".join(fmt(entry[m]) for m in METRICS)
+                         + f" | {interval(entry.get('- feature:sasrec'))} | "
+                           f"{interval(entry.get('- features'))} | {entry['ms']:.1f} |")
+        if found.get("slices"):
+            lines += ["", ("The LLM student against the features-only student, by slice "
+                      "(NDCG@10):"), "", ("| slice | users | LLM student | no-LLM student | "
+                      "difference |"), "| --- | --- | --- | --- | --- |"]
+            for name, entry in found["slices"].items():
+                lines.append(f"| {name} | {entry['users']} | {fmt(entry['llm'])} | "
+                             f"{fmt(entry['features'])} | {interval(entry['diff'])} |")
+    lines += ["", "## Against the goals", ""]
+    for setting, found in results["settings"].items():
+        rows = found["rows"]
+        if "llm" not in rows:
+            continue
+        vs_sasrec, vs_features = rows["llm"]["- feature:sasrec"], rows["llm"].get("- features")
+        lines.append(f"- {setting}, (a) the student above SASRec fitted on every history: "
+                     f"{interval(vs_sasrec)}: "
+                     f"**{'met' if vs_sasrec['low'] > 0 else 'not met'}**; not below the "
+                     f"features-only student: {interval(vs_features)}: "
+                     f"**{'met' if vs_features and vs_features['mean'] >= 0 else 'not met'}**.")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--settings", default="uniform,retrieved")
+    parser.add_argument("--students", default="features,llm")
+    parser.add_argument("--limit", type=int, default=4096,
+                        help="training slates the students learn from")
+    parser.add_argument("--load", default="nothing else running")
+    parser.add_argument("--work", type=Path, default=WORK)
+    parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument("--dry-run", action="store_true")
+    args = parser.parse_args()
+    dry, log = args.dry_run, []
+    started = time.time()
+    students = [s for s in args.students.split(",") if s]
+    results: dict[str, Any] = {"settings": {}}
+    for setting in [s for s in args.settings.split(",") if s]:
+        data = args.work / setting
+        spdrank("data", "beauty", "--out", data, "--validation", "1000", "--candidates", "50",
+                "--features", FEATURES, "--seed", "0", *SETTINGS[setting], "--no-progress",
+                dry_run=dry, log=log, done=data / "manifest.json")
+        runs = args.work / "runs" / setting
+        for name in students:
+            cache = () if name == "features" else (
+                "--cache-states", args.work / "cache" / setting)
+            spdrank("train", "--slates", data / "train.jsonl", "--eval-slates",
+                    data / "valid.jsonl", "--eval-limit", "1000", "--out", runs / name,
+                    "--target", "clicks", "--features", FEATURES, *STUDENTS[name][1], *cache,
+                    "--limit", str(args.limit), "--epochs", "4", "--batch-size", "16",
+                    "--select", "best", "--eval-every", "0", "--no-progress",
+                    dry_run=dry, log=log, done=runs / name / "train.json")
+        per_slate = args.out / f"{setting}.rows.jsonl"
+        spdrank("eval", "--slates", data / "eval.jsonl", "--train", data / "train.jsonl",
+                *(x for r in BASELINES for x in ("--ranker", r)),
+                *(x for s in students for x in ("--model", f"{s}={runs / s}")),
+                "--per-slate", per_slate, "--no-progress", dry_run=dry, log=log,
+                done=per_slate)
+        if dry:
+            continue
+        table: dict[str, dict[str, Any]] = {}
+        for row in read_jsonl(per_slate):
+            table.setdefault(row["ranker"], {})[row["qid"]] = row
+        rows = {}
+        for name, found in table.items():
+            entry: dict[str, Any] = {m: mean(found, m) for m in METRICS}
+            entry["ms"] = sorted(r["latency_ms"] for r in found.values())[len(found) // 2]
+            for ref in ("feature:sasrec", "features"):
+                if ref != name and ref in table:
+                    entry[f"- {ref}"] = paired(table, name, ref, "NDCG@10")
+            rows[name] = entry
+        found_slices = {}
+        if {"llm", "features"} <= set(table):
+            for name, qids in slices(data / "eval.jsonl").items():
+                found_slices[name] = {"users": len(qids),
+                                      "llm": mean(table["llm"], "NDCG@10", qids),
+                                      "features": mean(table["features"], "NDCG@10", qids),
+                                      "diff": paired(table, "llm", "features", "NDCG@10", qids)}
+        chosen = {}
+        for name in students:
+            summary = json.loads((runs / name / "train.json").read_text())
+            choice = summary.get("anchor", {})
+            chosen[name] = (f"started as {choice.get('anchor')} ("
+                            + ", ".join(f"{k} {v:.3f}" for k, v in
+                                        choice.get("inputs", {}).items() if v is not None)
+                            + f"), {summary.get('verdict', '')}")
+        results["settings"][setting] = {
+            "what": "the next item among 49 uniform negatives" if setting == "uniform"
+                    else "SASRec's top 50, the next item not added",
+            "users": len(next(iter(table.values()))), "rows": rows, "slices": found_slices,
+            "chosen": chosen}
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "command.txt").write_text("\n".join(log) + "\n")
+    if dry:
+        return 0
+    meta = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+            "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], check=False,
+                                     cwd=ROOT, text=True, capture_output=True).stdout.strip(),
+            "machine": f"{machine()}, Python {platform.python_version()}", "load": args.load,
+            "minutes": (time.time() - started) / 60, "limit": args.limit}
+    (args.out / "results.json").write_text(json.dumps({"meta": meta, **results}, indent=2) + "\n")
+    (args.out / "report.md").write_text(report(results, meta))
+    print((args.out / "report.md").read_text())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
