@@ -50,6 +50,12 @@ TEACHER = "fusion:best:feature:dense+retriever"
 ITEM_TOKENS = 64
 POSITIONS = 100
 TEST_SETS = ("dl19", "dl21")
+#: Where the teacher, the anchors and the epochs are chosen: name -> (validation set, the
+#: test sets scored with what it chose) for each choice made.
+PLANS: dict[str, tuple[tuple[str, tuple[str, ...]], ...]] = {
+    "synthetic": (("synth", TEST_SETS),),
+    "other": (("dl21", ("dl19",)), ("dl19", ("dl21",))),
+}
 #: The students: name -> (title, spdrank train flags beyond the common ones).
 STUDENTS: dict[str, tuple[str, tuple[str, ...]]] = {
     "llm": ("student: SmolLM2 states + BM25 and dense scores",
@@ -57,6 +63,10 @@ STUDENTS: dict[str, tuple[str, tuple[str, ...]]] = {
     "features": ("no LLM: the head on BM25 and dense scores",
                  ("--head", "attn", "--features-only", "--features", "score,dense")),
 }
+#: How the report names each validation set.
+VALIDATION = {"synth": "synthetic queries written from DL22's passage pool (each judged by its "
+                       "source passage)", "dl19": "DL19's judged queries",
+              "dl21": "DL21's judged queries"}
 #: The rows of the report, by the name eval gives them.
 ROWS = {"retriever": "BM25 (the first stage)", "feature:dense": "dense (all-MiniLM-L6-v2)",
         "teacher": f"teacher: {TEACHER}"}
@@ -100,27 +110,35 @@ def report(results: dict[str, Any], meta: dict[str, Any]) -> str:
     lines = [
         "# Search students that start as the best ranker they read: DL19 and DL21, CPU scale",
         "",
-        (f"Written by `benchmarks/search_best_input_cpu.py` ({meta['date']}, commit "
-        f"{meta['commit']}, {meta['machine']}; {meta['load']}; {meta['minutes']:.1f} min). "
-        f"Students trained on DL22's {meta['train_queries']} queries (no judgements) labelled "
-        f"by the teacher, their epoch and start chosen on {meta['valid_queries']} synthetic "
-        "queries written from DL22's passage pool (each judged by its source passage); "
-        f"{meta['layers']} frozen SmolLM2 layers read in one prefill of the whole top 100 "
-        f"(K = {POSITIONS}, {ITEM_TOKENS} tokens a passage). nDCG@10 graded over every judged "
-        "passage, AP at grade >= 2; paired 95% bootstrap intervals over queries. The commands "
-        "are in command.txt. A feature row's ms is reading the feature: the dense cosine "
-        "itself costs its encoder's pass over the query and the 100 passages, which "
-        "`data features` timed (command.txt's log)."),
+        (f"Written by `benchmarks/search_best_input_cpu.py --choose-on {meta['choose_on']}` "
+         f"({meta['date']}, commit {meta['commit']}, {meta['machine']}; {meta['load']}; "
+         f"{meta['minutes']:.1f} min). Students trained on DL22's {meta['train_queries']} "
+         "queries (no judgements) labelled by the teacher; the teacher's fusion, each student's "
+         "start and its epoch chosen on validation queries: "
+         + "; ".join(f"{VALIDATION[v]} ({n} queries)" for v, n in meta["valid_queries"].items())
+         + f". {meta['layers']} frozen SmolLM2 layers read in one prefill of the whole top 100 "
+         f"(K = {POSITIONS}, {ITEM_TOKENS} tokens a passage). nDCG@10 graded over every judged "
+         "passage, AP at grade >= 2; paired 95% bootstrap intervals over queries. The commands "
+         "are in command.txt. A feature row's ms is reading the feature: the dense cosine "
+         "itself costs its encoder's pass over the query and the 100 passages, which "
+         "`data features` timed (about 1.4 s a query here)."),
         "",
         "## What training chose",
         "",
     ]
     for name, chosen in results["chosen"].items():
-        lines.append(f"- {STUDENTS[name][0]}: {chosen}")
-    lines.append(f"- teacher: {results.get('teacher_choice', '-')}")
+        student, _, on = name.partition("-on-")
+        lines.append(f"- {STUDENTS[student][0]}{f' (chosen on {on.upper()})' if on else ''}: "
+                     f"{chosen}")
+    for valid, chosen in results.get("teacher_choice", {}).items():
+        if chosen:
+            lines.append(f"- teacher, chosen on {VALIDATION[valid]}: {chosen.get('spec')} "
+                         f"({chosen.get('metric')} {chosen.get('score', 0):.3f})")
     for test in TEST_SETS:
-        rows = results[test]
-        lines += ["", f"## {test.upper()} ({rows['retriever']['queries']} queries)", "",
+        found = results[test]
+        rows = found["rows"]
+        lines += ["", (f"## {test.upper()} ({rows['retriever']['queries']} queries; chosen on "
+                  f"{VALIDATION[found['validation']]})"), "",
                   "| row | nDCG@10 | AP | - BM25 | - dense | - no-LLM student | ms a query (p50) |",
                   "| --- | --- | --- | --- | --- | --- | --- |"]
         for name, entry in rows.items():
@@ -131,7 +149,7 @@ def report(results: dict[str, Any], meta: dict[str, Any]) -> str:
                 f"{interval(entry.get('- features'))} | {entry['ms']:.1f} |")
     lines += ["", "## Against the goals", ""]
     for test in TEST_SETS:
-        rows = results[test]
+        rows = results[test]["rows"]
         if "llm" not in rows:
             continue
         dense = rows["llm"]["- feature:dense"]
@@ -154,6 +172,9 @@ def main() -> int:
                         help="DL22 passages to write a validation query for")
     parser.add_argument("--epochs", default="20")
     parser.add_argument("--students", default="features,llm")
+    parser.add_argument("--choose-on", choices=sorted(PLANS), default="synthetic",
+                        help="the validation queries: synthetic ones from DL22's pool, or the "
+                        "other test set's judged queries (DL21 for DL19, DL19 for DL21)")
     parser.add_argument("--load", default="nothing else running",
                         help="what else ran on the machine, for the report")
     parser.add_argument("--work", type=Path, default=WORK)
@@ -186,58 +207,63 @@ def main() -> int:
     for name, out in featured.items():
         spdrank("data", "features", "--slates", work / f"{name}.jsonl", "--out", out,
                 "--add", "dense", "--no-progress", dry_run=dry, log=log, done=out)
-    labels = work / "dl22.teacher.labels.jsonl"
-    labelled = work / "dl22.teacher.labels.slates.jsonl"
-    spdrank("teacher", "--slates", featured["dl22"], "--out", labels, "--backend",
-            f"ranker:{TEACHER}", "--choose-on", featured["synth"], "--prompt", "search",
-            "--no-progress", dry_run=dry, log=log, done=labelled)
     common = ("--prompt", "search", "--max-item-tokens", str(ITEM_TOKENS), "--frozen",
               "--backbone", "bundled", "--device", "cpu", "--layers", str(args.layers),
               "--positions", str(POSITIONS), "--epochs", args.epochs, "--batch-size", "8",
               "--head-lr", "1e-3", "--eval-every", "0", "--select", "best", "--eval-limit",
               "1000", "--no-progress")
-    runs = ROOT / "runs" / "search-best-input"
     students = [s for s in args.students.split(",") if s]
-    for name in students:
-        cache = () if name == "features" else ("--cache-states", runs / "cache-words",
-                                                 "--cache-batch-size", "1")
-        spdrank("train", "--slates", labelled, "--eval-slates", featured["synth"], "--out",
-                runs / name, *common, *STUDENTS[name][1], *cache, dry_run=dry, log=log,
-                done=runs / name / "model" / "config.json")
-    results: dict[str, Any] = {"chosen": {}}
-    for test in TEST_SETS:
-        rows = args.out / f"{test}.rows.jsonl"
-        spdrank("eval", "--slates", featured[test], "--ranker", "retriever", "--ranker",
-                "feature:dense", "--ranker", TEACHER,
-                "--choose-on", featured["synth"],
-                *(x for s in students for x in ("--model", f"{s}={runs / s}")),
-                "--k", "10,100", "--rel-level", "2", "--per-slate", rows, "--no-progress",
-                dry_run=dry, log=log, done=rows)
-        if not dry:
-            table = per_query(rows, {TEACHER: "teacher"})
-            results[test] = summarize(table)
-    (args.out).mkdir(parents=True, exist_ok=True)
-    (args.out / "command.txt").write_text("\n".join(log) + "\n")
+    out = args.out / args.choose_on
+    results: dict[str, Any] = {"chosen": {}, "teacher_choice": {}}
+    for valid, tests in PLANS[args.choose_on]:
+        # The synthetic plan's paths carry no suffix: one validation set for both test sets.
+        tag = "" if valid == "synth" else f"-on-{valid}"
+        labels = work / f"dl22.teacher{tag}.labels.jsonl"
+        labelled = work / f"dl22.teacher{tag}.labels.slates.jsonl"
+        spdrank("teacher", "--slates", featured["dl22"], "--out", labels, "--backend",
+                f"ranker:{TEACHER}", "--choose-on", featured[valid], "--prompt", "search",
+                "--no-progress", dry_run=dry, log=log, done=labelled)
+        runs = ROOT / "runs" / "search-best-input"
+        for name in students:
+            cache = () if name == "features" else (
+                "--cache-states", runs / f"cache-words{tag}", "--cache-batch-size", "1")
+            spdrank("train", "--slates", labelled, "--eval-slates", featured[valid], "--out",
+                    runs / f"{name}{tag}", *common, *STUDENTS[name][1], *cache, dry_run=dry,
+                    log=log, done=runs / f"{name}{tag}" / "model" / "config.json")
+        for test in tests:
+            rows = out / f"{test}.rows.jsonl"
+            spdrank("eval", "--slates", featured[test], "--ranker", "retriever", "--ranker",
+                    "feature:dense", "--ranker", TEACHER, "--choose-on", featured[valid],
+                    *(x for s in students for x in ("--model", f"{s}={runs / f'{s}{tag}'}")),
+                    "--k", "10,100", "--rel-level", "2", "--per-slate", rows, "--no-progress",
+                    dry_run=dry, log=log, done=rows)
+            if dry:
+                continue
+            results[test] = {"validation": valid,
+                             "rows": summarize(per_query(rows, {TEACHER: "teacher"}))}
+            for name in students:
+                summary = json.loads((runs / f"{name}{tag}" / "train.json").read_text())
+                choice = summary.get("anchor", {})
+                results["chosen"][f"{name}{tag}"] = (
+                    f"started as {choice.get('anchor')} (validation "
+                    + ", ".join(f"{k} {v:.3f}" for k, v in choice.get("inputs", {}).items())
+                    + f"); {summary.get('verdict', '')}")
+            with labels.open() as fh:  # each label records the fusion the teacher chose
+                results["teacher_choice"][valid] = json.loads(fh.readline()).get("chosen")
+        results["train_queries"] = 0 if dry else sum(1 for _ in labelled.open())
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "command.txt").write_text("\n".join(log) + "\n")
     if dry:
         return 0
-    for name in students:
-        summary = json.loads((runs / name / "train.json").read_text())
-        choice = summary.get("anchor", {})
-        results["chosen"][name] = (
-            f"started as {choice.get('anchor')} (validation "
-            + ", ".join(f"{k} {v:.3f}" for k, v in choice.get("inputs", {}).items())
-            + f"); {summary.get('verdict', '')}")
-    teacher_summary = labels.with_name(labels.name + ".summary.json")
-    if teacher_summary.exists():
-        results["teacher_choice"] = json.loads(teacher_summary.read_text()).get("chosen")
     meta = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "commit": git_commit(),
             "machine": f"{machine()}, Python {platform.python_version()}",
             "load": args.load, "minutes": (time.time() - started) / 60, "layers": args.layers,
-            "train_queries": sum(1 for _ in labelled.open()),
-            "valid_queries": sum(1 for _ in featured["synth"].open())}
-    (args.out / "results.json").write_text(json.dumps({"meta": meta, **results}, indent=2) + "\n")
-    (args.out / "report.md").write_text(report(results, meta))
-    print((args.out / "report.md").read_text())
+            "train_queries": results.pop("train_queries"), "choose_on": args.choose_on,
+            "valid_queries": {valid: sum(1 for _ in featured[valid].open())
+                              for valid, _ in PLANS[args.choose_on]}}
+    (out / "results.json").write_text(json.dumps({"meta": meta, **results}, indent=2) + "\n")
+    (out / "report.md").write_text(report(results, meta))
+    print((out / "report.md").read_text())
     return 0
 
 

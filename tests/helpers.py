@@ -432,3 +432,18 @@ def dry_run_commands(script: str, program: str = "spdrank") -> list[list[str]]:
         for line in done.stdout.splitlines()
         if line.startswith(f"/nonexistent/bin/{program + ' ' if program else ''}")
     ]
+
+
+def walking_log(folder: Path, users: int, length: int = 6, items: int = 30) -> tuple[Path, Path]:
+    """An interaction log (``seq.txt``) of users who walk i, i+1, ... through ``items`` items
+    (no item twice), each from a seeded start, and the items' titles (``titles.tsv``)."""
+    rng = random.Random(0)
+    lines = []
+    for u in range(users):
+        start = rng.randrange(items)
+        lines.append(" ".join([f"u{u}", *(f"i{(start + k) % items}" for k in range(length))]))
+    seqs, titles = folder / "seq.txt", folder / "titles.tsv"
+    seqs.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    titles.write_text("item_id\ttitle\n" + "".join(f"i{i}\tItem {i}\n" for i in range(items)),
+                      encoding="utf-8")
+    return seqs, titles

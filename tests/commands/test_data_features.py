@@ -18,22 +18,14 @@ from spdrank.core.slates import read_slates, training_sequence
 from spdrank.datasets.build import build_from_files
 from spdrank.datasets.options import BuildOptions
 from spdrank.rankers.baselines import CooccurrenceRanker, PopularityRanker
+from tests.helpers import walking_log
 
 N_ITEMS = 30
 
 
 def write_log(folder: Path, users: int = 40, length: int = 6) -> tuple[Path, Path]:
-    """Users who walk i, i+1, ... through the items (no item twice), and the items' titles."""
-    rng = random.Random(0)
-    lines = []
-    for u in range(users):
-        start = rng.randrange(N_ITEMS)
-        lines.append(" ".join([f"u{u}", *(f"i{(start + k) % N_ITEMS}" for k in range(length))]))
-    seqs, titles = folder / "seq.txt", folder / "titles.tsv"
-    seqs.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    titles.write_text("item_id\ttitle\n" + "".join(f"i{i}\tItem {i}\n" for i in range(N_ITEMS)),
-                      encoding="utf-8")
-    return seqs, titles
+    """Users who walk i, i+1, ... through the items, and the items' titles."""
+    return walking_log(folder, users, length, N_ITEMS)
 
 
 def build(folder: Path, **options) -> Path:

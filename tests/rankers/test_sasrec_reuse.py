@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import logging
-import random
 from pathlib import Path
 
 import pytest
@@ -19,6 +18,7 @@ from spdrank.datasets.build import build_from_files
 from spdrank.datasets.options import BuildOptions
 from spdrank.rankers.sasrec import SASRec, SASRecRanker
 from spdrank.rankers.sasrec_config import SASREC, SASREC_FIT, SASRecConfig
+from tests.helpers import walking_log
 
 #: A fit of about a second on one thread.
 TINY = SASRecConfig(dim=16, epochs=3, batch_size=16, dropout=0.1, max_len=8, lr=1e-2)
@@ -56,16 +56,7 @@ def fits(monkeypatch) -> list[int]:
 
 def write_log(folder: Path, users: int = 60, length: int = 6) -> tuple[Path, Path]:
     """Users who walk i, i+1, ... through the items, and the items' titles."""
-    rng = random.Random(0)
-    lines = []
-    for u in range(users):
-        start = rng.randrange(N_ITEMS)
-        lines.append(" ".join([f"u{u}", *(f"i{(start + k) % N_ITEMS}" for k in range(length))]))
-    seqs, titles = folder / "seq.txt", folder / "titles.tsv"
-    seqs.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    titles.write_text("item_id\ttitle\n" + "".join(f"i{i}\tItem {i}\n" for i in range(N_ITEMS)),
-                      encoding="utf-8")
-    return seqs, titles
+    return walking_log(folder, users, length, N_ITEMS)
 
 
 def build(folder: Path, **options) -> Path:
