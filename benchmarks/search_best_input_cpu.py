@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import shutil
 import subprocess
 import sys
 import time
@@ -70,6 +71,11 @@ VALIDATION = {"synth": "synthetic queries written from DL22's passage pool (each
 #: The rows of the report, by the name eval gives them.
 ROWS = {"retriever": "BM25 (the first stage)", "feature:dense": "dense (all-MiniLM-L6-v2)",
         "teacher": f"teacher: {TEACHER}"}
+
+
+def shown(path: Path) -> str:
+    """A path as the command log shows it: relative to the repository when under it."""
+    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
 
 
 def git_commit() -> str:
@@ -224,6 +230,11 @@ def main() -> int:
                 f"ranker:{TEACHER}", "--choose-on", featured[valid], "--prompt", "search",
                 "--no-progress", dry_run=dry, log=log, done=labelled)
         runs = ROOT / "runs" / "search-best-input"
+        shared_train, own_train = runs / "cache-words" / "train", runs / f"cache-words{tag}" / "train"
+        if tag and shared_train.is_dir() and not own_train.exists() and not dry:
+            # The same training texts whoever labelled them: their states are computed once.
+            log.append(f"# {shown(shared_train)} copied to {shown(own_train)}")
+            shutil.copytree(shared_train, own_train)
         for name in students:
             cache = () if name == "features" else (
                 "--cache-states", runs / f"cache-words{tag}", "--cache-batch-size", "1")
