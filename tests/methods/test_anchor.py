@@ -77,8 +77,9 @@ def test_an_untrained_anchored_llm_student_ranks_as_it_was_given(tiny_backbone):
 def test_the_prior_keeps_expected_positions_in_the_given_order(n, positions):
     """Sinkhorn keeps the prior's order: its expected positions rise strictly down the list
     (so ``expected_rank`` and the relevance the server reports keep the first stage's order)."""
-    ranks = torch.arange(n, dtype=torch.float32)[None]
-    prior = Anchor(matrix=True).prior(torch.tensor([n]), ranks, positions).numpy()
+    mask = torch.ones(1, n, dtype=torch.bool)
+    prior = Anchor(matrix=True).prior(torch.tensor([n]), Anchor(matrix=True).ranks(mask, None),
+                                      positions).numpy()
     expected = expected_positions(prior[:, :, :n].astype(np.float64))[0]
     assert np.all(np.diff(expected) > 0)
 

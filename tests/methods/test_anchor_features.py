@@ -139,3 +139,63 @@ def test_eval_puts_a_student_beside_each_ranker_it_reads(tmp_path, capsys):
     assert "\nfeature:weak " in printed and "\nfeature:good " in printed
     assert "student ranks not below feature:weak on these 10 slates: nDCG@10" in printed
     assert "student ranks below feature:good on these 10 slates: nDCG@10" in printed
+
+
+def test_equal_scores_share_the_span_of_ranks_they_fill():
+    """Candidates a feature does not tell apart are pulled to the span of ranks they fill
+    together and not ordered within it, but for the tie-break that keeps them in the order
+    given: the prior asserts no order the head cannot see."""
+    from spdrank.methods.anchor import TIE_BREAK, Anchor
+
+    anchor = Anchor(matrix=True, spec=parse_anchor("feature:f"), features=("f",))
+    mask = torch.tensor([[True, True, True, True, False]])
+    features = torch.tensor([[[0.0], [2.0], [0.0], [0.0], [0.0]]])
+    ranks = anchor.ranks(mask, features)
+    assert ranks.low[0].tolist() == [1, 0, 1, 1, 4] and ranks.high[0].tolist() == [3, 0, 3, 3, 4]
+    assert ranks.stable[0].tolist() == [1, 0, 2, 3, 4]
+    prior = anchor.prior(torch.tensor([4]), ranks, 4)[0] * 3  # in steps of rank
+    assert prior[1].tolist() == pytest.approx([0, -1, -2, -3])  # alone: pulled to its rank
+    assert prior[0].tolist() == pytest.approx([-1 - TIE_BREAK, 0, -TIE_BREAK, -2 * TIE_BREAK])
+    assert prior[3].tolist() == pytest.approx([-1 - 3 * TIE_BREAK, -2 * TIE_BREAK, -TIE_BREAK, 0])
+
+
+@pytest.mark.slow  # builds the own-data example and trains on it
+def test_a_click_trained_student_does_not_fall_below_the_feature_it_starts_from(
+    tmp_path, monkeypatch
+):
+    """The own-data walkthrough's slates, a click-trained features-only student anchored to
+    'transition' (0 for most candidates: many ties): clicks order nothing after the clicked
+    item, and a prior that pinned every item to a rank the head cannot see (ties in the
+    order given) drove such a student far below its anchor. It must not fall below it."""
+    import importlib.util
+    import sys
+
+    from spdrank.commands.cli import main
+    from spdrank.core.slates import load_slates
+    from spdrank.training import train as training
+    from spdrank.training.inputs import input_ranking
+    from spdrank.training.train import mean_metrics
+    from tests.helpers import ROOT
+
+    spec = importlib.util.spec_from_file_location(
+        "own_data_example", ROOT / "benchmarks" / "own_data_example.py")
+    example = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = example
+    spec.loader.exec_module(example)  # type: ignore[union-attr]
+    monkeypatch.chdir(tmp_path)
+    assert example.main(["--out", "own"]) == 0
+    assert main(["data", "sequences", "--sequences", "own/log.inter", "--titles", "own/log.item",
+                 "--candidate-file", "own/candidates.txt", "--candidates", "20",
+                 "--eval-fraction", "0.2", "--features", "--no-progress", "--out", "slates"]) == 0
+    assert main(["train", "--slates", "slates/train.jsonl", "--target", "clicks", "--features",
+                 "score,popularity,cooccurrence,transition,title_similarity", "--features-only",
+                 "--anchor", "transition", "--positions", "20", "--epochs", "4",
+                 "--batch-size", "16", "--no-progress", "--out", "run"]) == 0
+    student = SPDRanker.from_pretrained("run")
+    assert float(student.head.anchor.log_strength) < 1.0  # started at CLICKS_STRENGTH
+    assert training.CLICKS_STRENGTH < 5.0
+    slates = load_slates("slates/eval.jsonl")
+    learned = mean_metrics(slates, [r.docids for r in student.rank_batch(slates)])["NDCG@10"]
+    anchor = mean_metrics(slates, [input_ranking(s, "feature:transition")
+                                   for s in slates])["NDCG@10"]
+    assert learned >= anchor, (learned, anchor)

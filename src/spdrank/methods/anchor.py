@@ -33,15 +33,31 @@ search slates, rank_llm and Cohere requests; slates whose candidates are shuffle
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import torch
 from torch import nn
 
 from spdrank.methods.anchor_spec import AnchorSpec, check_anchor_features
 
+#: How strongly, against a step of rank, the prior keeps items of equal score in the order
+#: they were given in: enough for every decoder to keep it, too little to assert it.
+TIE_BREAK = 1e-3
+
+
+class Ranks(NamedTuple):
+    """Where each item sits in an anchor's order, float32 [B, N] each: the span of ranks its
+    equal-scored group fills (``low`` to ``high``; one rank for an item alone) and its rank
+    with equal scores in the order given (``stable``)."""
+
+    low: torch.Tensor
+    high: torch.Tensor
+    stable: torch.Tensor
+
 #: The prior's strength at initialisation: the first and the last of the given order differ
 #: by this much at any position, enough to keep the order against a head's early noise, and
-#: little enough that a head's scores can move a passage many places.
+#: little enough that a head's scores can move a passage many places. (A run on clicks starts
+#: it weaker: :data:`spdrank.training.train.CLICKS_STRENGTH`.)
 INITIAL_STRENGTH = 5.0
 
 
@@ -71,38 +87,66 @@ class Anchor(nn.Module):
         #: log of the prior's strength, so the strength stays positive as it learns.
         self.log_strength = nn.Parameter(torch.tensor(math.log(INITIAL_STRENGTH)))
 
-    def ranks(self, mask: torch.Tensor, features: torch.Tensor | None) -> torch.Tensor:
-        """Each item's 0-based rank in the anchor's order, float32 [B, N]; padded items last.
+    def set_strength(self, strength: float) -> None:
+        """Start the prior at ``strength`` (above 0): any strength ranks an untrained model
+        exactly as the anchor; it sets how hard the head must pull to move an item."""
+        if not strength > 0:
+            raise ValueError(f"an anchor's strength must be above 0, got {strength}")
+        with torch.no_grad():
+            self.log_strength.fill_(math.log(strength))
 
-        The given order is ``0..n-1``; a feature anchor sorts its weighted score, highest
-        first, equal scores in the given order (a stable sort).
+    def ranks(self, mask: torch.Tensor, features: torch.Tensor | None) -> Ranks:
+        """Where each item sits in the anchor's order, float32 [B, N] each; padded items last.
+
+        The given order is ``0..n-1``, each item alone at its rank. A feature anchor sorts its
+        weighted score, highest first: items of equal score share the span of ranks they fill
+        together (``low`` to ``high``), and ``stable`` is each one's rank with equal scores in
+        the order given (a stable sort).
         """
         items = mask.size(1)
         steps = torch.arange(items, device=mask.device, dtype=torch.float32)
         if self.spec.kind == "order":
-            return steps.expand(mask.size(0), items)
+            given = steps.expand(mask.size(0), items)
+            return Ranks(given, given, given)
         if features is None:
             raise ValueError(f"anchor {self.spec.text()!r} orders by features, and this batch "
                              "carries none")
         score = features.to(torch.float32) @ self.feature_weights.to(features.device)
         score = score.masked_fill(~mask, float("-inf"))
         order = torch.sort(score, dim=1, descending=True, stable=True).indices
-        return torch.empty_like(score).scatter_(1, order, steps.expand_as(score).contiguous())
+        stable = torch.empty_like(score).scatter_(1, order, steps.expand_as(score).contiguous())
+        real = mask[:, None, :]
+        above = ((score[:, None, :] > score[:, :, None]) & real).sum(-1).to(torch.float32)
+        equal = ((score[:, None, :] == score[:, :, None]) & real).sum(-1).to(torch.float32)
+        low = torch.where(mask, above, stable)
+        high = torch.where(mask, above + (equal - 1).clamp(min=0), stable)
+        return Ranks(low, high, stable)
 
-    def prior(self, lengths: torch.Tensor, ranks: torch.Tensor, positions: int) -> torch.Tensor:
-        """The anchor order's scores for slates of ``lengths`` items whose items sit at
-        ``ranks`` ([B, N]): [B, N, positions] for a matrix head, else [B, N].
+    def prior(self, lengths: torch.Tensor, ranks: Ranks, positions: int) -> torch.Tensor:
+        """The anchor order's scores for slates of ``lengths`` items at ``ranks``:
+        [B, N, positions] for a matrix head, else [B, N].
+
+        A matrix head's item scores ``-d / (n - 1)`` at position k, d the distance from k to
+        the item's span of ranks: an item alone at rank r is pulled to r, items a feature
+        does not tell apart are pulled to the span they fill together and not ordered within
+        it, since an order the head cannot see (the given one, among equal scores) is one it
+        could not learn to correct, and a click target, which orders nothing after its first
+        item, would fight it. Within a span, :data:`TIE_BREAK` of a step keeps each decoder
+        to the order given. One score per item: its span's middle, the same tie-break.
 
         Each slate's own n sets its scale, so a slate scores the same padded beside a longer
         one as ranked alone (the padded rows are masked by the caller).
         """
         scale = 1.0 / (lengths.to(torch.float32) - 1).clamp(min=1)
-        order = ranks * scale[:, None]
+        tied = (ranks.high > ranks.low).to(torch.float32)
         if not self.matrix:
-            return -order
-        steps = torch.arange(positions, device=lengths.device, dtype=torch.float32)
-        position = steps[None, :] * scale[:, None]
-        return -(order[:, :, None] - position[:, None, :]).abs()
+            middle = (ranks.low + ranks.high) / 2
+            return -(middle + TIE_BREAK * tied * (ranks.stable - middle)) * scale[:, None]
+        k = torch.arange(positions, device=lengths.device, dtype=torch.float32)[None, None, :]
+        low, high = ranks.low[:, :, None], ranks.high[:, :, None]
+        outside = (low - k).clamp(min=0) + (k - high).clamp(min=0)
+        within = TIE_BREAK * tied[:, :, None] * (ranks.stable[:, :, None] - k).abs()
+        return -(outside + within) * scale[:, None, None]
 
     def forward(self, scores: torch.Tensor, mask: torch.Tensor,
                 features: torch.Tensor | None = None) -> torch.Tensor:

@@ -66,6 +66,11 @@ STATE_DIR = "state"
 #: Where a run keeps the best model evaluated so far (``--select best``), and what it scored.
 BEST_DIR = "best"
 BEST_NAME = "best.json"
+#: An anchor's strength at the start of a run on clicks. The clicks target puts the clicked
+#: item first and asserts no order among the rest, so a prior that pins every item to its
+#: rank is fought by every unclicked item's row; a weak one still makes the untrained student
+#: rank exactly as its anchor, and leaves the head free to learn what the clicks say.
+CLICKS_STRENGTH = 1.0
 #: Where a run saves the input it keeps when no evaluation of its student ranks as well.
 INPUT_MODEL = "input"
 #: The training slates ``--anchor best`` chooses on when the run has no eval slates to
@@ -274,6 +279,8 @@ class Trainer:
             fresh = warm_start(self.model, cfg.init_from)
             log.info("starting from %s%s", cfg.init_from,
                      f" (new at zero: {', '.join(fresh)})" if fresh else "")
+        elif self.model.anchored and cfg.target == "clicks":
+            self.model.head.anchor.set_strength(CLICKS_STRENGTH)
         steps_per_epoch = math.ceil(len(self.source) / cfg.batch_size)
         self.total_steps = cfg.max_steps or max(1, math.ceil(cfg.epochs * steps_per_epoch))
         self.steps_per_epoch = steps_per_epoch
