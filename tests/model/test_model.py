@@ -323,3 +323,19 @@ def test_unit_readouts_need_the_history_head_built_for_them(tiny_backbone, slate
     np.testing.assert_allclose(both[0, : len(slates[0])], model.score_matrix(slates[0]), atol=1e-4)
     with pytest.raises(ValueError, match=f"{readout} readout"):
         SPDRanker.build(dataclasses.replace(config, head=HeadConfig(kind="attn", positions=16)))
+
+
+@pytest.mark.parametrize("match", ["maxsim", "tfidf"])
+def test_an_anchored_history_head_ranks_as_it_was_given(tiny_backbone, slates, match):
+    """Whichever match it uses, the history head names only output layers it has, so it can
+    start at its anchor's order."""
+    torch.manual_seed(0)
+    config = SPDConfig(
+        backbone=BackboneConfig(name_or_path=tiny_backbone, lora=None),
+        head=HeadConfig(kind="history", positions=16, width=32, anchor="order",
+                        history=HistorySettings(match=match)),
+        prompt=PromptSettings(max_item_tokens=6, readout="mean" if match == "maxsim" else "words",
+                              history_items=True),
+    )
+    model = SPDRanker.build(config).eval()
+    assert [r.docids for r in model.rank_batch(slates[:2])] == [s.docids for s in slates[:2]]

@@ -67,6 +67,8 @@ class HistoryAttentionHead(ItemHead):
             # decreasing in k is already the ranking by s, whatever the layers above add.
             self.match_positions = nn.Linear(3, cfg.positions, bias=False)
             nn.init.zeros_(self.match_positions.weight)
+        else:
+            self.match_positions = None
         self.match_out = nn.Linear(3, cfg.width)
         self.null = nn.Parameter(torch.zeros(1, 1, cfg.width))
         layer = nn.TransformerDecoderLayer(
