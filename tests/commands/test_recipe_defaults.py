@@ -1,10 +1,10 @@
 """The README's "Your own data and teacher" commands, run as written on a small generated log,
-reach the settings of the rows the README reports (benchmarks/fidelity_beauty_cpu.py's
-``lex/words-tfidf`` and ``clicks/words-tfidf-warm+pop+co``), so the recipe shown is the one
-measured.
+reach the settings of the students the README reports (benchmarks/beauty_best_input_cpu.py's
+LLM and features-only students), so the recipe shown is the one measured.
 
-Only what this machine lacks is substituted: the tiny backbone for the bundled one (``--backbone``
-added to each ``train``) and a count baseline for the LLM server the teacher command names.
+Only what this machine and this log lack is substituted: the tiny backbone for the bundled one
+(``--backbone`` added to each ``train``) and 8 validation users for the 1,000 a real log
+spares.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import shlex
 from pathlib import Path
 
 from spdrank.commands.cli import main
-from tests.helpers import ROOT, WORDS, load_benchmark
+from tests.helpers import ROOT, WORDS
 
 README = ROOT / "README.md"
 #: Settings of a run that are its data, paths or bookkeeping, not its recipe.
@@ -54,30 +54,34 @@ def write_log(folder: Path, users: int = 40, items: int = 60) -> None:
 
 
 def substituted(argv: list[str], backbone: str) -> list[str]:
-    """``argv`` with the tiny backbone for the bundled one and a baseline for the LLM server."""
+    """``argv`` with the tiny backbone for the bundled one and a validation split the small
+    log can spare."""
     argv = list(argv)
-    if argv[:2] == ["spdrank", "teacher"]:
-        at = argv.index("--backend")
-        del argv[at : at + 2]
-        if "--base-url" in argv:
-            at = argv.index("--base-url")
-            del argv[at : at + 2]
-        argv += ["--backend", "ranker:cooccurrence"]
+    if "--validation" in argv:
+        argv[argv.index("--validation") + 1] = "8"
     if argv[:2] == ["spdrank", "train"]:
         argv += ["--backbone", backbone]
     return argv + ["--no-progress"]
 
 
-def benchmark_config(name: str, monkeypatch):
-    """The TrainConfig of the fidelity benchmark's row ``name``, parsed as ``spdrank train``
-    parses its command."""
+def benchmark_configs(work: Path) -> dict[str, object]:
+    """The TrainConfig of each student benchmarks/beauty_best_input_cpu.py trains on its
+    uniform slates, by name, parsed as ``spdrank train`` parses its command."""
+    import subprocess
+    import sys
+
     from spdrank.commands.cli import build_parser
     from spdrank.commands.train import config_from_args
 
-    module = load_benchmark("fidelity_beauty_cpu", monkeypatch)
-    (row,) = [r for r in module.rows() if r.name == name]
-    argv = row.train_command()[1:]
-    return config_from_args(build_parser().parse_args(argv))
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "beauty_best_input_cpu.py"), "--dry-run",
+         "--settings", "uniform", "--work", str(work), "--out", str(work / "out")],
+        capture_output=True, text=True, timeout=120, check=True)
+    trains = [shlex.split(line.split(" ", 1)[1])[1:] for line in done.stdout.splitlines()
+              if line.startswith("+ spdrank train")]
+    parser = build_parser()
+    return {Path(argv[argv.index("--out") + 1]).name: config_from_args(parser.parse_args(argv))
+            for argv in trains}
 
 
 def recipe(cfg) -> dict:
@@ -96,25 +100,22 @@ def test_the_readme_commands_reach_the_reported_recipe(
 
     commands = readme_commands()
     assert [argv[:2] for argv in commands] == [
-        ["spdrank", "data"], ["spdrank", "teacher"], ["spdrank", "train"], ["spdrank", "eval"],
-        ["spdrank", "train"],
+        ["spdrank", "data"], ["spdrank", "train"], ["spdrank", "train"], ["spdrank", "eval"],
     ]
     monkeypatch.chdir(tmp_path)
     write_log(tmp_path)
     for argv in commands:
         assert main(substituted(argv, tiny_backbone)[1:]) == 0, argv
-    assert "cooccurrence" in capsys.readouterr().out  # the eval's table, baselines beside
+    printed = capsys.readouterr().out
+    assert "\nsasrec " in printed and "paired vs features" in printed  # SASRec beside, paired
 
     def ran(command: list[str]) -> TrainConfig:
         out = Path(command[command.index("--out") + 1])
         summary = json.loads((out / "train.json").read_text(encoding="utf-8"))
-        assert summary["finished"]
+        assert summary["finished"] and summary["anchor"]["anchor"].startswith(("feature:", "order"))
         return TrainConfig(**summary["config"])
 
-    distilled, clicks = ran(commands[2]), ran(commands[4])
-    assert (distilled.epochs, distilled.batch_size, distilled.head_lr) == (4, 32, 1e-3)
-    assert (clicks.epochs, clicks.batch_size, clicks.init_from) == (2, 32, "runs/mine")
-    assert recipe(distilled) == recipe(benchmark_config("lex/words-tfidf", monkeypatch))
-    assert recipe(clicks) == recipe(
-        benchmark_config("clicks/words-tfidf-warm+pop+co", monkeypatch)
-    )
+    llm, features = ran(commands[1]), ran(commands[2])
+    measured = benchmark_configs(tmp_path / "bench")
+    assert recipe(llm) == recipe(measured["llm"])
+    assert recipe(features) == recipe(measured["features"])
