@@ -22,9 +22,11 @@ far as the targets pull it, and may weaken or strengthen the prior itself (``str
 is the residual form of zero-initialised output layers (as LoRA's B or ReZero's gate): the
 correction starts at zero, its gradient does not.
 
-A feature's order is read from the normalised features the head reads: a z-score keeps each
-feature's order, equal values keep the order the candidates were given in (a stable sort), as
-``spdrank eval --ranker feature:NAME`` ranks them. The ``order`` prior reads nothing but the
+A feature's order is read from the normalised features the head reads (a z-score keeps each
+feature's order). Items of equal score are pulled to the span of ranks they fill together,
+with no order among them but a tie-break small enough to assert nothing and large enough that
+every decoder keeps the order they were given in, as ``spdrank eval --ranker feature:NAME``
+ranks them (:meth:`Anchor.prior`). The ``order`` prior reads nothing but the
 candidates' order, so it needs slates whose candidates come in the first stage's order:
 search slates, rank_llm and Cohere requests; slates whose candidates are shuffled
 (recommendation slates built from logs) are anchored to a feature, or not at all.
@@ -53,6 +55,7 @@ class Ranks(NamedTuple):
     low: torch.Tensor
     high: torch.Tensor
     stable: torch.Tensor
+
 
 #: The prior's strength at initialisation: the first and the last of the given order differ
 #: by this much at any position, enough to keep the order against a head's early noise, and
