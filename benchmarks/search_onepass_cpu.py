@@ -168,6 +168,16 @@ def with_dense_feature(source: Path, out: Path) -> None:
     write_slates(out, slates)
 
 
+def without_anchor(flags: tuple[str, ...]) -> list[str]:
+    """A student's flags without its ``--anchor``: a run from its checkpoint keeps the anchor
+    the checkpoint was saved with, which is its best input's when training kept that input."""
+    out = list(flags)
+    if "--anchor" in out:
+        at = out.index("--anchor")
+        del out[at : at + 2]
+    return out
+
+
 def split_validation(source: Path, train: Path, valid: Path, count: int) -> None:
     """The last ``count`` queries of a seeded shuffle held out to select epochs."""
     slates = read_jsonl(source)
@@ -439,7 +449,7 @@ def main() -> int:
         base = ADAPTED[name][1]
         spdrank("train", "--slates", train, "--eval-slates", valid, "--out", runs / name,
                 *(x for x in common if x != "--frozen"), "--positions", str(POSITIONS),
-                *STUDENTS[base][2],
+                *without_anchor(STUDENTS[base][2]),
                 "--lora-layers", str(args.lora_layers), "--init-from", runs / base,
                 "--cache-states", runs / f"cache-lora{args.lora_layers}",
                 "--cache-batch-size", "1", "--epochs", args.lora_epochs, "--batch-size", "8",
