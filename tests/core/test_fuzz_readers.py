@@ -29,6 +29,7 @@ from hypothesis import strategies as st
 from spdrank.backbone.templates import load_template
 from spdrank.core.slates import SlateError, read_unique_slates
 from spdrank.core.trec import read_corpus, read_qrels, read_run, read_topics, trec_order
+from spdrank.core.validation import is_blank
 from spdrank.datasets.candidates import read_candidate_lists
 from spdrank.datasets.log import InteractionLog, read_sequences
 from spdrank.datasets.search import Hit, read_retrieve_results
@@ -56,7 +57,7 @@ ids = st.text(
 #: Text within a TSV field: anything but a tab, a line's end or a lone surrogate.
 field_text = st.text(st.characters(exclude_categories=["Cs"], exclude_characters="\t\r\n"),
                      max_size=20)
-query_text = field_text.filter(lambda t: t.strip() != "")
+query_text = field_text.filter(lambda t: not is_blank(t))
 #: Any JSON string.
 any_text = st.text(st.characters(exclude_categories=["Cs"]), max_size=20)
 #: Values no id, text, rank or ranking may be.
