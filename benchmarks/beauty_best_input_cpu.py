@@ -86,8 +86,7 @@ def slices(eval_file: Path) -> dict[str, list[str]]:
     for slate in read_jsonl(eval_file):
         clicked = set(slate.get("clicked") or ())
         target = next((c for c in slate["candidates"] if c["docid"] in clicked), None)
-        history = [line for line in (slate["query"].get("history") or "").splitlines() if line]
-        length = len(history) or len(slate["query"]["text"].splitlines())
+        length = len(slate["query"].get("history") or ())  # the user's items, oldest first
         if target is not None:
             count = round(math.expm1(target["features"]["popularity"]))
             for low, high in ITEM_SLICES:
