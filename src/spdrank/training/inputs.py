@@ -21,7 +21,7 @@ import numpy as np
 
 from spdrank.core.features import raw_features
 from spdrank.core.slates import Slate
-from spdrank.eval.metrics import slate_metrics
+from spdrank.eval.metrics import SlateMetrics, slate_metrics
 from spdrank.methods.anchor_spec import feature_anchor
 
 #: The given order's name as an input and as an anchor.
@@ -44,15 +44,21 @@ def input_ranking(slate: Slate, name: str) -> list[str]:
     return [slate.docids[i] for i in order]
 
 
+def slates_metrics(slates: Sequence[Slate], rankings: Sequence[Sequence[str]]
+                   ) -> list[SlateMetrics]:
+    """Every metric of one ranking a slate (docids best first) against what each slate holds:
+    clicks or graded judgements, and the teacher's ranking when labelled."""
+    return [
+        slate_metrics(ranking, slate.docids, slate.clicked, slate.teacher,
+                      teacher_scores=slate.teacher_scores, judgements=slate.relevance)
+        for slate, ranking in zip(slates, rankings, strict=True)
+    ]
+
+
 def per_slate(slates: Sequence[Slate], rankings: Sequence[Sequence[str]], metric: str
               ) -> list[float | None]:
     """Each slate's value of ``metric`` for one ranking a slate (None where undefined)."""
-    return [
-        slate_metrics(ranking, slate.docids, slate.clicked, slate.teacher,
-                      teacher_scores=slate.teacher_scores,
-                      judgements=slate.relevance).values.get(metric)
-        for slate, ranking in zip(slates, rankings, strict=True)
-    ]
+    return [found.values.get(metric) for found in slates_metrics(slates, rankings)]
 
 
 def mean_of(values: Sequence[float | None]) -> float | None:

@@ -46,11 +46,11 @@ from spdrank.core.features import FeatureNormalizer, parse_feature_names
 from spdrank.core.progress import Progress
 from spdrank.core.slates import Slate, load_slates, read_slates
 from spdrank.eval.first_stage import selection_metric, verdict
-from spdrank.eval.metrics import aggregate, slate_metrics
+from spdrank.eval.metrics import SlateMetrics, aggregate
 from spdrank.methods.anchor_spec import BEST_ANCHOR, parse_anchor
 from spdrank.model.ranker import SPDRanker
 from spdrank.training.config import TrainConfig
-from spdrank.training.inputs import input_names, mean_of, per_slate, score_inputs
+from spdrank.training.inputs import input_names, mean_of, score_inputs, slates_metrics
 from spdrank.training.slate_source import SkipSlate, open_slate_source
 from spdrank.training.state_cache import StateCache, open_state_cache
 from spdrank.training.targets import RELEVANCE_TARGETS, has_relevant_candidate, target_matrix
@@ -195,12 +195,12 @@ def given_order_metrics(slates: list[Slate]) -> dict[str, float | None]:
 def mean_metrics(slates: list[Slate], rankings: list[list[str]]) -> dict[str, float | None]:
     """Mean metrics of one ranking a slate (docids best first) against what each slate holds:
     clicks or graded judgements, and the teacher's ranking when labelled."""
-    per_slate = [
-        slate_metrics(ranking, slate.docids, slate.clicked, slate.teacher,
-                      teacher_scores=slate.teacher_scores, judgements=slate.relevance)
-        for slate, ranking in zip(slates, rankings, strict=True)
-    ]
-    return {name: s.mean for name, s in aggregate(per_slate).items()}
+    return means(slates_metrics(slates, rankings))
+
+
+def means(found: list[SlateMetrics]) -> dict[str, float | None]:
+    """Each metric's mean over the slates that define it."""
+    return {name: s.mean for name, s in aggregate(found).items()}
 
 
 def fit_feature_normalizer(cfg: TrainConfig) -> FeatureNormalizer | None:
@@ -525,8 +525,9 @@ class Trainer:
         """Metrics on the eval slice at the current step (computed once per step)."""
         if self.last_eval is None or self.last_eval[0] != self.step:
             rankings = model_rankings(self.spd, self.eval_slates, cache=self.eval_cache)
-            values = per_slate(self.eval_slates, rankings, self.metric) if self.metric else []
-            self.last_eval = (self.step, mean_metrics(self.eval_slates, rankings), values)
+            found = slates_metrics(self.eval_slates, rankings)
+            values = [f.values.get(self.metric) for f in found] if self.metric else []
+            self.last_eval = (self.step, means(found), values)
         return self.last_eval[1]
 
     # -- the rankers the student reads -------------------------------------------------------
