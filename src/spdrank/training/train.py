@@ -566,20 +566,22 @@ class Trainer:
         else:
             slates = list(islice(read_slates(cfg.slates), CHOICE_SLATES))
             where = f"its first {len(slates)} training slates"
-        found = given_order_metrics(slates)
-        metric = selection_metric((k for k, v in found.items() if v is not None),
-                                  clicks_first=cfg.target in CLICK_TARGETS)
+        # On the main process the eval slates' metric is the run's own, already found from
+        # their given order; the other processes hold no eval slates and find it here.
+        metric = self.metric if on_eval and self.eval_slates else selection_metric(
+            (k for k, v in given_order_metrics(slates).items() if v is not None),
+            clicks_first=cfg.target in CLICK_TARGETS)
         if metric is None:
             log.warning("--anchor best: %s define no metric to choose by (no judgements, "
                         "teacher or clicks); starting as %s", where, cfg.plain_anchor())
             return {"anchor": cfg.plain_anchor(), "why": f"{where} define no metric"}
-        means = {name: mean_of(values)
-                 for name, values in score_inputs(slates, input_names(names), metric).items()}
-        chosen = max((n for n in means if means[n] is not None), key=lambda n: means[n])
-        shown = ", ".join(f"{n} {v:.4f}" for n, v in means.items() if v is not None)
+        figures = {name: mean_of(values)
+                   for name, values in score_inputs(slates, input_names(names), metric).items()}
+        chosen = max((n for n in figures if figures[n] is not None), key=lambda n: figures[n])
+        shown = ", ".join(f"{n} {v:.4f}" for n, v in figures.items() if v is not None)
         log.info("--anchor best: starting as %s, which ranks %s best by %s (%s)", chosen,
                  where, metric, shown)
-        return {"anchor": chosen, "metric": metric, "on": where, "inputs": means}
+        return {"anchor": chosen, "metric": metric, "on": where, "inputs": figures}
 
     @property
     def selects(self) -> bool:
