@@ -1,0 +1,440 @@
+"""Where a LoRA training step's time goes, and how far the step is from its matrix-product floor.
+
+    .venv/bin/python benchmarks/train_profile.py --slates data-out/beauty/train.jsonl \\
+        [--layers 2,6] [--positions 50,150] [--dtypes float32,bfloat16] [--batch-size 4] \\
+        [--steps 3] [--backbone bundled] [--note "what else ran"] [--out DIR]
+
+For each setting (layers x K x dtype; LoRA r = 64 on every linear module, the attn head, the
+permutation loss against clicks) the script builds `spdrank train`'s own Trainer, takes one
+untimed step, times ``--steps`` steps (:meth:`Trainer.train_step`, as benchmarks/train_step.py
+times it), then profiles one more under ``torch.profiler`` and puts each op's own time in a kind
+of work:
+
+- forward and backward (an op under autograd's ``evaluate_function`` is put in the module of the
+  forward op that made its node, by the autograd sequence number): the backbone's matrix
+  products (the frozen base layers), the adapters (LoRA's A and B and what peft does around
+  them: dropout, scaling, casts), the attention kernel, norms, rotary, activation, residual
+  adds, embedding, masks, copies and casts, the readout, the head;
+- the Sinkhorn loss, the optimizer, gradient clipping, the data (prompts and collation), host
+  synchronisations (``aten::item``), and what is left.
+
+The floor is the step's matrix products timed alone: every ``mm``/``addmm``/``bmm`` the profile
+recorded, by shape, re-run on random tensors in the step's dtype, plus the attention kernel's
+products (forward two, backward five, each half done under a causal mask). The step's time over
+that floor is what the work around the products costs.
+
+Writes ``report.md``, ``results.json`` and ``command.txt`` to ``--out`` (default
+``benchmarks/results/train-profile-cpu``). Run it alone on the machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import functools
+import json
+import shlex
+import statistics
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from machine import machine
+
+ROOT = Path(__file__).resolve().parent.parent
+OUT = ROOT / "benchmarks" / "results" / "train-profile-cpu"
+SCOPE = "scope:"
+#: The kinds of work a step's time is put in, in the report's order.
+KINDS = (
+    "backbone matmuls", "adapters", "attention kernel", "norms", "rotary",
+    "activation and gating", "residual adds", "embedding", "masks and positions",
+    "copies and casts", "readout", "head", "Sinkhorn loss", "optimizer", "gradient clipping",
+    "data", "host syncs", "other",
+)
+MATMULS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm")
+COPIES = ("aten::copy_", "aten::to", "aten::_to_copy", "aten::contiguous", "aten::clone",
+          "aten::empty_like", "aten::cat", "aten::index_select", "aten::gather")
+SYNCS = ("aten::item", "aten::_local_scalar_dense")
+BACKWARD = "autograd::engine::evaluate_function"
+TOP_OPS = 15
+
+
+# -- scopes: which part of the model an op ran in ------------------------------------------
+
+
+def module_kind(name: str, module: nn.Module) -> str | None:
+    """The kind of work of a module's own ops, by its name and class (any decoder family)."""
+    cls = type(module).__name__
+    parts = name.split(".")
+    if "lora_A" in parts or "lora_B" in parts or "lora_dropout" in parts:
+        return "adapters"
+    if hasattr(module, "base_layer") and hasattr(module, "lora_A"):
+        return "adapters"  # peft's wrapper: the input cast, the scaling and the sum
+    if isinstance(module, nn.Linear) or cls == "Conv1D":
+        return "backbone matmuls"
+    if isinstance(module, nn.Embedding):
+        return "embedding"
+    if cls.endswith("RMSNorm") or isinstance(module, nn.LayerNorm):
+        return "norms"
+    if "Rotary" in cls:
+        return "rotary"
+    if cls.endswith("Attention"):
+        return "attention"
+    if cls.endswith("MLP"):
+        return "activation and gating"
+    if cls.endswith("DecoderLayer"):
+        return "residual adds"
+    if cls.endswith("Model"):
+        return "masks and positions"
+    return None
+
+
+class Scopes:
+    """Profiler ranges named by kind around each module's forward (and around the trainer's
+    own parts: data, readout, loss, clipping), removed on exit."""
+
+    def __init__(self) -> None:
+        self.undo: list[Callable[[], None]] = []
+
+    def modules(self, model: nn.Module, override: str | None = None) -> None:
+        for name, module in model.named_modules():
+            kind = override or module_kind(name, module)
+            if kind is None:
+                continue
+            stack: list[Any] = []
+
+            def enter(_m, _a, kind=kind, stack=stack):
+                stack.append(torch.profiler.record_function(SCOPE + kind).__enter__())
+
+            def leave(_m, _a, _o, stack=stack):
+                stack.pop().__exit__(None, None, None)
+
+            handles = [module.register_forward_pre_hook(enter),
+                       module.register_forward_hook(leave)]
+            self.undo += [h.remove for h in handles]
+
+    def wrap(self, owner: Any, attribute: str, kind: str) -> None:
+        """Run ``owner.attribute`` (a callable) inside a range named ``kind``."""
+        original = getattr(owner, attribute)
+
+        @functools.wraps(original)
+        def scoped(*args: Any, **kwargs: Any) -> Any:
+            with torch.profiler.record_function(SCOPE + kind):
+                return original(*args, **kwargs)
+
+        setattr(owner, attribute, scoped)
+        self.undo.append(lambda: setattr(owner, attribute, original))
+
+    def remove(self) -> None:
+        for undo in reversed(self.undo):
+            undo()
+        self.undo.clear()
+
+
+def scope_of(event: Any) -> str | None:
+    """The innermost scope an event ran in (the optimizer's own ranges included), or None."""
+    parent = event.cpu_parent
+    while parent is not None:
+        if parent.name.startswith(SCOPE):
+            return parent.name.removeprefix(SCOPE)
+        if parent.name.startswith("Optimizer."):
+            return "optimizer"
+        parent = parent.cpu_parent
+    return None
+
+
+def backward_node(event: Any) -> Any | None:
+    """The autograd ``evaluate_function`` event an op is or ran under, or None in forward."""
+    parent = event
+    while parent is not None:
+        if parent.name.startswith(BACKWARD):
+            return parent
+        parent = parent.cpu_parent
+    return None
+
+
+def kind_of(op: str, scope: str | None) -> str:
+    """An op's kind of work from its name and the scope it ran in."""
+    if op in SYNCS:
+        return "host syncs"
+    if scope in ("head", "Sinkhorn loss", "data", "readout", "gradient clipping", "optimizer"):
+        return scope
+    if op.startswith(("Optimizer.", "aten::_foreach")):
+        return "optimizer"
+    if scope == "adapters":
+        return "adapters"
+    if op in COPIES:
+        return "copies and casts"
+    if scope == "backbone matmuls":
+        return scope
+    if scope == "attention":
+        if "attention" in op or op in MATMULS or "softmax" in op:
+            return "attention kernel"
+        return "rotary" if op.startswith(("aten::mul", "aten::add", "aten::neg",
+                                          "aten::slice")) else "other"
+    if scope in KINDS:
+        return scope
+    return "other"
+
+
+# -- the profile -------------------------------------------------------------------------
+
+
+def profile_step(trainer: Any) -> tuple[dict[str, dict[str, float]], list[tuple[str, list, int]],
+                                       list[dict[str, Any]]]:
+    """One profiled step: each kind's own ms in forward and in backward (the optimizer and
+    the rest in forward), the matrix products and attention calls by shape, and the ops that
+    took the most time."""
+    from torch.profiler import ProfilerActivity, profile
+
+    spd = trainer.spd
+    scopes = Scopes()
+    scopes.modules(spd.backbone)
+    scopes.modules(spd.head, override="head")
+    scopes.wrap(trainer, "batch", "data")
+    scopes.wrap(spd, "read", "readout")
+    scopes.wrap(spd.method, "loss", "Sinkhorn loss")
+    scopes.wrap(trainer.accelerator, "clip_grad_norm_", "gradient clipping")
+    try:
+        with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+            trainer.train_step()
+    finally:
+        scopes.remove()
+    events = prof.events()
+    forward_scope: dict[int, str | None] = {}
+    for event in events:
+        if event.sequence_nr >= 0 and backward_node(event) is None:
+            forward_scope.setdefault(event.sequence_nr, scope_of(event))
+    spent: dict[str, dict[str, float]] = {"forward": defaultdict(float),
+                                          "backward": defaultdict(float)}
+    products: dict[tuple[str, str], int] = defaultdict(int)
+    ops: dict[tuple[str, str, str], float] = defaultdict(float)
+    for event in events:
+        if event.name.startswith(SCOPE):
+            continue
+        node = backward_node(event)
+        scope = scope_of(event)
+        if node is not None and event is not node:
+            scope = forward_scope.get(node.sequence_nr) or scope
+        elif node is not None:
+            scope = forward_scope.get(event.sequence_nr) or scope
+        phase = "backward" if node is not None else "forward"
+        kind = kind_of(event.name, scope)
+        if phase == "backward" and event.name.startswith(BACKWARD):
+            kind = "other"  # the engine's own bookkeeping around a node
+        spent[phase][kind] += event.self_cpu_time_total / 1e3
+        ops[(phase, kind, event.name)] += event.self_cpu_time_total / 1e3
+        if event.name in MATMULS or is_fused_attention(event.name):
+            products[(event.name, json.dumps(event.input_shapes))] += 1
+    top = sorted(ops.items(), key=lambda kv: -kv[1])[:TOP_OPS]
+    return ({p: dict(k) for p, k in spent.items()},
+            [(op, json.loads(shapes), n) for (op, shapes), n in products.items()],
+            [{"phase": p, "kind": k, "op": op, "ms": ms} for (p, k, op), ms in top])
+
+
+def is_fused_attention(op: str) -> bool:
+    """Whether ``op`` is a fused attention kernel (forward or backward), whose products run
+    inside it; SDPA's math route calls ``bmm`` itself, which the products count."""
+    return op.startswith("aten::_scaled_dot_product") and ("flash" in op or "efficient" in op)
+
+
+# -- the floor -----------------------------------------------------------------------------
+
+
+def median_ms(fn: Callable[[], Any], reps: int) -> float:
+    fn()
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times)
+
+
+def product_ms(op: str, shapes: list[list[int]], dtype: torch.dtype, reps: int) -> float | None:
+    """One call's floor: the product alone on random tensors of the recorded shapes."""
+    if op in ("aten::mm", "aten::addmm"):
+        a, b = (shapes[0], shapes[1]) if op == "aten::mm" else (shapes[1], shapes[2])
+        if len(a) != 2 or len(b) != 2:
+            return None
+        x, y = torch.randn(a, dtype=dtype), torch.randn(b, dtype=dtype)
+        return median_ms(lambda: torch.mm(x, y), reps)
+    if op in ("aten::bmm", "aten::baddbmm"):
+        a, b = (shapes[0], shapes[1]) if op == "aten::bmm" else (shapes[1], shapes[2])
+        x, y = torch.randn(a, dtype=dtype), torch.randn(b, dtype=dtype)
+        return median_ms(lambda: torch.bmm(x, y), reps)
+    if is_fused_attention(op) and shapes and len(shapes[0]) == 4:
+        # q, k, v of [B, H, T, d] (k and v may have fewer heads): the two products of the
+        # forward, or the five of the backward (the flash kernel recomputes the scores), each
+        # on half the blocks under the causal mask.
+        batch, heads, length, width = shapes[0]
+        q = torch.randn(batch * heads, length, width, dtype=dtype)
+        k = torch.randn(batch * heads, width, length, dtype=dtype)
+        scores = torch.randn(batch * heads, length, length, dtype=dtype)
+        one = median_ms(lambda: torch.bmm(q, k), reps) + median_ms(
+            lambda: torch.bmm(scores, q), reps)
+        return one / 2 * (2.5 if "backward" in op else 1.0)
+    return None
+
+
+def floor_ms(products: list[tuple[str, list, int]], dtype: torch.dtype, reps: int) -> dict[str, float]:
+    """The step's products timed alone: ms by op, and their sum."""
+    found: dict[str, float] = defaultdict(float)
+    for op, shapes, calls in products:
+        ms = product_ms(op, shapes, dtype, reps)
+        if ms is not None:
+            key = "attention products" if is_fused_attention(op) else "matrix products"
+            found[key] += ms * calls
+    found["total"] = sum(found.values())
+    return dict(found)
+
+
+# -- one setting ---------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def trainer_for(args: argparse.Namespace, layers: int, positions: int, dtype: str,
+                steps: int) -> Iterator[Any]:
+    """`spdrank train`'s Trainer for one setting, in a scratch folder."""
+    import spdrank.commands.cli
+    from spdrank.commands.train import config_from_args
+    from spdrank.training.train import Trainer
+
+    with tempfile.TemporaryDirectory() as tmp:
+        argv = ["train", "--slates", str(args.slates), "--out", tmp, "--backbone",
+                args.backbone, "--layers", str(layers), "--positions", str(positions),
+                "--head", "attn", "--target", "clicks", "--lora-r", "64", "--lora-alpha", "64",
+                "--lora-modules", "all-linear", "--batch-size", str(args.batch_size),
+                "--dtype", dtype, "--limit", str(args.batch_size * (steps + 2)),
+                "--max-steps", str(steps), "--seed", "0", "--no-progress", *args.train_args]
+        cfg = config_from_args(spdrank.commands.cli.build_parser().parse_args(argv))
+        trainer = Trainer(cfg)
+        trainer.open_caches()
+        trainer.model.train()
+        yield trainer
+
+
+def run_setting(args: argparse.Namespace, layers: int, positions: int, dtype: str) -> dict[str, Any]:
+    with trainer_for(args, layers, positions, dtype, args.steps + 2) as trainer:
+        trainer.train_step()
+        times = []
+        for _ in range(args.steps):
+            t0 = time.perf_counter()
+            trainer.train_step()
+            times.append((time.perf_counter() - t0) * 1e3)
+        spent, products, top = profile_step(trainer)
+        floor = floor_ms(products, getattr(torch, dtype), args.reps)
+    step = statistics.median(times)
+    profiled = sum(sum(k.values()) for k in spent.values())
+    return {"layers": layers, "positions": positions, "dtype": dtype,
+            "batch_size": args.batch_size, "step_ms": step, "steps_ms": times,
+            "profiled_ms": profiled, "spent_ms": spent, "floor_ms": floor,
+            "over_floor": step / floor["total"] if floor.get("total") else None,
+            "top_ops": top}
+
+
+# -- the report ------------------------------------------------------------------------------
+
+
+def report(results: list[dict[str, Any]], meta: dict[str, Any]) -> str:
+    lines = [
+        "# Where a LoRA training step's time goes (CPU)",
+        "",
+        (f"Written by `benchmarks/train_profile.py` ({meta['date']}, commit {meta['commit']}, "
+         f"{meta['machine']}, torch {meta['torch']}, {meta['threads']} threads; "
+         f"{meta['note']}). `spdrank train`'s own step: the bundled SmolLM2-135M cut to the "
+         f"first L layers, LoRA r = 64 on every linear module, the attn head with K positions, "
+         f"the permutation loss against clicks, batches of {meta['batch_size']} Beauty slates "
+         "(50 candidates, a 10-item history). Step: the median of the timed steps; the kinds "
+         "come from one more step under torch.profiler (its own time is a little longer). "
+         "The command is in command.txt."),
+        "",
+        ("| layers | K | dtype | step ms | floor ms | step / floor | backbone matmuls | "
+         "adapters | attention | casts+copies | head+loss | optimizer | other |"),
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for r in results:
+        both = defaultdict(float)
+        for phase in r["spent_ms"].values():
+            for k, v in phase.items():
+                both[k] += v
+        total = sum(both.values()) or 1.0
+
+        def share(*kinds: str, both=both, total=total) -> str:
+            return f"{100 * sum(both.get(k, 0.0) for k in kinds) / total:.0f}%"
+
+        rest = [k for k in KINDS if k not in (
+            "backbone matmuls", "adapters", "attention kernel", "copies and casts", "head",
+            "Sinkhorn loss", "optimizer")]
+        lines.append(
+            f"| {r['layers']} | {r['positions']} | {r['dtype']} | {r['step_ms']:.0f} | "
+            f"{r['floor_ms']['total']:.0f} | {r['over_floor']:.2f} | "
+            f"{share('backbone matmuls')} | {share('adapters')} | "
+            f"{share('attention kernel')} | {share('copies and casts')} | "
+            f"{share('head', 'Sinkhorn loss')} | {share('optimizer')} | {share(*rest)} |")
+    lines += ["", "Each kind's own ms in the profiled step, forward / backward:", ""]
+    header = [f"{r['layers']}L K{r['positions']} {r['dtype']}" for r in results]
+    lines += ["| kind | " + " | ".join(header) + " |",
+              "| --- |" + " --- |" * len(results)]
+    for kind in KINDS:
+        cells = []
+        for r in results:
+            fwd = r["spent_ms"]["forward"].get(kind, 0.0)
+            bwd = r["spent_ms"]["backward"].get(kind, 0.0)
+            cells.append(f"{fwd:.0f} / {bwd:.0f}")
+        lines.append(f"| {kind} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--slates", type=Path, required=True,
+                        help="training slates (spdrank data beauty's train.jsonl)")
+    parser.add_argument("--backbone", default="bundled")
+    parser.add_argument("--layers", default="2,6")
+    parser.add_argument("--positions", default="50,150")
+    parser.add_argument("--dtypes", default="float32,bfloat16")
+    parser.add_argument("--batch-size", type=int, default=4)
+    parser.add_argument("--steps", type=int, default=3, help="timed steps a setting")
+    parser.add_argument("--reps", type=int, default=5, help="timings of each product")
+    parser.add_argument("--note", default="nothing else running")
+    parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument("train_args", nargs="*", help="more `spdrank train` options, after --")
+    args = parser.parse_args()
+    results = []
+    for layers in (int(x) for x in args.layers.split(",")):
+        for positions in (int(x) for x in args.positions.split(",")):
+            for dtype in args.dtypes.split(","):
+                found = run_setting(args, layers, positions, dtype)
+                print(json.dumps({k: v for k, v in found.items() if k != "spent_ms"}),
+                      flush=True)
+                results.append(found)
+    import subprocess
+
+    meta = {"date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+            "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], check=False, cwd=ROOT,
+                                     text=True, capture_output=True).stdout.strip(),
+            "machine": machine(), "torch": torch.__version__,
+            "threads": torch.get_num_threads(), "note": args.note,
+            "batch_size": args.batch_size}
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "command.txt").write_text(
+        ".venv/bin/python benchmarks/train_profile.py " + shlex.join(sys.argv[1:]) + "\n")
+    (args.out / "results.json").write_text(
+        json.dumps({"meta": meta, "settings": results}, indent=2) + "\n")
+    (args.out / "report.md").write_text(report(results, meta))
+    print((args.out / "report.md").read_text())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
