@@ -38,7 +38,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from machine import machine
-from search_dl19_cpu import fmt, interval, read_jsonl, spdrank
+from search_dl19_cpu import fmt, interval, read_jsonl, spdrank, write_jsonl
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "benchmarks" / "results" / "beauty-best-input-cpu"
@@ -100,13 +100,38 @@ def slices(eval_file: Path) -> dict[str, list[str]]:
     return out
 
 
+def run_line(args: argparse.Namespace, minutes: float) -> str:
+    """When, where and beside what one setting ran, for its section of the report."""
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], check=False, cwd=ROOT,
+                            text=True, capture_output=True).stdout.strip()
+    return (f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, commit {commit}, "
+            f"{machine()}, Python {platform.python_version()}; {args.load}; "
+            f"{minutes:.1f} min for the steps this invocation ran")
+
+
+def clicked_only(train: Path, log: list[str]) -> Path:
+    """``train``, or where some of its slates have no clicked item (SASRec's top 50 missed the
+    user's next item), a copy that keeps only the slates with one: what a click-trained
+    student can learn from, and what ``--cache-states`` asks for (it caches a file whole)."""
+    slates = read_jsonl(train)
+    kept = [s for s in slates if s.get("clicked")]
+    if len(kept) == len(slates):
+        return train
+    out = train.with_name("train.clicked.jsonl")
+    log.append(f"# keep the {len(kept):,} of {len(slates):,} slates of {train} with a clicked "
+               f"item: {out}")
+    if not out.exists():
+        write_jsonl(out, kept)
+    return out
+
+
 def report(results: dict[str, Any], meta: dict[str, Any]) -> str:
     lines = [
         ("# Recommendation students that start as the best ranker they read: Amazon Beauty, "
         "CPU scale"),
         "",
-        (f"Written by `benchmarks/beauty_best_input_cpu.py` ({meta['date']}, commit "
-         f"{meta['commit']}, {meta['machine']}; {meta['load']}; {meta['minutes']:.1f} min). "
+        ("Written by `benchmarks/beauty_best_input_cpu.py`, each setting's run (date, commit, "
+         "machine, load) under its heading. "
          "Beauty 2014 (bundled), a user's last 10 items as history, 50 candidates; 1,000 "
          "training users held out as validation slates; students trained on the clicks of the "
          f"first {meta['limit']:,} training slates, 4 epochs of 16, the epoch and the start "
@@ -116,6 +141,7 @@ def report(results: dict[str, Any], meta: dict[str, Any]) -> str:
     for setting, found in results["settings"].items():
         rows = found["rows"]
         lines += ["", f"## {setting}: {found['what']} ({found['users']:,} eval users)", "",
+                  f"Run: {found.get('run', 'not recorded')}.", "",
                   "What training chose: " + "; ".join(
                       f"{STUDENTS[n][0]}: {c}" for n, c in found["chosen"].items()), "",
                   ("| row | NDCG@10 | R@10 | MRR | NDCG@10 - SASRec | NDCG@10 - no-LLM student | "
@@ -160,17 +186,22 @@ def main() -> int:
     dry, log = args.dry_run, []
     started = time.time()
     students = [s for s in args.students.split(",") if s]
-    results: dict[str, Any] = {"settings": {}}
+    previous = args.out / "results.json"
+    # A run of some settings keeps the others' committed results, each with its own run line.
+    results: dict[str, Any] = {"settings": json.loads(previous.read_text())["settings"]
+                               if previous.exists() and not dry else {}}
     for setting in [s for s in args.settings.split(",") if s]:
+        setting_started, first_command = time.time(), len(log)
         data = args.work / setting
         spdrank("data", "beauty", "--out", data, "--validation", "1000", "--candidates", "50",
                 "--features", FEATURES, "--seed", "0", *SETTINGS[setting], "--no-progress",
                 dry_run=dry, log=log, done=data / "manifest.json")
+        train = data / "train.jsonl" if dry else clicked_only(data / "train.jsonl", log)
         runs = args.work / "runs" / setting
         for name in students:
             cache = () if name == "features" else (
                 "--cache-states", args.work / "cache" / setting)
-            spdrank("train", "--slates", data / "train.jsonl", "--eval-slates",
+            spdrank("train", "--slates", train, "--eval-slates",
                     data / "valid.jsonl", "--eval-limit", "1000", "--out", runs / name,
                     "--target", "clicks", "--features", FEATURES, *STUDENTS[name][1], *cache,
                     "--limit", str(args.limit), "--epochs", "4", "--batch-size", "16",
@@ -214,16 +245,15 @@ def main() -> int:
             "what": "the next item among 49 uniform negatives" if setting == "uniform"
                     else "SASRec's top 50, the next item not added",
             "users": len(next(iter(table.values()))), "rows": rows, "slices": found_slices,
-            "chosen": chosen}
+            "chosen": chosen, "run": run_line(args, (time.time() - setting_started) / 60),
+            "commands": log[first_command:]}
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "command.txt").write_text("\n".join(log) + "\n")
+    commands = log if dry else [c for found in results["settings"].values()
+                                for c in found.get("commands", ())]
+    (args.out / "command.txt").write_text("\n".join(commands) + "\n")
     if dry:
         return 0
-    meta = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-            "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], check=False,
-                                     cwd=ROOT, text=True, capture_output=True).stdout.strip(),
-            "machine": f"{machine()}, Python {platform.python_version()}", "load": args.load,
-            "minutes": (time.time() - started) / 60, "limit": args.limit}
+    meta = {"limit": args.limit, "minutes": (time.time() - started) / 60}
     (args.out / "results.json").write_text(json.dumps({"meta": meta, **results}, indent=2) + "\n")
     (args.out / "report.md").write_text(report(results, meta))
     print((args.out / "report.md").read_text())
