@@ -67,8 +67,17 @@ ROWS+=( --model "spd-features-title=$(best_run features+title__best)" )
 LLM_RUN=$(best_run llm-L2+features__best__2k)
 ROWS+=( --model "spd-llm-features=$LLM_RUN" )
 WIDE=$QUALITY/runs/llm-L2+features-k160
-if [ ! -f "$WIDE/train.json" ]; then  # $LLM_RUN's own command, with K = 160
-  "$BIN/python" benchmarks/retrain_command.py "$LLM_RUN" "$WIDE" --positions 160 > "$WIDE.cmd"
+if [ ! -f "$WIDE/train.json" ]; then  # $LLM_RUN's own command (its saved config), with K = 160
+  "$BIN/python" - "$LLM_RUN" "$WIDE" --positions 160 > "$WIDE.cmd" <<'PY'
+import json, shlex, sys
+from pathlib import Path
+from spdrank.commands.train import config_argv
+from spdrank.training.config import TrainConfig
+run, out, overrides = Path(sys.argv[1]), sys.argv[2], sys.argv[3:]
+config = json.loads((run / "train.json").read_text(encoding="utf-8"))["config"]
+cfg = TrainConfig(**{**config, "out": out})
+print(shlex.join([".venv/bin/spdrank", "train", *config_argv(cfg), *overrides]))
+PY
   OMP_NUM_THREADS=1 bash "$WIDE.cmd" > "$WIDE.log" 2>&1 || { echo "training $WIDE failed: see $WIDE.log" >&2; exit 1; }
 fi
 ROWS+=( --model "spd-llm-features-k160=$WIDE" )

@@ -427,30 +427,6 @@ def test_cpu_bf16_script_benches_one_checkpoint_in_both_dtypes():
     assert differ == {"dtype", "out", "title"}
 
 
-def test_retrain_command_rebuilds_a_runs_config_with_the_overrides_last(tmp_path, monkeypatch):
-    """benchmarks/retrain_command.py (how bench_beauty_cpu.sh trains its K=160 student): the
-    command it prints parses with the real CLI into the saved config, but for --out and the
-    overrides."""
-    import dataclasses
-
-    from spdrank.training.config import TrainConfig
-
-    module = load_benchmark("retrain_command", monkeypatch)
-    saved = TrainConfig(slates="s.jsonl", out="old", frozen=True, layers=2, features="a,b",
-                        lr=1e-3, limit=2000, decoder="expected_rank", progress=False)
-    run = tmp_path / "run"
-    run.mkdir()
-    (run / "train.json").write_text(json.dumps({"config": dataclasses.asdict(saved)}))
-    cmd = module.command(run, tmp_path / "new", ["--positions", "160"])
-    assert cmd[:2] == [".venv/bin/spdrank", "train"] and cmd[-2:] == ["--positions", "160"]
-    args = spdrank.commands.cli.build_parser().parse_args(cmd[1:])
-    parsed = {f.name: getattr(args, f.name) for f in dataclasses.fields(TrainConfig)
-              if f.name not in ("extra", "progress")}
-    expected = dataclasses.asdict(saved) | {"out": str(tmp_path / "new"), "positions": 160}
-    del expected["extra"], expected["progress"]
-    assert parsed == expected and args.no_progress
-
-
 # -- benchmarks/quality_beauty_cpu.py ----------------------------------------------------------
 
 
