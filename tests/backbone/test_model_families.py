@@ -133,6 +133,26 @@ def test_cached_states_are_the_live_ones(folders, tmp_path, train_file, family, 
             assert close(scores[row, : len(slates[i])], live, dtype), (kind, i)
 
 
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("family", FAMILIES)
+def test_a_right_padded_prefill_needs_no_mask(folders, train_file, family, dtype):
+    """A batch's prefill, run without its padding mask (causal attention alone), gives every
+    real token the state the padding mask gives it, sliding windows included."""
+    from spdrank.backbone.split import last_hidden, prompt_hidden
+
+    slates = load_slates(train_file)[:3]
+    config = tiny_config(str(folders[family]), frozen=True, dropout=0.0)
+    config.backbone.dtype = dtype
+    model = SPDRanker.build(config).eval()
+    prompt = model.collate([model.encode(s) for s in slates]).prompt
+    assert not prompt.attention_mask.all(), "the slates should differ in length"
+    with torch.inference_mode():
+        unmasked = prompt_hidden(model.backbone, prompt)
+        masked = last_hidden(model.backbone, prompt.input_ids, prompt.attention_mask)
+    real = prompt.attention_mask.bool()
+    assert close(unmasked[real], masked[real], dtype)
+
+
 # -- what spdrank refuses -----------------------------------------------------------------------
 
 

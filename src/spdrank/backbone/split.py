@@ -40,17 +40,28 @@ def decoder_of(model: nn.Module) -> nn.Module:
     return base.get_decoder() if hasattr(base, "lm_head") else base
 
 
-def last_hidden(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-    """One prefill; the last kept layer's hidden states [B, T, D]."""
+def last_hidden(
+    model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor | None
+) -> torch.Tensor:
+    """One prefill; the last kept layer's hidden states [B, T, D] (``attention_mask`` None:
+    causal attention alone, for rows with no padding or right padding only)."""
     return decoder_of(model)(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
 
 
 def prompt_hidden(model: nn.Module, prompt: PromptTensors) -> torch.Tensor:
     """A batch's prefill, the last kept layer's hidden states [B, T, D]: run whole, or from
-    the cached states entering its first adapted layer when the batch carries them."""
+    the cached states entering its first adapted layer when the batch carries them.
+
+    The batch is right-padded, so its mask is left out: under the causal mask a real token
+    attends only to the tokens before it, all real, and rotary positions count from each
+    row's start either way, so every real token's state is the one the padding mask gives;
+    only the pads' own states, which nothing reads, change. Without a mask the backbone builds
+    no [B, 1, T, T] mask in every layer and scaled-dot-product attention takes its causal
+    route, whose fused kernel skips the blocks above the diagonal.
+    """
     if prompt.lower is not None:
-        return upper_hidden(model, prompt.lower, prompt.attention_mask, prompt.lower_layer)
-    return last_hidden(model, prompt.input_ids, prompt.attention_mask)
+        return upper_hidden(model, prompt.lower, None, prompt.lower_layer)
+    return last_hidden(model, prompt.input_ids, None)
 
 
 def last_token_logits(
@@ -135,7 +146,7 @@ def _layers_from(decoder: nn.Module, layer: int) -> Iterator[None]:
 
 
 def upper_hidden(
-    model: nn.Module, lower: torch.Tensor, attention_mask: torch.Tensor, layer: int
+    model: nn.Module, lower: torch.Tensor, attention_mask: torch.Tensor | None, layer: int
 ) -> torch.Tensor:
     """The last layer's hidden states [B, T, D] from ``lower``, the states entering ``layer``."""
     decoder = decoder_of(model)
