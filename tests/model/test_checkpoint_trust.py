@@ -191,6 +191,54 @@ def test_the_teacher_lm_refuses_it(tmp_path, monkeypatch):
     assert not marker.exists()
 
 
+def pickled_copy(tiny_backbone: str, root: Path) -> Path:
+    """The tiny Llama with its weights under a pickle's name (``pytorch_model.bin``): never
+    read, so its bytes need not be a real pickle."""
+    folder = Path(shutil.copytree(tiny_backbone, root / "pickled"))
+    (folder / "model.safetensors").rename(folder / "pytorch_model.bin")
+    return folder
+
+
+@pytest.mark.parametrize("loader", ["backbone", "teacher"])
+def test_every_model_loader_refuses_pickle_only_weights(tmp_path, tiny_backbone, loader):
+    """The student's backbone and an LM teacher load through one loader: a folder whose
+    weights are only pickles is refused by both, in one line naming it, before any read."""
+    from spdrank.backbone.load import load_backbone
+    from spdrank.backbone.settings import BackboneConfig
+    from spdrank.teacher.lm import load_causal_lm
+
+    folder = pickled_copy(tiny_backbone, tmp_path)
+    with pytest.raises(ValueError, match="weights are pickles") as caught:
+        if loader == "backbone":
+            load_backbone(BackboneConfig(name_or_path=str(folder), lora=None))
+        else:
+            load_causal_lm(str(folder), device="cpu")
+    assert str(folder) in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_the_teacher_cuts_layers_as_the_backbone_does(tiny_backbone):
+    """One layer cut for every model: a teacher cut to L layers holds those of the backbone
+    cut to L, and a cut past the model's depth is refused alike."""
+    import torch
+
+    from spdrank.backbone.load import load_backbone
+    from spdrank.backbone.settings import BackboneConfig
+    from spdrank.teacher.lm import load_causal_lm
+
+    lm, _, _ = load_causal_lm(tiny_backbone, layers=1, device="cpu", dtype="float32")
+    backbone = load_backbone(BackboneConfig(name_or_path=tiny_backbone, layers=1,
+                                            dtype="float32", lora=None))
+    assert lm.config.num_hidden_layers == backbone.config.num_hidden_layers == 1
+    ids = torch.tensor([[1, 2, 3]])
+    with torch.no_grad():
+        assert torch.equal(lm.get_decoder()(input_ids=ids).last_hidden_state,
+                           backbone(input_ids=ids).last_hidden_state)
+    for load in (lambda: load_causal_lm(tiny_backbone, layers=3, device="cpu"),
+                 lambda: load_backbone(BackboneConfig(name_or_path=tiny_backbone, layers=3))):
+        with pytest.raises(ValueError, match="--layers must be between 1 and 2"):
+            load()
+
+
 def test_trust_remote_code_given_by_the_user_is_what_lets_it_run(tmp_path, frozen_checkpoint):
     """The flag reaches transformers: with it (and only with it) the folder's code runs."""
     marker, _, done = rank_tampered(tmp_path, frozen_checkpoint, "--trust-remote-code",

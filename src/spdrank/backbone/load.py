@@ -95,13 +95,14 @@ def load_tokenizer(name_or_path: str, trust_remote_code: bool = False):
 
 
 @contextmanager
-def _quiet_load() -> Iterator[None]:
-    """Hush what transformers and peft say on every load of a cut backbone, unless debugging.
+def quiet_load() -> Iterator[None]:
+    """Hush what transformers and peft say while a model loads, unless debugging.
 
     Loading the first L layers leaves the others' weights unread, which transformers reports
     as a table of UNEXPECTED keys; its weight-loading bar and peft's FutureWarnings come with
     it. All are expected, and look like errors, so they are hidden at ordinary verbosity
-    (``spdrank -v`` shows them) and the settings restored after the load.
+    (``spdrank -v`` shows them) and the settings restored after the load. Any in-process
+    model load may use it (the dense ranker's encoder does).
     """
     if log.isEnabledFor(logging.DEBUG):
         yield
@@ -187,20 +188,37 @@ def load_backbone(
     checkpoint's. ``cpu_bf16`` lets ``dtype: auto`` be bfloat16 on a CPU with native bfloat16
     units (:func:`resolve_dtype`): a backbone loaded to rank asks for it.
     """
-    with _quiet_load():
-        return _load_backbone(
-            config, device, adapter_path, with_lm_head, trust_remote_code, cpu_bf16
-        )
+    with quiet_load():
+        model = load_model(config, device, with_lm_head, trust_remote_code, cpu_bf16)
+        model.config.use_cache = False
+        if config.lora is None:
+            model.requires_grad_(False)
+            model.eval()
+            return model
+        if adapter_path is not None:
+            return load_adapter(model, config.lora, Path(adapter_path)).to(device)
+        from peft import get_peft_model
+
+        return get_peft_model(model, lora_config(config.lora, model))
 
 
-def _load_backbone(
+def load_model(
     config: BackboneConfig,
-    device: torch.device | str,
-    adapter_path: str | os.PathLike[str] | None,
-    with_lm_head: bool,
-    trust_remote_code: bool,
+    device: torch.device | str = "cpu",
+    with_lm_head: bool = False,
+    trust_remote_code: bool = False,
     cpu_bf16: bool = False,
 ) -> nn.Module:
+    """The transformers model ``config`` names, cut to its first ``config.layers`` layers, on
+    ``device``, as transformers builds it (what it is used for, the caller decides).
+
+    Every model spdrank runs in process loads through here (a ranker's backbone by
+    :func:`load_backbone`, an LM teacher by :func:`spdrank.teacher.lm.load_causal_lm`), so
+    all are held to the same rules: weights are safetensors only, a folder's own Python runs
+    only with ``trust_remote_code``, the model is a decoder-only causal LM, and the layer cut
+    is made in the config before loading so only the kept layers' weights are read.
+    ``with_lm_head`` keeps the language-model head; ``cpu_bf16`` is :func:`resolve_dtype`'s.
+    """
     from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
 
     trust = {"trust_remote_code": trust_remote_code}
@@ -234,17 +252,7 @@ def _load_backbone(
             model = loader.from_pretrained(
                 path, config=hf_config, dtype=dtype, use_safetensors=True, **trust
             )
-    model.to(device)
-    model.config.use_cache = False
-    if config.lora is None:
-        model.requires_grad_(False)
-        model.eval()
-        return model
-    if adapter_path is not None:
-        return load_adapter(model, config.lora, Path(adapter_path)).to(device)
-    from peft import get_peft_model
-
-    return get_peft_model(model, lora_config(config.lora, model))
+    return model.to(device)
 
 
 #: The files of a LoRA adapter folder, as peft saves them.

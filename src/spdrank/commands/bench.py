@@ -287,7 +287,8 @@ def latency_models(spd_models: list, sizes: list[int]) -> list[tuple[Any, list[i
 
 
 def _decoder_rows(rankers: list[Any], decoders: list[str] | None) -> tuple[list[Any], list[Any]]:
-    """The rankers with each SPD checkpoint replaced by its decoder rows; and those checkpoints.
+    """The rankers with each SPD checkpoint replaced by its decoder rows (those named, else
+    every decoder its method offers); and those checkpoints.
 
     Baselines, teachers and the sorting peers (FIRST, scalar) have no score matrix: one row each.
     """
@@ -295,12 +296,13 @@ def _decoder_rows(rankers: list[Any], decoders: list[str] | None) -> tuple[list[
     if not spd:
         return list(rankers), []
     from spdrank.compare.decoders import decoder_rows
-    from spdrank.methods.spd.decode import DECODERS
 
-    names = decoders or list(DECODERS)
     rows: list[Any] = []
     for ranker in rankers:
-        rows += decoder_rows(ranker, names) if any(ranker is m for m in spd) else [ranker]
+        if any(ranker is m for m in spd):
+            rows += decoder_rows(ranker, decoders or ranker.method.decoders())
+        else:
+            rows.append(ranker)
     return rows, spd
 
 

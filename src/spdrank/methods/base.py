@@ -139,6 +139,15 @@ class RankingMethod(ABC):
         """The scores a :class:`~spdrank.core.ranking.Ranking` reports, best first, for a slate
         ranked in ``order`` from its ``scores`` (padded items may follow the real ones)."""
 
+    def decoders(self) -> list[str]:
+        """The names its :meth:`decoding` accepts, in the order ``spdrank bench`` gives each its
+        row: the decoders of :mod:`spdrank.methods.spd.decode`, those registered since
+        included, which every built-in method takes (one that sorts takes the name, and sorts).
+        """
+        from spdrank.methods.spd.decode import DECODERS
+
+        return list(DECODERS)
+
     def decoding(self, decoder: str) -> BatchDecoder:
         """What a ranking call runs after the head: each slate's order under the named
         ``decoder`` (:meth:`orders`) and its reported scores (:meth:`ranked_scores`), for a

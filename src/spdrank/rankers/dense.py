@@ -123,10 +123,10 @@ class DenseRanker:
     def _load(self) -> None:
         from transformers import AutoModel, AutoTokenizer
 
-        from spdrank.backbone.load import _quiet_load
+        from spdrank.backbone.load import quiet_load
 
         path = str(minilm_path()) if self.model_name == MINILM else self.model_name
-        with _quiet_load():
+        with quiet_load():
             self._tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=False)
             self._encoder = AutoModel.from_pretrained(
                 path, trust_remote_code=False, use_safetensors=True

@@ -1,11 +1,12 @@
 """Load a causal LM for an in-process teacher (``hf``, ``likelihood``), optionally cut short.
 
-:func:`spdrank.backbone.load.load_backbone` serves the student (LoRA, no cache, hidden states);
-a teacher needs the LM head and the KV cache, and nothing else. ``layers`` keeps the first
-``L`` transformer layers, cut in the config before loading so only their weights are read:
-a weaker but much cheaper teacher, and what lets tests run the real weights quickly. A model
-whose folder holds its own Python is refused unless ``trust_remote_code`` (the teacher's
-``--trust-remote-code``) lets it run.
+The model loads through :func:`spdrank.backbone.load.load_model`, the loader of every model
+spdrank runs in process, so a teacher is held to the student's rules: safetensors weights only,
+a folder's own Python refused unless ``trust_remote_code`` (the teacher's
+``--trust-remote-code``) lets it run, a decoder-only causal LM. Unlike the student's backbone a
+teacher keeps the LM head and the KV cache, and trains nothing. ``layers`` keeps the first
+``L`` transformer layers, cut in the config before loading so only their weights are read: a
+weaker but much cheaper teacher, and what lets tests run the real weights quickly.
 """
 
 from __future__ import annotations
@@ -21,30 +22,15 @@ def load_causal_lm(
     trust_remote_code: bool = False,
 ) -> tuple[Any, Any, str]:
     """The model (eval mode, on its device), its tokenizer, and the resolved device."""
-    from transformers import AutoConfig, AutoModelForCausalLM
-
-    from spdrank.backbone.load import load_tokenizer, resolve_device, resolve_dtype
+    from spdrank.backbone.load import load_model, load_tokenizer, quiet_load, resolve_device
     from spdrank.backbone.locate import resolve_path
-    from spdrank.backbone.trust import check_loadable, load_errors
+    from spdrank.backbone.settings import BackboneConfig
 
     device = resolve_device(device)
-    path = resolve_path(model)
-    check_loadable(path, trust_remote_code)
-    with load_errors(path):
-        config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
-    if layers is not None:
-        total = getattr(config, "num_hidden_layers", None)
-        if not isinstance(total, int):
-            raise ValueError(f"{path}: the model config has no num_hidden_layers to cut it by")
-        if not 1 <= layers <= total:
-            raise ValueError(f"--layers must be between 1 and {total} for {model}")
-        config.num_hidden_layers = layers
-        if isinstance(getattr(config, "layer_types", None), list):
-            config.layer_types = config.layer_types[:layers]
-    with load_errors(path):
-        lm = AutoModelForCausalLM.from_pretrained(
-            path, config=config, dtype=resolve_dtype(dtype, device),
-            trust_remote_code=trust_remote_code,
-        ).to(device)
+    # A config: name (random weights) is refused here: it has nothing to teach.
+    resolve_path(model)
+    config = BackboneConfig(name_or_path=model, layers=layers, dtype=dtype, lora=None)
+    with quiet_load():
+        lm = load_model(config, device, with_lm_head=True, trust_remote_code=trust_remote_code)
     lm.eval()
-    return lm, load_tokenizer(path, trust_remote_code), device
+    return lm, load_tokenizer(model, trust_remote_code), device
