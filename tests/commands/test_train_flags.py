@@ -57,7 +57,7 @@ def test_each_flag_says_its_fields_help_and_takes_its_fields_choices():
 
 def test_the_flags_a_config_gives_parse_back_to_it():
     cfg = TrainConfig(
-        slates="s.jsonl", out="-o", head="slot", frozen=True, lr=3e-5, limit=7,
+        slates="s.jsonl", out="-o", head="linear", frozen=True, lr=3e-5, limit=7,
         cache_states="c", cache_dtype="float32", position_weights="dcg", progress=False,
     )
     argv = config_argv(cfg)

@@ -144,19 +144,25 @@ def test_first_head_adds_a_linear_map_of_the_features_to_the_letter_logits():
         ("scalar", {"proj.0.": "mlp.0.", "proj.1.": "mlp.1.", "out.1.": "mlp.3."}),
     ],
 )
-def test_checkpoints_from_before_features_still_load(kind, old_names):
-    """The linear and scalar heads' first layers were renamed; old state dicts are mapped."""
-    torch.manual_seed(0)
+def test_weights_under_earlier_layer_names_are_refused_saying_what_to_do(
+    tmp_path, kind, old_names
+):
+    """A head's weights are read only under its layers' names: the linear and scalar heads'
+    earlier names are refused, naming the file and what to do, not mapped."""
+    from safetensors.torch import save_file
+
+    from spdrank.model.checkpoint import load_head
+
     cfg = HeadConfig(kind=kind, positions=6, width=16)
-    trained = build_head(8, cfg).eval()
     old = {}
-    for key, value in trained.state_dict().items():
+    for key, value in build_head(8, cfg).state_dict().items():
         prefix = next(p for p in old_names if key.startswith(p))
-        old[old_names[prefix] + key[len(prefix):]] = value
-    fresh = build_head(8, cfg).eval()
-    fresh.load_state_dict(old)  # strict: every key must be mapped
-    h, mask = torch.randn(1, 4, 8), torch.ones(1, 4, dtype=torch.bool)
-    torch.testing.assert_close(fresh(h, mask), trained(h, mask))
+        old[old_names[prefix] + key[len(prefix):]] = value.contiguous()
+    path = tmp_path / "head.safetensors"
+    save_file(old, str(path))
+    with pytest.raises(ValueError, match=rf"^{path}: the weights do not fit the head .*"
+                       r"norm\./out\. and mlp\.\*.*train the model again with this version$"):
+        load_head(build_head(8, cfg), path)
 
 
 # -- the history head ------------------------------------------------------------------------

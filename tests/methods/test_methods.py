@@ -39,10 +39,10 @@ from tests.helpers import train_config as config
 
 def test_each_head_kind_is_served_by_its_method():
     assert {k: type(method_for(k)) for k in head_kinds()} == {
-        "attn": SPDMethod, "linear": SPDMethod, "slot": SPDMethod, "history": SPDMethod,
+        "attn": SPDMethod, "linear": SPDMethod, "history": SPDMethod,
         "scalar": ScalarMethod, "first": FirstMethod, "pointwise": PointwiseMethod,
     }
-    assert head_kinds() == ["attn", "linear", "slot", "history", "scalar", "first", "pointwise"]
+    assert head_kinds() == ["attn", "linear", "history", "scalar", "first", "pointwise"]
     assert [m.name for m in methods()] == ["spd", "scalar", "first", "pointwise"]
     with pytest.raises(ValueError, match=r"unknown head 'mlp': choose one of \['attn', "):
         method_for("mlp")
@@ -68,8 +68,8 @@ def test_every_kind_is_built_by_its_method_and_scores_as_its_method_decodes():
             assert head.matrix == method.matrix, kind
             built[kind] = type(head).__name__
     expected = {
-        "attn": "SelfAttentionHead", "linear": "LinearProbe", "slot": "SlotQueryHead",
-        "history": "HistoryAttentionHead", "scalar": "ScalarHead", "first": "FirstHead",
+        "attn": "SelfAttentionHead", "linear": "LinearProbe", "history": "HistoryAttentionHead",
+        "scalar": "ScalarHead", "first": "FirstHead",
     }
     assert {kind: built[kind] for kind in expected} == expected
     with pytest.raises(ValueError, match="'scalar' is no SPD head"):
@@ -185,7 +185,8 @@ def test_first_asks_for_letters_and_caps_its_positions():
     assert model.model_config().head.positions == 52
     assert model.model_config().prompt.answer_prefix == "["
     with pytest.raises(ValueError, match="needs letter labels"):
-        first.check(SPDConfig(head=HeadConfig(kind="first")))
+        first.check(SPDConfig(head=HeadConfig(kind="first"), prompt=PromptSettings()))
+    first.check(SPDConfig(head=HeadConfig(kind="first")))  # given no prompt: train's, letters
 
 
 # -- a method from outside the package ---------------------------------------------------------

@@ -120,3 +120,77 @@ def test_a_checkpoint_loaded_and_saved_again_writes_the_same_config(tmp_path):
     (saved / CONFIG_NAME).write_text(text)
     SPDRanker.from_pretrained(saved, device="cpu").save_pretrained(tmp_path / "again")
     assert (tmp_path / "again" / CONFIG_NAME).read_text() == text
+
+
+# -- the default model, the paper's, and configs of earlier versions -------------------------
+
+
+def test_the_default_config_is_what_train_fits_with_no_flags():
+    from spdrank.methods.base import head_kinds
+    from spdrank.methods.head_config import HeadConfig
+    from spdrank.model.config import SPDConfig
+    from spdrank.training.config import TrainConfig
+
+    trained = TrainConfig(slates="s.jsonl", out="o").model_config()
+    assert SPDConfig().to_dict() == trained.to_dict()
+    assert (trained.head.kind, trained.prompt.readout, trained.decoder) == (
+        "history", "words", "expected_rank")
+    for kind in head_kinds():  # and the prompt of each head is the one train builds for it
+        built = SPDConfig(head=HeadConfig(kind=kind)).prompt
+        assert built == TrainConfig(slates="s.jsonl", out="o", head=kind).model_config().prompt
+
+
+def test_the_paper_preset_is_the_attention_head_read_at_the_last_token_decoded_exactly():
+    from spdrank.backbone.settings import BackboneConfig
+    from spdrank.model.config import SPDConfig
+
+    paper = SPDConfig.paper()
+    assert (paper.head.kind, paper.prompt.readout, paper.prompt.history_items,
+            paper.decoder) == ("attn", "last", False, "hungarian")
+    record = json.loads(HISTORY)
+    record["head"] = {**OTHER_HEADS["attn"], "positions": 64, "tokens": False,
+                      "match": "maxsim", "anchor": "none"}
+    record["prompt"] |= {"readout": "last", "history_items": False}
+    record["decoder"] = "hungarian"
+    assert paper.to_dict() == record
+    assert SPDConfig.paper(backbone=BackboneConfig(lora=None)).backbone.lora is None
+
+
+def test_a_config_without_a_field_reads_it_as_the_format_wrote_it_not_as_todays_default(
+    tmp_path,
+):
+    """A format-1 config.json that lacks the head's kind, the readout or the decoder was
+    written when they were attn, last and hungarian; today's defaults differ."""
+    record = json.loads(HISTORY)
+    del record["head"]["kind"], record["head"]["tokens"], record["head"]["match"]
+    del record["prompt"]["readout"], record["prompt"]["history_items"], record["decoder"]
+    (tmp_path / CONFIG_NAME).write_text(json.dumps(record))
+    config = read_config(tmp_path / CONFIG_NAME)
+    assert (config.head.kind, config.head.history.match, config.prompt.readout,
+            config.prompt.history_items, config.decoder) == (
+        "attn", "maxsim", "last", False, "hungarian")
+
+
+@pytest.mark.parametrize("field,value,says", [
+    ("kind", "slot", r"head\.kind 'slot': the slot-query head is no longer part of spdrank.*"
+                     r"train the model again with another --head"),
+    ("standardise", True, r"head\.standardise: standardising the backbone's states.*"
+                          r"train the model again without --standardise-states"),
+])
+def test_a_checkpoint_using_a_removed_option_is_refused_naming_file_option_and_what_to_do(
+    tmp_path, field, value, says
+):
+    record = json.loads(HISTORY)
+    record["head"][field] = value
+    path = tmp_path / CONFIG_NAME
+    path.write_text(json.dumps(record))
+    with pytest.raises(ValueError, match=rf"^{path}: {says}"):
+        read_config(path)
+    with pytest.raises(ValueError, match=says):  # and so is the model
+        SPDRanker.from_pretrained(tmp_path)
+
+
+def test_a_removed_setting_at_its_off_value_reads_as_a_model_without_it(tmp_path):
+    record = json.loads(HISTORY)
+    record["head"]["standardise"] = False
+    assert _written(json.dumps(record), tmp_path) == HISTORY

@@ -22,7 +22,7 @@ from spdrank.model.ranker import SPDRanker
 from tests.helpers import make_slate, tiny_config
 
 
-@pytest.mark.parametrize("kind", ["attn", "linear", "slot"])
+@pytest.mark.parametrize("kind", ["attn", "linear"])
 @pytest.mark.parametrize("frozen", [False, True])
 def test_save_load_round_trip(tmp_path, tiny_backbone, slates, kind, frozen):
     torch.manual_seed(0)
@@ -213,7 +213,7 @@ def feature_config(path, kind, features_only=False):
     return config
 
 
-@pytest.mark.parametrize("kind", ["attn", "linear", "slot", "scalar", "first"])
+@pytest.mark.parametrize("kind", ["attn", "linear", "scalar", "first"])
 def test_features_are_saved_with_their_normalisation_and_reproduce_scores(
     tmp_path, tiny_backbone, slates, kind
 ):

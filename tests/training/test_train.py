@@ -93,7 +93,7 @@ def test_slates_training_cannot_use_fail_before_training_with_file_and_line(tmp_
         train(config(tmp_path, tiny_backbone, target="clicks", max_steps=1))
 
 
-@pytest.mark.parametrize("head,frozen", [("linear", True), ("slot", False)])
+@pytest.mark.parametrize("head,frozen", [("linear", True), ("attn", False)])
 def test_cli_train_then_rank(tmp_path, tiny_backbone, train_file, head, frozen, capsys):
     out = tmp_path / "cli"
     args = [
@@ -463,7 +463,7 @@ def test_the_defaults_are_the_recipe_that_learned_its_teachers():
     assert TrainConfig(slates="s.jsonl", out="o", head="attn").readout == "mean"
     # no states to read: the head over the candidates' features
     assert TrainConfig(slates="s.jsonl", out="o", features_only=True).head == "attn"
-    assert TrainConfig(slates="s.jsonl", out="o", head="slot").head == "slot"
+    assert TrainConfig(slates="s.jsonl", out="o", head="linear").head == "linear"
 
 
 def test_the_words_readout_and_tfidf_match_reach_the_head():

@@ -38,7 +38,7 @@ from spdrank.backbone.templates import (
     record_of,
     template_from_record,
 )
-from spdrank.core.defaults import DEFAULT_ITEM_TOKENS, UNNAMED_READOUT
+from spdrank.core.defaults import DEFAULT_ITEM_TOKENS, PAPER_READOUT
 
 if TYPE_CHECKING:
     import numpy as np
@@ -91,8 +91,9 @@ class PromptSettings:
     #: "mean" (every token of the item's text, averaged), "tokens" (all of them, up to
     #: ``max_item_tokens``: the history head then matches candidates with history items token
     #: by token) or "words" (one mean per word of the text, :mod:`spdrank.backbone.words`:
-    #: matched word by word).
-    readout: str = UNNAMED_READOUT
+    #: matched word by word). A model config given no prompt builds the one ``spdrank train``
+    #: builds for its head instead (:func:`spdrank.model.config.default_prompt`).
+    readout: str = PAPER_READOUT
     #: Read the user context as items: each non-empty line is one history item (a leading
     #: ``"3. "`` list number excluded), cut to ``max_item_tokens`` and spanned like a
     #: candidate, so a head can compare candidates with what the user chose before.

@@ -7,47 +7,47 @@ the CLI builds its flags from these without loading them.
 
 from __future__ import annotations
 
-#: The decoder ``spdrank train`` saves with a checkpoint unless told another: expected rank
-#: reads the whole Sinkhorn matrix rather than one assignment (the decoders compared:
+# The default model: what ``spdrank train`` fits with no flags and what ``SPDConfig()``
+# builds in Python (:class:`spdrank.model.config.SPDConfig`), one set of settings for both.
+
+#: The decoder a model ranks with unless told another: expected rank reads the whole
+#: Sinkhorn matrix rather than one assignment (the decoders compared:
 #: benchmarks/results/quality-beauty-cpu; docs/architecture.md).
 TRAIN_DECODER = "expected_rank"
 
-#: The decoder where none is named: a model config without the ``decoder`` field (built in
-#: code, or read from a checkpoint's config.json that lacks it: such a checkpoint ranks with
-#: this one), and :func:`spdrank.methods.spd.decode.decode` called without a name. The exact assignment,
-#: the paper's decoder.
-UNNAMED_DECODER = "hungarian"
-
-#: The head ``spdrank train`` fits unless told another: it reads the history items' states
-#: too, the head that learned its teachers best.
+#: The head a model has unless told another: it reads the history items' states too, the
+#: head that learned its teachers best.
 TRAIN_HEAD = "history"
 
 #: The head ``spdrank train --features-only`` fits unless told another: without a backbone
 #: there are no history states for the history head to read.
 FEATURES_ONLY_HEAD = "attn"
 
-#: The head of a head config that names no kind.
-UNNAMED_HEAD = "attn"
-
 #: How the history head reads items unless told another: one state per word of each title,
 #: matched with the history items' words as a soft TF-IDF cosine (the recipe that learned
 #: its teachers best). The other heads read one state per item, its tokens' mean.
 HISTORY_READOUT = "words"
-#: The readout of prompt settings that name none (built in code, or a checkpoint's config
-#: without the field): the last token of each item's text, the paper's readout.
-UNNAMED_READOUT = "last"
 OTHER_READOUT = "mean"
 UNIT_MATCH = "tfidf"
 
-#: The match of a head config that names none (built in code, or read from a checkpoint's
-#: config.json saved before the field existed: such a checkpoint matches with this one).
-UNNAMED_MATCH = "maxsim"
+# The paper's configuration (``SPDConfig.paper()``; ``spdrank train --head attn --readout
+# last --decoder hungarian``): self-attention over the items, each read at its last token,
+# decoded by the exact assignment.
+
+PAPER_HEAD = "attn"
+#: The last token of each item's text; also the readout of prompt settings that name none
+#: (:class:`spdrank.backbone.prompt.PromptSettings`, the record every prompt is built from,
+#: teachers' included).
+PAPER_READOUT = "last"
+#: The exact assignment; also what :func:`spdrank.methods.spd.decode.decode` uses when
+#: called without a decoder's name.
+PAPER_DECODER = "hungarian"
 
 #: What a head may be anchored to (:mod:`spdrank.methods.anchor`): nothing, or the order its
 #: candidates are given in (the first stage's, for search slates and rerank requests).
 ANCHORS = ("none", "order")
-#: The anchor of a head config that names none (built in code, or a checkpoint saved before
-#: the field existed): such a model is not anchored.
+#: The anchor of a head config that names none: such a model is not anchored (``spdrank
+#: train``'s too, for recommendation slates; :meth:`spdrank.training.config.TrainConfig.head_anchor`).
 UNNAMED_ANCHOR = "none"
 
 #: The recommendation template's per-candidate token budget: titles are short, and a student

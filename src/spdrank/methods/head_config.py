@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from spdrank.backbone.settings import ConfigError
-from spdrank.core.defaults import UNNAMED_ANCHOR, UNNAMED_HEAD
+from spdrank.core.defaults import TRAIN_HEAD, UNNAMED_ANCHOR
 from spdrank.methods.anchor_spec import parse_anchor
 from spdrank.methods.spd.history_settings import HistorySettings
 
@@ -31,11 +31,12 @@ MAX_HEAD_PARAMETERS = 1 << 28
 @dataclass
 class HeadConfig:
     #: The head kind (``--head``): one a registered method serves
-    #: (:func:`~spdrank.methods.base.head_kinds`), and that method builds it.
-    kind: str = UNNAMED_HEAD
+    #: (:func:`~spdrank.methods.base.head_kinds`), and that method builds it. Unnamed, the
+    #: head ``spdrank train`` fits (:data:`~spdrank.core.defaults.TRAIN_HEAD`).
+    kind: str = TRAIN_HEAD
     #: Number of rank positions; must be >= the largest slate.
     positions: int = 64
-    #: Width of the head's own layers (attn/slot), projected down from the backbone's D.
+    #: Width of the head's own layers, projected down from the backbone's D.
     width: int = 256
     layers: int = 2
     heads: int = 4
@@ -47,10 +48,6 @@ class HeadConfig:
     #: order the candidates are given in, the first stage's), or "feature:NAME" (the order of
     #: a feature the model reads, or of a blend of them), which the head then corrects.
     anchor: str = UNNAMED_ANCHOR
-    #: Standardise each dimension of the backbone's states before the head reads them, with
-    #: statistics fitted on the training slates (:mod:`spdrank.backbone.standardise`). Written
-    #: to ``head`` only when set, so the configs of models without it read as they always did.
-    standardise: bool = False
 
     def __post_init__(self) -> None:
         try:
@@ -74,8 +71,6 @@ class HeadConfig:
         if self.width % self.heads:
             raise ValueError(f"head.width ({self.width}) must be a multiple of head.heads "
                              f"({self.heads}): each attention head takes an equal share")
-        if not isinstance(self.standardise, bool):
-            raise ConfigError(f"head.standardise must be true or false, got {self.standardise!r}")
         if not isinstance(self.kind, str):
             raise ConfigError(f"head.kind must be a name, got {self.kind!r}")
         dropout = self.dropout
@@ -99,8 +94,6 @@ class HeadConfig:
         for f in fields(self):
             if f.name == "history":
                 record |= self.history.to_dict()
-            elif f.name == "standardise" and not self.standardise:
-                continue
             else:
                 record[f.name] = getattr(self, f.name)
         return record

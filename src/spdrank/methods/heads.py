@@ -22,9 +22,6 @@ decoders mask them anyway.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
-
 import torch
 from torch import nn
 
@@ -71,21 +68,6 @@ def check_inputs(hidden: int, features: int) -> None:
         raise ValueError(
             f"a head needs hidden states or features (hidden={hidden}, features={features})"
         )
-
-
-def renamed_from(renames: dict[str, str]) -> Callable[..., None]:
-    """A load hook that moves ``renames``' keys (these layers' earlier names) to their current
-    names, so checkpoints saved under the earlier names still load."""
-
-    def hook(module: nn.Module, state_dict: dict[str, Any], prefix: str, *_: Any) -> None:
-        for key in [k for k in state_dict if k.startswith(prefix)]:
-            rest = key[len(prefix) :]
-            for old, new in renames.items():
-                if rest.startswith(old):
-                    state_dict[prefix + new + rest[len(old) :]] = state_dict.pop(key)
-                    break
-
-    return hook
 
 
 def item_inputs(

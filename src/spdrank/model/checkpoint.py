@@ -59,15 +59,28 @@ def read_config(path: Path) -> SPDConfig:
 
 def load_head(head: nn.Module, path: Path) -> None:
     """Load the head's weights from safetensors; a ValueError naming ``path`` when the file is
-    unreadable (a truncated header) or does not fit the head the config describes."""
+    unreadable (a truncated header) or does not fit the head the config describes, saying
+    what to do when its layers are named otherwise (weights from another spdrank version)."""
     tensors = read_tensors(path, "head")
     try:
         head.load_state_dict(tensors)
     except RuntimeError as exc:  # missing or unexpected keys, shapes that differ
         first = str(exc).strip().splitlines()
         reason = " ".join(line.strip() for line in first[:3])
-        raise ValueError(f"{path}: the weights do not fit the head in config.json ({reason})") \
-            from None
+        named_otherwise = set(tensors) != set(head.state_dict())
+        raise ValueError(
+            f"{path}: the weights do not fit the head in config.json ({reason})"
+            + (RENAMED_LAYERS if named_otherwise else "")
+        ) from None
+
+
+#: What a head whose weights are named otherwise than its layers is told: the layer names a
+#: head is saved under are its format, and weights under any others are not mapped.
+RENAMED_LAYERS = (
+    "; this spdrank reads a head's weights only under its layers' names (the linear and "
+    "scalar heads of earlier versions saved theirs as norm./out. and mlp.*, which are not "
+    "read): train the model again with this version"
+)
 
 
 def save_checkpoint(

@@ -3,6 +3,16 @@
 :class:`SPDConfig` names the backbone (and its LoRA), the head, the prompt, the decoder, the
 text fields read and the upstream features with their normalisation. Reading one checks every
 size and type before anything is built from it, since a config may come from anywhere.
+
+``SPDConfig()`` is the model ``spdrank train`` fits with no flags (the history head over each
+item's words, decoded by expected rank); :meth:`SPDConfig.paper` is the paper's (the
+self-attention head over each item's last token, decoded by the Hungarian assignment).
+
+A config.json is written with every field. One that lacks some was written by an earlier
+spdrank: its missing fields are read as that format's values (:data:`FORMAT_1_MISSING`), never
+as today's defaults, so that a default changed in code does not change how a saved model
+ranks. One that uses a setting this spdrank no longer has is refused, naming it
+(:data:`REMOVED_HEAD_KINDS`, :data:`REMOVED_HEAD_SETTINGS`).
 """
 
 from __future__ import annotations
@@ -13,11 +23,19 @@ from typing import Any
 
 from spdrank.backbone.prompt import UNIT_READOUTS, PromptSettings
 from spdrank.backbone.settings import BackboneConfig, ConfigError, bounded_int
-from spdrank.core.defaults import UNNAMED_DECODER
+from spdrank.core.defaults import (
+    HISTORY_READOUT,
+    OTHER_READOUT,
+    PAPER_DECODER,
+    PAPER_HEAD,
+    PAPER_READOUT,
+    TRAIN_DECODER,
+)
 from spdrank.core.features import FeatureNormalizer
 from spdrank.core.slates import TEXT_FIELDS
 from spdrank.methods.anchor_spec import check_anchor_features, parse_anchor
 from spdrank.methods.head_config import HeadConfig
+from spdrank.methods.spd.history_settings import HistorySettings
 
 FORMAT_VERSION = 1
 #: The checkpoint formats this version reads.
@@ -26,13 +44,71 @@ SUPPORTED_FORMAT_VERSIONS = (FORMAT_VERSION,)
 #: model's context.
 MAX_TOKEN_BUDGET = 1 << 20
 
+#: The values a format-1 config.json that lacks a field is read with: each field's value in
+#: the spdrank that wrote configs without it. They are written out here, not taken from the
+#: records' defaults, because a default may change (``SPDConfig()`` follows ``spdrank
+#: train``) while a saved model must rank as it was trained. The backbone's fields, the
+#: prompt's template and its instruction are read with their own records' rules.
+FORMAT_1_MISSING: dict[str, Any] = {
+    "decoder": "hungarian",
+    "text_fields": ["title", "text", "contents"],
+    "features": None,
+    "features_only": False,
+}
+FORMAT_1_MISSING_HEAD: dict[str, Any] = {
+    "kind": "attn", "positions": 64, "width": 256, "layers": 2, "heads": 4, "dropout": 0.1,
+    "match": "maxsim", "match_width": 64, "anchor": "none",
+}
+FORMAT_1_MISSING_PROMPT: dict[str, Any] = {
+    "max_item_tokens": 32, "max_query_tokens": 512, "use_chat_template": True,
+    "labels": "numbers", "answer_prefix": "", "readout": "last", "history_items": False,
+}
+
+#: Head kinds this spdrank no longer builds, each with what its checkpoint's owner can do.
+REMOVED_HEAD_KINDS = {
+    "slot": "the slot-query head is no longer part of spdrank (no result showed it ranking "
+            "better than the attn head); train the model again with another --head (attn, "
+            "the paper's, or history, the default)",
+}
+#: Head settings this spdrank no longer applies, each with what its checkpoint's owner can
+#: do. Such a setting at its off value is what every model without it does, and is read.
+REMOVED_HEAD_SETTINGS = {
+    "standardise": (False, (
+        "standardising the backbone's states per dimension (--standardise-states) is no longer "
+        "part of spdrank (it showed no clear gain); train the model again without "
+        "--standardise-states"
+    )),
+}
+
+
+def default_prompt(kind: str) -> PromptSettings:
+    """The prompt ``spdrank train --head KIND`` builds when no prompt flag is given: a head
+    that reads the history items' states reads each item's words and the user context one
+    item a line; the others read each item's tokens' mean; the method then sets what it
+    needs (FIRST's letter labels). A ValueError for a kind no method serves."""
+    from spdrank.methods.base import method_for
+
+    method = method_for(kind)
+    reads_history = kind in method.history_kinds
+    return method.prompt(PromptSettings(
+        readout=HISTORY_READOUT if reads_history else OTHER_READOUT,
+        history_items=reads_history,
+    ))
+
 
 @dataclass
 class SPDConfig:
+    """A model's settings. Each field left out is what ``spdrank train`` uses without the
+    matching flag, so ``SPDConfig()`` is the model ``spdrank train`` fits with no flags, and
+    ``SPDConfig(head=HeadConfig(kind="attn"))`` the one of ``spdrank train --head attn``;
+    :meth:`paper` is the paper's configuration."""
+
     backbone: BackboneConfig = field(default_factory=BackboneConfig)
     head: HeadConfig = field(default_factory=HeadConfig)
-    prompt: PromptSettings = field(default_factory=PromptSettings)
-    decoder: str = UNNAMED_DECODER
+    #: None: the prompt ``spdrank train`` builds for the head's kind (:func:`default_prompt`),
+    #: set when the config is made.
+    prompt: PromptSettings = None  # type: ignore[assignment]
+    decoder: str = TRAIN_DECODER
     text_fields: tuple[str, ...] = TEXT_FIELDS
     #: The upstream features the head reads, with their normalisation; None reads none.
     features: FeatureNormalizer | None = None
@@ -40,8 +116,26 @@ class SPDConfig:
     features_only: bool = False
 
     def __post_init__(self) -> None:
+        if self.prompt is None:
+            self.prompt = default_prompt(self.head.kind)
         check_anchor_features(parse_anchor(self.head.anchor),
                               self.features.names if self.features is not None else ())
+
+    @classmethod
+    def paper(cls, **fields: Any) -> SPDConfig:
+        """The paper's configuration: the self-attention head (``attn``) over each item's
+        last-token state, decoded by the exact (Hungarian) assignment; as ``spdrank train
+        --head attn --readout last --decoder hungarian`` trains it. ``fields`` set any other
+        field (``backbone``, ``features``, ...) or replace these.
+
+        The head's history-match fields, which the attention head does not read, keep the
+        values configs built this way have always been written with."""
+        paper = {
+            "head": HeadConfig(kind=PAPER_HEAD, history=HistorySettings(match="maxsim")),
+            "prompt": PromptSettings(readout=PAPER_READOUT),
+            "decoder": PAPER_DECODER,
+        }
+        return cls(**(paper | fields))
 
     @property
     def reranks_first_stage(self) -> bool:
@@ -74,12 +168,13 @@ class SPDConfig:
                 f"format_version {version!r} is not one this spdrank reads (it reads "
                 f"{', '.join(map(str, SUPPORTED_FORMAT_VERSIONS))})"
             )
+        data = _filled(data)
         prompt = PromptSettings.from_dict(data["prompt"])
         # Token budgets: what the prompt is cut to, and what its texts are cut to before
         # they are tokenized.
         bounded_int(prompt.max_item_tokens, "prompt.max_item_tokens", 1, MAX_TOKEN_BUDGET)
         bounded_int(prompt.max_query_tokens, "prompt.max_query_tokens", 1, MAX_TOKEN_BUDGET)
-        decoder, fields = data.get("decoder", UNNAMED_DECODER), data.get("text_fields", TEXT_FIELDS)
+        decoder, fields = data["decoder"], data["text_fields"]
         if not isinstance(decoder, str):
             raise ConfigError(f"decoder must be a decoder's name, got {decoder!r}")
         if not isinstance(fields, (list, tuple)) or not fields \
@@ -91,13 +186,23 @@ class SPDConfig:
             backbone=BackboneConfig.from_dict(data["backbone"]),
             head=_read_head(data["head"], prompt),
             prompt=prompt,
-            decoder=data.get("decoder", UNNAMED_DECODER),
-            text_fields=tuple(data.get("text_fields", TEXT_FIELDS)),
+            decoder=decoder,
+            text_fields=tuple(fields),
             features=(
                 FeatureNormalizer.from_dict(data["features"]) if data.get("features") else None
             ),
-            features_only=bool(data.get("features_only", False)),
+            features_only=bool(data["features_only"]),
         )
+
+
+def _filled(data: dict[str, Any]) -> dict[str, Any]:
+    """A format-1 record with the fields it lacks at :data:`FORMAT_1_MISSING`'s values (the
+    head's and the prompt's too, when they are objects: what is not is refused later)."""
+    data = FORMAT_1_MISSING | data
+    for name, missing in (("head", FORMAT_1_MISSING_HEAD), ("prompt", FORMAT_1_MISSING_PROMPT)):
+        if isinstance(data.get(name), dict):
+            data[name] = missing | data[name]
+    return data
 
 
 #: The head record's field that restates whether the prompt's readout keeps several states per
@@ -123,6 +228,12 @@ def _read_head(data: Any, prompt: PromptSettings) -> HeadConfig:
     if not isinstance(data, dict):
         raise ConfigError(f"head must be an object of settings, got {data!r}")
     data = dict(data)
+    kind = data["kind"]
+    if isinstance(kind, str) and kind in REMOVED_HEAD_KINDS:
+        raise ConfigError(f"head.kind {kind!r}: {REMOVED_HEAD_KINDS[kind]}")
+    for name, (off, what) in REMOVED_HEAD_SETTINGS.items():
+        if name in data and data.pop(name) is not off:
+            raise ConfigError(f"head.{name}: {what}")
     units = data.pop(UNITS_FIELD, None)
     if units is not None and units is not (prompt.readout in UNIT_READOUTS):
         raise ConfigError(

@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 from spdrank.backbone.batching import Batch
-from spdrank.backbone.load import context_length, hidden_size, resolve_dtype
+from spdrank.backbone.load import context_length, resolve_dtype
 from spdrank.backbone.prompt import (
     UNIT_READOUTS,
     Cuts,
@@ -32,7 +32,6 @@ from spdrank.backbone.prompt import (
     fitted_item_tokens,
 )
 from spdrank.backbone.readout import HeadInputs, PromptReader, reader_for
-from spdrank.backbone.standardise import StateStandardiser
 from spdrank.backbone.words import WordSplitter
 from spdrank.core.clock import StageClock, timed
 from spdrank.core.defaults import DEFAULT_ITEM_TOKENS
@@ -80,7 +79,7 @@ class SPDRanker(nn.Module):
     """The SPD student, or one of its single-pass peers on the same backbone and prompt.
 
     ``head.kind`` picks the ranking method (:mod:`spdrank.methods.base`), which builds the head and
-    turns its scores into orders: ``attn``/``linear``/``slot``/``history`` give SPD (an N x K
+    turns its scores into orders: ``attn``/``linear``/``history`` give SPD (an N x K
     matrix, decoded by assignment); ``scalar`` (one score per item) and ``first`` (FIRST's
     first-token logits over candidate letters) are decoded by sorting. All give a valid
     permutation from one prefill.
@@ -104,14 +103,6 @@ class SPDRanker(nn.Module):
                 raise ValueError("a features-only model has no backbone to adapt: set no LoRA")
         self.method.check(config)
         self.head = self.method.build_head(config, backbone, tokenizer, n_features)
-        #: The backbone's states standardised per dimension before the head reads them, its
-        #: statistics the head's buffers (saved in head.safetensors), fitted by training.
-        self.standardised = config.head.standardise
-        if self.standardised:
-            if config.features_only or self.method.reads == "logits":
-                raise ValueError("head.standardise standardises the backbone's hidden states, "
-                                 "and this model's head reads none")
-            self.head.standardiser = StateStandardiser(hidden_size(backbone))
         #: Scores start from a ranker's order (the given one, or a feature's) and the head
         #: learns a correction to it, its output layers starting at zero; the anchor's
         #: strength is the head's (saved with it in head.safetensors).
@@ -359,11 +350,8 @@ class SPDRanker(nn.Module):
         self.anchored = True
 
     def score(self, inputs: HeadInputs, batch: Batch) -> torch.Tensor:
-        """The head's scores from what :meth:`read` returned for ``batch`` (its states
-        standardised first, and the scores anchored to its anchor's order, when the model
-        is)."""
-        if self.standardised:
-            inputs = self.head.standardiser.inputs(inputs)
+        """The head's scores from what :meth:`read` returned for ``batch`` (anchored to its
+        anchor's order, when the model is)."""
         if self.reads_history:
             scores = self.head(
                 inputs.items, batch.item_mask, batch.features, inputs.history,

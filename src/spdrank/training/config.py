@@ -217,14 +217,6 @@ class TrainConfig:
         "with learned weights) or tfidf (a soft TF-IDF cosine: every pair of units, weighted "
         "on both sides, through a sharp learned kernel)",
     )
-    # See :mod:`spdrank.backbone.standardise`; fitted by :mod:`spdrank.training.train`.
-    standardise_states: bool = setting(
-        False,
-        help="standardise each dimension of the backbone's states (mean 0, variance 1 over "
-        "the training slates' states, fitted once and saved with the head) before the head "
-        "reads them: for a backbone whose states share a few very large dimensions (Gemma's "
-        "first layers), which leave every token's state alike to the head",
-    )
 
     # -- features & warm start -------------------------------------------------------------
     features: str | None = setting(
@@ -493,7 +485,6 @@ class TrainConfig:
                 dropout=self.head_dropout,
                 history=HistorySettings(match=self.match),
                 anchor=self.built_anchor(anchor),
-                standardise=self.standardise_states,
             ),
             prompt=prompt,
             features=features,

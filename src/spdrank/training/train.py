@@ -26,7 +26,6 @@ import logging
 import math
 import shutil
 import time
-from collections.abc import Iterator
 from dataclasses import asdict
 from itertools import islice
 from pathlib import Path
@@ -39,7 +38,6 @@ from safetensors.torch import load_file, save_file
 
 from spdrank.backbone.batching import Batch
 from spdrank.backbone.load import resolve_device
-from spdrank.backbone.standardise import real_states
 from spdrank.core.atomic_dir import atomic_directory
 from spdrank.core.defaults import DEFAULT_WARMUP, DEFAULT_WARMUP_SHARE
 from spdrank.core.features import FeatureNormalizer, parse_feature_names
@@ -77,9 +75,6 @@ INPUT_MODEL = "input"
 #: choose on: enough to tell rankers apart, read once.
 CHOICE_SLATES = 2000
 SUMMARY_NAME = "train.json"
-#: The training slates whose states fit ``--standardise-states``'s statistics: enough rows
-#: for a mean and a spread per dimension, and a bounded number of prefills without a cache.
-STANDARDISE_SLATES = 128
 LOG_NAME = "log.jsonl"
 
 
@@ -451,30 +446,6 @@ class Trainer:
             )
         self.cache_s = time.perf_counter() - t0
 
-    def fit_standardiser(self) -> None:
-        """Fit a model's per-dimension standardisation of its states (``--standardise-states``)
-        on the states of the first :data:`STANDARDISE_SLATES` training slates, read as training
-        reads them (the cache, or a prefill): every process reads the same slates, so every
-        process's head holds the same statistics."""
-        spd = self.spd
-        if not spd.standardised:
-            return
-        count = min(len(self.source), STANDARDISE_SLATES)
-        numbered = self.source.take_numbered(0, 0, count)
-        size = self.cfg.batch_size
-        spd.eval()  # no dropout in a LoRA backbone's states; run() trains it again
-
-        def states() -> Iterator[torch.Tensor]:
-            for at in range(0, count, size):
-                batch = self.batch(numbered[at : at + size])
-                with torch.no_grad():
-                    inputs = spd.read(batch)
-                yield from real_states(inputs, batch.item_mask, batch.history_mask)
-
-        rows = spd.head.standardiser.fit(states())
-        log.info("standardised the backbone's states per dimension over %s states of the first "
-                 "%d training slates", f"{rows:,}", count)
-
     # -- steps -----------------------------------------------------------------------------
 
     def batch_span(self, step: int) -> tuple[int, int, int]:
@@ -620,8 +591,6 @@ class Trainer:
         cfg = self.cfg
         self.open_caches()
         resumed = self.maybe_resume()
-        if not resumed and not cfg.init_from:  # a warm start brings its checkpoint's statistics
-            self.fit_standardiser()
         if not self.cfg.eval_slates and self.spd.anchored:
             log.warning("no --eval-slates: nothing will compare this student with the first "
                         "stage it reranks, nor choose its epoch; hold out some queries for it")

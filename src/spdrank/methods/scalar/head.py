@@ -6,7 +6,7 @@ import torch
 from torch import nn
 
 from spdrank.methods.head_config import HeadConfig
-from spdrank.methods.heads import ItemHead, renamed_from
+from spdrank.methods.heads import ItemHead
 
 
 class ScalarHead(ItemHead):
@@ -22,9 +22,6 @@ class ScalarHead(ItemHead):
     def __init__(self, hidden: int, cfg: HeadConfig, features: int = 0) -> None:
         super().__init__(hidden, cfg.width, features)
         self.out = nn.Sequential(nn.GELU(), nn.Linear(cfg.width, 1))
-        self.register_load_state_dict_pre_hook(
-            renamed_from({"mlp.0.": "proj.0.", "mlp.1.": "proj.1.", "mlp.3.": "out.1."})
-        )
 
     def forward(
         self, h: torch.Tensor | None, mask: torch.Tensor, features: torch.Tensor | None = None

@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 from scipy.optimize import linear_sum_assignment
 
-from spdrank.core.defaults import UNNAMED_DECODER
+from spdrank.core.defaults import PAPER_DECODER
 
 Decoder = Callable[[np.ndarray], np.ndarray]
 
@@ -221,13 +221,13 @@ def sort_scores(scores: np.ndarray) -> np.ndarray:
     return np.argsort(-v, kind="stable")
 
 
-def decode(scores: np.ndarray, name: str = UNNAMED_DECODER) -> np.ndarray:
+def decode(scores: np.ndarray, name: str = PAPER_DECODER) -> np.ndarray:
     """Item indices best first, decoded from ``scores`` [n, K] with the named decoder."""
     return get_decoder(name)(scores)
 
 
 def decode_batch(
-    scores: np.ndarray, sizes: Sequence[int], name: str = UNNAMED_DECODER
+    scores: np.ndarray, sizes: Sequence[int], name: str = PAPER_DECODER
 ) -> list[np.ndarray]:
     """Item orders of a padded batch ``scores`` [B, N, K] whose slate b has ``sizes[b]`` items:
     ``decode(scores[b, :sizes[b]], name)`` for each b, slates of one size decoded together
@@ -261,7 +261,7 @@ def ranked_relevance(scores: np.ndarray, order: np.ndarray) -> list[float]:
 
 
 def rank_batch(
-    scores: np.ndarray, sizes: Sequence[int], name: str = UNNAMED_DECODER
+    scores: np.ndarray, sizes: Sequence[int], name: str = PAPER_DECODER
 ) -> list[tuple[np.ndarray, list[float]]]:
     """Each slate's order (:func:`decode_batch`) and the scores its ranking reports
     (:func:`ranked_relevance`), for a padded batch ``scores`` [B, N, K] whose slate b has

@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from spdrank.backbone.settings import bounded_int
-from spdrank.core.defaults import UNNAMED_MATCH
+from spdrank.core.defaults import UNIT_MATCH
 
 #: How the history head may compare a candidate's units with a history item's (``--match``).
 MATCHES = ("maxsim", "tfidf")
@@ -29,9 +29,9 @@ class HistorySettings:
     #: "maxsim" (late interaction: each candidate unit's best cosine with the item's units,
     #: averaged with learned weights) or "tfidf" (every pair of units through a sharp kernel,
     #: weighted on both sides: the shape of a TF-IDF cosine, whose matches also go straight to
-    #: the position scores). Unnamed: :data:`~spdrank.core.defaults.UNNAMED_MATCH`;
-    #: ``spdrank train`` asks for :data:`~spdrank.core.defaults.UNIT_MATCH`.
-    match: str = UNNAMED_MATCH
+    #: the position scores). Unnamed, ``spdrank train``'s:
+    #: :data:`~spdrank.core.defaults.UNIT_MATCH`.
+    match: str = UNIT_MATCH
     #: Width of the space where the "tfidf" match compares units: every pair of units meets
     #: there, so it is kept narrower than the head's own layers.
     match_width: int = 64
@@ -47,5 +47,6 @@ class HistorySettings:
     @classmethod
     def take(cls, record: dict[str, Any]) -> HistorySettings:
         """These settings from a head's record, their fields popped from it (those it lacks at
-        their defaults: a config saved before they existed)."""
+        their defaults: a checkpoint's config gets its missing fields filled before, by
+        :meth:`spdrank.model.config.SPDConfig.from_dict`)."""
         return cls(**{f.name: record.pop(f.name) for f in fields(cls) if f.name in record})

@@ -1,6 +1,6 @@
 """SPD: each candidate's state -> a row of N x K item-position scores -> an assignment.
 
-The head (:mod:`.heads`: linear, attn, slot; :mod:`.history`: history) scores every item at every
+The head (:mod:`.heads`: linear, attn; :mod:`.history`: history) scores every item at every
 rank position. Training runs the matrix through log-Sinkhorn into a soft permutation and takes its
 cross-entropy against the target permutation, rows weighted as ``--position-weights`` says;
 ranking decodes each matrix with the checkpoint's decoder (Hungarian, greedy, expected rank,
@@ -43,12 +43,11 @@ class SPDSettings(MethodSettings):
 class SPDMethod(RankingMethod):
     name = "spd"
     title = "SPD"
-    kinds = ("attn", "linear", "slot", "history")
+    kinds = ("attn", "linear", "history")
     help = (
-        "SPD heads: attn (2-layer self-attention), linear (probe), slot (slot-query), "
-        "history (attention that also reads the history items' states: candidates matched "
-        "with and attending to what the user chose before; reads the user context one item "
-        "a line)"
+        "SPD heads: attn (2-layer self-attention), linear (probe), history (attention that "
+        "also reads the history items' states: candidates matched with and attending to what "
+        "the user chose before; reads the user context one item a line)"
     )
     matrix = True
     history_kinds = ("history",)
@@ -71,12 +70,11 @@ class SPDMethod(RankingMethod):
         """A fresh SPD head of ``cfg.kind`` over D = ``hidden`` states (0: the features
         alone) and ``features`` features; ``units``: each item comes as several states (its
         tokens or its words), which the history head matches unit by unit."""
-        from spdrank.methods.spd.heads import LinearProbe, SelfAttentionHead, SlotQueryHead
+        from spdrank.methods.spd.heads import LinearProbe, SelfAttentionHead
         from spdrank.methods.spd.history import HistoryAttentionHead
 
         classes: dict[str, type[nn.Module]] = {
-            "attn": SelfAttentionHead, "linear": LinearProbe, "slot": SlotQueryHead,
-            "history": HistoryAttentionHead,
+            "attn": SelfAttentionHead, "linear": LinearProbe, "history": HistoryAttentionHead,
         }
         if cfg.kind not in classes:
             raise ValueError(f"{cfg.kind!r} is no SPD head: choose one of {list(self.kinds)}")
