@@ -172,10 +172,10 @@ def test_a_config_without_a_field_reads_it_as_the_format_wrote_it_not_as_todays_
 
 
 @pytest.mark.parametrize("field,value,says", [
-    ("kind", "slot", r"head\.kind 'slot': the slot-query head is no longer part of spdrank.*"
-                     r"train the model again with another --head"),
-    ("standardise", True, r"head\.standardise: standardising the backbone's states.*"
-                          r"train the model again without --standardise-states"),
+    ("kind", "slot", (r"head\.kind 'slot': the slot-query head is no longer part of spdrank.*"
+                     r"train the model again with another --head")),
+    ("standardise", True, (r"head\.standardise: standardising the backbone's states.*"
+                          r"train the model again without --standardise-states")),
 ])
 def test_a_checkpoint_using_a_removed_option_is_refused_naming_file_option_and_what_to_do(
     tmp_path, field, value, says
@@ -194,3 +194,20 @@ def test_a_removed_setting_at_its_off_value_reads_as_a_model_without_it(tmp_path
     record = json.loads(HISTORY)
     record["head"]["standardise"] = False
     assert _written(json.dumps(record), tmp_path) == HISTORY
+
+
+def test_the_documented_ways_to_give_a_model_another_prompt_build(tiny_backbone):
+    """docs/usage.md: the default head with train's prompt on another template, and the
+    paper's configuration with that template."""
+    from spdrank.backbone.prompt import PromptSettings
+    from spdrank.backbone.settings import BackboneConfig
+    from spdrank.backbone.templates import SEARCH
+    from spdrank.model.config import SPDConfig, default_prompt
+
+    backbone = BackboneConfig(name_or_path=tiny_backbone, lora=None)
+    for config in (SPDConfig(backbone=backbone, prompt=default_prompt(template=SEARCH)),
+                   SPDConfig.paper(backbone=backbone, prompt=PromptSettings(template=SEARCH))):
+        model = SPDRanker.build(config)
+        assert model.config.prompt.template == SEARCH
+    with pytest.raises(ValueError, match="history_items=True"):  # a history head's prompt
+        SPDRanker.build(SPDConfig(backbone=backbone, prompt=PromptSettings(template=SEARCH)))

@@ -30,6 +30,7 @@ from spdrank.core.defaults import (
     PAPER_HEAD,
     PAPER_READOUT,
     TRAIN_DECODER,
+    TRAIN_HEAD,
 )
 from spdrank.core.features import FeatureNormalizer
 from spdrank.core.slates import TEXT_FIELDS
@@ -81,19 +82,20 @@ REMOVED_HEAD_SETTINGS = {
 }
 
 
-def default_prompt(kind: str) -> PromptSettings:
-    """The prompt ``spdrank train --head KIND`` builds when no prompt flag is given: a head
-    that reads the history items' states reads each item's words and the user context one
-    item a line; the others read each item's tokens' mean; the method then sets what it
-    needs (FIRST's letter labels). A ValueError for a kind no method serves."""
+def default_prompt(kind: str = TRAIN_HEAD, **settings: Any) -> PromptSettings:
+    """The prompt ``spdrank train --head KIND`` builds, with ``settings`` setting any of its
+    fields (``template=SEARCH``): a head that reads the history items' states reads each
+    item's words and the user context one item a line, the others each item's tokens' mean,
+    unless ``settings`` say otherwise; the method then sets what it needs (FIRST's letter
+    labels). A ValueError for a kind no method serves."""
     from spdrank.methods.base import method_for
 
     method = method_for(kind)
     reads_history = kind in method.history_kinds
-    return method.prompt(PromptSettings(
-        readout=HISTORY_READOUT if reads_history else OTHER_READOUT,
-        history_items=reads_history,
-    ))
+    return method.prompt(PromptSettings(**({
+        "readout": HISTORY_READOUT if reads_history else OTHER_READOUT,
+        "history_items": reads_history,
+    } | settings)))
 
 
 @dataclass

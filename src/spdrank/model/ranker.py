@@ -119,7 +119,8 @@ class SPDRanker(nn.Module):
         if self.reads_history and not config.prompt.history_items:
             raise ValueError(
                 f"head {config.head.kind!r} reads the history items' states: build the prompt "
-                "with history_items=True (spdrank train sets it for this head)"
+                "with history_items=True (spdrank train sets it for this head, and so does "
+                "spdrank.model.config.default_prompt)"
             )
         units = config.prompt.readout in UNIT_READOUTS
         if units and not self.reads_history:
