@@ -143,16 +143,14 @@ def test_the_default_config_is_what_train_fits_with_no_flags():
 def test_the_paper_preset_is_the_attention_head_read_at_the_last_token_decoded_exactly():
     from spdrank.backbone.settings import BackboneConfig
     from spdrank.model.config import SPDConfig
+    from spdrank.training.config import TrainConfig
 
     paper = SPDConfig.paper()
     assert (paper.head.kind, paper.prompt.readout, paper.prompt.history_items,
             paper.decoder) == ("attn", "last", False, "hungarian")
-    record = json.loads(HISTORY)
-    record["head"] = {**OTHER_HEADS["attn"], "positions": 64, "tokens": False,
-                      "match": "maxsim", "anchor": "none"}
-    record["prompt"] |= {"readout": "last", "history_items": False}
-    record["decoder"] = "hungarian"
-    assert paper.to_dict() == record
+    trained = TrainConfig(slates="s.jsonl", out="o", head="attn", readout="last",
+                          decoder="hungarian").model_config()
+    assert paper.to_dict() == trained.to_dict()
     assert SPDConfig.paper(backbone=BackboneConfig(lora=None)).backbone.lora is None
 
 

@@ -36,7 +36,6 @@ from spdrank.core.features import FeatureNormalizer
 from spdrank.core.slates import TEXT_FIELDS
 from spdrank.methods.anchor_spec import check_anchor_features, parse_anchor
 from spdrank.methods.head_config import HeadConfig
-from spdrank.methods.spd.history_settings import HistorySettings
 
 FORMAT_VERSION = 1
 #: The checkpoint formats this version reads.
@@ -67,17 +66,15 @@ FORMAT_1_MISSING_PROMPT: dict[str, Any] = {
 
 #: Head kinds this spdrank no longer builds, each with what its checkpoint's owner can do.
 REMOVED_HEAD_KINDS = {
-    "slot": "the slot-query head is no longer part of spdrank (no result showed it ranking "
-            "better than the attn head); train the model again with another --head (attn, "
-            "the paper's, or history, the default)",
+    "slot": "the slot-query head is no longer part of spdrank; train the model again with "
+            "another --head (attn, the paper's, or history, the default)",
 }
 #: Head settings this spdrank no longer applies, each with what its checkpoint's owner can
 #: do. Such a setting at its off value is what every model without it does, and is read.
 REMOVED_HEAD_SETTINGS = {
     "standardise": (False, (
         "standardising the backbone's states per dimension (--standardise-states) is no longer "
-        "part of spdrank (it showed no clear gain); train the model again without "
-        "--standardise-states"
+        "part of spdrank; train the model again without --standardise-states"
     )),
 }
 
@@ -128,12 +125,9 @@ class SPDConfig:
         """The paper's configuration: the self-attention head (``attn``) over each item's
         last-token state, decoded by the exact (Hungarian) assignment; as ``spdrank train
         --head attn --readout last --decoder hungarian`` trains it. ``fields`` set any other
-        field (``backbone``, ``features``, ...) or replace these.
-
-        The head's history-match fields, which the attention head does not read, keep the
-        values configs built this way have always been written with."""
+        field (``backbone``, ``features``, ...) or replace these."""
         paper = {
-            "head": HeadConfig(kind=PAPER_HEAD, history=HistorySettings(match="maxsim")),
+            "head": HeadConfig(kind=PAPER_HEAD),
             "prompt": PromptSettings(readout=PAPER_READOUT),
             "decoder": PAPER_DECODER,
         }
