@@ -1,6 +1,6 @@
-"""Reading a backbone's settings and a checkpoint's whole config, and importing the checks and
-the packaged backbones' table, load no torch: a command reads a checkpoint's config.json before
-it pays for torch."""
+"""Reading a backbone's settings and a checkpoint's whole config, and importing the checks, the
+packaged backbones' table and the checkpoint module (its file names, finding a run's model),
+load no torch: a command reads a checkpoint's config.json before it pays for torch."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ import pytest
 
 MODULES = ["spdrank.backbone.settings", "spdrank.backbone.trust", "spdrank.backbone.locate",
            "spdrank.backbone.gguf", "spdrank.methods.head_config",
-           "spdrank.methods.spd.history_settings", "spdrank.model.config"]
+           "spdrank.methods.spd.history_settings", "spdrank.model.config",
+           "spdrank.model.checkpoint"]
 
 
 def assert_runs_without_torch(code: str) -> None:

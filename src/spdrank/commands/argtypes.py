@@ -158,20 +158,14 @@ def model_folders(specs: list[str] | str | None) -> list[str]:
     """The folders holding the files of the models ``specs`` name (``--model DIR``, eval's
     ``[NAME=]DIR``, a backbone path): the outputs a command writes may lie in none of them
     (:func:`spdrank.core.files.check_outputs`' ``models``). A training run's folder stands for
-    its checkpoint, ``DIR/model`` (as :func:`spdrank.model.checkpoint.checkpoint_dir` reads
-    it), so a ranking written beside the run is still allowed; a hub name or a ``config:``
-    spec names no folder and is passed on to be skipped."""
-    from pathlib import Path
-
+    its checkpoint, ``DIR/model`` (:func:`spdrank.model.checkpoint.model_folder`), so a
+    ranking written beside the run is still allowed; a hub name or a ``config:`` spec names no
+    folder and is passed on to be skipped."""
     from spdrank.commands.named_rankers import split_named
+    from spdrank.model.checkpoint import model_folder
 
-    folders = []
-    for spec in [specs] if isinstance(specs, str) else specs or []:
-        path = Path(split_named(spec)[1])
-        if not (path / "config.json").exists() and (path / "model" / "config.json").exists():
-            path = path / "model"
-        folders.append(str(path))
-    return folders
+    named = [specs] if isinstance(specs, str) else specs or []
+    return [str(model_folder(split_named(spec)[1])) for spec in named]
 
 
 def flag_defaults(parser: argparse.ArgumentParser, names: Iterable[str]) -> argparse.Namespace:

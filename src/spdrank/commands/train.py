@@ -187,6 +187,7 @@ def check_run_outputs(cfg: TrainConfig) -> None:
     none of which may lie in the checkpoint it starts from or its backbone's folder."""
     from spdrank.commands.argtypes import model_folders, prompt_file
     from spdrank.core.files import check_outputs
+    from spdrank.model.checkpoint import MODEL_DIR
     from spdrank.training.train import BEST_DIR, LOG_NAME, STATE_DIR, SUMMARY_NAME
 
     out = Path(cfg.out)
@@ -194,7 +195,7 @@ def check_run_outputs(cfg: TrainConfig) -> None:
         {"--slates": cfg.slates, "--eval-slates": cfg.eval_slates,
          "--prompt": prompt_file(cfg.prompt)},
         {"--out": [out / SUMMARY_NAME, out / LOG_NAME]},
-        folders={"--out": [out / "model", out / STATE_DIR, out / BEST_DIR]},
+        folders={"--out": [out / MODEL_DIR, out / STATE_DIR, out / BEST_DIR]},
         models={"--init-from": model_folders(cfg.init_from), "--backbone": cfg.backbone},
     )
 

@@ -1,10 +1,12 @@
 """A checkpoint on disk: ``config.json``, ``head.safetensors`` and, for a LoRA-adapted
-backbone, the peft adapter under ``adapter/``.
+backbone, the peft adapter under ``adapter/``; and the names of every file spdrank writes for
+a model, a training run's resumable state included.
 
 Nothing in it is a pickle, so loading a checkpoint never runs code; nor can its backbone
 reference make it: the Python of a model folder runs only when the caller passes
 ``trust_remote_code`` for that load, which no checkpoint records. A checkpoint is written to
-a temporary sibling and swapped in, so it is never half-written.
+a temporary sibling and swapped in, so it is never half-written. Torch-free at import: a
+command finds a checkpoint and reads its config before it pays for torch.
 """
 
 from __future__ import annotations
@@ -12,26 +14,46 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from safetensors.torch import save_file
-from torch import nn
-
-from spdrank.backbone.load import read_tensors
 from spdrank.backbone.settings import read_json
 from spdrank.core.atomic_dir import atomic_directory
 from spdrank.model.config import SPDConfig
 
+if TYPE_CHECKING:
+    from torch import nn
+
+    from spdrank.backbone.settings import LoraSettings
+
+#: A checkpoint's files: its settings, its head's weights, and a LoRA backbone's peft adapter.
 CONFIG_NAME = "config.json"
 HEAD_NAME = "head.safetensors"
 ADAPTER_DIR = "adapter"
+#: Where a training run keeps a model it writes as a checkpoint: the one it ends with
+#: (``OUT/model``), its best and its resumable state's (``OUT/best/model``, ``OUT/state/model``).
+MODEL_DIR = "model"
+#: The rest of a training run's resumable state, beside its model: the optimizer's tensors,
+#: each process's random-number state, and the trainer's JSON (step, settings, the
+#: optimizer's and scheduler's other values). Safetensors and JSON: no pickles here either.
+OPTIMIZER_NAME = "optimizer.safetensors"
+RNG_NAME = "rng.safetensors"
+TRAINER_NAME = "trainer.json"
+
+
+def model_folder(path: str | os.PathLike[str]) -> Path:
+    """The folder holding the checkpoint ``path`` names: ``path`` itself, or a training run's
+    model (``path/model``) when only that holds a config.json. Nothing is checked beyond that
+    (:func:`checkpoint_dir` refuses a folder that is no checkpoint)."""
+    path = Path(path)
+    if not (path / CONFIG_NAME).exists() and (path / MODEL_DIR / CONFIG_NAME).exists():
+        return path / MODEL_DIR
+    return path
 
 
 def checkpoint_dir(path: str | os.PathLike[str]) -> Path:
     """The checkpoint directory ``path`` names: a model directory, or a training run's (whose
     model is in ``OUT/model``); a FileNotFoundError when it is neither."""
-    path = Path(path)
-    if not (path / CONFIG_NAME).exists() and (path / "model" / CONFIG_NAME).exists():
-        path = path / "model"
+    path = model_folder(path)
     if not (path / CONFIG_NAME).exists():
         raise FileNotFoundError(f"{path} is not an spdrank checkpoint: no {CONFIG_NAME}")
     return path
@@ -61,6 +83,8 @@ def load_head(head: nn.Module, path: Path) -> None:
     """Load the head's weights from safetensors; a ValueError naming ``path`` when the file is
     unreadable (a truncated header) or does not fit the head the config describes, saying
     what to do when its layers are named otherwise (weights from another spdrank version)."""
+    from spdrank.backbone.load import read_tensors
+
     tensors = read_tensors(path, "head")
     try:
         head.load_state_dict(tensors)
@@ -87,9 +111,25 @@ def save_checkpoint(
     path: str | os.PathLike[str], config: SPDConfig, head: nn.Module, backbone: nn.Module
 ) -> None:
     """Write ``config``, the ``head``'s weights and, with LoRA, ``backbone``'s adapter."""
+    from safetensors.torch import save_file
+
     with atomic_directory(path) as tmp:
         (tmp / CONFIG_NAME).write_text(json.dumps(config.to_dict(), indent=2) + "\n")
         weights = {k: v.detach().contiguous().cpu() for k, v in head.state_dict().items()}
         save_file(weights, str(tmp / HEAD_NAME))
         if config.backbone.lora is not None:
             backbone.save_pretrained(str(tmp / ADAPTER_DIR), safe_serialization=True)
+
+
+def load_weights(
+    path: Path, head: nn.Module, backbone: nn.Module, lora: LoraSettings | None
+) -> None:
+    """Read the checkpoint in ``path``'s trained weights into a model built already with its
+    settings: the ``head``'s and, with ``lora``, ``backbone``'s adapter. Resuming a run needs
+    this rather than a fresh load, since its model is wrapped for training and its optimizer
+    holds those very parameters."""
+    load_head(head, path / HEAD_NAME)
+    if lora is not None:
+        from spdrank.backbone.load import load_adapter_weights
+
+        load_adapter_weights(backbone, lora, path / ADAPTER_DIR)

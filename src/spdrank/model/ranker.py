@@ -16,6 +16,7 @@ import os
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -46,6 +47,7 @@ from spdrank.model.checkpoint import (
     HEAD_NAME,
     checkpoint_dir,
     load_head,
+    load_weights,
     read_config,
     save_checkpoint,
 )
@@ -220,6 +222,12 @@ class SPDRanker(nn.Module):
         """Write the checkpoint (:func:`spdrank.model.checkpoint.save_checkpoint`)."""
         save_checkpoint(path, self.config, self.head, self.backbone)
 
+    def load_weights(self, path: str | os.PathLike[str]) -> None:
+        """Read into this model, in place, the trained weights of the checkpoint in ``path``,
+        saved by a model of the same config (:func:`spdrank.model.checkpoint.load_weights`):
+        how a resumed run takes back its model, whose parameters its optimizer holds."""
+        load_weights(Path(path), self.head, self.backbone, self.config.backbone.lora)
+
     # -- the forward pass --------------------------------------------------------------------
 
     @property
@@ -318,6 +326,19 @@ class SPDRanker(nn.Module):
         and head calls.
         """
         return self.head_scores(batch)
+
+    def losses(
+        self, scores: torch.Tensor, target: torch.Tensor, sizes: torch.Tensor, settings: Any
+    ) -> torch.Tensor:
+        """The [B] per-slate losses of a batch's ``scores`` (:meth:`forward`'s) against its
+        [B, P, P] item-position ``target`` matrices, as the model's ranking method learns
+        (:meth:`~spdrank.methods.base.RankingMethod.loss`), under a run's ``settings``."""
+        return self.method.loss(scores, target, sizes, settings)
+
+    def frozen_refusal(self) -> str | None:
+        """Why this model has nothing to train with its backbone frozen (its head has no
+        weights of its own); None when it has."""
+        return self.method.frozen_refusal(self.config)
 
     def head_scores(self, batch: Batch, clock: StageClock | None = None) -> torch.Tensor:
         """The head's scores for a padded batch: one prefill (or the batch's cached states)

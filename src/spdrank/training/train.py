@@ -46,6 +46,7 @@ from spdrank.core.slates import Slate, load_slates, read_slates
 from spdrank.eval.first_stage import selection_metric, verdict
 from spdrank.eval.metrics import SlateMetrics, aggregate
 from spdrank.methods.anchor_spec import BEST_ANCHOR, parse_anchor
+from spdrank.model.checkpoint import MODEL_DIR, OPTIMIZER_NAME, RNG_NAME, TRAINER_NAME
 from spdrank.model.ranker import SPDRanker
 from spdrank.training.config import TrainConfig
 from spdrank.training.inputs import input_names, mean_of, score_inputs, slates_metrics
@@ -282,7 +283,7 @@ class Trainer:
         head_params = list(self.model.head.parameters())
         backbone_params = [p for p in self.model.backbone.parameters() if p.requires_grad]
         frozen = model_config.backbone.lora is None
-        refusal = self.model.method.frozen_refusal(model_config) if frozen else None
+        refusal = self.model.frozen_refusal() if frozen else None
         if refusal is not None:
             raise ValueError(
                 f"--head {cfg.head} with --frozen has nothing to train ({refusal}): drop "
@@ -377,21 +378,21 @@ class Trainer:
         if not self.accelerator.is_main_process:
             return
         with atomic_directory(self.out / STATE_DIR) as tmp:
-            self.spd.save_pretrained(tmp / "model")
-            opt = _save_optimizer(self.optimizer, tmp / "optimizer.safetensors")
-            save_file({"torch": rng.contiguous()}, str(tmp / "rng.safetensors"))
+            self.spd.save_pretrained(tmp / MODEL_DIR)
+            opt = _save_optimizer(self.optimizer, tmp / OPTIMIZER_NAME)
+            save_file({"torch": rng.contiguous()}, str(tmp / RNG_NAME))
             meta = self._state_meta() | {
                 "step": self.step,
                 "optimizer": opt,
                 "scheduler": self.scheduler.state_dict(),
             }
-            (tmp / "trainer.json").write_text(json.dumps(meta, indent=1))
+            (tmp / TRAINER_NAME).write_text(json.dumps(meta, indent=1))
 
     def maybe_resume(self) -> bool:
         state = self.out / STATE_DIR
-        if not (state / "trainer.json").exists():
+        if not (state / TRAINER_NAME).exists():
             return False
-        meta = json.loads((state / "trainer.json").read_text())
+        meta = json.loads((state / TRAINER_NAME).read_text())
         # A setting added since the run was saved held its default then.
         defaults = asdict(TrainConfig(slates=self.cfg.slates, out=self.cfg.out))
         saved = defaults | meta["config"]
@@ -409,17 +410,10 @@ class Trainer:
                 f"resume it on {meta['processes']} (each process's dropout stream was saved), "
                 "or use another --out"
             )
-        from peft import set_peft_model_state_dict
-        from safetensors.torch import load_file as load_st
-
-        spd = self.spd
-        spd.head.load_state_dict(load_st(str(state / "model" / "head.safetensors")))
-        if spd.config.backbone.lora is not None:
-            adapter = load_st(str(state / "model" / "adapter" / "adapter_model.safetensors"))
-            set_peft_model_state_dict(spd.backbone, adapter)
-        _load_optimizer(self.optimizer, state / "optimizer.safetensors", meta["optimizer"])
+        self.spd.load_weights(state / MODEL_DIR)
+        _load_optimizer(self.optimizer, state / OPTIMIZER_NAME, meta["optimizer"])
         self.scheduler.load_state_dict(meta["scheduler"])
-        rng = load_file(str(state / "rng.safetensors"))["torch"]
+        rng = load_file(str(state / RNG_NAME))["torch"]
         # A copy: set_rng_state reads a row view from its storage's start (torch 2.13).
         torch.set_rng_state(rng[self.accelerator.process_index].clone())
         self.step = meta["step"]
@@ -461,7 +455,7 @@ class Trainer:
         if self.cache is not None:
             batch = self.cache.batch([i for i, _ in numbered], slates, self.spd)
         else:
-            batch = self.spd.reader.collate([self.spd.encode(s) for s in slates])
+            batch = self.spd.collate([self.spd.encode(s) for s in slates])
         return batch.to(self.accelerator.device)
 
     def slate_losses(self, numbered: list[tuple[int, Slate]]) -> torch.Tensor:
@@ -475,7 +469,7 @@ class Trainer:
         for row, slate in enumerate(slates):
             t = target_matrix(slate, self.cfg.target)
             target[row, : t.shape[0], : t.shape[1]] = torch.from_numpy(t)
-        return self.spd.method.loss(scores, target.to(scores.device), batch.sizes, self.cfg)
+        return self.spd.losses(scores, target.to(scores.device), batch.sizes, self.cfg)
 
     def loss_at(self, step: int) -> torch.Tensor:
         """This process's term of the global batch's mean loss at ``step``, ready for DDP.
@@ -578,7 +572,7 @@ class Trainer:
                      "metric": self.metric, "value": value, "per_slate": self.last_eval[2]}
         if self.accelerator.is_main_process:
             with atomic_directory(self.out / BEST_DIR) as tmp:
-                self.spd.save_pretrained(tmp / "model")
+                self.spd.save_pretrained(tmp / MODEL_DIR)
                 (tmp / BEST_NAME).write_text(json.dumps(self.best) + "\n")
 
     def log_event(self, event: dict[str, Any]) -> None:
@@ -684,10 +678,10 @@ class Trainer:
             kept = self.report_selection(summary)
         if self.accelerator.is_main_process:
             if kept is not None:
-                with atomic_directory(self.out / "model") as tmp:
+                with atomic_directory(self.out / MODEL_DIR) as tmp:
                     shutil.copytree(kept, tmp, dirs_exist_ok=True)
             else:
-                self.spd.save_pretrained(self.out / "model")
+                self.spd.save_pretrained(self.out / MODEL_DIR)
             (self.out / SUMMARY_NAME).write_text(json.dumps(summary, indent=2) + "\n")
             shutil.rmtree(self.out / STATE_DIR, ignore_errors=True)
             shutil.rmtree(self.out / BEST_DIR, ignore_errors=True)
@@ -738,7 +732,7 @@ class Trainer:
             summary["verdict"] += (f"; {better.against} ranks them better "
                                    f"({better.first_stage:.3f})")
         if chosen["step"] != self.step:
-            return self.out / BEST_DIR / "model"
+            return self.out / BEST_DIR / MODEL_DIR
         return None
 
     def start_as(self, name: str) -> bool:
