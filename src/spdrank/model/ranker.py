@@ -340,6 +340,18 @@ class SPDRanker(nn.Module):
         weights of its own); None when it has."""
         return self.method.frozen_refusal(self.config)
 
+    def trainable_parameters(self) -> tuple[list[nn.Parameter], list[nn.Parameter]]:
+        """The head's parameters and the backbone's trainable ones (its LoRA adapters; none
+        when it is frozen): what training optimises, each part at its own learning rate."""
+        backbone = [p for p in self.backbone.parameters() if p.requires_grad]
+        return list(self.head.parameters()), backbone
+
+    def set_anchor_strength(self, strength: float) -> None:
+        """Start an anchored model's prior at ``strength``
+        (:meth:`~spdrank.methods.anchor.Anchor.set_strength`): how hard its head must pull
+        to move an item from the anchor's order."""
+        self.head.anchor.set_strength(strength)
+
     def head_scores(self, batch: Batch, clock: StageClock | None = None) -> torch.Tensor:
         """The head's scores for a padded batch: one prefill (or the batch's cached states)
         read as :meth:`read` says, then the head (:meth:`score`).

@@ -276,12 +276,11 @@ class Trainer:
             log.info("starting from %s%s", cfg.init_from,
                      f" (new at zero: {', '.join(fresh)})" if fresh else "")
         elif self.model.anchored and cfg.target == "clicks":
-            self.model.head.anchor.set_strength(CLICKS_STRENGTH)
+            self.model.set_anchor_strength(CLICKS_STRENGTH)
         steps_per_epoch = math.ceil(len(self.source) / cfg.batch_size)
         self.total_steps = cfg.max_steps or max(1, math.ceil(cfg.epochs * steps_per_epoch))
         self.steps_per_epoch = steps_per_epoch
-        head_params = list(self.model.head.parameters())
-        backbone_params = [p for p in self.model.backbone.parameters() if p.requires_grad]
+        head_params, backbone_params = self.model.trainable_parameters()
         frozen = model_config.backbone.lora is None
         refusal = self.model.frozen_refusal() if frozen else None
         if refusal is not None:
