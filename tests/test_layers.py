@@ -1,5 +1,5 @@
 """The package's layers, read from its source: each folder imports only the folders below it,
-and no modules import each other in a circle.
+no modules import each other in a circle, and no folder imports another's private names.
 
 Every import counts: at module level, inside a function (how a circle hides at run time) and
 under ``if TYPE_CHECKING:``, since a type annotation naming a module above is the same
@@ -9,6 +9,7 @@ dependency on paper: code written against the layer above it.
 from __future__ import annotations
 
 import ast
+import sys
 from pathlib import Path
 
 import pytest
@@ -108,6 +109,46 @@ def test_folders_import_only_the_layers_below() -> None:
             if there != here and _row(there) <= _row(here):
                 wrong.append(f"{module} imports {target} ({there} is not below {here})")
     assert not wrong, "\n".join(wrong)
+
+
+def _private(name: str) -> bool:
+    """A name its module keeps to itself: one leading underscore (a dunder is public)."""
+    return name.startswith("_") and not name.startswith("__")
+
+
+def test_no_folder_imports_another_folders_private_names() -> None:
+    """What a folder offers the others is its public names: a private one (``_name``, or any
+    name of a ``_module``) imported across folders is a part of its inside the other relies
+    on, free to change under it."""
+    wrong = []
+    for module, path in sorted(_modules().items()):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            source = node.module if isinstance(node, ast.ImportFrom) else None
+            if not source or not source.startswith("spdrank.") or node.level:
+                continue
+            if _folder(source) == _folder(module):
+                continue
+            private = [a.name for a in node.names
+                       if _private(a.name) or any(_private(p) for p in source.split("."))]
+            wrong += [f"{module} imports {source}.{name}" for name in private]
+    assert not wrong, "\n".join(wrong)
+
+
+def test_private_imports_are_found(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The check above reads an import of another folder's private name as one."""
+    package = tmp_path / "spdrank"
+    for folder in ("low", "high"):
+        (package / folder).mkdir(parents=True)
+    (package / "low" / "parts.py").write_text("def _inside():\n    pass\n")
+    (package / "high" / "use.py").write_text(
+        "def f():\n    from spdrank.low.parts import _inside\n")
+    (package / "high" / "same.py").write_text("from spdrank.high.use import _within\n")
+    monkeypatch.setattr(sys.modules[__name__], "PACKAGE", package)
+    with pytest.raises(AssertionError) as caught:
+        test_no_folder_imports_another_folders_private_names()
+    found = str(caught.value)
+    assert found.splitlines()[0] == "spdrank.high.use imports spdrank.low.parts._inside"
+    assert "high.same" not in found  # a folder's private names are its own modules' to share
 
 
 def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
