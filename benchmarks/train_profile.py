@@ -19,9 +19,10 @@ of work:
   synchronisations (``aten::item``), and what is left.
 
 The floor is the step's matrix products timed alone: every ``mm``/``addmm``/``bmm`` the profile
-recorded, by shape, re-run on random tensors in the step's dtype, plus the attention kernel's
-products (forward two, backward five, each half done under a causal mask). The step's time over
-that floor is what the work around the products costs.
+recorded, by shape, re-run on random tensors in the step's dtype (the fastest of the layouts
+a linear layer uses), plus each fused attention call's forward and backward alone under the
+causal mask, no padding mask. The step's time over that floor is what the work around the
+products costs.
 
 Writes ``report.md``, ``results.json`` and ``command.txt`` to ``--out`` (default
 ``benchmarks/results/train-profile-cpu``). Run it alone on the machine.
@@ -261,28 +262,34 @@ def median_ms(fn: Callable[[], Any], reps: int) -> float:
 
 
 def product_ms(op: str, shapes: list[list[int]], dtype: torch.dtype, reps: int) -> float | None:
-    """One call's floor: the product alone on random tensors of the recorded shapes."""
+    """One call's floor: the product alone on random tensors of the recorded shapes, in the
+    fastest of the layouts a linear layer's forward and backward use (a dtype's kernels differ
+    by layout); for a fused attention call, the kernel's forward and backward alone under the
+    causal mask (its backward's own call then counts nothing: it is in its forward's)."""
     if op in ("aten::mm", "aten::addmm"):
         a, b = (shapes[0], shapes[1]) if op == "aten::mm" else (shapes[1], shapes[2])
         if len(a) != 2 or len(b) != 2:
             return None
         x, y = torch.randn(a, dtype=dtype), torch.randn(b, dtype=dtype)
-        return median_ms(lambda: torch.mm(x, y), reps)
+        xt, yt = torch.randn(a[::-1], dtype=dtype).t(), torch.randn(b[::-1], dtype=dtype).t()
+        return min(median_ms(lambda u=u, v=v: torch.mm(u, v), reps)
+                   for u, v in ((x, y), (x, yt), (xt, y)))
     if op in ("aten::bmm", "aten::baddbmm"):
         a, b = (shapes[0], shapes[1]) if op == "aten::bmm" else (shapes[1], shapes[2])
         x, y = torch.randn(a, dtype=dtype), torch.randn(b, dtype=dtype)
         return median_ms(lambda: torch.bmm(x, y), reps)
-    if is_fused_attention(op) and shapes and len(shapes[0]) == 4:
-        # q, k, v of [B, H, T, d] (k and v may have fewer heads): the two products of the
-        # forward, or the five of the backward (the flash kernel recomputes the scores), each
-        # on half the blocks under the causal mask.
-        batch, heads, length, width = shapes[0]
-        q = torch.randn(batch * heads, length, width, dtype=dtype)
-        k = torch.randn(batch * heads, width, length, dtype=dtype)
-        scores = torch.randn(batch * heads, length, length, dtype=dtype)
-        one = median_ms(lambda: torch.bmm(q, k), reps) + median_ms(
-            lambda: torch.bmm(scores, q), reps)
-        return one / 2 * (2.5 if "backward" in op else 1.0)
+    if is_fused_attention(op) and len(shapes) >= 3 and len(shapes[0]) == 4:
+        if "backward" in op:
+            return 0.0
+        q, k, v = (torch.randn(shape, dtype=dtype, requires_grad=True) for shape in shapes[:3])
+        grouped = q.size(1) != k.size(1)
+
+        def both() -> None:
+            out = torch.nn.functional.scaled_dot_product_attention(
+                q, k, v, is_causal=True, enable_gqa=grouped)
+            out.backward(torch.ones_like(out))
+
+        return median_ms(both, reps)
     return None
 
 
@@ -323,26 +330,66 @@ def trainer_for(args: argparse.Namespace, layers: int, positions: int, dtype: st
         yield trainer
 
 
+@contextlib.contextmanager
+def before() -> Iterator[None]:
+    """The step as it was when issue 59 was filed (commit e1dfc09): the prefill passes its
+    padding mask to the backbone."""
+    from spdrank.backbone import readout
+    from spdrank.backbone.split import last_hidden, upper_hidden
+
+    def masked(model: nn.Module, prompt: Any) -> torch.Tensor:
+        if prompt.lower is not None:
+            return upper_hidden(model, prompt.lower, prompt.attention_mask, prompt.lower_layer)
+        return last_hidden(model, prompt.input_ids, prompt.attention_mask)
+
+    original = readout.prompt_hidden
+    readout.prompt_hidden = masked
+    try:
+        yield
+    finally:
+        readout.prompt_hidden = original
+
+
+#: The code each variant runs: as filed, and as it is now.
+VARIANTS: dict[str, Callable[[], contextlib.AbstractContextManager[None]]] = {
+    "before": before, "after": contextlib.nullcontext}
+
+
 def run_setting(args: argparse.Namespace, layers: int, positions: int, dtype: str) -> dict[str, Any]:
-    with trainer_for(args, layers, positions, dtype, args.steps + 2) as trainer:
-        trainer.train_step()
-        times = []
-        for _ in range(args.steps):
-            t0 = time.perf_counter()
-            trainer.train_step()
-            times.append((time.perf_counter() - t0) * 1e3)
-        spent, products, top = profile_step(trainer)
+    """One setting's steps, the variants taking turns on the same trainer (so that the load
+    of the machine falls on each alike), then one profiled step of each."""
+    variants = [v for v in args.variants.split(",") if v]
+    with trainer_for(args, layers, positions, dtype, (args.steps + 2) * len(variants)) as trainer:
+        times: dict[str, list[float]] = {v: [] for v in variants}
+        for turn in range(args.steps + 1):
+            for variant in variants:
+                with VARIANTS[variant]():
+                    t0 = time.perf_counter()
+                    trainer.train_step()
+                    if turn:  # the first turn warms each variant up
+                        times[variant].append((time.perf_counter() - t0) * 1e3)
+        found: dict[str, Any] = {}
+        for variant in variants:
+            with VARIANTS[variant]():
+                spent, products, top = profile_step(trainer)
+            step = statistics.median(times[variant])
+            found[variant] = {"step_ms": step, "steps_ms": times[variant], "spent_ms": spent,
+                              "profiled_ms": sum(sum(k.values()) for k in spent.values()),
+                              "top_ops": top}
         floor = floor_ms(products, getattr(torch, dtype), args.reps)
-    step = statistics.median(times)
-    profiled = sum(sum(k.values()) for k in spent.values())
+    last = found[variants[-1]]
     return {"layers": layers, "positions": positions, "dtype": dtype,
-            "batch_size": args.batch_size, "step_ms": step, "steps_ms": times,
-            "profiled_ms": profiled, "spent_ms": spent, "floor_ms": floor,
-            "over_floor": step / floor["total"] if floor.get("total") else None,
-            "top_ops": top}
+            "batch_size": args.batch_size, "variants": found, "floor_ms": floor,
+            "over_floor": last["step_ms"] / floor["total"] if floor.get("total") else None,
+            "speedup": (found["before"]["step_ms"] / found["after"]["step_ms"]
+                        if {"before", "after"} <= set(found) else None)}
 
 
 # -- the report ------------------------------------------------------------------------------
+
+
+def fmt(value: float | None, pattern: str = "{:.0f}") -> str:
+    return "-" if value is None else pattern.format(value)
 
 
 def report(results: list[dict[str, Any]], meta: dict[str, Any]) -> str:
@@ -352,46 +399,36 @@ def report(results: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         (f"Written by `benchmarks/train_profile.py` ({meta['date']}, commit {meta['commit']}, "
          f"{meta['machine']}, torch {meta['torch']}, {meta['threads']} threads; "
          f"{meta['note']}). `spdrank train`'s own step: the bundled SmolLM2-135M cut to the "
-         f"first L layers, LoRA r = 64 on every linear module, the attn head with K positions, "
+         "first L layers, LoRA r = 64 on every linear module, the attn head with K positions, "
          f"the permutation loss against clicks, batches of {meta['batch_size']} Beauty slates "
-         "(50 candidates, a 10-item history). Step: the median of the timed steps; the kinds "
-         "come from one more step under torch.profiler (its own time is a little longer). "
-         "The command is in command.txt."),
+         "(50 candidates, a 10-item history). `before` is the step as issue 59 found it, "
+         "`after` as it is now, taking turns on one trainer; each step ms is the median of "
+         f"{meta['steps']} timed steps after one untimed. The floor is the step's matrix "
+         "products timed alone (see the script's docstring). The command is in command.txt."),
         "",
-        ("| layers | K | dtype | step ms | floor ms | step / floor | backbone matmuls | "
-         "adapters | attention | casts+copies | head+loss | optimizer | other |"),
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        ("| layers | K | dtype | step ms before | step ms after | before / after | floor ms | "
+         "after / floor |"),
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in results:
-        both = defaultdict(float)
-        for phase in r["spent_ms"].values():
-            for k, v in phase.items():
-                both[k] += v
-        total = sum(both.values()) or 1.0
-
-        def share(*kinds: str, both=both, total=total) -> str:
-            return f"{100 * sum(both.get(k, 0.0) for k in kinds) / total:.0f}%"
-
-        rest = [k for k in KINDS if k not in (
-            "backbone matmuls", "adapters", "attention kernel", "copies and casts", "head",
-            "Sinkhorn loss", "optimizer")]
+        v = r["variants"]
         lines.append(
-            f"| {r['layers']} | {r['positions']} | {r['dtype']} | {r['step_ms']:.0f} | "
-            f"{r['floor_ms']['total']:.0f} | {r['over_floor']:.2f} | "
-            f"{share('backbone matmuls')} | {share('adapters')} | "
-            f"{share('attention kernel')} | {share('copies and casts')} | "
-            f"{share('head', 'Sinkhorn loss')} | {share('optimizer')} | {share(*rest)} |")
-    lines += ["", "Each kind's own ms in the profiled step, forward / backward:", ""]
-    header = [f"{r['layers']}L K{r['positions']} {r['dtype']}" for r in results]
-    lines += ["| kind | " + " | ".join(header) + " |",
-              "| --- |" + " --- |" * len(results)]
-    for kind in KINDS:
-        cells = []
-        for r in results:
-            fwd = r["spent_ms"]["forward"].get(kind, 0.0)
-            bwd = r["spent_ms"]["backward"].get(kind, 0.0)
-            cells.append(f"{fwd:.0f} / {bwd:.0f}")
-        lines.append(f"| {kind} | " + " | ".join(cells) + " |")
+            f"| {r['layers']} | {r['positions']} | {r['dtype']} | "
+            f"{fmt(v.get('before', {}).get('step_ms'))} | {fmt(v.get('after', {}).get('step_ms'))} | "
+            f"{fmt(r['speedup'], '{:.2f}')} | {fmt(r['floor_ms'].get('total'))} | "
+            f"{fmt(r['over_floor'], '{:.2f}')} |")
+    for r in results:
+        names = list(r["variants"])
+        lines += ["", (f"{r['layers']} layers, K = {r['positions']}, {r['dtype']}: each kind's "
+                       "own ms in one profiled step, forward / backward"), "",
+                  "| kind | " + " | ".join(names) + " |", "| --- |" + " --- |" * len(names)]
+        for kind in KINDS:
+            cells = [f"{v['spent_ms']['forward'].get(kind, 0.0):.0f} / "
+                     f"{v['spent_ms']['backward'].get(kind, 0.0):.0f}"
+                     for v in r["variants"].values()]
+            lines.append(f"| {kind} | " + " | ".join(cells) + " |")
+        lines.append("| profiled step | " + " | ".join(
+            f"{v['profiled_ms']:.0f}" for v in r["variants"].values()) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -400,9 +437,11 @@ def main() -> int:
     parser.add_argument("--slates", type=Path, required=True,
                         help="training slates (spdrank data beauty's train.jsonl)")
     parser.add_argument("--backbone", default="bundled")
-    parser.add_argument("--layers", default="2,6")
-    parser.add_argument("--positions", default="50,150")
-    parser.add_argument("--dtypes", default="float32,bfloat16")
+    parser.add_argument("--settings", default="2x50,2x150,6x50",
+                        help="LAYERSxK, comma-separated: the kept layers and the head's positions")
+    parser.add_argument("--dtypes", default="float32")
+    parser.add_argument("--variants", default="before,after",
+                        help="before: the step as issue 59 found it; after: as it is now")
     parser.add_argument("--batch-size", type=int, default=4)
     parser.add_argument("--steps", type=int, default=3, help="timed steps a setting")
     parser.add_argument("--reps", type=int, default=5, help="timings of each product")
@@ -411,13 +450,12 @@ def main() -> int:
     parser.add_argument("train_args", nargs="*", help="more `spdrank train` options, after --")
     args = parser.parse_args()
     results = []
-    for layers in (int(x) for x in args.layers.split(",")):
-        for positions in (int(x) for x in args.positions.split(",")):
-            for dtype in args.dtypes.split(","):
-                found = run_setting(args, layers, positions, dtype)
-                print(json.dumps({k: v for k, v in found.items() if k != "spent_ms"}),
-                      flush=True)
-                results.append(found)
+    for setting in args.settings.split(","):
+        layers, positions = (int(x) for x in setting.split("x"))
+        for dtype in args.dtypes.split(","):
+            found = run_setting(args, layers, positions, dtype)
+            print(json.dumps({k: v for k, v in found.items() if k != "variants"}), flush=True)
+            results.append(found)
     import subprocess
 
     meta = {"date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
@@ -425,7 +463,7 @@ def main() -> int:
                                      text=True, capture_output=True).stdout.strip(),
             "machine": machine(), "torch": torch.__version__,
             "threads": torch.get_num_threads(), "note": args.note,
-            "batch_size": args.batch_size}
+            "batch_size": args.batch_size, "steps": args.steps}
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "command.txt").write_text(
         ".venv/bin/python benchmarks/train_profile.py " + shlex.join(sys.argv[1:]) + "\n")
