@@ -179,7 +179,7 @@ def windowed(root: Path, label: str, head: str, model, model_dir: Path) -> None:
     ``spdrank rank --window`` (its outputs, timings left out, and its summary lines)."""
     from spdrank.core.slates import load_slates
     from spdrank.rankers.windows import WindowedRanker, Windows
-    from spdrank.serving.engine import Engine
+    from spdrank.serving.engine import Admitted, Engine
 
     slates = load_slates(long_slates(root))
     ranker = WindowedRanker(model, Windows(4, 2))
@@ -189,12 +189,12 @@ def windowed(root: Path, label: str, head: str, model, model_dir: Path) -> None:
               [repr(s) for s in r.scores or []])
     engine = Engine(model, "m")
     engine.use_windows(4, 2, 64)
-    for slate, ranked in zip(slates, engine.rank(slates)):
+    for slate, ranked in zip(slates, engine.rank([Admitted(s) for s in slates])):
         r = ranked.ranking
         print("engine", slate.query.qid, r.docids, r.decode_passes, [repr(s) for s in r.scores or []],
               ranked.truncated, ranked.query_truncated, ranked.prompt_tokens)
     short = [s for s in slates if len(s) <= 16]
-    for slate, ranked in zip(short, Engine(model, "m").rank(short)):
+    for slate, ranked in zip(short, Engine(model, "m").rank([Admitted(s) for s in short])):
         r = ranked.ranking
         print("engine1", slate.query.qid, r.docids, [repr(s) for s in r.scores or []],
               ranked.truncated, ranked.prompt_tokens)
@@ -275,8 +275,10 @@ def refusals(root: Path) -> None:
         except ValueError as exc:
             print("letters", positions, "->", exc)
     try:
+        # A plain prompt given: a config given none gets the one its head trains with.
         SPDRanker.build(SPDConfig(backbone=BackboneConfig(name_or_path=backbone(root), lora=None),
-                                  head=HeadConfig(kind="first", positions=4)))
+                                  head=HeadConfig(kind="first", positions=4),
+                                  prompt=PromptSettings()))
     except ValueError as exc:
         print("first without its prompt ->", exc)
 
