@@ -57,11 +57,15 @@ def prompt_hidden(model: nn.Module, prompt: PromptTensors) -> torch.Tensor:
     row's start either way, so every real token's state is the one the padding mask gives;
     only the pads' own states, which nothing reads, change. Without a mask the backbone builds
     no [B, 1, T, T] mask in every layer and scaled-dot-product attention takes its causal
-    route, whose fused kernel skips the blocks above the diagonal.
+    route, whose fused kernel skips the blocks above the diagonal. LoRA adapters over a
+    low-precision backbone run in its dtype (:func:`~spdrank.backbone.lora.adapters_in_compute_dtype`).
     """
-    if prompt.lower is not None:
-        return upper_hidden(model, prompt.lower, None, prompt.lower_layer)
-    return last_hidden(model, prompt.input_ids, None)
+    from spdrank.backbone.lora import adapters_in_compute_dtype
+
+    with adapters_in_compute_dtype(model):
+        if prompt.lower is not None:
+            return upper_hidden(model, prompt.lower, None, prompt.lower_layer)
+        return last_hidden(model, prompt.input_ids, None)
 
 
 def last_token_logits(
