@@ -199,20 +199,24 @@ def pickled_copy(tiny_backbone: str, root: Path) -> Path:
     return folder
 
 
-@pytest.mark.parametrize("loader", ["backbone", "teacher"])
+@pytest.mark.parametrize("loader", ["backbone", "teacher", "dense"])
 def test_every_model_loader_refuses_pickle_only_weights(tmp_path, tiny_backbone, loader):
-    """The student's backbone and an LM teacher load through one loader: a folder whose
-    weights are only pickles is refused by both, in one line naming it, before any read."""
+    """The student's backbone and an LM teacher load through one loader, and the dense
+    baseline's encoder under its rules: a folder whose weights are only pickles is refused by
+    each, in one line naming it, before any read."""
     from spdrank.backbone.load import load_backbone
     from spdrank.backbone.settings import BackboneConfig
+    from spdrank.rankers.dense import DenseRanker
     from spdrank.teacher.lm import load_causal_lm
 
     folder = pickled_copy(tiny_backbone, tmp_path)
     with pytest.raises(ValueError, match="weights are pickles") as caught:
         if loader == "backbone":
             load_backbone(BackboneConfig(name_or_path=str(folder), lora=None))
-        else:
+        elif loader == "teacher":
             load_causal_lm(str(folder), device="cpu")
+        else:
+            DenseRanker(str(folder)).embed(["a text"])
     assert str(folder) in str(caught.value) and "\n" not in str(caught.value)
 
 

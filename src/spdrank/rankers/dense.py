@@ -121,12 +121,19 @@ class DenseRanker:
         """Nothing to learn: the encoder is trained already."""
 
     def _load(self) -> None:
+        """Load the encoder under the rules every model spdrank runs is held to
+        (:mod:`spdrank.backbone.trust`): safetensors weights only, no folder's own Python,
+        what cannot be loaded one line naming it. It is an encoder, so it does not go through
+        :func:`spdrank.backbone.load.load_model`, which loads decoder-only LMs."""
         from transformers import AutoModel, AutoTokenizer
 
         from spdrank.backbone.load import quiet_load
+        from spdrank.backbone.trust import check_loadable, load_errors, require_safetensors
 
         path = str(minilm_path()) if self.model_name == MINILM else self.model_name
-        with quiet_load():
+        require_safetensors(path, "dense encoder")
+        check_loadable(path)
+        with quiet_load(), load_errors(path):
             self._tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=False)
             self._encoder = AutoModel.from_pretrained(
                 path, trust_remote_code=False, use_safetensors=True
