@@ -26,6 +26,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
+from spdrank.backbone.precision import adapters_in_compute_dtype
+
 if TYPE_CHECKING:
     from spdrank.backbone.batching import PromptTensors
 
@@ -55,17 +57,26 @@ def prompt_hidden(model: nn.Module, prompt: PromptTensors) -> torch.Tensor:
     The batch is right-padded, so its mask is left out: under the causal mask a real token
     attends only to the tokens before it, all real, and rotary positions count from each
     row's start either way, so every real token's state is the one the padding mask gives;
-    only the pads' own states, which nothing reads, change. Without a mask the backbone builds
-    no [B, 1, T, T] mask in every layer and scaled-dot-product attention takes its causal
-    route, whose fused kernel skips the blocks above the diagonal. LoRA adapters over a
-    low-precision backbone run in its dtype (:func:`~spdrank.backbone.lora.adapters_in_compute_dtype`).
+    only the pads' states, which nothing reads, change (they are zeros when the rows run
+    apart). Without a mask the backbone builds no [B, 1, T, T] mask in every layer and
+    scaled-dot-product attention takes its causal route, whose fused kernel skips the blocks
+    above the diagonal. On a CPU, rows of different lengths run one at a time: a row's
+    products are as efficient alone there, so the padding would be work for nothing. LoRA
+    adapters over a low-precision backbone run in its dtype
+    (:func:`~spdrank.backbone.precision.adapters_in_compute_dtype`).
     """
-    from spdrank.backbone.lora import adapters_in_compute_dtype
+    def run(rows: slice, length: int | None = None) -> torch.Tensor:
+        if prompt.lower is not None:
+            return upper_hidden(model, prompt.lower[rows, :length], None, prompt.lower_layer)
+        return last_hidden(model, prompt.input_ids[rows, :length], None)
 
     with adapters_in_compute_dtype(model):
-        if prompt.lower is not None:
-            return upper_hidden(model, prompt.lower, None, prompt.lower_layer)
-        return last_hidden(model, prompt.input_ids, None)
+        lengths = prompt.attention_mask.sum(1)
+        if prompt.input_ids.device.type != "cpu" or bool((lengths == lengths[0]).all()):
+            return run(slice(None))
+        rows = [run(slice(i, i + 1), n)[0] for i, n in enumerate(lengths.tolist())]
+    hidden = nn.utils.rnn.pad_sequence(rows, batch_first=True)
+    return nn.functional.pad(hidden, (0, 0, 0, prompt.input_ids.size(1) - hidden.size(1)))
 
 
 def last_token_logits(
