@@ -82,6 +82,25 @@ def test_a_run_saved_before_a_setting_existed_resumes(tmp_path, tiny_backbone, t
     assert train(config(tmp_path, tiny_backbone, max_steps=4))["finished"]
 
 
+def test_a_run_saved_with_a_since_removed_option_off_resumes(tmp_path, tiny_backbone, train_file):
+    train(config(tmp_path, tiny_backbone, max_steps=4, stop_after=1))
+    meta_file = tmp_path / "run" / "state" / "trainer.json"
+    meta = json.loads(meta_file.read_text())
+    meta["config"]["standardise_states"] = False
+    meta_file.write_text(json.dumps(meta))
+    assert train(config(tmp_path, tiny_backbone, max_steps=4))["finished"]
+
+
+def test_a_run_saved_with_a_since_removed_option_on_is_refused(tmp_path, tiny_backbone, train_file):
+    train(config(tmp_path, tiny_backbone, max_steps=4, stop_after=1))
+    meta_file = tmp_path / "run" / "state" / "trainer.json"
+    meta = json.loads(meta_file.read_text())
+    meta["config"]["standardise_states"] = True
+    meta_file.write_text(json.dumps(meta))
+    with pytest.raises(ValueError, match=r"different settings \(standardise_states\)"):
+        train(config(tmp_path, tiny_backbone, max_steps=4))
+
+
 def test_slates_training_cannot_use_fail_before_training_with_file_and_line(tmp_path, tiny_backbone):
     rng = random.Random(0)
     slates = [make_slate(rng, 4), make_slate(rng, 4, teacher=False), make_slate(rng, 17)]

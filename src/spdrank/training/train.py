@@ -392,10 +392,12 @@ class Trainer:
         if not (state / TRAINER_NAME).exists():
             return False
         meta = json.loads((state / TRAINER_NAME).read_text())
-        # A setting added since the run was saved held its default then.
+        # A setting added since the run was saved held its default then; one removed since,
+        # saved off (False or None), changed nothing.
         defaults = asdict(TrainConfig(slates=self.cfg.slates, out=self.cfg.out))
-        saved = defaults | meta["config"]
         current = self._state_meta()["config"]
+        saved = {k: v for k, v in (defaults | meta["config"]).items()
+                 if k in current or v not in (False, None)}
         if saved != current:
             changed = sorted(k for k in saved.keys() | current.keys()
                              if saved.get(k) != current.get(k))
