@@ -112,7 +112,8 @@ def run_line(args: argparse.Namespace, minutes: float) -> str:
 def clicked_only(train: Path, log: list[str]) -> Path:
     """``train``, or where some of its slates have no clicked item (SASRec's top 50 missed the
     user's next item), a copy that keeps only the slates with one: what a click-trained
-    student can learn from, and what ``--cache-states`` asks for (it caches a file whole)."""
+    student can learn from (``train`` would leave the others out itself), so that ``--limit``
+    counts the same slates for both students."""
     slates = read_jsonl(train)
     kept = [s for s in slates if s.get("clicked")]
     if len(kept) == len(slates):

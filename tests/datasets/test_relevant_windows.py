@@ -50,7 +50,8 @@ def test_relevant_only_keeps_the_windows_with_a_relevant_passage(tmp_path, capsy
     assert "left out 2 of 3 windows without a passage graded above 0 (--relevant-only)" in out
 
 
-def test_a_cached_relevance_run_names_the_search_flag(tmp_path, tiny_backbone, capsys):
+def test_a_cached_relevance_run_caches_and_trains_on_the_judged_windows(tmp_path, tiny_backbone,
+                                                                       capsys):
     windows = tmp_path / "w.jsonl"
     assert main(["data", "windows", "--slates", str(_judged(tmp_path / "s.jsonl")),
                  "--window", "4", "--stride", "2", "--out", str(windows)]) == 0
@@ -58,12 +59,12 @@ def test_a_cached_relevance_run_names_the_search_flag(tmp_path, tiny_backbone, c
     code = main(["train", "--slates", str(windows), "--out", str(tmp_path / "run"),
                  "--backbone", tiny_backbone, "--target", "relevance", "--frozen",
                  "--cache-states", str(tmp_path / "cache"), "--positions", "4",
-                 "--prompt", "search", "--no-progress"])
-    err = capsys.readouterr().err
-    assert code == 2, err
-    assert "have nothing to train on for --target relevance" in err
-    assert "`spdrank data windows --relevant-only`" in err
-    assert "--require-clicks" not in err
+                 "--prompt", "search", "--max-steps", "2", "--no-progress"])
+    assert code == 0, capsys.readouterr().err
+    key = json.loads((tmp_path / "cache" / "train" / "key.json").read_text())
+    assert key["key"]["slates"]["count"] == 1  # the one window with a relevant passage
+    summary = json.loads((tmp_path / "run" / "train.json").read_text())
+    assert summary["train_slates"] == 1 and summary["skipped_slates"] == 2
 
 
 @pytest.mark.parametrize("flag", [[], ["--relevant-only"]])

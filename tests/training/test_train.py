@@ -302,6 +302,23 @@ def test_training_from_cached_states_gives_the_weights_of_live_training(tmp_path
     assert_same(weights(tmp_path / "resumed"), from_cache)
 
 
+def test_a_cache_holds_the_slates_a_run_trains_on(tmp_path, tiny_backbone, slates):
+    """Slates with nothing to train on (no click) are left out of the cache as of the run, so
+    a cached run on such a file learns what a live one does."""
+    for slate in slates[1::3]:
+        slate.clicked = []
+    write_slates(tmp_path / "train.jsonl", slates)
+    run = functools.partial(config, tmp_path, tiny_backbone, frozen=True, max_steps=4,
+                            target="clicks")
+    live = train(run(out="live"))
+    cached = train(run(out="cached", cache_states=str(tmp_path / "states"),
+                       cache_dtype="float32"))
+    assert live["skipped_slates"] == cached["skipped_slates"] == 3
+    assert cached["train_slates"] == 5
+    a, b = weights(tmp_path / "live"), weights(tmp_path / "cached")
+    assert all(torch.allclose(a[k], b[k], atol=1e-5) for k in a)
+
+
 def test_a_model_trained_from_cache_scores_as_its_cached_states_do(
     tmp_path, tiny_backbone, train_file
 ):

@@ -60,7 +60,7 @@ import hashlib
 import json
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from itertools import accumulate, islice
 from pathlib import Path
 from typing import Any
@@ -121,15 +121,27 @@ def weights_digest(module: nn.Module) -> str:
     return digest.hexdigest()
 
 
+#: Which of a file's slates a cache holds: those a run trains on (None: every one).
+Keep = Callable[[Slate], bool] | None
+
+
+def cached_slates(slates_path: str | os.PathLike[str], keep: Keep = None) -> Iterator[Slate]:
+    """The slates a cache holds, in file order: every one, or those ``keep`` accepts (a run
+    trains on those only, and its k-th slate is the cache's k-th)."""
+    slates = read_slates(slates_path)
+    return slates if keep is None else (slate for slate in slates if keep(slate))
+
+
 def text_digests(
-    slates_path: str | os.PathLike[str], count: int, fields: tuple[str, ...], every: int
+    slates_path: str | os.PathLike[str], count: int, fields: tuple[str, ...], every: int,
+    keep: Keep = None,
 ) -> dict[int, str]:
     """sha256 of the prompt texts of the first k slates, for each multiple k of ``every`` up to
     ``count`` and for ``count`` itself: what the cached states of those slates depend on.
     Hashing is cheap next to parsing the slates, so caches keep every prefix's."""
     digest = hashlib.sha256()
     out: dict[int, str] = {}
-    for k, slate in enumerate(islice(read_slates(slates_path), count), start=1):
+    for k, slate in enumerate(islice(cached_slates(slates_path, keep), count), start=1):
         texts = [slate.query.text, slate.candidate_texts(fields)]
         digest.update(json.dumps(texts, ensure_ascii=False).encode("utf-8", "surrogatepass"))
         digest.update(b"\n")
@@ -386,10 +398,12 @@ def open_state_cache(
     batch_size: int = DEFAULT_CACHE_BATCH_SIZE,
     shard_size: int = SHARD_SIZE,
     progress: bool = True,
+    keep: Keep = None,
 ) -> StateCache:
     """The cache of ``model``'s readout states for the first ``count`` slates of
-    ``slates_path`` in ``directory``: checked against its key, and completed first (built, or
-    resumed where an earlier build stopped) with prefills of ``batch_size`` slates.
+    ``slates_path`` in ``directory`` (of those ``keep`` accepts, when given): checked against
+    its key, and completed first (built, or resumed where an earlier build stopped) with
+    prefills of ``batch_size`` slates.
 
     Raises ValueError naming the settings that differ when ``directory`` holds a cache made
     with others, and for a model whose states cannot be cached.
@@ -409,7 +423,7 @@ def open_state_cache(
     meta = json.loads(meta_path.read_text(encoding="utf-8")) if meta_path.exists() else None
     if meta is not None:
         shard_size, hidden = meta["shard_size"], meta["hidden"]
-    digests = text_digests(slates_path, count, model.config.text_fields, every=1)
+    digests = text_digests(slates_path, count, model.config.text_fields, every=1, keep=keep)
     key = cache_key(model, slates_path, count, storage, digests[count])
     if meta is not None:
         differences = key_differences(_cached_key_for(meta, count, digests), key)
@@ -436,7 +450,7 @@ def open_state_cache(
             }
             fh.write(json.dumps(meta, indent=1) + "\n")
     cache = StateCache(directory, key, shard_size, hidden)
-    _complete(cache, model, slates_path, STORAGE_DTYPES[storage], batch_size, progress)
+    _complete(cache, model, slates_path, STORAGE_DTYPES[storage], batch_size, progress, keep)
     return cache
 
 
@@ -468,6 +482,7 @@ def _complete(
     storage: torch.dtype,
     batch_size: int,
     progress: bool,
+    keep: Keep = None,
 ) -> None:
     """Compute and write the shards the cache lacks, and the slates a short shard lacks (its
     cached slates read back, the new ones appended, the shard rewritten whole)."""
@@ -490,7 +505,7 @@ def _complete(
         "cache states", unit="slate", total=cache.count, initial=done,
         mode=None if progress else False,
     )
-    shards = batched(islice(read_slates(slates_path), cache.count), cache.shard_size)
+    shards = batched(islice(cached_slates(slates_path, keep), cache.count), cache.shard_size)
     was_training = model.training
     model.eval()
     try:

@@ -208,17 +208,6 @@ def fit_feature_normalizer(cfg: TrainConfig) -> FeatureNormalizer | None:
     return FeatureNormalizer.fit(names, islice(read_slates(cfg.slates), cfg.limit))
 
 
-def _leave_out_advice(target: str) -> str:
-    """How to leave out, before a state cache, the slates ``target`` cannot train on: for a
-    judgements target (search), the windows ``spdrank data windows --relevant-only`` drops;
-    for a clicks target, the file's own unclicked slates."""
-    if target in RELEVANCE_TARGETS:
-        return ("cut the windows again with `spdrank data windows --relevant-only`, which "
-                "leaves out those without a passage graded above 0, or remove such slates "
-                "from the file")
-    return "remove them from the file, or pass --require-clicks to see each"
-
-
 class Trainer:
     """Owns one training run (in one process of it): data, model, optimizer, state files."""
 
@@ -254,13 +243,6 @@ class Trainer:
             cfg.slates, seed=cfg.seed, check=self.check_slate, limit=cfg.limit
         )
         if self.source.skipped:
-            if cfg.cache_states:
-                raise ValueError(
-                    f"--cache-states caches every slate of {cfg.slates} in file order, but "
-                    f"{self.source.skipped} have nothing to train on for --target "
-                    f"{cfg.target} (the first: {self.source.skip_reason}): "
-                    f"{_leave_out_advice(cfg.target)}"
-                )
             log.warning(
                 "left out %d slates with nothing to train on for --target %s (the first: %s); "
                 "%s",
@@ -363,6 +345,15 @@ class Trainer:
             raise SkipSlate(f"slate {slate.query.qid!r} has no {what}")
         target_matrix(slate, self.cfg.target)  # raises when the target's labels are missing
 
+    def trains_on(self, slate: Slate) -> bool:
+        """Whether the run trains on ``slate`` (:meth:`check_slate` does not leave it out):
+        the slates its state cache holds, so the cache's k-th slate is the source's."""
+        try:
+            self.check_slate(slate)
+        except SkipSlate:
+            return False
+        return True
+
     # -- state -----------------------------------------------------------------------------
 
     def _state_meta(self) -> dict[str, Any]:
@@ -433,7 +424,8 @@ class Trainer:
         }
         root = Path(cfg.cache_states)
         self.cache = open_state_cache(
-            root / "train", self.spd, cfg.slates, len(self.source), **settings
+            root / "train", self.spd, cfg.slates, len(self.source), **settings,
+            keep=self.trains_on,
         )
         if self.eval_slates:
             self.eval_cache = open_state_cache(
