@@ -103,7 +103,7 @@ def build_model(args: argparse.Namespace) -> Any:
     if args.model:
         return SPDRanker.from_pretrained(args.model, device=device)
     torch.manual_seed(0)
-    config = SPDConfig(
+    config = SPDConfig.paper(
         backbone=BackboneConfig(layers=args.layers),
         head=HeadConfig(kind="attn", positions=64),
         prompt=PromptSettings(max_item_tokens=8),

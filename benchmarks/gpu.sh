@@ -23,7 +23,7 @@
 #    stronger teacher than on eval slates;
 # 3. the SPD student at full scale: every train slate (the first $TRAIN_SLATES when set), all
 #    30 layers, LoRA r=64, bf16, batch $BATCH, one epoch, attention head, target teacher+clicks; K = 150 positions so that the
-#    latency decomposition reaches N = 150. Heads in $PEERS (scalar first linear slot) train
+#    latency decomposition reaches N = 150. Heads in $PEERS (any of scalar first linear) train
 #    the same way as extra rows (each costs about as much as the student);
 # 4. `spdrank bench` on all eval slates: baselines, SPD under every decoder, the peers, and
 #    the latency decomposition at N = 20, 50, 150 (Tables 2-5 without the AR teachers);

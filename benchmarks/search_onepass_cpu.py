@@ -26,8 +26,6 @@ prompt with SmolLM2's tokenizer), and a head:
   prompts) and learning a correction;
 - ``+ BM25 score`` and ``+ BM25 and dense scores``: the anchored student reading those scores
   too (``--features score`` / ``score,dense``);
-- ``NAME+std`` (any of the above that reads the backbone): the same student with its states
-  standardised per dimension before its head (``--standardise-states``), from the same cache;
 - ``no LLM``: the anchored head on the BM25 and dense scores alone (``--features-only``), the
   control that says what the LLM adds;
 - ``LoRA on the top layers`` (``--adapted``): a frozen student's head and LoRA on the backbone's
@@ -124,11 +122,6 @@ BASELINE_ROWS = (("BM25", "retriever"), ("dense (all-MiniLM-L6-v2)", "dense"),
                  (f"teacher: {TEACHER}", "teacher"))
 #: The students trained unless ``--students`` names others.
 DEFAULT_STUDENTS = tuple(STUDENTS)
-#: Each student that reads the backbone, its states standardised per dimension first
-#: (``NAME+std``: ``spdrank train --standardise-states``), from the same cached states.
-STUDENTS |= {f"{name}+std": (f"{label}, states standardised", family,
-                             (*flags, "--standardise-states"))
-             for name, (label, family, flags) in list(STUDENTS.items()) if family}
 #: Teachers scored beside the fusion teacher (``--teachers``), none of them taught from: each
 #: one's row name and its ``spdrank teacher`` flags. The query-likelihood teacher is the LLM
 #: teacher a CPU can afford: the bundled SmolLM2, all 30 layers, scoring log p(query | passage).

@@ -98,8 +98,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def build_model(path: Path, seed: int) -> Path:
-    """A features-only SPD model (K = 16, reading 'pop' and the candidate's score) with random
-    weights: it loads in milliseconds and ranks in about one, so the run measures the server."""
+    """A features-only SPD model in the paper's configuration (attention head, Hungarian
+    decoding; K = 16, reading 'pop' and the candidate's score) with random weights: it loads
+    in milliseconds and ranks in about one, so the run measures the server."""
     import torch
 
     from spdrank.backbone.settings import BackboneConfig
@@ -110,7 +111,7 @@ def build_model(path: Path, seed: int) -> Path:
     from spdrank.model.ranker import SPDRanker
 
     torch.manual_seed(seed)
-    config = SPDConfig(
+    config = SPDConfig.paper(
         backbone=BackboneConfig(lora=None),
         head=HeadConfig(kind="attn", positions=16, width=32, heads=2),
         features=FeatureNormalizer(("pop", "score"), (2.0, 0.5), (1.0, 0.25)),

@@ -103,7 +103,7 @@ def test_each_ablation_varies_only_what_it_names():
         assert ("--lora-r" in argv) != ("--frozen" in argv)
     heads = trains("heads")
     only_differ_in(heads, "--head")
-    assert [flag(a, "--head") for a in heads] == ["attn", "linear", "slot"]
+    assert [flag(a, "--head") for a in heads] == ["attn", "linear"]
     for settings, layers in (({}, ["8", "4", "2"]), ({"LAYERS_LIST": "1 3"}, ["3", "1"])):
         depth = trains("depth", **settings)
         only_differ_in(depth, "--layers")
@@ -177,7 +177,6 @@ def test_the_heads_ablation_runs_and_resumes(tmp_path, tiny_backbone):
     dry = subprocess.run(["bash", str(ROOT / "benchmarks" / "ablation_heads.sh"), "--dry-run"],
                          env=env, capture_output=True, text=True, check=True)
     assert commands == dry.stdout.rstrip("\n") and "--head linear" in commands
-    assert "--head slot" not in commands
     assert "## Paired differences vs `attn:hungarian`" in report
     d = json.loads((out / "results.json").read_text())
     assert list(d["rankers"]) == ["popularity", "attn:hungarian", "linear:hungarian"]

@@ -90,9 +90,9 @@ class TrainConfig:
     field per setting: ``spdrank train`` generates a flag from each field, its help and choices
     from the field's :func:`setting` (:mod:`spdrank.commands.train`), a run saves them as one
     flat record (``config`` in ``train.json`` and in the resumable state, which a rerun
-    compares to resume), and ``benchmarks/retrain_command.py`` rebuilds a run from that
-    record. The nested settings of the model it trains (backbone, head, prompt, features) are
-    built from these by :meth:`model_config`.
+    compares to resume), and a run's command is rebuilt from that record (as
+    ``benchmarks/bench_beauty_cpu.sh`` does). The nested settings of the model it trains
+    (backbone, head, prompt, features) are built from these by :meth:`model_config`.
 
     It holds settings and reads nothing but the ``--prompt`` template's file, when it names
     one: the feature normalisation fitted on the training slates is given to
@@ -341,7 +341,7 @@ class TrainConfig:
         --num-processes`` before launching them).
 
         The checks live here rather than in ``__post_init__`` because a TrainConfig is also
-        rebuilt from a run's saved ``train.json`` (``benchmarks/retrain_command.py``, the
+        rebuilt from a run's saved ``train.json`` (``benchmarks/bench_beauty_cpu.sh``, the
         tests): a record must load even when a later version refuses one of its settings, so
         that the refusal is reported by the run that uses it. The checks that need the data
         or the model (a slate larger than ``positions``, a frozen head with nothing to train)
