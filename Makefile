@@ -35,7 +35,10 @@ $(LLAMA_STAMP): $(STAMP)
 		$(BIN)/pip install --quiet --no-cache-dir -e '.[llama]'
 	touch $(LLAMA_STAMP)
 
+# Lint first (CI runs `make test`, so main is held to the lint as well as the tests), then
+# every test in one process.
 test: $(STAMP) $(LLAMA_STAMP)
+	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/python -m pytest -q
 
 # The inner loop while developing: lint, then the tests that load no real model weights and
