@@ -13,12 +13,20 @@ timed alone, with the device synchronized around it, after ``--warmup`` untimed 
 (kernel selection, the allocator's first growth). The run then finishes as `spdrank train`
 finishes it (``OUT/model``, ``OUT/train.json``), so the same call also leaves a checkpoint to
 time inference on.
+
+The first warm-up step runs under torch's FLOP counter (``torch.utils.flop_counter``: the
+matrix products and attention of the forward and backward), so the timings come with the
+step's FLOPs and its model FLOPs utilisation: those FLOPs over the median step's time over the
+device's stated dense bf16 peak (``--peak-tflops``; on a GPU that benchmarks/gpu_estimate.py
+lists, its figure). With ``--warmup 0`` nothing is counted. Peak memory is torch's peak
+allocated memory on a CUDA device.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import statistics
 import sys
 import time
@@ -37,6 +45,9 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, argparse.Namespace]:
     p.add_argument("--warmup", type=int, default=2, help="untimed steps first (default 2)")
     p.add_argument("--steps", type=int, default=10, help="timed steps (default 10)")
     p.add_argument("--json", metavar="FILE", help="write the timings here as JSON")
+    p.add_argument("--peak-tflops", type=float, default=None,
+                   help="the device's dense bf16 peak in TFLOP/s, for the MFU (default: "
+                        "benchmarks/gpu_estimate.py's figure for the GPU it runs on)")
     own = p.parse_args(argv[:split])
     if own.warmup < 0 or own.steps < 1:
         p.error("--warmup must be at least 0 and --steps at least 1")
@@ -51,13 +62,43 @@ def synchronize(device: Any) -> None:
         torch.cuda.synchronize(device)
 
 
-def time_steps(trainer: Any, warmup: int, steps: int) -> list[float]:
-    """Milliseconds of each of ``steps`` training steps, after ``warmup`` untimed ones."""
+def stated_peak_tflops(device: Any) -> float | None:
+    """The dense bf16 peak benchmarks/gpu_estimate.py states for this CUDA device (its key a
+    word of the device's name: "NVIDIA H200" is h200); None on a CPU or a GPU it does not list."""
+    if device.type != "cuda":
+        return None
+    import importlib.util
+
+    import torch
+
+    spec = importlib.util.spec_from_file_location("gpu_estimate", Path(__file__).with_name("gpu_estimate.py"))
+    estimate = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("gpu_estimate", estimate)  # its dataclasses look their module up
+    spec.loader.exec_module(estimate)
+    name = torch.cuda.get_device_name(device).lower()
+    for key, stated in estimate.DEVICES.items():
+        if re.search(rf"\b{key}\b", name):
+            return stated.bf16_tflops
+    return None
+
+
+def time_steps(trainer: Any, warmup: int, steps: int) -> tuple[list[float], float | None]:
+    """Milliseconds of each of ``steps`` training steps, after ``warmup`` untimed ones, and the
+    FLOPs of one step, counted over the first warm-up step (None without one)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
     device = trainer.accelerator.device
     trainer.open_caches()
     trainer.model.train()
-    for _ in range(warmup):
-        trainer.train_step()
+    flops = None
+    for i in range(warmup):
+        if i == 0:
+            counter = FlopCounterMode(display=False)
+            with counter:
+                trainer.train_step()
+            flops = float(counter.get_total_flops())
+        else:
+            trainer.train_step()
     times = []
     for _ in range(steps):
         synchronize(device)
@@ -65,11 +106,13 @@ def time_steps(trainer: Any, warmup: int, steps: int) -> list[float]:
         trainer.train_step()
         synchronize(device)
         times.append((time.perf_counter() - t0) * 1e3)
-    return times
+    return times, flops
 
 
-def summary(trainer: Any, times: list[float], warmup: int) -> dict[str, Any]:
-    """What the timings are of: the step's batch, backbone, adaptation and device."""
+def summary(trainer: Any, times: list[float], warmup: int, flops: float | None = None,
+            peak_tflops: float | None = None) -> dict[str, Any]:
+    """What the timings are of: the step's batch, backbone, adaptation and device, and the
+    step's FLOPs and MFU when they are known."""
     import torch
 
     cfg = trainer.cfg
@@ -78,6 +121,8 @@ def summary(trainer: Any, times: list[float], warmup: int) -> dict[str, Any]:
     backbone = spd.config.backbone
     trainable = sum(p.numel() for p in spd.parameters() if p.requires_grad)
     peak = torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" else None
+    median_s = statistics.median(times) / 1e3
+    achieved = None if flops is None else flops / median_s / 1e12
     return {
         "step_ms": {
             "median": statistics.median(times),
@@ -99,6 +144,10 @@ def summary(trainer: Any, times: list[float], warmup: int) -> dict[str, Any]:
         "dtype": str(next(spd.backbone.parameters()).dtype).removeprefix("torch."),
         "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
         "peak_memory_mb": peak,
+        "flops_per_step": flops,
+        "tflops": achieved,
+        "peak_tflops": peak_tflops,
+        "mfu": None if achieved is None or not peak_tflops else achieved / peak_tflops,
     }
 
 
@@ -111,8 +160,9 @@ def main(argv: list[str] | None = None) -> int:
     cfg.max_steps = own.warmup + own.steps
     trainer = Trainer(cfg)
     started = time.perf_counter()
-    times = time_steps(trainer, own.warmup, own.steps)
-    result = summary(trainer, times, own.warmup)
+    times, flops = time_steps(trainer, own.warmup, own.steps)
+    peak_tflops = own.peak_tflops or stated_peak_tflops(trainer.accelerator.device)
+    result = summary(trainer, times, own.warmup, flops, peak_tflops)
     trainer.finish(time.perf_counter() - started)
     trainer.accelerator.end_training()
     text = json.dumps(result, indent=2)

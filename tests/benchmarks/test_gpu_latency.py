@@ -202,6 +202,8 @@ def test_train_step_times_steps_and_leaves_a_checkpoint(config_file, train_file,
     d = json.loads((tmp_path / "step.json").read_text())
     assert len(d["step_ms"]["all"]) == 2 and d["step_ms"]["median"] > 0
     assert d["random_weights"] and d["lora_r"] == 4 and d["trainable_params"] > 0
+    # The warm-up step's FLOPs counted; no stated peak on a CPU, so no MFU unless one is given.
+    assert d["flops_per_step"] > 0 and d["tflops"] > 0 and d["mfu"] is None
     assert json.loads((out / "train.json").read_text())["step"] == 3  # warm-up + timed
     assert SPDRanker.from_pretrained(out).config.backbone.random_weights
     assert json.loads(capsys.readouterr().out)["batch_size"] == 2
