@@ -15,6 +15,9 @@ the forward where the split layer begins; :func:`upper_hidden` runs it on a view
 whose layer list starts at the split layer, fed the cached states as its input embeddings.
 :func:`check_split` compares the two halves with one whole prefill, so a family whose forward
 does something else between its embeddings and its first layer is refused, not trained wrong.
+
+LoRA adapters over a bfloat16 or float16 backbone run in its dtype
+(:func:`adapters_in_compute_dtype`), in every prefill, here where the prefill is.
 """
 
 from __future__ import annotations
@@ -26,14 +29,45 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
-from spdrank.backbone.precision import adapters_in_compute_dtype
-
 if TYPE_CHECKING:
     from spdrank.backbone.batching import PromptTensors
 
 #: How far (relative to the states' scale, in units of the dtype's epsilon) a split prefill
 #: may be from a whole one: rounding of the same operations, run in another grouping.
 SPLIT_TOLERANCE_EPS = 64
+
+#: The dtypes whose matrix products an adapter in float32 would slow down: a bfloat16 or
+#: float16 backbone runs its own products in them.
+LOW_PRECISION = (torch.bfloat16, torch.float16)
+
+
+@contextmanager
+def adapters_in_compute_dtype(model: nn.Module) -> Iterator[None]:
+    """Run ``model``'s LoRA adapters in its base weights' dtype, where that is bfloat16 or
+    float16 (elsewhere: nothing changes).
+
+    peft keeps the adapters' weights in float32 over a low-precision backbone, so that the
+    optimizer's small updates are not rounded away, and casts each adapted module's input to
+    float32: every adapter then runs its products in float32, the slowest route on a GPU, and
+    pays two casts of its input. Under autocast the products run in the backbone's dtype from
+    the float32 weights (cast once per product, the gradients flowing back to them in float32)
+    and peft's own input casts are turned off.
+    """
+    from peft.helpers import disable_input_dtype_casting
+    from peft.tuners.tuners_utils import BaseTunerLayer
+
+    weight = next(model.parameters(), None)
+    adapted = weight is not None and any(isinstance(m, BaseTunerLayer) for m in model.modules())
+    if not adapted:
+        yield
+        return
+    dtype = model.get_input_embeddings().weight.dtype if hasattr(
+        model, "get_input_embeddings") else weight.dtype
+    if dtype not in LOW_PRECISION:
+        yield
+        return
+    with torch.autocast(weight.device.type, dtype=dtype), disable_input_dtype_casting(model):
+        yield
 
 
 def decoder_of(model: nn.Module) -> nn.Module:
@@ -63,7 +97,7 @@ def prompt_hidden(model: nn.Module, prompt: PromptTensors) -> torch.Tensor:
     above the diagonal. On a CPU, rows of different lengths run one at a time: a row's
     products are as efficient alone there, so the padding would be work for nothing. LoRA
     adapters over a low-precision backbone run in its dtype
-    (:func:`~spdrank.backbone.precision.adapters_in_compute_dtype`).
+    (:func:`adapters_in_compute_dtype`).
     """
     def run(rows: slice, length: int | None = None) -> torch.Tensor:
         if prompt.lower is not None:
