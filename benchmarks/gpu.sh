@@ -2,8 +2,8 @@
 # The paper's Tables 2-5 at full scale on one H100/H200-class GPU (the estimate it prints before
 # its first step says about 34 minutes of an H200 at these sizes: training at the rate an H200
 # measured, benchmarks/results/gpu-lease-h200, the rest at an assumed 15% MFU; the step timings
-# it prints and keeps in $OUT/timings.tsv say what it really took). One 15-minute lease holds
-# the first steps at lease sizes (benchmarks/lease.sh).
+# it prints and keeps in $OUT/timings.tsv say what it really took). Fifteen minutes of a GPU hold
+# the first steps at the offline bundle's sizes (benchmarks/offline_bundle.sh).
 #
 #   bash benchmarks/gpu.sh              # writes benchmarks/results/gpu-beauty/
 #   bash benchmarks/gpu.sh --dry-run    # prints every spdrank command instead of running it
@@ -21,6 +21,12 @@
 #    train and eval slates: the student's distillation target, and the tau/top1 reference.
 #    Its counts include each training slate's own next item, so on train slates it is a
 #    stronger teacher than on eval slates;
+#    then, before any long step, the two figures a GPU user asks first:
+#    the training step (benchmarks/train_step.py): the student's own `spdrank train` command
+#    (step 3's flags) for $STEP_WARMUP untimed and $STEPS timed steps, its time, MFU and peak
+#    memory in $OUT/train-step.json; and the ranking latency at N = $LATENCY_N, batch 1, on
+#    that step's checkpoint (`spdrank bench --latency`: prefill, head and decode apart, as
+#    the paper's Table 5), in $OUT/step-latency/;
 # 3. the SPD student at full scale: every train slate (the first $TRAIN_SLATES when set), all
 #    30 layers, LoRA r=64, bf16, batch $BATCH, one epoch, attention head, target teacher+clicks; K = 150 positions so that the
 #    latency decomposition reaches N = 150. Heads in $PEERS (any of scalar first linear) train
@@ -52,13 +58,13 @@
 #
 # Settings, from the environment: BACKBONE (every step's LLM, default bundled; SEARCH_BACKBONE
 # for steps 8-9), DEVICE and DTYPE (cuda, bfloat16), and the sizes: TRAIN_SLATES (0: all), CANDIDATES, VALIDATION,
-# AR_N, REASONING_TOKENS, BATCH, POSITIONS, LORA_R, LATENCY_SIZES, LATENCY_SLATES,
+# AR_N, REASONING_TOKENS, BATCH, POSITIONS, LORA_R, STEP_WARMUP, STEPS, LATENCY_N, LATENCY_SIZES, LATENCY_SLATES,
 # THROUGHPUT_BATCH, EVAL_LIMIT, FID_TRAIN, FID_EVAL_LIMIT, FID_BATCH, FID_EPOCHS, CLICKS_EPOCHS,
 # SEARCH_QUERIES (0: all), SEARCH_FOLDS, SEARCH_EPOCHS, ONEPASS_EPOCHS, ONEPASS_LORA_LAYERS,
 # ONEPASS_LORA_EPOCHS, LATENCY_QUERIES; SHARED, the folder of the TREC DL files. --smoke sets
 # each to its toy value (and SLATES, the slates kept of each split) unless it is set. ONLY (step
-# names, space-separated) runs those steps alone, the others left for a later run: a short
-# lease runs the steps that tell most first.
+# names, space-separated) runs those steps alone, the others left for a later run: a
+# short run runs the steps that tell most first.
 #
 # Before the first step it prints what each step will cost (benchmarks/gpu_estimate.py: peak
 # memory and time from the backbone's config.json and the device's stated bf16 throughput, on
@@ -66,8 +72,9 @@
 # not fit the device's memory; FIT_CHECK=0 runs anyway. With BUDGET_S (seconds) set, it stops
 # (exit 75) before the first step whose estimate would end past the budget, and a rerun with
 # the same settings continues from there: on a lent device whose commands run at most 10
-# minutes, BUDGET_S=540 and as many calls as the lease holds. The steps are in the order of
-# what they tell: the student and its benchmark first, the AR teachers, fidelity, search.
+# minutes, BUDGET_S=540 and as many commands as it takes. The steps are in the order of
+# what they tell: the training step and the latency at N = 50 first, then the student and its
+# benchmark, the AR teachers, fidelity, search.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . benchmarks/lib.sh
@@ -82,6 +89,7 @@ if [ "$SMOKE" = 1 ]; then
   SLATES=${SLATES:-8}; CANDIDATES=${CANDIDATES:-8}; VALIDATION=${VALIDATION:-8}
   AR_N=${AR_N:-2}; REASONING_TOKENS=${REASONING_TOKENS:-16}; FID_TRAIN=${FID_TRAIN:-4}
   BATCH=${BATCH:-2}; POSITIONS=${POSITIONS:-16}; LORA_R=${LORA_R:-4}
+  STEP_WARMUP=${STEP_WARMUP:-1}; STEPS=${STEPS:-1}; LATENCY_N=${LATENCY_N:-8}
   LATENCY_SIZES=${LATENCY_SIZES:-4,8}; LATENCY_SLATES=${LATENCY_SLATES:-2}
   THROUGHPUT_BATCH=${THROUGHPUT_BATCH:-2}; EVAL_LIMIT=${EVAL_LIMIT:-4}
   FID_BATCH=${FID_BATCH:-4}; FID_EPOCHS=${FID_EPOCHS:-1}; CLICKS_EPOCHS=${CLICKS_EPOCHS:-1}
@@ -99,6 +107,7 @@ AR_N=${AR_N:-24}; REASONING_TOKENS=${REASONING_TOKENS:-512}
 FDATA=${FDATA:-data-out/beauty-features}; FID=$WORK/fidelity; FID_TRAIN=${FID_TRAIN:-4096}
 BATCH=${BATCH:-16}; POSITIONS=${POSITIONS:-150}; PEERS=${PEERS:-}; LORA_R=${LORA_R:-64}
 TRAIN_SLATES=${TRAIN_SLATES:-0}
+STEP_WARMUP=${STEP_WARMUP:-2}; STEPS=${STEPS:-10}; LATENCY_N=${LATENCY_N:-50}
 LATENCY_SIZES=${LATENCY_SIZES:-20,50,150}
 LATENCY_SLATES=${LATENCY_SLATES:-100}; THROUGHPUT_BATCH=${THROUGHPUT_BATCH:-32}
 EVAL_LIMIT=${EVAL_LIMIT:-200}; FID_EVAL_LIMIT=${FID_EVAL_LIMIT:-1000}
@@ -120,7 +129,7 @@ fi
 start_all=$SECONDS
 [ "$SMOKE" = 0 ] || smoke_backbone "$BACKBONE"
 gpu_estimate gpu.sh BACKBONE SEARCH_BACKBONE DTYPE CANDIDATES VALIDATION AR_N REASONING_TOKENS \
-  TRAIN_SLATES BATCH POSITIONS PEERS LORA_R LATENCY_SIZES LATENCY_SLATES THROUGHPUT_BATCH EVAL_LIMIT FID_TRAIN \
+  TRAIN_SLATES BATCH POSITIONS PEERS LORA_R STEP_WARMUP STEPS LATENCY_N LATENCY_SIZES LATENCY_SLATES THROUGHPUT_BATCH EVAL_LIMIT FID_TRAIN \
   FID_EVAL_LIMIT FID_BATCH FID_EPOCHS CLICKS_EPOCHS SEARCH_QUERIES SEARCH_FOLDS SEARCH_EPOCHS \
   ONEPASS_EPOCHS ONEPASS_LORA_LAYERS ONEPASS_LORA_EPOCHS LATENCY_QUERIES SLATES BUDGET_S ONLY
 
@@ -136,17 +145,31 @@ for SPLIT in train eval; do
     --train "$DATA/train.jsonl" --json "$COOC/$SPLIT.summary.json" --no-progress
 done
 
+# The student's training flags (step 3), which the training step times too.
+STUDENT=( --slates "$COOC/train.slates.jsonl" --target teacher+clicks --backbone "$BACKBONE"
+          --lora-r "$LORA_R" --lora-alpha "$LORA_R" --positions "$POSITIONS" --batch-size "$BATCH"
+          --lr 2e-4 --head-lr 1e-3 --seed 0 "${GPU[@]}" --no-progress )
+
+# -- first: the training step and the ranking latency at N = LATENCY_N ---------------------------
+STEP_RUN=$WORK/train-step
+step train-step "$OUT/train-step.json" \
+  "$BIN/python" benchmarks/train_step.py --warmup "$STEP_WARMUP" --steps "$STEPS" \
+  --json "$OUT/train-step.json" -- "${STUDENT[@]}" --head attn --out "$STEP_RUN"
+step step-latency "$OUT/step-latency/report.md" \
+  "$BIN/spdrank" bench --slates "$COOC/eval.slates.jsonl" --limit "$LATENCY_SLATES" \
+  --model "spd=$STEP_RUN" --decoders hungarian "${GPU[@]}" --warmup 3 \
+  --latency --latency-sizes "$LATENCY_N" --latency-slates "$LATENCY_SLATES" \
+  --out "$OUT/step-latency" --no-progress \
+  --title "Ranking latency at N = $LATENCY_N: the student's shape after $(( STEP_WARMUP + STEPS )) training steps"
+
 # -- 3. the student (and peers) at full scale --------------------------------------------------
 MODELS=()
 for HEAD in attn $PEERS; do
   run=$WORK/students/$HEAD
   step "train-$HEAD" "$run/train.json" \
-    "$BIN/spdrank" train --slates "$COOC/train.slates.jsonl" --eval-slates "$COOC/eval.slates.jsonl" \
-    --eval-limit "$EVAL_LIMIT" --eval-every 0 --out "$run" --target teacher+clicks --head "$HEAD" \
-    --backbone "$BACKBONE" --lora-r "$LORA_R" --lora-alpha "$LORA_R" \
-    --positions "$POSITIONS" --batch-size "$BATCH" --epochs 1 --lr 2e-4 --head-lr 1e-3 \
-    --save-every 200 --seed 0 "${GPU[@]}" --no-progress \
-    $( [ "$TRAIN_SLATES" = 0 ] || echo --limit "$TRAIN_SLATES" )
+    "$BIN/spdrank" train "${STUDENT[@]}" --eval-slates "$COOC/eval.slates.jsonl" \
+    --eval-limit "$EVAL_LIMIT" --eval-every 0 --out "$run" --head "$HEAD" --epochs 1 \
+    --save-every 200 $( [ "$TRAIN_SLATES" = 0 ] || echo --limit "$TRAIN_SLATES" )
   MODELS+=( --model "$([ "$HEAD" = attn ] && echo spd || echo "$HEAD")=$run" )
 done
 
@@ -269,6 +292,17 @@ fi
   echo "- autoregressive teachers: the same SmolLM2 through transformers, greedy, batch size 1, direct and reasoning (cap $REASONING_TOKENS new tokens), on the first $AR_N eval slates"
   echo "- wall time of this run (steps not already done): $(( SECONDS - start_all )) s"
   echo
+  [ ! -s "$OUT/train-step.json" ] || "$BIN/python" - "$OUT/train-step.json" <<'EOF'
+import json, sys
+d = json.load(open(sys.argv[1]))
+mfu = "-" if d["mfu"] is None else f"{d['mfu']:.1%}"
+peak = "-" if d["peak_memory_mb"] is None else f"{d['peak_memory_mb'] / 1024:.1f} GiB"
+print(f"- the training step ([train-step.json](train-step.json)): {d['step_ms']['median']:.0f} ms "
+      f"(median of {len(d['step_ms']['all'])}), {d['slates_per_s']:.1f} slates/s, MFU {mfu}, "
+      f"peak memory {peak}; batch {d['batch_size']}, {d['layers'] or 'all'} layers, "
+      f"LoRA r={d['lora_r']}, {d['dtype']}, K={d['positions']}")
+EOF
+  echo "- [ranking latency at N = $LATENCY_N: prefill, head, decode](step-latency/report.md)"
   echo "- [all eval slates, with the latency decomposition](all/report.md)"
   echo "- [next to the autoregressive teachers](teachers/report.md)"
   echo "- fidelity, students reading only SmolLM2's states: [lexical teacher](fidelity-lexical/report.md), [likelihood teacher](fidelity-likelihood/report.md)"
@@ -280,6 +314,6 @@ fi
   echo
   code_block -f "$OUT/timings.tsv"
   echo
-  echo "Command: \`bash benchmarks/gpu.sh\` with TRAIN_SLATES=$TRAIN_SLATES AR_N=$AR_N BATCH=$BATCH POSITIONS=$POSITIONS PEERS='$PEERS' LATENCY_SLATES=$LATENCY_SLATES THROUGHPUT_BATCH=$THROUGHPUT_BATCH"
+  echo "Command: \`bash benchmarks/gpu.sh\` with TRAIN_SLATES=$TRAIN_SLATES AR_N=$AR_N BATCH=$BATCH POSITIONS=$POSITIONS PEERS='$PEERS' STEP_WARMUP=$STEP_WARMUP STEPS=$STEPS LATENCY_N=$LATENCY_N LATENCY_SLATES=$LATENCY_SLATES THROUGHPUT_BATCH=$THROUGHPUT_BATCH"
 } > "$OUT/report.md"
 cat "$OUT/report.md"

@@ -471,7 +471,8 @@ DL19, DL21, DL22 = 43, 53, 76
 GPU_DEFAULTS: dict[str, str] = {
     "BACKBONE": "bundled", "SEARCH_BACKBONE": "", "DTYPE": "bfloat16", "CANDIDATES": "50",
     "VALIDATION": "1000", "AR_N": "24", "REASONING_TOKENS": "512", "BATCH": "16",
-    "POSITIONS": "150", "PEERS": "", "LORA_R": "64", "LATENCY_SIZES": "20,50,150",
+    "POSITIONS": "150", "PEERS": "", "LORA_R": "64", "STEP_WARMUP": "2", "STEPS": "10",
+    "LATENCY_N": "50", "LATENCY_SIZES": "20,50,150",
     "LATENCY_SLATES": "100", "THROUGHPUT_BATCH": "32", "EVAL_LIMIT": "200",
     "FID_TRAIN": "4096", "FID_EVAL_LIMIT": "1000", "FID_BATCH": "64", "FID_EPOCHS": "8",
     "CLICKS_EPOCHS": "", "SEARCH_QUERIES": "0", "SEARCH_FOLDS": "5", "SEARCH_EPOCHS": "8",
@@ -511,6 +512,17 @@ def gpu_steps(s: dict[str, str], shape_of: Any) -> list[Step]:
     answer = ANSWER_PER_CANDIDATE * n
     steps = [Step("data", None, note="CPU"), Step("cooccurrence-train", None, note="CPU"),
              Step("cooccurrence-eval", None, note="CPU")]
+    # First the training step (the student's, timed) and the latency at N = LATENCY_N on its
+    # checkpoint: a quality pass over LATENCY_SLATES slates, then the timed calls.
+    count = int(s["STEP_WARMUP"]) + int(s["STEPS"])
+    steps.append(Step("train-step", bb, [
+        Work("train", count * batch, tokens, batch=batch, train=True, adapted=bb.layers),
+    ], f"{count} LoRA steps of {batch} x {tokens} tokens, r={s['LORA_R']}"))
+    latency_n, latency_slates = int(s["LATENCY_N"]), int(s["LATENCY_SLATES"])
+    steps.append(Step("step-latency", bb, [
+        Work("quality", min(latency_slates, eval_n), tokens),
+        Work("latency", 2 * (latency_slates + 3), rec_tokens(latency_n)),
+    ], f"{latency_slates} slates at N={latency_n}, batch 1"))
     heads = ["attn", *s["PEERS"].split()]
     for head in heads:
         steps.append(Step(f"train-{head}", bb, [

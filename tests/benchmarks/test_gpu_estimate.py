@@ -86,7 +86,8 @@ def test_a_run_that_will_not_fit_is_refused_in_one_line(capsys):
     out, err = capsys.readouterr()
     assert "train-attn" in out
     line, = err.splitlines()
-    assert line.startswith("gpu_estimate: step train-attn needs about ")
+    # the training step, timed first, is the first step that cannot fit
+    assert line.startswith("gpu_estimate: step train-step needs about ")
     assert "GiB usable of the NVIDIA H200" in line and "4096 x 1600 tokens" in line
 
 
@@ -96,14 +97,15 @@ def test_a_budget_is_kept_when_given(capsys, tmp_path):
     assert est.main(["gpu_latency.sh", "BUDGET_S=5"]) == 1
     line, = capsys.readouterr().err.splitlines()
     assert line.startswith("gpu_estimate: step ") and "more than BUDGET_S=5 s" in line
-    # The lease's sizes (benchmarks/lease.sh) are planned; the paper's cannot start in one call.
+    # The offline bundle's first sizes (benchmarks/offline_bundle.sh) are planned; the paper's cannot start in one call.
     assert est.main(["gpu.sh", "BUDGET_S=540"]) == 1
     assert "step train-attn alone needs about" in capsys.readouterr().err
     plan = tmp_path / "plan.tsv"
     assert est.main(["gpu.sh", "BUDGET_S=540", "TRAIN_SLATES=4096", "AR_N=8", "--plan", str(plan)]) == 0
     out = capsys.readouterr().out
     rows = dict(line.split("\t") for line in plan.read_text().splitlines())
-    assert list(rows)[:3] == ["train-attn", "bench-all", "teacher-direct"]  # GPU steps only
+    # GPU steps only, the training step and the latency at N = 50 first
+    assert list(rows)[:4] == ["train-step", "step-latency", "train-attn", "bench-all"]
     assert "data" not in rows and all(int(v) > 0 for v in rows.values())
     elapsed, stop = 0, None
     for name, seconds in rows.items():
@@ -172,7 +174,7 @@ def test_the_scripts_print_the_table_before_the_first_step(script, smoke):
 def test_gpu_sh_stops_naming_the_step_that_will_not_fit():
     done = dry_run("gpu.sh", BATCH="4096")
     assert done.returncode == 1
-    assert done.stderr.splitlines()[-1].startswith("gpu_estimate: step train-attn needs about ")
+    assert done.stderr.splitlines()[-1].startswith("gpu_estimate: step train-step needs about ")
     assert " data beauty " not in done.stdout  # no step is printed after the refusal
     done = dry_run("gpu.sh", BATCH="4096", FIT_CHECK="0")
     assert done.returncode == 0 and "FIT_CHECK=0: running it anyway" in done.stdout
@@ -215,7 +217,7 @@ def test_a_step_past_the_budget_is_left_for_a_rerun(tmp_path):
 
 
 def test_only_the_named_steps_run_and_a_later_run_takes_the_rest(tmp_path):
-    """A short lease runs the steps that tell most first: the others wait, unestimated by the
+    """A short run runs the steps that tell most first: the others wait, unestimated by the
     budget, for a run without ONLY."""
     first = run_steps(tmp_path, budget=30, only="b cpu")
     assert first.returncode == 0, first.stderr

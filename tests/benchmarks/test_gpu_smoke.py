@@ -116,7 +116,8 @@ def steps_run(tmp_path: Path) -> list[str]:
 
 #: The GPU run's steps, in order (the search steps need the shared TREC DL files).
 GPU_STEPS = [
-    "data", "cooccurrence-train", "cooccurrence-eval", "train-attn", "bench-all",
+    "data", "cooccurrence-train", "cooccurrence-eval", "train-step", "step-latency", "train-attn",
+    "bench-all",
     "teacher-direct", "teacher-reasoning", "bench-teachers", "data-features",
     *(f"{teacher}-{split}" for split in ("train", "valid", "eval")
       for teacher in ("lexical", "likelihood")),
@@ -144,7 +145,7 @@ def test_gpu_smoke_runs_every_step(tmp_path):
 
 def test_a_run_of_some_steps_passes_over_the_others(tmp_path):
     """ONLY: the script runs through with the named steps alone; what sits between steps does
-    not assume the others ran (a lease runs what tells most first)."""
+    not assume the others ran (a short run runs what tells most first)."""
     done = run_smoke("gpu.sh", tmp_path, timeout=600, ONLY="data")
     assert steps_run(tmp_path) == ["data"]
     assert "== data-features: not in ONLY, left for a later run" in done.stdout
