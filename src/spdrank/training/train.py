@@ -457,7 +457,9 @@ class Trainer:
         slates = [slate for _, slate in numbered]
         batch = self.batch(numbered)
         scores = self.model(batch).float()
-        width = int(batch.sizes.max())
+        # The widest slate, counted on the host: read from the batch on a GPU, it would wait
+        # for the forward just queued.
+        width = max(len(slate) for slate in slates)
         target = torch.zeros((len(slates), width, width))
         for row, slate in enumerate(slates):
             t = target_matrix(slate, self.cfg.target)

@@ -28,15 +28,18 @@ def block_mask(sizes: torch.Tensor, width: int) -> torch.Tensor:
 
 
 def log_sinkhorn(
-    scores: torch.Tensor, sizes: torch.Tensor, tau: float = 1.0, iters: int = 20
+    scores: torch.Tensor, sizes: torch.Tensor, tau: float = 1.0, iters: int = 20,
+    width: int | None = None,
 ) -> torch.Tensor:
     """log S for each slate's n x n block of ``scores`` [B, N, K]; returns [B, P, P], P = max n.
 
-    Entries outside the real block are -inf except the padded diagonal (log 1 = 0).
+    Entries outside the real block are -inf except the padded diagonal (log 1 = 0). ``width``
+    is P when the caller knows it (a training step does, from its slates): reading it from
+    ``sizes`` on a GPU waits for every kernel queued before it.
     """
     if tau <= 0:
         raise ValueError(f"Sinkhorn temperature must be positive, got {tau}")
-    width = int(sizes.max())
+    width = int(sizes.max()) if width is None else width
     if width > scores.size(2):
         raise ValueError(f"a slate of {width} items needs at least {width} positions, head has {scores.size(2)}")
     log_alpha = scores[:, :width, :width] / tau

@@ -88,7 +88,9 @@ class SPDMethod(RankingMethod):
         from spdrank.methods.spd.loss import log_sinkhorn, permutation_cross_entropy
 
         spd = SPDSettings.of(settings)
-        log_s = log_sinkhorn(scores, sizes, tau=spd.tau, iters=spd.sinkhorn_iters)
+        log_s = log_sinkhorn(
+            scores, sizes, tau=spd.tau, iters=spd.sinkhorn_iters, width=target.size(1)
+        )
         return permutation_cross_entropy(
             log_s, target, sizes, reduction="none", position_weights=spd.position_weights
         )
