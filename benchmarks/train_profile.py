@@ -357,13 +357,19 @@ VARIANTS: dict[str, Callable[[], contextlib.AbstractContextManager[None]]] = {
 
 def run_setting(args: argparse.Namespace, layers: int, positions: int, dtype: str) -> dict[str, Any]:
     """One setting's steps, the variants taking turns on the same trainer (so that the load
-    of the machine falls on each alike), then one profiled step of each."""
+    of the machine falls on each alike), then one profiled step of each.
+
+    Every step, timed or profiled, of every variant trains on the run's first batch, from
+    which the floor's products come too: slates differ in length, so steps on different
+    batches would compare different work.
+    """
     variants = [v for v in args.variants.split(",") if v]
     with trainer_for(args, layers, positions, dtype, (args.steps + 2) * len(variants)) as trainer:
         times: dict[str, list[float]] = {v: [] for v in variants}
         for turn in range(args.steps + 1):
             for variant in variants:
                 with VARIANTS[variant]():
+                    trainer.step = 0
                     t0 = time.perf_counter()
                     trainer.train_step()
                     if turn:  # the first turn warms each variant up
@@ -371,6 +377,7 @@ def run_setting(args: argparse.Namespace, layers: int, positions: int, dtype: st
         found: dict[str, Any] = {}
         for variant in variants:
             with VARIANTS[variant]():
+                trainer.step = 0
                 spent, products, top = profile_step(trainer)
             step = statistics.median(times[variant])
             found[variant] = {"step_ms": step, "steps_ms": times[variant], "spent_ms": spent,
@@ -402,8 +409,8 @@ def report(results: list[dict[str, Any]], meta: dict[str, Any]) -> str:
          "first L layers, LoRA r = 64 on every linear module, the attn head with K positions, "
          f"the permutation loss against clicks, batches of {meta['batch_size']} Beauty slates "
          "(50 candidates, a 10-item history). `before` is the step as issue 59 found it, "
-         "`after` as it is now, taking turns on one trainer; each step ms is the median of "
-         f"{meta['steps']} timed steps after one untimed. The floor is the step's matrix "
+         "`after` as it is now, taking turns on one trainer, every step on the same batch; "
+         f"each step ms is the median of {meta['steps']} timed steps after one untimed. The floor is the step's matrix "
          "products timed alone (see the script's docstring). The command is in command.txt."),
         "",
         ("| layers | K | dtype | step ms before | step ms after | before / after | floor ms | "
@@ -432,7 +439,7 @@ def report(results: list[dict[str, Any]], meta: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--slates", type=Path, required=True,
                         help="training slates (spdrank data beauty's train.jsonl)")
@@ -448,7 +455,8 @@ def main() -> int:
     parser.add_argument("--note", default="nothing else running")
     parser.add_argument("--out", type=Path, default=OUT)
     parser.add_argument("train_args", nargs="*", help="more `spdrank train` options, after --")
-    args = parser.parse_args()
+    argv = sys.argv[1:] if argv is None else argv
+    args = parser.parse_args(argv)
     results = []
     for setting in args.settings.split(","):
         layers, positions = (int(x) for x in setting.split("x"))
@@ -466,7 +474,7 @@ def main() -> int:
             "batch_size": args.batch_size, "steps": args.steps}
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "command.txt").write_text(
-        ".venv/bin/python benchmarks/train_profile.py " + shlex.join(sys.argv[1:]) + "\n")
+        ".venv/bin/python benchmarks/train_profile.py " + shlex.join(argv) + "\n")
     (args.out / "results.json").write_text(
         json.dumps({"meta": meta, "settings": results}, indent=2) + "\n")
     (args.out / "report.md").write_text(report(results, meta))

@@ -1,0 +1,38 @@
+"""benchmarks/train_profile.py on a tiny model: both steps, the step as issue 59 found it and
+as it is now, are timed and profiled on the same batch, each kind of work gets its time, and
+the floor comes from the profiled step's own products."""
+
+from __future__ import annotations
+
+import json
+import random
+
+from spdrank.core.slates import write_slates
+from tests.helpers import load_benchmark, make_slate
+
+
+def test_the_profile_times_both_steps_against_one_floor(tiny_backbone, tmp_path, monkeypatch):
+    profile = load_benchmark("train_profile", monkeypatch)
+    rng = random.Random(0)
+    slates = tmp_path / "train.jsonl"
+    write_slates(slates, [make_slate(rng, rng.randint(4, 8), f"t{i}") for i in range(8)])
+    out = tmp_path / "out"
+    argv = ["--slates", str(slates), "--backbone", tiny_backbone, "--settings", "1x8",
+            "--steps", "1", "--reps", "1", "--batch-size", "2", "--out", str(out),
+            "--", "--max-item-tokens", "8"]
+    assert profile.main(argv) == 0
+
+    setting, = json.loads((out / "results.json").read_text())["settings"]
+    assert set(setting["variants"]) == {"before", "after"}
+    for variant in setting["variants"].values():
+        assert variant["step_ms"] > 0 and len(variant["steps_ms"]) == 1
+        spent = variant["spent_ms"]
+        assert spent["forward"]["backbone matmuls"] > 0 and spent["backward"]["adapters"] > 0
+        assert spent["forward"]["Sinkhorn loss"] > 0 and spent["forward"]["optimizer"] > 0
+    floor = setting["floor_ms"]
+    assert floor["matrix products"] > 0 and floor["attention products"] > 0
+    assert setting["over_floor"] == setting["variants"]["after"]["step_ms"] / floor["total"]
+    report = (out / "report.md").read_text()
+    assert "| 1 | 8 | float32 |" in report and "| Sinkhorn loss |" in report
+    assert (out / "command.txt").read_text().startswith(
+        ".venv/bin/python benchmarks/train_profile.py --slates ")
