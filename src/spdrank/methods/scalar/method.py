@@ -10,10 +10,10 @@ themselves. :mod:`spdrank.methods.first` scores, trains and ranks the same way f
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from spdrank.methods.base import RankingMethod, state_size
+from spdrank.methods.sorting import rank_by_sorting, sort_scores
 
 if TYPE_CHECKING:
     import numpy as np
@@ -45,8 +45,6 @@ class ScalarMethod(RankingMethod):
         return listnet_loss(scores, target, sizes, reduction="none")
 
     def order(self, scores: np.ndarray, decoder: str) -> np.ndarray:
-        from spdrank.methods.spd.decode import sort_scores
-
         return sort_scores(scores)
 
     def ranked_scores(self, scores: np.ndarray, order: np.ndarray) -> list[float]:
@@ -60,15 +58,3 @@ class ScalarMethod(RankingMethod):
 
         get_decoder(decoder)
         return rank_by_sorting
-
-
-def rank_by_sorting(scores: np.ndarray, sizes: Sequence[int]) -> list[tuple[np.ndarray, list[float]]]:
-    """Each slate's items sorted by their scores, with those scores, for a padded batch
-    ``scores`` [B, N] whose slate b has ``sizes[b]`` items."""
-    from spdrank.methods.spd.decode import sort_scores
-
-    ranked = []
-    for b, n in enumerate(sizes):
-        order = sort_scores(scores[b, :n])
-        ranked.append((order, scores[b][order].astype(float).tolist()))
-    return ranked

@@ -210,17 +210,6 @@ def get_decoder(name: str) -> Decoder:
         raise ValueError(f"unknown decoder {name!r}: choose one of {sorted(DECODERS)}") from None
 
 
-def sort_scores(scores: np.ndarray) -> np.ndarray:
-    """Item indices best first for one score per item (scalar and FIRST peers); stable on ties."""
-    v = np.asarray(scores, dtype=np.float64)
-    if v.ndim != 1 or v.size == 0:
-        raise ValueError(f"item scores must be a non-empty vector, got shape {v.shape}")
-    if not np.isfinite(v).all():
-        bad = int(np.argwhere(~np.isfinite(v))[0][0])
-        raise ValueError(f"item scores hold a non-finite value ({v[bad]}) at item {bad}")
-    return np.argsort(-v, kind="stable")
-
-
 def decode(scores: np.ndarray, name: str = PAPER_DECODER) -> np.ndarray:
     """Item indices best first, decoded from ``scores`` [n, K] with the named decoder."""
     return get_decoder(name)(scores)
