@@ -105,10 +105,12 @@ def prompt_hidden(model: nn.Module, prompt: PromptTensors) -> torch.Tensor:
         return last_hidden(model, prompt.input_ids[rows, :length], None)
 
     with adapters_in_compute_dtype(model):
-        lengths = prompt.attention_mask.sum(1)
-        if prompt.input_ids.device.type != "cpu" or bool((lengths == lengths[0]).all()):
+        if prompt.input_ids.device.type != "cpu":
             return run(slice(None))
-        rows = [run(slice(i, i + 1), n)[0] for i, n in enumerate(lengths.tolist())]
+        lengths = prompt.attention_mask.sum(1).tolist()
+        if len(set(lengths)) == 1:
+            return run(slice(None))
+        rows = [run(slice(i, i + 1), n)[0] for i, n in enumerate(lengths)]
     hidden = nn.utils.rnn.pad_sequence(rows, batch_first=True)
     return nn.functional.pad(hidden, (0, 0, 0, prompt.input_ids.size(1) - hidden.size(1)))
 
