@@ -350,9 +350,31 @@ def before() -> Iterator[None]:
         readout.prompt_hidden = original
 
 
-#: The code each variant runs: as filed, and as it is now.
+@contextlib.contextmanager
+def compiled() -> Iterator[None]:
+    """The step as it is now, its transformer stack under ``torch.compile`` (dynamic shapes,
+    so that rows of every length share one compiled graph, forward and backward)."""
+    from spdrank.backbone import split
+
+    original = split.decoder_of
+    graphs: dict[int, nn.Module] = {}
+
+    def decoder_of(model: nn.Module) -> nn.Module:
+        decoder = original(model)
+        if id(decoder) not in graphs:
+            graphs[id(decoder)] = torch.compile(decoder, dynamic=True)
+        return graphs[id(decoder)]
+
+    split.decoder_of = decoder_of
+    try:
+        yield
+    finally:
+        split.decoder_of = original
+
+
+#: The code each variant runs: as filed, as it is now, and as it is now compiled.
 VARIANTS: dict[str, Callable[[], contextlib.AbstractContextManager[None]]] = {
-    "before": before, "after": contextlib.nullcontext}
+    "before": before, "after": contextlib.nullcontext, "compiled": compiled}
 
 
 def run_setting(args: argparse.Namespace, layers: int, positions: int, dtype: str) -> dict[str, Any]:
@@ -375,19 +397,23 @@ def run_setting(args: argparse.Namespace, layers: int, positions: int, dtype: st
                     if turn:  # the first turn warms each variant up
                         times[variant].append((time.perf_counter() - t0) * 1e3)
         found: dict[str, Any] = {}
+        products: list[Any] = []
         for variant in variants:
+            found[variant] = {"step_ms": statistics.median(times[variant]),
+                              "steps_ms": times[variant]}
+            if variant == "compiled":  # one fused graph: its ops belong to no module
+                continue
             with VARIANTS[variant]():
                 trainer.step = 0
                 spent, products, top = profile_step(trainer)
-            step = statistics.median(times[variant])
-            found[variant] = {"step_ms": step, "steps_ms": times[variant], "spent_ms": spent,
-                              "profiled_ms": sum(sum(k.values()) for k in spent.values()),
-                              "top_ops": top}
+            found[variant].update(
+                spent_ms=spent, profiled_ms=sum(sum(k.values()) for k in spent.values()),
+                top_ops=top)
         floor = floor_ms(products, getattr(torch, dtype), args.reps)
-    last = found[variants[-1]]
+    measured = found.get("after", found[variants[-1]])
     return {"layers": layers, "positions": positions, "dtype": dtype,
             "batch_size": args.batch_size, "variants": found, "floor_ms": floor,
-            "over_floor": last["step_ms"] / floor["total"] if floor.get("total") else None,
+            "over_floor": measured["step_ms"] / floor["total"] if floor.get("total") else None,
             "speedup": (found["before"]["step_ms"] / found["after"]["step_ms"]
                         if {"before", "after"} <= set(found) else None)}
 
@@ -409,33 +435,36 @@ def report(results: list[dict[str, Any]], meta: dict[str, Any]) -> str:
          "first L layers, LoRA r = 64 on every linear module, the attn head with K positions, "
          f"the permutation loss against clicks, batches of {meta['batch_size']} Beauty slates "
          "(50 candidates, a 10-item history). `before` is the step as issue 59 found it, "
-         "`after` as it is now, taking turns on one trainer, every step on the same batch; "
+         "`after` as it is now, `compiled` as it is now with its transformer stack under "
+         "torch.compile (timed only: its fused graph's ops belong to no module), taking turns "
+         "on one trainer, every step on the same batch; "
          f"each step ms is the median of {meta['steps']} timed steps after one untimed. The floor is the step's matrix "
          "products timed alone (see the script's docstring). The command is in command.txt."),
         "",
-        ("| layers | K | dtype | step ms before | step ms after | before / after | floor ms | "
-         "after / floor |"),
-        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+        ("| layers | K | dtype | step ms before | step ms after | step ms compiled | "
+         "before / after | floor ms | after / floor |"),
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in results:
         v = r["variants"]
         lines.append(
             f"| {r['layers']} | {r['positions']} | {r['dtype']} | "
             f"{fmt(v.get('before', {}).get('step_ms'))} | {fmt(v.get('after', {}).get('step_ms'))} | "
+            f"{fmt(v.get('compiled', {}).get('step_ms'))} | "
             f"{fmt(r['speedup'], '{:.2f}')} | {fmt(r['floor_ms'].get('total'))} | "
             f"{fmt(r['over_floor'], '{:.2f}')} |")
     for r in results:
-        names = list(r["variants"])
+        names = [name for name, v in r["variants"].items() if "spent_ms" in v]
         lines += ["", (f"{r['layers']} layers, K = {r['positions']}, {r['dtype']}: each kind's "
                        "own ms in one profiled step, forward / backward"), "",
                   "| kind | " + " | ".join(names) + " |", "| --- |" + " --- |" * len(names)]
         for kind in KINDS:
-            cells = [f"{v['spent_ms']['forward'].get(kind, 0.0):.0f} / "
-                     f"{v['spent_ms']['backward'].get(kind, 0.0):.0f}"
-                     for v in r["variants"].values()]
+            cells = [f"{r['variants'][name]['spent_ms']['forward'].get(kind, 0.0):.0f} / "
+                     f"{r['variants'][name]['spent_ms']['backward'].get(kind, 0.0):.0f}"
+                     for name in names]
             lines.append(f"| {kind} | " + " | ".join(cells) + " |")
         lines.append("| profiled step | " + " | ".join(
-            f"{v['profiled_ms']:.0f}" for v in r["variants"].values()) + " |")
+            f"{r['variants'][name]['profiled_ms']:.0f}" for name in names) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -448,7 +477,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="LAYERSxK, comma-separated: the kept layers and the head's positions")
     parser.add_argument("--dtypes", default="float32")
     parser.add_argument("--variants", default="before,after",
-                        help="before: the step as issue 59 found it; after: as it is now")
+                        help="before: the step as issue 59 found it; after: as it is now; compiled: as it "
+                        "is now, its transformer stack under torch.compile (timed, not profiled)")
     parser.add_argument("--batch-size", type=int, default=4)
     parser.add_argument("--steps", type=int, default=3, help="timed steps a setting")
     parser.add_argument("--reps", type=int, default=5, help="timings of each product")

@@ -36,3 +36,26 @@ def test_the_profile_times_both_steps_against_one_floor(tiny_backbone, tmp_path,
     assert "| 1 | 8 | float32 |" in report and "| Sinkhorn loss |" in report
     assert (out / "command.txt").read_text().startswith(
         ".venv/bin/python benchmarks/train_profile.py --slates ")
+
+
+def test_a_compiled_step_is_timed_and_the_floor_kept_from_the_profiled_one(
+    tiny_backbone, tmp_path, monkeypatch
+):
+    profile = load_benchmark("train_profile", monkeypatch)
+    rng = random.Random(1)
+    slates = tmp_path / "train.jsonl"
+    write_slates(slates, [make_slate(rng, rng.randint(4, 8), f"t{i}") for i in range(8)])
+    out = tmp_path / "out"
+    argv = ["--slates", str(slates), "--backbone", tiny_backbone, "--settings", "1x8",
+            "--variants", "after,compiled", "--steps", "1", "--reps", "1", "--batch-size", "2",
+            "--out", str(out), "--", "--max-item-tokens", "8"]
+    assert profile.main(argv) == 0
+
+    setting, = json.loads((out / "results.json").read_text())["settings"]
+    after, compiled = setting["variants"]["after"], setting["variants"]["compiled"]
+    assert compiled["step_ms"] > 0 and "spent_ms" not in compiled  # timed, not profiled
+    assert setting["over_floor"] == after["step_ms"] / setting["floor_ms"]["total"]
+    assert setting["speedup"] is None  # no step as found to compare with
+    report = (out / "report.md").read_text()
+    assert f"| {after['step_ms']:.0f} | {compiled['step_ms']:.0f} |" in report
+    assert "| kind | after |" in report  # the profile's table holds the profiled step alone
