@@ -6,10 +6,13 @@ from __future__ import annotations
 import json
 import random
 
+import pytest
+
 from spdrank.core.slates import write_slates
 from tests.helpers import load_benchmark, make_slate
 
 
+@pytest.mark.slow  # the whole script end to end: trains, benchmarks and reports (about a minute)
 def test_train_bench_time_and_report(tmp_path, tiny_backbone, monkeypatch, one_torch_thread):
     script = load_benchmark("pointwise_cpu", monkeypatch)
     rng = random.Random(0)

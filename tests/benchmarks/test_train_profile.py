@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import random
 
+import pytest
+
 from spdrank.core.slates import write_slates
 from tests.helpers import load_benchmark, make_slate
 
@@ -38,6 +40,7 @@ def test_the_profile_times_both_steps_against_one_floor(tiny_backbone, tmp_path,
         ".venv/bin/python benchmarks/train_profile.py --slates ")
 
 
+@pytest.mark.slow  # torch.compile builds the stack's graphs: about 40 s
 def test_a_compiled_step_is_timed_and_the_floor_kept_from_the_profiled_one(
     tiny_backbone, tmp_path, monkeypatch
 ):
