@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import random
+from pathlib import Path
 
 import pytest
 
@@ -13,16 +14,23 @@ from spdrank.core.slates import write_slates
 from tests.helpers import load_benchmark, make_slate
 
 
-def test_the_profile_times_both_steps_against_one_floor(tiny_backbone, tmp_path, monkeypatch):
+def profile_tiny(tiny_backbone: str, tmp_path: Path, monkeypatch, *options: str) -> Path:
+    """The script over 8 small slates on the tiny model (1 layer, K = 8, one timed step a
+    variant), with ``options``; its output folder."""
     profile = load_benchmark("train_profile", monkeypatch)
     rng = random.Random(0)
     slates = tmp_path / "train.jsonl"
     write_slates(slates, [make_slate(rng, rng.randint(4, 8), f"t{i}") for i in range(8)])
     out = tmp_path / "out"
     argv = ["--slates", str(slates), "--backbone", tiny_backbone, "--settings", "1x8",
-            "--steps", "1", "--reps", "1", "--batch-size", "2", "--out", str(out),
+            *options, "--steps", "1", "--reps", "1", "--batch-size", "2", "--out", str(out),
             "--", "--max-item-tokens", "8"]
     assert profile.main(argv) == 0
+    return out
+
+
+def test_the_profile_times_both_steps_against_one_floor(tiny_backbone, tmp_path, monkeypatch):
+    out = profile_tiny(tiny_backbone, tmp_path, monkeypatch)
 
     setting, = json.loads((out / "results.json").read_text())["settings"]
     assert set(setting["variants"]) == {"before", "after"}
@@ -44,15 +52,7 @@ def test_the_profile_times_both_steps_against_one_floor(tiny_backbone, tmp_path,
 def test_a_compiled_step_is_timed_and_the_floor_kept_from_the_profiled_one(
     tiny_backbone, tmp_path, monkeypatch
 ):
-    profile = load_benchmark("train_profile", monkeypatch)
-    rng = random.Random(1)
-    slates = tmp_path / "train.jsonl"
-    write_slates(slates, [make_slate(rng, rng.randint(4, 8), f"t{i}") for i in range(8)])
-    out = tmp_path / "out"
-    argv = ["--slates", str(slates), "--backbone", tiny_backbone, "--settings", "1x8",
-            "--variants", "after,compiled", "--steps", "1", "--reps", "1", "--batch-size", "2",
-            "--out", str(out), "--", "--max-item-tokens", "8"]
-    assert profile.main(argv) == 0
+    out = profile_tiny(tiny_backbone, tmp_path, monkeypatch, "--variants", "after,compiled")
 
     setting, = json.loads((out / "results.json").read_text())["settings"]
     after, compiled = setting["variants"]["after"], setting["variants"]["compiled"]
