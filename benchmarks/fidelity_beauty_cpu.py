@@ -405,8 +405,8 @@ def evaluate_on_eval(selected: list[Row], teacher: str) -> dict[str, Any]:
     from spdrank.eval.evaluate import evaluate
     from spdrank.eval.paired import compare
     from spdrank.model.ranker import SPDRanker
+    from spdrank.model.state_cache import open_state_cache
     from spdrank.rankers.baselines import make_baseline
-    from spdrank.training.state_cache import open_state_cache
 
     eval_path = labelled(teacher, "eval")
     slates = load_slates(eval_path)

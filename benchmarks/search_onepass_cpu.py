@@ -252,7 +252,7 @@ def cached_rows(model_dir: Path, slates_path: Path, cache: Path, name: str,
     from spdrank.core.slates import load_slates
     from spdrank.eval.metrics import slate_metrics
     from spdrank.model.ranker import SPDRanker
-    from spdrank.training.state_cache import open_state_cache
+    from spdrank.model.state_cache import open_state_cache
 
     model = SPDRanker.from_pretrained(model_dir, device=device, dtype="float32")
     slates = load_slates(slates_path)

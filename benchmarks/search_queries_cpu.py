@@ -20,7 +20,7 @@ query-matched history head, 16 DL22 queries held out to select the epoch). A cur
 least as many steps as the point ``0``): see :func:`epochs_for`.
 
 The training files of the curve are prefixes of one another, so one state cache serves them
-all (it grows with the curve: :mod:`spdrank.training.state_cache`), and the test sets' caches
+all (it grows with the curve: :mod:`spdrank.model.state_cache`), and the test sets' caches
 are ``search_onepass_cpu.py``'s. Writes ``benchmarks/results/search-queries-cpu/`` (report.md,
 results.json, command.txt); a rerun reuses every finished step.
 """

@@ -150,7 +150,7 @@ def report(root: Path, label: str, tag: str) -> None:
 def cached_vs_live(cache_dir: Path, model) -> None:
     """The scores of the training slates from their cached states and from a live prefill."""
     from spdrank.core.slates import load_slates
-    from spdrank.training.state_cache import open_state_cache
+    from spdrank.model.state_cache import open_state_cache
 
     path = cache_dir.parent.parent / "data" / "train.jsonl"
     slates = load_slates(path)

@@ -21,7 +21,7 @@ from spdrank.backbone.settings import LoraSettings
 from spdrank.core.slates import load_slates
 from spdrank.eval.metrics import is_valid_permutation
 from spdrank.model.ranker import SPDRanker
-from spdrank.training.state_cache import open_state_cache
+from spdrank.model.state_cache import open_state_cache
 from spdrank.training.train import train
 from tests.helpers import ROOT, make_slate, tiny_config, train_config
 

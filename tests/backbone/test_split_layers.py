@@ -12,7 +12,7 @@ from spdrank.backbone.settings import LoraSettings
 from spdrank.backbone.split import check_split, lower_hidden, prompt_hidden, upper_hidden
 from spdrank.core.slates import load_slates
 from spdrank.model.ranker import SPDRanker
-from spdrank.training.state_cache import open_state_cache
+from spdrank.model.state_cache import open_state_cache
 from spdrank.training.train import train
 from tests.helpers import tiny_config, tiny_qwen3, train_config
 

@@ -73,13 +73,13 @@ def test_the_state_cache_says_what_it_will_compute_before_it_starts(
     import torch
 
     from spdrank.model.ranker import SPDRanker
-    from spdrank.training.state_cache import open_state_cache
+    from spdrank.model.state_cache import open_state_cache
     from tests.helpers import tiny_config
 
     write_slates(tmp_path / "train.jsonl", make_slates(7))
     torch.manual_seed(0)
     model = SPDRanker.build(tiny_config(tiny_backbone, frozen=True)).eval()
-    with caplog.at_level(logging.INFO, logger="spdrank.training.state_cache"):
+    with caplog.at_level(logging.INFO, logger="spdrank.model.state_cache"):
         open_state_cache(tmp_path / "c", model, tmp_path / "train.jsonl", 7, storage="float32",
                          batch_size=2, shard_size=3, progress=False)
     (said,) = [r.getMessage() for r in caplog.records]

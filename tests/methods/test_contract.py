@@ -42,8 +42,8 @@ from spdrank.methods.base import head_kinds, method_for, methods
 from spdrank.methods.spd.decode import DECODERS
 from spdrank.methods.spd.history_settings import MATCHES
 from spdrank.model.ranker import SPDRanker
+from spdrank.model.state_cache import open_state_cache
 from spdrank.training.config import TrainConfig
-from spdrank.training.state_cache import open_state_cache
 from tests.helpers import WORDS
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")

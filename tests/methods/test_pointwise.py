@@ -26,7 +26,7 @@ from spdrank.methods.scalar.loss import listnet_loss
 from spdrank.methods.scalar.method import ScalarMethod
 from spdrank.model.config import SPDConfig
 from spdrank.model.ranker import SPDRanker
-from spdrank.training.state_cache import open_state_cache
+from spdrank.model.state_cache import open_state_cache
 from spdrank.training.train import TrainConfig, train
 from tests.helpers import make_slate, tiny_config
 from tests.helpers import train_config as config

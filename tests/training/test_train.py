@@ -11,7 +11,7 @@ from spdrank.commands.cli import main
 from spdrank.core.slates import SlateError, load_slates, write_slates
 from spdrank.eval.metrics import is_valid_permutation
 from spdrank.model.ranker import SPDRanker
-from spdrank.training.state_cache import open_state_cache
+from spdrank.model.state_cache import open_state_cache
 from spdrank.training.train import TrainConfig, train
 from tests.helpers import make_slate, signal_slates
 from tests.helpers import train_config as config

@@ -3,7 +3,7 @@
 Three things build batches. :func:`collate` pads encoded prompts (token ids, item and history
 spans, features) for a prefill; :func:`collate_candidates` pads slates of one sequence a
 candidate (the pointwise read) for one; :func:`states_batch` pads readout states computed earlier
-(:mod:`spdrank.training.state_cache`) for the head alone. Both pad with :func:`pad_rows` and
+(:mod:`spdrank.model.state_cache`) for the head alone. Both pad with :func:`pad_rows` and
 mask with :func:`lengths_mask`, so a slate's rows sit at the same places, with the same
 padding, whichever way its batch was made.
 """
@@ -49,7 +49,7 @@ class PromptTensors:
 
 @dataclass
 class CachedStates:
-    """Readout states computed earlier (:mod:`spdrank.training.state_cache`), padded as a
+    """Readout states computed earlier (:mod:`spdrank.model.state_cache`), padded as a
     prefill's readout is, so the head reads them in place of one.
 
     The fields are those of :class:`~spdrank.backbone.readout.HeadInputs`, which a batch of

@@ -6,7 +6,7 @@ carries; :func:`last_token_logits` reads the LM's next-token logits at each prom
 
 With LoRA on the top layers only (``LoraSettings.top_layers``), the layers below the first
 adapted one never change, so what enters that layer is a pure function of the prompt: it can
-be computed once per slate and cached (:mod:`spdrank.training.state_cache`), and each training
+be computed once per slate and cached (:mod:`spdrank.model.state_cache`), and each training
 step runs only the few adapted layers over it, not the whole model.
 
 Both halves run the backbone's own forward, so masks, rotary positions and per-layer

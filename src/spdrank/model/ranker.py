@@ -234,10 +234,13 @@ class SPDRanker(nn.Module):
     def device(self) -> torch.device:
         return next(itertools.chain(self.parameters(), self.buffers())).device
 
-    def encode(self, slate: Slate, features: np.ndarray | None = None) -> EncodedPrompt:
+    def encode(
+        self, slate: Slate, features: np.ndarray | None = None, counted: bool = True
+    ) -> EncodedPrompt:
         """The slate's prompt, and its candidates' normalised features when the model reads them:
         ``features`` when given (what :meth:`check` returned for this slate, taken as they
-        are), else normalised here.
+        are), else normalised here. ``counted``: the prompt is one the model reads, so what it
+        cut goes into :attr:`cuts`; a prompt encoded only to be checked or digested is not.
 
         A candidate missing a feature the model reads is a :class:`SlateError` naming it.
         """
@@ -250,7 +253,8 @@ class SPDRanker(nn.Module):
                                  truncated=[False] * n, features=features)
         encoded = self.reader.encode(slate)
         self.check_context(slate, encoded)
-        self.cuts.add(encoded)
+        if counted:
+            self.cuts.add(encoded)
         encoded.features = features
         return encoded
 

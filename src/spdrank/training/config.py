@@ -23,13 +23,18 @@ from spdrank.core.defaults import (
     UNIT_MATCH,
 )
 from spdrank.methods.spd import POSITION_WEIGHTS
+from spdrank.model.cache_settings import (
+    CACHE_DTYPES,
+    DEFAULT_CACHE_BATCH_SIZE,
+    DEFAULT_CACHE_DTYPE,
+    check_cacheable,
+)
 from spdrank.training.targets import TARGETS
 
 if TYPE_CHECKING:
     from spdrank.backbone.settings import LoraSettings
     from spdrank.backbone.templates import PromptTemplate
     from spdrank.core.features import FeatureNormalizer
-    from spdrank.methods.base import RankingMethod
     from spdrank.model.config import SPDConfig
 
 
@@ -37,13 +42,6 @@ log = logging.getLogger(__name__)
 
 #: Which evaluated model a run keeps (``--select``).
 SELECTIONS = ("best", "last")
-
-#: How --cache-states may store states.
-CACHE_DTYPES = ("float16", "float32")
-#: How it stores them unless told: half of float32's disk.
-DEFAULT_CACHE_DTYPE = "float16"
-#: Slates per prefill while a state cache is built, unless told.
-DEFAULT_CACHE_BATCH_SIZE = 8
 
 
 def setting(
@@ -240,7 +238,7 @@ class TrainConfig:
         "a teacher on clicks with popularity and co-occurrence",
     )
 
-    # -- state cache (:mod:`spdrank.training.state_cache`) --------------------------------
+    # -- state cache (:mod:`spdrank.model.state_cache`) --------------------------------
     cache_states: str | None = setting(
         None,
         help="with --frozen: compute the backbone's readout states of the training (and eval) "
@@ -555,40 +553,6 @@ class TrainConfig:
                 dtype=self.cache_dtype,
                 batch_size=self.cache_batch_size,
             )
-
-
-def check_cacheable(
-    method: RankingMethod, *, frozen: bool, features_only: bool, dtype: str, batch_size: int,
-    split: bool = False,
-) -> None:
-    """Refuse to cache states that would not stand for the prefill, or to cache them as asked;
-    ``frozen``: whether the layers whose output would be cached never change (the whole
-    backbone, or the layers below LoRA's top ones); ``split``: the latter, whose cache holds
-    the lower layers' states of one prompt a slate.
-
-    Cached states stand for a prefill only when the prefill never changes and is what the
-    head reads: the one check that both ``spdrank train --cache-states``
-    (:meth:`TrainConfig.check`) and :func:`spdrank.training.state_cache.open_state_cache`
-    run, so a refusal reads alike from either. A method says why its own heads' states cannot
-    be cached (:attr:`~spdrank.methods.base.RankingMethod.cache_refusal`).
-    """
-    if features_only:
-        raise ValueError("--features-only runs no backbone, so it has no states to cache: "
-                         "drop --cache-states")
-    if method.cache_refusal is not None:
-        raise ValueError(method.cache_refusal)
-    if split and method.reads == "candidates":
-        raise ValueError(f"--cache-states with --lora-layers keeps the lower layers' states of "
-                         f"one prompt a slate, and the {method.name} method reads one sequence "
-                         "a candidate: cache with --frozen, or drop --cache-states")
-    if not frozen:
-        raise ValueError("--cache-states needs --frozen, or LoRA on the top layers only "
-                         "(--lora-layers N): LoRA on every layer changes all the backbone's "
-                         "states at every step, so cached ones would be stale")
-    if dtype not in CACHE_DTYPES:
-        raise ValueError(f"unknown --cache-dtype {dtype!r}: use one of {list(CACHE_DTYPES)}")
-    if batch_size < 1:
-        raise ValueError(f"--cache-batch-size must be at least 1, got {batch_size}")
 
 
 def _reads_history(kind: str) -> bool:

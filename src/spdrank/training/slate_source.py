@@ -2,7 +2,7 @@
 
 A :class:`SlateSource` answers one question: which slates sit at positions ``start:stop`` of
 epoch ``e``'s order? (And, for readers of per-slate data kept elsewhere such as
-:mod:`spdrank.training.state_cache`, what is each one's place among the file's slates?) That order is a pure function of (seed, epoch), so a resumed run, or
+:mod:`spdrank.model.state_cache`, what is each one's place among the file's slates?) That order is a pure function of (seed, epoch), so a resumed run, or
 another process of a data-parallel run, reads exactly the slates an uninterrupted single
 process would. Two sources answer it, picked by the file's name:
 

@@ -14,7 +14,7 @@ The data order is a pure function of the seed and the epoch, so a resumed run se
 the batches an uninterrupted one would have, and the same seed gives the same weights.
 
 With a frozen backbone and ``cache_states``, the readout states of the training and eval
-slates are computed once (:mod:`spdrank.training.state_cache`) and every step reads them instead of
+slates are computed once (:mod:`spdrank.model.state_cache`) and every step reads them instead of
 running the backbone: the head, targets, loss, data order and checkpoint are those of a live
 run, and the upstream features still come from the slates.
 """
@@ -48,10 +48,10 @@ from spdrank.eval.metrics import SlateMetrics, aggregate
 from spdrank.methods.anchor_spec import BEST_ANCHOR, parse_anchor
 from spdrank.model.checkpoint import MODEL_DIR, OPTIMIZER_NAME, RNG_NAME, TRAINER_NAME
 from spdrank.model.ranker import SPDRanker
+from spdrank.model.state_cache import StateCache, open_state_cache
 from spdrank.training.config import TrainConfig
 from spdrank.training.inputs import input_names, mean_of, score_inputs, slates_metrics
 from spdrank.training.slate_source import SkipSlate, open_slate_source
-from spdrank.training.state_cache import StateCache, open_state_cache
 from spdrank.training.targets import RELEVANCE_TARGETS, has_relevant_candidate, target_matrix
 from spdrank.training.warm_start import warm_start
 

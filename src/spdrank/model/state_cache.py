@@ -78,13 +78,13 @@ from spdrank.backbone.split import check_split, lower_hidden, split_layer
 from spdrank.core.files import atomic_write_bytes, atomic_writer
 from spdrank.core.progress import Progress
 from spdrank.core.slates import Slate, batched, read_slates
-from spdrank.model.ranker import SPDRanker
-from spdrank.training.config import (
+from spdrank.model.cache_settings import (
     CACHE_DTYPES,
     DEFAULT_CACHE_BATCH_SIZE,
     DEFAULT_CACHE_DTYPE,
     check_cacheable,
 )
+from spdrank.model.ranker import SPDRanker
 
 log = logging.getLogger(__name__)
 
@@ -174,7 +174,7 @@ def cache_key(
         raise ValueError(f"{slates_path} holds no slates to cache")
     if texts is None:
         texts = text_digests(slates_path, count, config.text_fields, every=count)[count]
-    prompt = _uncounted(model, first)
+    prompt = model.encode(first, counted=False)
     split = cached_split(model)
     return ({} if split is None else {"split_layer": split}) | {
         "format": FORMAT,
@@ -558,22 +558,11 @@ def _encoded(model: SPDRanker, slates: Sequence[Slate], cuts: list[list[int]]) -
     return encoded
 
 
-def _uncounted(model: SPDRanker, slate: Slate) -> EncodedPrompt:
-    """``slate``'s prompt, encoded to check or digest the cache, not to read: left out of the
-    model's cut counts, which say what the prompts it read were cut to."""
-    counted = model.cuts
-    model.cuts = Cuts()
-    try:
-        return model.encode(slate)
-    finally:
-        model.cuts = counted
-
-
 def _check_split(model: SPDRanker, slates_path: str | os.PathLike[str], layer: int) -> None:
     """Refuse to cache the states entering ``layer`` when the backbone's two halves, run on
     the file's first slate, do not make its whole prefill."""
     first = next(read_slates(slates_path))
-    prompt = model.collate([_uncounted(model, first)]).prompt
+    prompt = model.collate([model.encode(first, counted=False)]).prompt
     check_split(model.backbone, prompt.input_ids, prompt.attention_mask, layer)
 
 

@@ -13,7 +13,7 @@ from spdrank.core.slates import load_slates, write_slates
 from spdrank.methods.head_config import HeadConfig
 from spdrank.model.config import SPDConfig
 from spdrank.model.ranker import SPDRanker
-from spdrank.training.state_cache import open_state_cache, shard_name
+from spdrank.model.state_cache import open_state_cache, shard_name
 from tests.helpers import make_slates
 
 KW = {"storage": "float32", "batch_size": 4, "shard_size": 5, "progress": False}

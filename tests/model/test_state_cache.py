@@ -11,7 +11,7 @@ from spdrank.core.slates import load_slates, write_slates
 from spdrank.methods.head_config import HeadConfig
 from spdrank.model.config import SPDConfig
 from spdrank.model.ranker import SPDRanker
-from spdrank.training.state_cache import open_state_cache, shard_name
+from spdrank.model.state_cache import open_state_cache, shard_name
 from tests.helpers import tiny_config
 
 
@@ -215,3 +215,14 @@ def test_history_states_are_cached_with_the_candidates(tmp_path, tiny_backbone, 
             alone = model(model.collate([model.encode(slates[i])]))[0]
             n = len(slates[i])
             assert torch.allclose(cached[row, :n], alone[:n], atol=1e-4)
+
+
+def test_building_a_cache_counts_the_cuts_of_the_prompts_it_reads_only(tmp_path, frozen,
+                                                                        train_file):
+    # The key digests the file's first prompt and the shards encode every slate: the model's
+    # cut counts hold the slates read, once each, not the prompt encoded for the key.
+    cache_of(frozen, train_file, tmp_path / "c")
+    assert frozen.cuts.queries == len(load_slates(train_file))
+    first = load_slates(train_file)[0]
+    frozen.encode(first, counted=False)
+    assert frozen.cuts.queries == len(load_slates(train_file))
