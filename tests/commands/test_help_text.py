@@ -4,12 +4,15 @@ fifty-odd flags come in TrainConfig's own sections."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import inspect
 import re
 
 from spdrank.commands.cli import build_parser
 from spdrank.commands.train import SECTIONS
-from spdrank.training.config import TrainConfig, is_flag
+from spdrank.core.flags import is_flag
+from spdrank.methods.spd.method import SPDSettings
+from spdrank.training.config import TrainConfig, TrainingSettings
 
 REST = re.compile(r"``|:[a-z]+:`")
 
@@ -39,7 +42,7 @@ def test_train_help_groups_are_trainconfig_s_sections_in_its_order():
     titles = [title for title, _ in SECTIONS]
     assert [t for t in groups if t in titles] == titles
     grouped = [dest for title in titles for dest in groups[title]]
-    flags = [f.name for f in TrainConfig.__dataclass_fields__.values() if is_flag(f)]
+    flags = [f.name for f in dataclasses.fields(TrainingSettings) if is_flag(f)]
     # every setting in one section, in TrainConfig's order, the non-settings with the runtime
     assert [d for d in grouped if d in flags or d.removeprefix("no_") in flags] == [
         ("no_" + f if getattr(TrainConfig, f, None) is True else f) for f in flags
@@ -47,9 +50,14 @@ def test_train_help_groups_are_trainconfig_s_sections_in_its_order():
     assert groups["runtime"][-2:] == ["trust_remote_code", "num_processes"]
     for title, first in SECTIONS:
         assert groups[title][0].removeprefix("no_") == first
+    # each registered method's own settings in a group of their own, after training's
+    spd = [title for title in groups if title.startswith("SPD settings")]
+    assert spd == ["SPD settings (--head attn, linear, history)"]
+    assert groups[spd[0]] == [f.name for f in dataclasses.fields(SPDSettings)]
+    assert list(groups).index(spd[0]) > list(groups).index("runtime")
 
 
 def test_the_sections_are_the_ones_trainconfig_s_source_names():
-    source = inspect.getsource(TrainConfig)
+    source = inspect.getsource(TrainingSettings)
     written = [re.sub(r"\s*\(.*\)$", "", m) for m in re.findall(r"# -- (.+?) -{3,}", source)]
     assert written == [title for title, _ in SECTIONS]

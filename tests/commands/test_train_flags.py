@@ -11,8 +11,9 @@ import pytest
 from spdrank.commands.cli import build_parser
 from spdrank.commands.train import config_argv, config_from_args
 from spdrank.core.defaults import HISTORY_READOUT, OTHER_READOUT
+from spdrank.core.flags import flag_choices, flag_help, is_flag
 from spdrank.methods.base import methods
-from spdrank.training.config import TrainConfig, flag_choices, flag_help, is_flag
+from spdrank.training.config import TrainConfig
 
 FIELDS = dataclasses.fields(TrainConfig)
 
@@ -61,7 +62,7 @@ def test_the_flags_a_config_gives_parse_back_to_it():
         cache_states="c", cache_dtype="float32", position_weights="dcg", progress=False,
     )
     argv = config_argv(cfg)
-    assert argv[-1] == "--no-progress" and "--out=-o" in argv
+    assert "--no-progress" in argv and "--out=-o" in argv and "--position-weights=dcg" in argv
     assert config_from_args(train_parser().parse_args(argv)) == cfg
     assert config_from_args(train_parser().parse_args(["--slates", "s", "--out", "o"])).progress
 
@@ -81,3 +82,38 @@ def test_the_readout_and_prompt_follow_whether_the_methods_head_reads_the_histor
 
 def test_a_record_with_a_head_no_method_serves_still_loads():
     assert TrainConfig(slates="s.jsonl", out="o", head="retired").readout == OTHER_READOUT
+
+
+def test_a_method_s_settings_are_train_flags_and_fill_its_record():
+    from spdrank.methods.spd.method import SPDSettings
+
+    cfg = config_from_args(train_parser().parse_args(
+        ["--slates", "s", "--out", "o", "--tau", "0.25", "--match", "maxsim"]))
+    assert SPDSettings.of(cfg) == SPDSettings(tau=0.25, match="maxsim")
+    assert cfg.model_config().head.history.match == "maxsim"
+    with pytest.raises(SystemExit):
+        train_parser().parse_args(["--slates", "s", "--out", "o", "--tau", "0"])
+
+
+def test_a_method_s_settings_that_another_record_names_are_refused():
+    import dataclasses
+
+    from spdrank.core.flags import setting
+    from spdrank.methods.base import MethodSettings, register, unregister
+    from spdrank.methods.scalar.method import ScalarMethod
+    from spdrank.training.config import method_records
+
+    @dataclasses.dataclass(kw_only=True)
+    class Clash(MethodSettings):
+        lr: float = setting(0.1, help="a learning rate of its own")
+
+    class Clashing(ScalarMethod):
+        name, kinds, settings = "clash", ("clash",), Clash
+
+    method = register(Clashing())
+    try:
+        with pytest.raises(ValueError, match="settings field 'lr' of Clash is already training's"):
+            method_records()
+    finally:
+        unregister(method)
+    assert method_records()  # the built-in records again

@@ -154,6 +154,10 @@ def test_bench_refuses_latency_flags_without_latency(tmp_path, capsys):
       "or words")),
     ({"max_steps": 5, "epochs": 3.0},
      "--epochs 3.0 has no effect here: --max-steps sets the run's length"),
+    # Another method's own settings: the scalar head's ListNet loss reads no Sinkhorn.
+    ({"head": "scalar", "tau": 0.5},
+     "--tau 0.5 has no effect here: it applies to the SPD heads (--head attn, linear, history)"),
+    ({"head": "first", "position_weights": "dcg"}, "--position-weights dcg has no effect here"),
 ])
 def test_train_refuses_settings_the_run_would_not_read(settings, message):
     with pytest.raises(ValueError) as info:

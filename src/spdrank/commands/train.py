@@ -9,7 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from spdrank.training.config import flag_choices, flag_help, is_flag
+from spdrank.core.flags import flag_bounds, flag_choices, flag_help, is_flag
 
 if TYPE_CHECKING:
     from spdrank.training.config import TrainConfig
@@ -26,7 +26,7 @@ SECTIONS = (
     ("features & warm start", "features"),
     ("state cache", "cache_states"),
     ("steps & optimisation", "limit"),
-    ("loss & decoder", "tau"),
+    ("decoder", "decoder"),
     ("evaluation, checkpoints & seed", "eval_every"),
     ("runtime", "device"),
 )
@@ -49,46 +49,32 @@ def _head_help(field_help: str) -> str:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    """``spdrank train``'s flags: one per :class:`TrainConfig` field, its help and choices the
-    field's own (:func:`spdrank.training.config.setting`), grouped by TrainConfig's sections
-    (:data:`SECTIONS`); the head kinds and their help are the registered methods'."""
+    """``spdrank train``'s flags: one per :class:`TrainConfig` field, its help, choices and
+    range the field's own (:func:`spdrank.core.flags.setting`), grouped by TrainConfig's
+    sections (:data:`SECTIONS`) and then one group for each registered ranking method's own
+    settings; the head kinds and their help are the registered methods'."""
     from spdrank.commands.argtypes import add_trust_remote_code
-    from spdrank.methods.base import head_kinds
+    from spdrank.methods.base import head_kinds, methods
     from spdrank.training.config import TrainConfig
 
     p = sub.add_parser("train", help="train the SPD student",
                        description="spdrank train: fit the SPD student on labelled slates.")
     starts = {first: title for title, first in SECTIONS}
+    for method in methods():
+        if method.settings is not None:
+            first = dataclasses.fields(method.settings)[0].name
+            starts.setdefault(first, f"{method.title} settings (--head {', '.join(method.kinds)})")
+    groups: dict[str, argparse._ArgumentGroup] = {}
     group: argparse._ArgumentGroup | argparse.ArgumentParser = p
     for f in dataclasses.fields(TrainConfig):
         if f.name in starts:
-            group = p.add_argument_group(starts[f.name])
-        if not is_flag(f):
-            continue
-        help_ = flag_help(f)
-        if _negated(f):
-            group.add_argument(_flag("no_" + f.name), action="store_true", help=help_)
-            continue
-        if f.type in ("bool", bool):
-            group.add_argument(_flag(f.name), action="store_true", help=help_)
-            continue
-        choices = flag_choices(f)
-        if f.name == "head":
-            help_, choices = _head_help(help_), head_kinds()
-        required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
-        kind = {"int": int, "float": _float_type(f.name)}.get(
-            str(f.type).replace(" | None", ""), str
-        )
-        default = None if required else f.default
-        if default is not None:
-            help_ = f"{help_} (default: {default})".strip()
-        group.add_argument(
-            _flag(f.name), type=kind, required=required, default=default,
-            choices=choices, help=help_,
-        )
-    # The runtime section is the last: the flags that are no training setting join it.
-    add_trust_remote_code(group)
-    group.add_argument(
+            group = groups[starts[f.name]] = p.add_argument_group(starts[f.name])
+        if is_flag(f):
+            _add_flag(group, f, head_kinds())
+    # The flags that are no training setting join the runtime section.
+    runtime = groups[SECTIONS[-1][0]]
+    add_trust_remote_code(runtime)
+    runtime.add_argument(
         "--num-processes", type=int, default=1, metavar="N",
         help="data-parallel training in N processes on this machine (gloo on CPU, one GPU "
         "each on GPUs); --batch-size stays the global batch, each process takes 1/N of it "
@@ -97,27 +83,40 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def _float_type(name: str) -> Callable[[str], float]:
-    """The argparse type of the float setting ``name``: finite, and within the range where
-    the setting means something (:data:`_FLOAT_RANGES`)."""
+def _add_flag(
+    group: argparse._ArgumentGroup | argparse.ArgumentParser, f: dataclasses.Field,
+    kinds: list[str],
+) -> None:
+    """The flag of settings field ``f`` (``kinds``: the head kinds ``--head`` may name)."""
+    help_ = flag_help(f)
+    if _negated(f):
+        group.add_argument(_flag("no_" + f.name), action="store_true", help=help_)
+        return
+    if f.type in ("bool", bool):
+        group.add_argument(_flag(f.name), action="store_true", help=help_)
+        return
+    choices = flag_choices(f)
+    if f.name == "head":
+        help_, choices = _head_help(help_), kinds
+    required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+    kind = {"int": int, "float": _float_type(f)}.get(str(f.type).replace(" | None", ""), str)
+    default = None if required else f.default
+    if default is not None:
+        help_ = f"{help_} (default: {default})".strip()
+    group.add_argument(
+        _flag(f.name), type=kind, required=required, default=default,
+        choices=choices, help=help_,
+    )
+
+
+def _float_type(f: dataclasses.Field) -> Callable[[str], float]:
+    """The argparse type of float setting ``f``: finite, and within the range its field
+    declares (:func:`spdrank.core.flags.flag_bounds`)."""
     from spdrank.commands.argtypes import float_in
 
-    if name == "holdout":
+    if f.name == "holdout":
         return _holdout
-    return float_in(**_FLOAT_RANGES.get(name, {}))
-
-
-#: The range of each float setting, as :func:`spdrank.commands.argtypes.float_in` takes it;
-#: a setting not named here is any finite number.
-_FLOAT_RANGES: dict[str, dict[str, float]] = {
-    "head_dropout": {"low": 0.0, "below": 1.0},
-    "epochs": {"above": 0.0},
-    "lr": {"low": 0.0},
-    "head_lr": {"low": 0.0},
-    "weight_decay": {"low": 0.0},
-    "max_grad_norm": {"above": 0.0},
-    "tau": {"above": 0.0},
-}
+    return float_in(**flag_bounds(f))
 
 
 def _holdout(text: str) -> float:

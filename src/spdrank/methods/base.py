@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from torch import nn
 
     from spdrank.backbone.prompt import PromptSettings
+    from spdrank.core.unread import Unread
     from spdrank.methods.head_config import HeadConfig
 
 
@@ -112,6 +113,19 @@ class RankingMethod(ABC):
         ``backbone`` reading ``features`` features: each method builds the heads it serves
         (a head over the backbone's states reads :func:`state_size` of them)."""
 
+    def head_settings(self, settings: Any) -> dict[str, Any]:
+        """The :class:`~spdrank.methods.head_config.HeadConfig` fields that this method's own
+        settings record (:attr:`settings`, or a run's settings holding its fields) fills,
+        beyond the sizes every head has; none unless the method says."""
+        return {}
+
+    def unread(self, settings: Any) -> list[Unread]:
+        """Its own settings that a run of ``settings`` (a training run's, holding this
+        method's fields) would not read, each with what would make it count
+        (:mod:`spdrank.core.unread`); a setting of another method's record is never read,
+        and the run says so without asking here."""
+        return []
+
     def frozen_refusal(self, config: ModelSettings) -> str | None:
         """Why a model of ``config`` has nothing to train with its backbone frozen (its head
         has no weights of its own); None when it has."""
@@ -165,13 +179,15 @@ class RankingMethod(ABC):
 
 class MethodSettings:
     """A method's own settings record (as peft gives each tuner its config class): a dataclass
-    whose fields a run's settings carry under the same names, so the flat settings of
-    ``spdrank train`` (one field a flag) fill it (:meth:`of`)."""
+    whose fields, each declared with :func:`spdrank.core.flags.setting`, are ``spdrank train``
+    flags. Registering the method adds them to the run's flat settings
+    (:class:`spdrank.training.config.TrainConfig`), which fill the record (:meth:`of`)."""
 
     @classmethod
     def of(cls, settings: Any) -> Any:
-        """This record from ``settings``: itself, or any object holding its fields by name."""
-        if isinstance(settings, cls):
+        """This record from ``settings``: itself, or any object holding its fields by name (a
+        run's :class:`~spdrank.training.config.TrainConfig`, which holds every record's)."""
+        if type(settings) is cls:
             return settings
         import dataclasses
 

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
-from dataclasses import MISSING, Field, dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from spdrank.backbone.prompt import READOUTS, UNIT_READOUTS
+from spdrank.backbone.prompt import READOUTS
 from spdrank.backbone.templates import PROMPT_HELP
 from spdrank.core.defaults import (
     ANCHORS,
@@ -20,9 +19,8 @@ from spdrank.core.defaults import (
     OTHER_READOUT,
     TRAIN_DECODER,
     TRAIN_HEAD,
-    UNIT_MATCH,
 )
-from spdrank.methods.spd import POSITION_WEIGHTS
+from spdrank.core.flags import flag_metadata, setting
 from spdrank.model.cache_settings import (
     CACHE_DTYPES,
     DEFAULT_CACHE_BATCH_SIZE,
@@ -35,6 +33,7 @@ if TYPE_CHECKING:
     from spdrank.backbone.settings import LoraSettings
     from spdrank.backbone.templates import PromptTemplate
     from spdrank.core.features import FeatureNormalizer
+    from spdrank.core.unread import Unread
     from spdrank.model.config import SPDConfig
 
 
@@ -44,53 +43,10 @@ log = logging.getLogger(__name__)
 SELECTIONS = ("best", "last")
 
 
-def setting(
-    default: Any = MISSING, *, help: str, choices: Sequence[str] | None = None
-) -> Any:
-    """A :class:`TrainConfig` field with its ``spdrank train`` flag's help, and the values the
-    flag may take (``choices``), kept with the field so that each is written once.
-
-    ``spdrank train`` adds ``(default: ...)`` to a help itself, for a default other than None
-    (a None default means "decided later", and its help says how). A flag's name is the
-    field's (``--max-steps``); a bool that defaults to True is the flag ``--no-NAME``, and its
-    help is that flag's. An empty help: the flag's name and its default say what it does.
-    """
-    return field(default=default, metadata=_flag_metadata(help, choices))
-
-
-def _flag_metadata(
-    help: str, choices: Sequence[str] | None = None, flag: bool = True
-) -> dict[str, Any]:
-    """A field's ``metadata``: its flag's help and choices, and whether it has a flag."""
-    return {"help": help, "choices": None if choices is None else list(choices), "flag": flag}
-
-
-def flag_help(f: Field[Any]) -> str:
-    """The help of the ``spdrank train`` flag of TrainConfig field ``f``."""
-    return f.metadata["help"]
-
-
-def flag_choices(f: Field[Any]) -> list[str] | None:
-    """The values the flag of TrainConfig field ``f`` may take; None: any."""
-    return f.metadata["choices"]
-
-
-def is_flag(f: Field[Any]) -> bool:
-    """Whether ``spdrank train`` has a flag that sets TrainConfig field ``f``."""
-    return f.metadata["flag"]
-
-
-@dataclass
-class TrainConfig:
-    """The settings of one training run: one flat record, one field per ``spdrank train`` flag.
-
-    It is flat, as Hugging Face's ``TrainingArguments`` is, because three readers need one
-    field per setting: ``spdrank train`` generates a flag from each field, its help and choices
-    from the field's :func:`setting` (:mod:`spdrank.commands.train`), a run saves them as one
-    flat record (``config`` in ``train.json`` and in the resumable state, which a rerun
-    compares to resume), and a run's command is rebuilt from that record (as
-    ``benchmarks/bench_beauty_cpu.sh`` does). The nested settings of the model it trains
-    (backbone, head, prompt, features) are built from these by :meth:`model_config`.
+@dataclass(kw_only=True)
+class TrainingSettings:
+    """Training's own settings, one field per ``spdrank train`` flag; with each registered
+    ranking method's settings record, the fields of :class:`TrainConfig`.
 
     It holds settings and reads nothing but the ``--prompt`` template's file, when it names
     one: the feature normalisation fitted on the training slates is given to
@@ -164,7 +120,9 @@ class TrainConfig:
     positions: int = setting(64, help="K, the number of rank positions (>= the largest slate)")
     head_width: int = setting(256, help="width of the head's layers (the backbone's states are projected to it)")
     head_layers: int = setting(2, help="layers of the head's attention stack (heads that have one)")
-    head_dropout: float = setting(0.1, help="dropout inside the head while training")
+    head_dropout: float = setting(
+        0.1, help="dropout inside the head while training", bounds={"low": 0.0, "below": 1.0}
+    )
     # None: decided by the features and the prompt (:meth:`TrainConfig.head_anchor`).
     anchor: str | None = setting(
         None,
@@ -207,15 +165,6 @@ class TrainConfig:
         f"{HISTORY_READOUT} with --head history, {OTHER_READOUT} otherwise)",
         choices=READOUTS,
     )
-    # See :class:`spdrank.methods.spd.history_settings.HistorySettings`.
-    match: str = setting(
-        UNIT_MATCH,
-        help="with --readout tokens or words, how --head history compares a candidate with a "
-        "history item: maxsim (each candidate unit's best cosine with the item's, averaged "
-        "with learned weights) or tfidf (a soft TF-IDF cosine: every pair of units, weighted "
-        "on both sides, through a sharp learned kernel)",
-    )
-
     # -- features & warm start -------------------------------------------------------------
     features: str | None = setting(
         None,
@@ -256,14 +205,18 @@ class TrainConfig:
 
     # -- steps & optimisation --------------------------------------------------------------
     limit: int | None = setting(None, help="use only the first N training slates")
-    epochs: float = setting(1.0, help="passes over the training slates (fractions allowed)")
+    epochs: float = setting(
+        1.0, help="passes over the training slates (fractions allowed)", bounds={"above": 0.0}
+    )
     max_steps: int | None = setting(
         None, help="train for exactly this many steps (overrides --epochs)"
     )
     batch_size: int = setting(1, help="slates per optimizer step (padded into one prefill)")
-    lr: float = setting(2e-4, help="learning rate of the LoRA adapters")
-    head_lr: float = setting(1e-3, help="learning rate of the head")
-    weight_decay: float = setting(0.0, help="AdamW weight decay of every trained weight")
+    lr: float = setting(2e-4, help="learning rate of the LoRA adapters", bounds={"low": 0.0})
+    head_lr: float = setting(1e-3, help="learning rate of the head", bounds={"low": 0.0})
+    weight_decay: float = setting(
+        0.0, help="AdamW weight decay of every trained weight", bounds={"low": 0.0}
+    )
     # None: :func:`spdrank.training.train.warmup_steps` decides.
     warmup_steps: int | None = setting(
         None,
@@ -271,19 +224,11 @@ class TrainConfig:
         f"{DEFAULT_WARMUP}, or {DEFAULT_WARMUP_SHARE * 100:.0f}%% of the run's steps when that is "
         "fewer, so a short run still reaches them)",
     )
-    max_grad_norm: float = setting(1.0, help="gradients are clipped to this global norm")
-
-    # -- loss & decoder --------------------------------------------------------------------
-    tau: float = setting(1.0, help="Sinkhorn temperature")
-    sinkhorn_iters: int = setting(20, help="Sinkhorn iterations")
-    position_weights: str = setting(
-        "uniform",
-        help="how the Sinkhorn cross-entropy weighs each target position: uniform (the paper: "
-        "every row alike) or dcg (a row by 1/log2(2+j) of its target position j, so the top "
-        "counts as the metrics count it; ours). Scalar and FIRST peers use ListNet, "
-        "DCG-weighted either way",
-        choices=POSITION_WEIGHTS,
+    max_grad_norm: float = setting(
+        1.0, help="gradients are clipped to this global norm", bounds={"above": 0.0}
     )
+
+    # -- decoder ---------------------------------------------------------------------------
     decoder: str = setting(
         TRAIN_DECODER,
         help="the decoder saved with the model, used by its evaluations here and by rank, eval "
@@ -322,7 +267,7 @@ class TrainConfig:
     progress: bool = setting(True, help="no progress bar")
     extra: dict[str, Any] = field(
         default_factory=dict,
-        metadata=_flag_metadata(
+        metadata=flag_metadata(
             "free-form notes a caller saves with the run's settings (in train.json)", flag=False
         ),
     )
@@ -403,13 +348,12 @@ class TrainConfig:
         no_eval = "--eval-slates or --holdout, and neither is given"
         no_lora = "--frozen and --features-only train no LoRA"
         no_cache = "it applies to --cache-states"
-        check_unread(self, TrainConfig(slates="", out=""), (
+        check_unread(self, type(self)(slates="", out=""), (
+            *self._unread_method_settings(),
             Unread("require_clicks", self.target != "teacher",
                    "--target teacher reads no clicks or judgements"),
             Unread("select", evaluates, f"it chooses among evaluations on {no_eval}"),
             Unread("eval_limit", evaluates, f"it cuts the eval slates of {no_eval}"),
-            Unread("match", _reads_history(str(self.head)) and self.readout in UNIT_READOUTS,
-                   "it applies to --head history with --readout tokens or words"),
             Unread("epochs", self.max_steps is None, "--max-steps sets the run's length"),
             Unread("lora_r", self.trains_lora, no_lora, refused=False),
             Unread("lora_alpha", self.trains_lora, no_lora, refused=False),
@@ -418,6 +362,24 @@ class TrainConfig:
             Unread("cache_dtype", self.cache_states is not None, no_cache, refused=False),
             Unread("cache_batch_size", self.cache_states is not None, no_cache, refused=False),
         ), log)
+
+    def _unread_method_settings(self) -> list[Unread]:
+        """The ranking methods' own settings this run would not read: its head's method
+        names those of its own it leaves unread; another method's are never read."""
+        from spdrank.core.unread import Unread
+        from spdrank.methods.base import method_for, methods
+
+        try:
+            mine = method_for(str(self.head))
+        except ValueError:  # an unknown head: the run refuses it, naming the kinds
+            return []
+        unread = mine.unread(self)
+        for method in methods():
+            if method is not mine and method.settings is not None:
+                kinds = ", ".join(method.kinds)
+                unread += [Unread(f.name, False, f"it applies to the {method.title} heads "
+                                  f"(--head {kinds})") for f in fields(method.settings)]
+        return unread
 
     @property
     def selection(self) -> str:
@@ -455,7 +417,6 @@ class TrainConfig:
         from spdrank.backbone.settings import BackboneConfig
         from spdrank.methods.base import method_for
         from spdrank.methods.head_config import HeadConfig
-        from spdrank.methods.spd.history_settings import HistorySettings
         from spdrank.model.config import SPDConfig
 
         method = method_for(self.head)
@@ -481,8 +442,8 @@ class TrainConfig:
                 width=self.head_width,
                 layers=self.head_layers,
                 dropout=self.head_dropout,
-                history=HistorySettings(match=self.match),
                 anchor=self.built_anchor(anchor),
+                **method.head_settings(self),
             ),
             prompt=prompt,
             features=features,
@@ -564,3 +525,39 @@ def _reads_history(kind: str) -> bool:
         return kind in method_for(kind).history_kinds
     except ValueError:
         return False
+
+
+def method_records() -> tuple[type, ...]:
+    """Each registered ranking method's settings record (:attr:`RankingMethod.settings`), once,
+    in the order the methods were registered; a field two records, or a record and training's
+    own settings, would both declare is refused, since one flag can set only one of them."""
+    from spdrank.methods.base import methods
+
+    records = tuple(dict.fromkeys(m.settings for m in methods() if m.settings is not None))
+    seen = {f.name: "training" for f in fields(TrainingSettings)}
+    for record in records:
+        for f in fields(record):
+            if f.name in seen:
+                raise ValueError(f"settings field {f.name!r} of {record.__name__} is already "
+                                 f"{seen[f.name]}'s: a ranking method's flags need names of "
+                                 "their own")
+            seen[f.name] = record.__name__
+    return records
+
+
+@dataclass(kw_only=True)
+class TrainConfig(*method_records(), TrainingSettings):  # type: ignore[misc]
+    """The settings of one training run: one flat record, one field per ``spdrank train`` flag,
+    training's own (:class:`TrainingSettings`) and then those of each ranking method registered
+    when it is defined (as ``HfArgumentParser`` reads several dataclasses as one command line).
+
+    It is flat, as Hugging Face's ``TrainingArguments`` is, because three readers need one
+    field per setting: ``spdrank train`` generates a flag from each field, its help and choices
+    from the field's :func:`~spdrank.core.flags.setting` (:mod:`spdrank.commands.train`), a
+    run saves them as one flat record (``config`` in ``train.json`` and in the resumable
+    state, which a rerun compares to resume), and a run's command is rebuilt from that record
+    (as ``benchmarks/bench_beauty_cpu.sh`` does). The nested settings of the model it trains
+    (backbone, head, prompt, features) are built from these by :meth:`model_config`; the
+    head's method reads its own fields from it
+    (:meth:`~spdrank.methods.base.MethodSettings.of`).
+    """

@@ -16,28 +16,48 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from spdrank.core.defaults import UNIT_MATCH
+from spdrank.core.flags import setting
 from spdrank.methods.base import MethodSettings, RankingMethod, state_size
+from spdrank.methods.spd import POSITION_WEIGHTS
 
 if TYPE_CHECKING:
     import numpy as np
     import torch
     from torch import nn
 
+    from spdrank.core.unread import Unread
     from spdrank.methods.base import BatchDecoder, ModelSettings
     from spdrank.methods.head_config import HeadConfig
 
 
-@dataclass(frozen=True)
+@dataclass(kw_only=True)
 class SPDSettings(MethodSettings):
-    """SPD's own training settings: what its loss reads (``spdrank train``'s ``--tau``,
-    ``--sinkhorn-iters``, ``--position-weights``, whose defaults are the run's)."""
+    """SPD's own training settings, each a ``spdrank train`` flag: what its loss reads
+    (``--tau``, ``--sinkhorn-iters``, ``--position-weights``) and how its history head matches
+    units (``--match``, saved in the checkpoint's head record)."""
 
     #: The Sinkhorn's temperature: the matrix is divided by it before normalising.
-    tau: float
+    tau: float = setting(1.0, help="Sinkhorn temperature", bounds={"above": 0.0})
     #: The Sinkhorn's row and column normalisations.
-    sinkhorn_iters: int
+    sinkhorn_iters: int = setting(20, help="Sinkhorn iterations")
     #: How the cross-entropy weighs the rank positions (:mod:`spdrank.methods.spd.loss`).
-    position_weights: str
+    position_weights: str = setting(
+        "uniform",
+        help="how the Sinkhorn cross-entropy weighs each target position: uniform (the paper: "
+        "every row alike) or dcg (a row by 1/log2(2+j) of its target position j, so the top "
+        "counts as the metrics count it; ours). Scalar and FIRST peers use ListNet, "
+        "DCG-weighted either way",
+        choices=POSITION_WEIGHTS,
+    )
+    #: See :class:`spdrank.methods.spd.history_settings.HistorySettings`.
+    match: str = setting(
+        UNIT_MATCH,
+        help="with --readout tokens or words, how --head history compares a candidate with a "
+        "history item: maxsim (each candidate unit's best cosine with the item's, averaged "
+        "with learned weights) or tfidf (a soft TF-IDF cosine: every pair of units, weighted "
+        "on both sides, through a sharp learned kernel)",
+    )
 
 
 class SPDMethod(RankingMethod):
@@ -55,6 +75,19 @@ class SPDMethod(RankingMethod):
 
     def model_name(self, kind: str) -> str:
         return f"spd-{kind}"
+
+    def head_settings(self, settings: Any) -> dict[str, Any]:
+        from spdrank.methods.spd.history_settings import HistorySettings
+
+        return {"history": HistorySettings(match=SPDSettings.of(settings).match)}
+
+    def unread(self, settings: Any) -> list[Unread]:
+        from spdrank.backbone.prompt import UNIT_READOUTS
+        from spdrank.core.unread import Unread
+
+        units = settings.head in self.history_kinds and settings.readout in UNIT_READOUTS
+        return [Unread("match", units,
+                       "it applies to --head history with --readout tokens or words")]
 
     def build_head(
         self, config: ModelSettings, backbone: nn.Module, tokenizer: Any, features: int

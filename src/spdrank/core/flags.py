@@ -1,0 +1,59 @@
+"""Settings fields that carry their command-line flag: its help, the values it may take and, for
+a number, its range, kept with the field so that each is written once.
+
+``spdrank train`` generates one flag per field of its settings record
+(:class:`spdrank.training.config.TrainConfig`): training's own fields and those of each
+registered ranking method's settings record (:attr:`spdrank.methods.base.RankingMethod.settings`),
+each declared with :func:`setting`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import MISSING, Field, field
+from typing import Any
+
+
+def setting(
+    default: Any = MISSING, *, help: str, choices: Sequence[str] | None = None,
+    bounds: dict[str, float] | None = None,
+) -> Any:
+    """A settings field with its flag's ``help``, the values the flag may take (``choices``)
+    and, for a float, its range (``bounds``, as :func:`spdrank.commands.argtypes.float_in`
+    takes it: ``low``, ``above``, ``below``).
+
+    The command adds ``(default: ...)`` to a help itself, for a default other than None (a
+    None default means "decided later", and its help says how). A flag's name is the field's
+    (``--max-steps``); a bool that defaults to True is the flag ``--no-NAME``, and its help is
+    that flag's. An empty help: the flag's name and its default say what it does.
+    """
+    return field(default=default, metadata=flag_metadata(help, choices, bounds=bounds))
+
+
+def flag_metadata(
+    help: str, choices: Sequence[str] | None = None, flag: bool = True,
+    bounds: dict[str, float] | None = None,
+) -> dict[str, Any]:
+    """A field's ``metadata``: its flag's help, choices and bounds, and whether it has a flag."""
+    return {"help": help, "choices": None if choices is None else list(choices), "flag": flag,
+            "bounds": dict(bounds or {})}
+
+
+def flag_help(f: Field[Any]) -> str:
+    """The help of the flag of settings field ``f``."""
+    return f.metadata["help"]
+
+
+def flag_choices(f: Field[Any]) -> list[str] | None:
+    """The values the flag of settings field ``f`` may take; None: any."""
+    return f.metadata["choices"]
+
+
+def flag_bounds(f: Field[Any]) -> dict[str, float]:
+    """The range of the float flag of settings field ``f``; empty: any finite number."""
+    return f.metadata.get("bounds", {})
+
+
+def is_flag(f: Field[Any]) -> bool:
+    """Whether settings field ``f`` has a flag."""
+    return f.metadata.get("flag", False)
