@@ -57,7 +57,7 @@ BASE_URLS=()
 for i in $(seq 0 $(( SERVERS - 1 ))); do BASE_URLS+=( --base-url "http://127.0.0.1:$(( PORT + i ))/v1" ); done
 start_server() {
   [ "${#SERVER_PIDS[@]}" = 0 ] || return 0
-  GGUF=$($BIN/python -c 'from spdrank.backbone.load import bundled_gguf; print(bundled_gguf())')
+  GGUF=$($BIN/python -c 'from spdrank.backbone.gguf import bundled_gguf; print(bundled_gguf())')
   local port
   for i in $(seq 0 $(( SERVERS - 1 ))); do
     port=$(( PORT + i ))
