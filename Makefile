@@ -36,10 +36,12 @@ $(LLAMA_STAMP): $(STAMP)
 	touch $(LLAMA_STAMP)
 
 # Lint first (CI runs `make test`, so main is held to the lint as well as the tests), then
-# every test in one process.
+# every test, spread over one worker per core (pytest-xdist) as `make check` does; the workers
+# steal work from each other, so a worker held by one of the long whole-script tests leaves
+# the rest to the others.
 test: $(STAMP) $(LLAMA_STAMP)
 	$(BIN)/ruff check src tests benchmarks
-	$(BIN)/python -m pytest -q
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -n auto --dist worksteal
 
 # The inner loop while developing: lint, then the tests that load no real model weights and
 # build or launch no server (the markers are described in pyproject.toml), spread over one
