@@ -179,6 +179,26 @@ def test_build_writes_valid_slates_from_each_corpus_format(tmp_path: Path, fmt: 
         assert slates[0].candidates[0].doc["title"].startswith("Title")
 
 
+def test_a_retrieve_results_file_is_read_as_the_corpus_of_its_distinct_passages(
+        tmp_path: Path) -> None:
+    corpus = _corpus(tmp_path / "c.jsonl")
+    passages = [json.loads(line) for line in corpus.read_text().splitlines()]
+    # Two queries whose hits overlap: each passage once, in the order first seen.
+    records = [{"query": {"text": f"q{q}", "qid": f"q{q}"},
+                "hits": [{"docid": p["_id"], "content": p["text"], "rank": r + 1}
+                         for r, p in enumerate(passages[q * 10:q * 10 + 12])]}
+               for q in range(2)]
+    retrieved = tmp_path / "retrieve_results.json"
+    retrieved.write_text(json.dumps(records))
+    options = QueryOptions(passages=12, seed=1, keep_top=3, depth=5)
+    by_corpus = build_synthetic(corpus, tmp_path / "a.jsonl", FakeWriter(), options,
+                                progress=False)
+    by_results = build_synthetic(retrieved, tmp_path / "b.jsonl", FakeWriter(), options,
+                                 progress=False)
+    assert by_results.corpus == by_corpus.corpus == 20
+    assert (tmp_path / "a.jsonl").read_bytes() == (tmp_path / "b.jsonl").read_bytes()
+
+
 def test_a_rerun_resumes_from_the_journal_without_rewriting(tmp_path: Path) -> None:
     corpus, out = _corpus(tmp_path / "c.jsonl"), tmp_path / "synth.jsonl"
     options = QueryOptions(passages=10, keep_top=3, depth=5)

@@ -49,7 +49,8 @@ def register(sub: Any) -> None:
     )
     p.add_argument("--corpus", required=True, metavar="FILE",
                    help="passages: JSONL (BEIR's _id/title/text, pyserini's id/contents, MS "
-                        "MARCO v2's docid/title/segment) or TSV (docid<TAB>[title<TAB>]text)")
+                        "MARCO v2's docid/title/segment), TSV (docid<TAB>[title<TAB>]text), or a "
+                        "retrieve-results JSON list (pyserini, rank_llm): its distinct passages")
     p.add_argument("--out", required=True, metavar="FILE",
                    help="the slates (JSONL, .gz too); the queries are journalled beside it in "
                         "NAME.queries.jsonl")

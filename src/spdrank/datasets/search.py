@@ -89,6 +89,26 @@ def read_retrieve_results(path: str | os.PathLike[str]) -> Iterator[tuple[str, s
         yield qid, query, hits
 
 
+def is_retrieve_results(path: str | os.PathLike[str]) -> bool:
+    """Whether a file is a retrieve-results JSON list (what pyserini, RankGPT and rank_llm
+    write), not a corpus: a ``.json`` file whose first character is ``[``."""
+    path = Path(path)
+    if path.suffix != ".json":
+        return False
+    with path.open(encoding="utf-8") as fh:
+        return fh.read(4096).lstrip()[:1] == "["
+
+
+def retrieved_passages(path: str | os.PathLike[str]) -> dict[str, dict[str, str]]:
+    """The distinct passages of a retrieve-results file by docid, in the order first seen: the
+    corpus a team already holds when it has a first stage's results and no corpus file."""
+    passages: dict[str, dict[str, str]] = {}
+    for _, _, hits in read_retrieve_results(path):
+        for hit in hits:
+            passages.setdefault(hit.docid, hit.doc)
+    return passages
+
+
 def _retrieved_record(rec: Any, where: str) -> tuple[str, str, list[Hit]]:
     """One retrieve-results record's qid, query text and checked hits."""
     if not isinstance(rec, dict) or "query" not in rec or "hits" not in rec:

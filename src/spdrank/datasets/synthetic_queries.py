@@ -50,7 +50,7 @@ from spdrank.core.progress import Progress
 from spdrank.core.slates import Candidate, Slate, write_slates
 from spdrank.core.trec import read_corpus, read_json
 from spdrank.core.validation import SlateError, is_blank
-from spdrank.datasets.search import search_slate
+from spdrank.datasets.search import is_retrieve_results, retrieved_passages, search_slate
 from spdrank.rankers.bm25 import K1, B, tokenize
 
 #: Why a written query is not kept, in the order the screen asks.
@@ -457,7 +457,8 @@ def build_synthetic(
     InPars prompt unless given."""
     options.check()
     prompt = prompt or load_prompt()
-    corpus = read_corpus(corpus_path)
+    corpus = (retrieved_passages(corpus_path) if is_retrieve_results(corpus_path)
+              else read_corpus(corpus_path))
     texts = passage_texts(corpus)
     if not texts:
         raise SlateError(f"{corpus_path} holds no passage with text: nothing to write queries "
