@@ -1,0 +1,209 @@
+"""benchmarks/run.py, the experiment runner: it runs a file's commands once (a rerun resumes),
+logs them, writes the report and results.json; bad files and settings are named; and the
+search experiments' commands parse and their tables reproduce the numbers the script they
+replaced committed."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shlex
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import ROOT
+
+
+def _runner():
+    """benchmarks/run.py as a module (the name ``run`` alone is too common to import by)."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))  # for its own import of machine.py
+    spec = importlib.util.spec_from_file_location("experiment_runner",
+                                                  ROOT / "benchmarks" / "run.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+run = _runner()
+
+EXPERIMENTS = ROOT / "benchmarks" / "experiments"
+
+#: Writes a per-slate rows file, as `spdrank eval --per-slate` does, and counts its calls.
+WRITE_ROWS = """
+import json, sys
+out, calls = sys.argv[1], sys.argv[2]
+open(calls, "a").write("called\\n")
+with open(out, "w") as fh:
+    for q in range(8):
+        for name, score in (("retriever", 0.4), ("student", 0.5 + 0.01 * (q % 3))):
+            fh.write(json.dumps({"ranker": name, "qid": f"q{q}", "latency_ms": 2.0,
+                                 "nDCG@10": score}) + "\\n")
+"""
+
+
+def experiment_file(tmp_path: Path, extra: str = "") -> Path:
+    (tmp_path / "write_rows.py").write_text(WRITE_ROWS)
+    (tmp_path / "train.json").write_text(json.dumps({"verdict": "kept step 3",
+                                                     "anchor": {"anchor": "order"}}))
+    path = tmp_path / "tiny.toml"
+    path.write_text(f"""
+title = "A tiny experiment"
+out = "{tmp_path}/out"
+about = "Scores at {{scale}} scale."
+
+[settings]
+work = "{tmp_path}"
+scale = "toy"
+{extra}
+[[step]]
+for = {{split = ["a", "b"]}}
+run = ["python", "{{work}}/write_rows.py", "{{work}}/{{split}}.rows.jsonl", "{{work}}/calls.txt"]
+done = "{{work}}/{{split}}.rows.jsonl"
+
+[[section]]
+title = "What training chose"
+facts = [{{label = "student", file = "{{work}}/train.json", text = "{{anchor[anchor]}}; {{verdict}}"}}]
+
+[[section]]
+for = [{{split = "a"}}]
+title = "Split {{split}} ({{queries}} queries)"
+rows = "{{work}}/{{split}}.rows.jsonl"
+against = {{retriever = "BM25"}}
+names = {{retriever = "BM25"}}
+""")
+    return path
+
+
+def test_it_runs_each_command_once_and_writes_the_report(tmp_path, capsys):
+    path = experiment_file(tmp_path)
+    assert run.main([str(path)]) == 0
+    out = tmp_path / "out"
+    report = (out / "report.md").read_text()
+    assert report.startswith("# A tiny experiment\n\nRe-created by `.venv/bin/python "
+                             f"benchmarks/run.py {path}`")
+    assert "Scores at toy scale." in report and "- student: order; kept step 3" in report
+    assert "## Split a (8 queries)" in report
+    assert "| BM25 | 0.400 | - | 2.0 |" in report
+    results = json.loads((out / "results.json").read_text())
+    student = results["sections"][1]["rows"]["student"]
+    assert student["nDCG@10"] == pytest.approx(0.50875) and student["queries"] == 8
+    assert student["- retriever"]["mean"] == pytest.approx(0.10875)
+    assert student["- retriever"]["low"] <= 0.10875 <= student["- retriever"]["high"]
+    assert len(results["meta"]["seconds"]) == 2
+    commands = (out / "command.txt").read_text().splitlines()
+    assert [shlex.split(line)[2] for line in commands] == [f"{tmp_path}/a.rows.jsonl",
+                                                           f"{tmp_path}/b.rows.jsonl"]
+    # A rerun resumes: every step's output exists, so nothing runs again.
+    capsys.readouterr()
+    assert run.main([str(path)]) == 0
+    assert capsys.readouterr().out.count("= (done)") == 2
+    assert (tmp_path / "calls.txt").read_text().count("called") == 2
+
+
+def test_once_a_step_runs_every_later_one_runs_too(tmp_path, capsys):
+    """A later step's output, left by an earlier run, may have been made from what the
+    rerun step now rewrites: it is made again, never kept."""
+    path = experiment_file(tmp_path)
+    assert run.main([str(path)]) == 0
+    (tmp_path / "a.rows.jsonl").unlink()
+    capsys.readouterr()
+    assert run.main([str(path)]) == 0
+    assert capsys.readouterr().out.count("= (done)") == 0
+    assert (tmp_path / "calls.txt").read_text().count("called") == 4
+
+
+def test_a_step_keeps_its_standard_output_as_its_output(tmp_path):
+    path = tmp_path / "printed.toml"
+    path.write_text(f'title = "Printed {{what}}"\nout = "{tmp_path}/out"\n'
+                    '[settings]\nwhat = "words"\n'
+                    '[[step]]\nrun = ["python", "-c", "print(\'a table\')"]\n'
+                    f'stdout = "{tmp_path}/out/table.txt"\n'
+                    f'[[section]]\ntext = "{tmp_path}/out/table.txt"\n')
+    assert run.main([str(path)]) == 0
+    report = (tmp_path / "out" / "report.md").read_text()
+    assert report.startswith("# Printed words\n") and "```\na table\n```" in report
+    command = (tmp_path / "out" / "command.txt").read_text()
+    assert command.endswith(f" > {tmp_path}/out/table.txt\n")
+
+
+def test_a_setting_is_overridden_and_the_report_names_the_override(tmp_path):
+    path = experiment_file(tmp_path)
+    assert run.main([str(path), "--set", "scale=full"]) == 0
+    report = (tmp_path / "out" / "report.md").read_text()
+    assert "--set scale=full`" in report and "Scores at full scale." in report
+
+
+def test_a_dry_run_prints_the_commands_and_runs_nothing(tmp_path, capsys):
+    assert run.main([str(experiment_file(tmp_path)), "--dry-run"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 2 and all(line.startswith("+ python ") for line in lines)
+    assert not (tmp_path / "calls.txt").exists() and not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(("args", "extra", "says"), [
+    (["--set", "nothing=1"], "", "--set nothing: "),
+    (["--set", "scale"], "", "NAME=VALUE"),
+    ([], "later = '{missing}'", "settings.later: cannot fill '{missing}'"),
+    ([], "x = [", "tiny.toml: "),
+])
+def test_a_bad_file_or_setting_is_refused_naming_it(tmp_path, capsys, args, extra, says):
+    assert run.main([str(experiment_file(tmp_path, extra)), *args]) == 2
+    assert says in capsys.readouterr().err
+    assert not (tmp_path / "calls.txt").exists()
+
+
+def test_a_failed_step_stops_the_run_and_says_a_rerun_resumes(tmp_path, capsys):
+    path = tmp_path / "fails.toml"
+    path.write_text(f'title = "t"\nout = "{tmp_path}/out"\n[[step]]\n'
+                    'run = ["python", "-c", "raise SystemExit(3)"]\n')
+    assert run.main([str(path)]) == 1
+    assert "exit 3" in capsys.readouterr().err and not (tmp_path / "out" / "report.md").exists()
+
+
+@pytest.mark.parametrize("name", ["search-best-input-synthetic", "search-best-input-other"])
+def test_the_search_experiments_commands_parse_and_students_share_a_recipe(name, capsys):
+    from spdrank.commands.cli import build_parser
+
+    assert run.main([str(EXPERIMENTS / f"{name}.toml"), "--dry-run"]) == 0
+    argvs = [shlex.split(line.split("spdrank ", 1)[1])
+             for line in capsys.readouterr().out.splitlines()]
+    parser = build_parser()
+    for argv in argvs:
+        parser.parse_args(argv)  # exits (fails the test) on an unknown flag or value
+    trains = [argv for argv in argvs if argv[0] == "train"]
+    llm = [a for a in trains if "--features-only" not in a]
+    features = [a for a in trains if "--features-only" in a]
+    assert trains and len(llm) == len(features)
+    for a, b in zip(llm, features, strict=True):  # chosen on validation, from the best input
+        for flag in ("--features", "--slates", "--eval-slates", "--epochs"):
+            assert a[a.index(flag) + 1] == b[b.index(flag) + 1]
+        assert a[a.index("--select") + 1] == "best" and "--anchor" not in a
+    evals = [argv for argv in argvs if argv[0] == "eval"]
+    assert len(evals) == 2 and all(sum(x == "--model" for x in a) == 2 for a in evals)
+
+
+@pytest.mark.parametrize("plan", ["synthetic", "other"])
+def test_the_search_tables_reproduce_the_committed_numbers(plan):
+    """The tables, from the committed per-slate files, equal those benchmarks/
+    search_best_input_cpu.py wrote (its results.json, where the teacher's row is 'teacher')."""
+    experiment = run.Experiment(EXPERIMENTS / f"search-best-input-{plan}.toml", {})
+    committed = json.loads((ROOT / experiment.out / "results.json").read_text())
+    tables = [s for s in experiment.sections if "rows" in s]
+    compared = 0
+    for section in tables:
+        for row in run.rows_of(section, "test"):
+            path = ROOT / run.fill(section["rows"], {**experiment.values, **row}, "test")
+            for name, entry in run.summary(section, path).items():
+                old = committed[row["test"]]["rows"][
+                    "teacher" if name.startswith("fusion:") else name]
+                for key, value in entry.items():
+                    if isinstance(value, dict):
+                        for part in ("mean", "low", "high"):
+                            assert value[part] == pytest.approx(old[key][part], abs=1e-12)
+                    else:
+                        assert value == pytest.approx(old[key], abs=1e-12)
+                    compared += 1
+    assert compared > 50
