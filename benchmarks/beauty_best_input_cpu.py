@@ -30,6 +30,7 @@ import argparse
 import json
 import math
 import platform
+import shlex
 import subprocess
 import sys
 import time
@@ -38,7 +39,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from machine import machine
-from search_dl19_cpu import fmt, interval, read_jsonl, spdrank, write_jsonl
+from run import interval
+from run import number as fmt
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "benchmarks" / "results" / "beauty-best-input-cpu"
@@ -58,6 +60,31 @@ METRICS = ("NDCG@10", "R@10", "MRR")
 #: popularity feature) and by the history's length in items.
 ITEM_SLICES = ((0, 5), (6, 20), (21, 10**9))
 HISTORY_SLICES = ((1, 3), (4, 7), (8, 10**9))
+
+
+def spdrank(*args: str | Path, dry_run: bool, log: list[str], done: Path | None = None) -> None:
+    """Run one ``spdrank`` command, recorded in ``log`` whether it runs or not: it runs unless
+    ``dry_run``, or ``done`` names an output an earlier run left (the step is reused)."""
+    line = shlex.join(["spdrank", *map(str, args)])
+    log.append(line.replace(f"{ROOT}/", ""))
+    reused = done is not None and done.exists()
+    print("= (done)" if reused else "+", log[-1], flush=True)
+    if not dry_run and not reused:
+        subprocess.run([str(Path(sys.executable).parent / "spdrank"), *map(str, args)],
+                       check=True, cwd=ROOT)
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    with path.open() as fh:
+        return [json.loads(line) for line in fh if line.strip()]
+
+
+def write_jsonl(path: Path, rows: list[dict[str, Any]]) -> None:
+    """``rows`` as JSONL, written whole or not at all."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_suffix(path.suffix + ".tmp")
+    partial.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
+    partial.replace(path)
 
 
 def paired(rows: dict[str, dict[str, Any]], a: str, b: str, metric: str,

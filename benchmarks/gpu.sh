@@ -44,24 +44,18 @@
 #    SmolLM2's likelihood teacher on the first $FID_TRAIN, each scored on all eval slates;
 #    then the lexical student fine-tuned on clicks with popularity and co-occurrence, against
 #    the three features alone;
-# 8. search, TREC DL19 (benchmarks/search_dl19_cpu.py, at CPU scale in
-#    benchmarks/results/search-dl19-cpu): the same 5-fold experiment with the students reading
-#    all layers of $SEARCH_BACKBONE (default the bundled SmolLM2), and, when $SEARCH_TEACHER_URL
-#    names an OpenAI-compatible server of a listwise LLM (a RankZephyr- or Qwen-style model on
-#    vLLM, $SEARCH_TEACHER_MODEL its name), that listwise teacher over the top 100 as the
-#    students' teacher. Needs the shared DL19 files (../shared/data/trec-dl19).
-# 9. search in one pass (benchmarks/search_onepass_cpu.py, at CPU scale in
-#    benchmarks/results/search-onepass-cpu): students reading all layers of $SEARCH_BACKBONE
-#    in one prefill of BM25's whole top 100, trained on DL22's queries labelled by the fusion
-#    teacher, scored on DL19 and DL21; and the same students with LoRA on their top 8 layers
-#    (--adapted), and one ranking by windows of 20 (--windowed). Needs ../shared/data/trec-dl19, -dl21 and -dl22.
+# 8. search (benchmarks/experiments/search-best-input-other.toml, at CPU scale in
+#    benchmarks/results/search-best-input-cpu): students reading every layer of
+#    $SEARCH_BACKBONE (default the bundled SmolLM2) in one prefill of BM25's whole top 100 with
+#    BM25's and dense's scores, trained on DL22's queries labelled by a fusion of dense and
+#    BM25, chosen on one test set (DL19, DL21) and scored on the other, against BM25, dense and
+#    the same recipe without the LLM. Needs ../shared/data/trec-dl19, -dl21 and -dl22.
 #
 # Settings, from the environment: BACKBONE (every step's LLM, default bundled; SEARCH_BACKBONE
-# for steps 8-9), DEVICE and DTYPE (cuda, bfloat16), and the sizes: TRAIN_SLATES (0: all), CANDIDATES, VALIDATION,
+# for step 8), DEVICE and DTYPE (cuda, bfloat16), and the sizes: TRAIN_SLATES (0: all), CANDIDATES, VALIDATION,
 # AR_N, REASONING_TOKENS, BATCH, POSITIONS, LORA_R, STEP_WARMUP, STEPS, LATENCY_N, LATENCY_SIZES, LATENCY_SLATES,
 # THROUGHPUT_BATCH, EVAL_LIMIT, FID_TRAIN, FID_EVAL_LIMIT, FID_BATCH, FID_EPOCHS, CLICKS_EPOCHS,
-# SEARCH_QUERIES (0: all), SEARCH_FOLDS, SEARCH_EPOCHS, ONEPASS_EPOCHS, ONEPASS_LORA_LAYERS,
-# ONEPASS_LORA_EPOCHS, LATENCY_QUERIES; SHARED, the folder of the TREC DL files. --smoke sets
+# SEARCH_EPOCHS; SHARED, the folder of the TREC DL files. --smoke sets
 # each to its toy value (and SLATES, the slates kept of each split) unless it is set. ONLY (step
 # names, space-separated) runs those steps alone, the others left for a later run: a
 # short run runs the steps that tell most first.
@@ -93,10 +87,7 @@ if [ "$SMOKE" = 1 ]; then
   LATENCY_SIZES=${LATENCY_SIZES:-4,8}; LATENCY_SLATES=${LATENCY_SLATES:-2}
   THROUGHPUT_BATCH=${THROUGHPUT_BATCH:-2}; EVAL_LIMIT=${EVAL_LIMIT:-4}
   FID_BATCH=${FID_BATCH:-4}; FID_EPOCHS=${FID_EPOCHS:-1}; CLICKS_EPOCHS=${CLICKS_EPOCHS:-1}
-  SEARCH_QUERIES=${SEARCH_QUERIES:-4}; SEARCH_FOLDS=${SEARCH_FOLDS:-2}
-  SEARCH_EPOCHS=${SEARCH_EPOCHS:-1}; ONEPASS_EPOCHS=${ONEPASS_EPOCHS:-1}
-  ONEPASS_LORA_LAYERS=${ONEPASS_LORA_LAYERS:-1}; ONEPASS_LORA_EPOCHS=${ONEPASS_LORA_EPOCHS:-1}
-  LATENCY_QUERIES=${LATENCY_QUERIES:-2}
+  SEARCH_EPOCHS=${SEARCH_EPOCHS:-1}
 fi
 DATA=${DATA:-data-out/beauty-uniform}
 WORK=${WORK:-runs/gpu-beauty}
@@ -113,10 +104,7 @@ LATENCY_SLATES=${LATENCY_SLATES:-100}; THROUGHPUT_BATCH=${THROUGHPUT_BATCH:-32}
 EVAL_LIMIT=${EVAL_LIMIT:-200}; FID_EVAL_LIMIT=${FID_EVAL_LIMIT:-1000}
 FID_BATCH=${FID_BATCH:-64}; FID_EPOCHS=${FID_EPOCHS:-8}; CLICKS_EPOCHS=${CLICKS_EPOCHS:-}
 SHARED=${SHARED:-../shared/data}
-SEARCH_BACKBONE=${SEARCH_BACKBONE:-$BACKBONE}; SEARCH_QUERIES=${SEARCH_QUERIES:-0}
-SEARCH_FOLDS=${SEARCH_FOLDS:-5}; SEARCH_EPOCHS=${SEARCH_EPOCHS:-8}
-ONEPASS_EPOCHS=${ONEPASS_EPOCHS:-20}; ONEPASS_LORA_LAYERS=${ONEPASS_LORA_LAYERS:-8}
-ONEPASS_LORA_EPOCHS=${ONEPASS_LORA_EPOCHS:-4}; LATENCY_QUERIES=${LATENCY_QUERIES:-8}
+SEARCH_BACKBONE=${SEARCH_BACKBONE:-$BACKBONE}; SEARCH_EPOCHS=${SEARCH_EPOCHS:-20}
 GPU=( --device "$DEVICE" --dtype "$DTYPE" )
 COOC=$WORK/cooccurrence
 
@@ -130,8 +118,7 @@ start_all=$SECONDS
 [ "$SMOKE" = 0 ] || smoke_backbone "$BACKBONE"
 gpu_estimate gpu.sh BACKBONE SEARCH_BACKBONE DTYPE CANDIDATES VALIDATION AR_N REASONING_TOKENS \
   TRAIN_SLATES BATCH POSITIONS PEERS LORA_R STEP_WARMUP STEPS LATENCY_N LATENCY_SIZES LATENCY_SLATES THROUGHPUT_BATCH EVAL_LIMIT FID_TRAIN \
-  FID_EVAL_LIMIT FID_BATCH FID_EPOCHS CLICKS_EPOCHS SEARCH_QUERIES SEARCH_FOLDS SEARCH_EPOCHS \
-  ONEPASS_EPOCHS ONEPASS_LORA_LAYERS ONEPASS_LORA_EPOCHS LATENCY_QUERIES SLATES BUDGET_S ONLY
+  FID_EVAL_LIMIT FID_BATCH FID_EPOCHS CLICKS_EPOCHS SEARCH_EPOCHS SLATES BUDGET_S ONLY
 
 # -- 1-2. slates and the co-occurrence teacher -------------------------------------------------
 step data "$DATA/manifest.json" \
@@ -255,30 +242,21 @@ step fidelity-bench-clicks "$OUT/fidelity-clicks/report.md" \
   "${GPU[@]}" --out "$OUT/fidelity-clicks" \
   --title "Against clicks: SmolLM2's words in place of the lexical feature" --no-progress
 
-# -- 8. search: TREC DL19 ----------------------------------------------------------------------
+# -- 8. search: students against dense retrieval, DL22 -> DL19, DL21 ---------------------------
 search_files=( "$SHARED"/trec-dl19/retrieve_results_dl19.json "$SHARED"/trec-dl21/retrieve_results_dl21.json
                "$SHARED"/trec-dl22/retrieve_results_dl22.json )
 if [ "$SMOKE" = 1 ] && [ "$DRY" = 0 ] && ! ls "${search_files[@]}" >/dev/null 2>&1; then
-  echo "== smoke: no TREC DL19/21/22 files under $SHARED (SHARED): the search steps 8 and 9 skipped"
+  echo "== smoke: no TREC DL19/21/22 files under $SHARED (SHARED): the search step skipped"
   SKIP_SEARCH=1
 fi
-SEARCH=( --backbone "$SEARCH_BACKBONE" --layers 0 "${GPU[@]}" --shared "$SHARED/trec-dl19"
-         --queries "$SEARCH_QUERIES" --folds "$SEARCH_FOLDS" --epochs "$SEARCH_EPOCHS"
-         --work "$WORK/search-dl19" --runs "$WORK/search-dl19/runs" --out "$OUT/search-dl19" )
-if [ -n "${SEARCH_TEACHER_URL:-}" ]; then
-  SEARCH+=( --listwise-url "$SEARCH_TEACHER_URL" --distil-from listwise )
-  [ -z "${SEARCH_TEACHER_MODEL:-}" ] || SEARCH+=( --listwise-model "$SEARCH_TEACHER_MODEL" )
-fi
 if [ -z "${SKIP_SEARCH:-}" ]; then
-step search-dl19 "$OUT/search-dl19/report.md" "$BIN/python" benchmarks/search_dl19_cpu.py "${SEARCH[@]}"
-
-# -- 9. search in one pass: DL22 -> DL19, DL21 ----------------------------------------------
-step search-onepass "$OUT/search-onepass/report.md" "$BIN/python" benchmarks/search_onepass_cpu.py \
-  --backbone "$SEARCH_BACKBONE" --layers 0 "${GPU[@]}" --shared "$SHARED" \
-  --queries "$SEARCH_QUERIES" --epochs "$ONEPASS_EPOCHS" --latency-queries "$LATENCY_QUERIES" \
-  --adapted matched+lora,anchored+bm25+lora --lora-layers "$ONEPASS_LORA_LAYERS" \
-  --lora-epochs "$ONEPASS_LORA_EPOCHS" --windowed anchored+bm25 \
-  --work "$WORK/search-onepass" --runs "$WORK/search-onepass/runs" --out "$OUT/search-onepass"
+  SEARCH_DATA=$SHARED
+  if [ "$SMOKE" = 1 ]; then SEARCH_DATA=$SMOKE_DIR/trec; smoke_trec "$SHARED" "$SEARCH_DATA"; fi
+  step search "$OUT/search/report.md" "$BIN/python" benchmarks/run.py \
+    benchmarks/experiments/search-best-input-other.toml --set "shared=$SEARCH_DATA" \
+    --set "backbone=$SEARCH_BACKBONE" --set "layers=[]" --set "device=$DEVICE" \
+    --set "dtype=$DTYPE" --set "epochs=$SEARCH_EPOCHS" --set "work=$WORK/search" \
+    --set "runs=$WORK/search/runs" --out "$OUT/search" --load "the GPU run's steps, one at a time"
 fi
 [ "$DRY" = 0 ] || exit 0
 
@@ -307,8 +285,7 @@ EOF
   echo "- [next to the autoregressive teachers](teachers/report.md)"
   echo "- fidelity, students reading only SmolLM2's states: [lexical teacher](fidelity-lexical/report.md), [likelihood teacher](fidelity-likelihood/report.md)"
   echo "- against clicks, SmolLM2's words in place of the lexical feature: [report](fidelity-clicks/report.md)"
-  echo "- search, TREC DL19 reranked by 5-fold cross-validated students: [report](search-dl19/report.md)"
-  echo "- search in one pass, trained on DL22, scored on DL19 and DL21: [report](search-onepass/report.md)"
+  echo "- search: students reading every layer against dense retrieval, trained on DL22, scored on DL19 and DL21: [report](search/report.md)"
   echo
   echo "Step timings (seconds, every run of this script):"
   echo

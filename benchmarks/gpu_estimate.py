@@ -475,9 +475,8 @@ GPU_DEFAULTS: dict[str, str] = {
     "LATENCY_N": "50", "LATENCY_SIZES": "20,50,150",
     "LATENCY_SLATES": "100", "THROUGHPUT_BATCH": "32", "EVAL_LIMIT": "200",
     "FID_TRAIN": "4096", "FID_EVAL_LIMIT": "1000", "FID_BATCH": "64", "FID_EPOCHS": "8",
-    "CLICKS_EPOCHS": "", "SEARCH_QUERIES": "0", "SEARCH_FOLDS": "5", "SEARCH_EPOCHS": "8",
-    "ONEPASS_EPOCHS": "20", "ONEPASS_LORA_LAYERS": "8", "ONEPASS_LORA_EPOCHS": "4",
-    "LATENCY_QUERIES": "8", "SLATES": "0", "TRAIN_SLATES": "0", "SKIP_SEARCH": "", "BUDGET_S": "",
+    "CLICKS_EPOCHS": "", "SEARCH_EPOCHS": "20", "SLATES": "0", "TRAIN_SLATES": "0",
+    "SKIP_SEARCH": "", "BUDGET_S": "",
     "ONLY": "",
 }
 #: gpu_latency.sh's.
@@ -568,28 +567,17 @@ def gpu_steps(s: dict[str, str], shape_of: Any) -> list[Step]:
         "cached states"))
     steps.append(Step("fidelity-bench-clicks", bb, [Work("quality", eval_n, tokens)], f"{eval_n} slates"))
     if not s["SKIP_SEARCH"]:
+        # benchmarks/experiments/search-best-input-other.toml: two LLM students, each chosen
+        # on one test set's queries and scored on the other's, over every layer's frozen states.
         sb = shape_of(s["SEARCH_BACKBONE"] or s["BACKBONE"])
-        q = int(s["SEARCH_QUERIES"]) or DL19
-        q19, q21, q22 = (min(x, int(s["SEARCH_QUERIES"]) or x) for x in (DL19, DL21, DL22))
-        window, full = search_tokens(20), search_tokens(100)
-        passage = SEARCH_PER_PASSAGE + 30  # a passage scored with the query after it
-        steps.append(Step("search-dl19", sb, [
-            Work("query-likelihood", q, 100 * passage, batch=1, logits=100 * 20, lm_head=True),
-            Work("listwise top 20", q, window + TEACHER_EXTRA, new_tokens=ANSWER_PER_CANDIDATE * 20, lm_head=True),
-            Work("window cache", q * 15, window, batch=16),
-            Work("heads", int(s["SEARCH_FOLDS"]) * int(s["SEARCH_EPOCHS"]) * q * 15, window, batch=16, backbone=False),
-            Work("windowed ranking", 2 * q * 9, window),
-        ], f"{q} queries, windows of 20"))
-        lora_layers = int(s["ONEPASS_LORA_LAYERS"])
-        tests = q19 + q21
-        steps.append(Step("search-onepass", sb, [
-            Work("state cache", q22 + tests, full, batch=1),
-            Work("LoRA top layers", 2 * int(s["ONEPASS_LORA_EPOCHS"]) * q22, full, train=True, adapted=lora_layers),
-            Work("LoRA students ranked", 2 * tests, full),
-            Work("window cache", q22 * 15 + tests * 9, window, batch=16),
-            Work("heads", 6 * int(s["ONEPASS_EPOCHS"]) * q22, full, batch=8, backbone=False),
-            Work("latency", 6 * int(s["LATENCY_QUERIES"]), full),
-        ], f"{q22} + {tests} queries, top 100 in one pass ({full} tokens)"))
+        cut = int(s["SLATES"])
+        q19, q21, q22 = (min(x, cut or x) for x in (DL19, DL21, DL22))
+        full, epochs = search_tokens(100), int(s["SEARCH_EPOCHS"])
+        steps.append(Step("search", sb, [
+            Work("state caches", 2 * q22 + q19 + q21, full, batch=1),
+            Work("heads", 2 * epochs * q22, full, batch=8, backbone=False),
+            Work("students ranked", q19 + q21, full),
+        ], f"{q22} training + {q19 + q21} test queries, top 100 in one pass ({full} tokens)"))
     return steps
 
 

@@ -72,6 +72,24 @@ smoke_cut() {
   done
 }
 
+# smoke_trec FROM TO: with --smoke, the TREC DL folders of FROM in TO, each retrieve-results
+# file cut to its first $SLATES queries (the judgements copied whole).
+smoke_trec() {
+  if [ "$DRY" = 1 ]; then echo "# smoke: the first $SLATES queries of each TREC DL file of $1 in $2"; return 0; fi
+  "$BIN/python" - "$1" "$2" "$SLATES" <<'EOF'
+import json, shutil, sys
+from pathlib import Path
+source, target, keep = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3])
+for path in source.glob("trec-dl*/*"):
+    out = target / path.relative_to(source)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    if path.name.startswith("retrieve_results") and path.suffix == ".json":
+        out.write_text(json.dumps(json.loads(path.read_text())[:keep]))
+    elif path.is_file():
+        shutil.copyfile(path, out)
+EOF
+}
+
 # gpu_estimate SCRIPT NAME...: benchmarks/gpu_estimate.py's table of what each step of SCRIPT
 # (gpu.sh, gpu_latency.sh) will cost on $ESTIMATE_DEVICE (default h200), with the settings named
 # by NAME... as they stand; a step that will not fit the device's memory (or that alone

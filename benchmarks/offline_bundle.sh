@@ -195,7 +195,7 @@ run() {
   # top 100 (DL22 -> DL19, DL21). ONLY= (empty) runs every step; TRAIN_SLATES=0 AR_N=24 are the
   # paper's sizes, for a host without a time limit.
   export TRAIN_SLATES=${TRAIN_SLATES:-4096} AR_N=${AR_N:-8}
-  export ONLY=${ONLY-data cooccurrence-train cooccurrence-eval train-step step-latency train-attn bench-all search-onepass}
+  export ONLY=${ONLY-data cooccurrence-train cooccurrence-eval train-step step-latency train-attn bench-all search}
   [ ! -d "$BUNDLE/shared" ] || export SHARED=${SHARED:-$(realpath "$BUNDLE/shared")}
   local limit=${TIME_LIMIT_S:-600} margin=${MARGIN_S:-60} cut rc=0
   [ -e "$SITE/.backbone" ] || { echo "== bundle: the backbone is not installed yet: no run"; return 0; }

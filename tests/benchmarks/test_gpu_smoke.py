@@ -21,15 +21,18 @@ from tests.helpers import ROOT
 SIZE_FLAGS = frozenset({
     "--candidates", "--validation", "--limit", "--max-new-tokens", "--batch-size",
     "--positions", "--lora-r", "--lora-alpha", "--latency-sizes", "--latency-slates",
-    "--latency-batch", "--eval-limit", "--epochs", "--folds", "--queries", "--latency-queries",
-    "--lora-epochs", "--lora-layers", "--warmup", "--steps", "--title",
+    "--latency-batch", "--eval-limit", "--epochs", "--warmup", "--steps", "--title",
 })
+#: The same for an experiment's settings (``benchmarks/run.py --set NAME=VALUE``).
+SIZE_SETTINGS = frozenset({"epochs"})
 #: Where the smoke run writes (both runs are given the same data, work and output folders).
 SMOKE_DIR = "/smoke"
-#: What the smoke run's backbones stand for in the real run, in the order they are replaced.
+#: What the smoke run's backbones and cut data stand for in the real run, in the order they
+#: are replaced.
 BACKBONES = (
     (f"config:{SMOKE_DIR}/tiny-qwen3", "config:benchmarks/configs/qwen3-0.6b.json"),
     (f"{SMOKE_DIR}/tiny-qwen3", "bundled"),
+    (f"shared={SMOKE_DIR}/trec", "shared=/shared"),
 )
 
 
@@ -49,14 +52,15 @@ def dry_run(script: str, smoke: bool) -> list[list[str]]:
 
 def normalised(argv: list[str]) -> list[str]:
     """``argv`` with every size replaced by ``N``, the device by ``DEVICE`` and the smoke
-    run's backbones by the real run's."""
+    run's backbones and data by the real run's."""
     out = []
     for i, arg in enumerate(argv):
         before = argv[i - 1] if i else ""
-        if before in SIZE_FLAGS:
-            arg = "N"
-        elif before == "--device":
-            arg = "DEVICE"
+        name = arg.partition("=")[0] if before == "--set" else None
+        if before in SIZE_FLAGS or name in SIZE_SETTINGS:
+            arg = "N" if name is None else f"{name}=N"
+        elif before == "--device" or name == "device":
+            arg = "DEVICE" if name is None else "device=DEVICE"
         for smoke, real in BACKBONES:
             arg = arg.replace(smoke, real)
         out.append(re.sub(r"eval-ar\d+", "eval-arN", arg))  # the AR slates' file names their count
@@ -135,12 +139,12 @@ def test_gpu_smoke_runs_every_step(tmp_path):
     report = (tmp_path / "smoke" / "out" / "report.md").read_text()
     assert "**smoke run**" in report and "tiny-qwen3" in report
     if all(path.is_file() for path in SEARCH_FILES):
-        assert steps_run(tmp_path) == [*GPU_STEPS, "search-dl19", "search-onepass"]
-        for step in ("search-dl19", "search-onepass"):
-            assert (tmp_path / "smoke" / "out" / step / "report.md").is_file()
+        assert steps_run(tmp_path) == [*GPU_STEPS, "search"]
+        report = (tmp_path / "smoke" / "out" / "search" / "report.md").read_text()
+        assert "--set 'layers=[]'" in report and "## DL19 (8 queries" in report
     else:  # a clone without the shared files: the search steps are skipped, and said to be
         assert steps_run(tmp_path) == GPU_STEPS
-        assert "the search steps 8 and 9 skipped" in done.stdout
+        assert "the search step skipped" in done.stdout
 
 
 def test_a_run_of_some_steps_passes_over_the_others(tmp_path):
@@ -149,7 +153,7 @@ def test_a_run_of_some_steps_passes_over_the_others(tmp_path):
     done = run_smoke("gpu.sh", tmp_path, timeout=600, ONLY="data")
     assert steps_run(tmp_path) == ["data"]
     assert "== data-features: not in ONLY, left for a later run" in done.stdout
-    assert "== search-onepass: not in ONLY" in done.stdout or "search steps 8 and 9 skipped" in done.stdout
+    assert "== search: not in ONLY" in done.stdout or "the search step skipped" in done.stdout
 
 
 @pytest.mark.slow  # every step of the latency run: a minute on 2 cores
