@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import random
-import shlex
 import subprocess
 from pathlib import Path
 
@@ -23,7 +22,7 @@ from spdrank.eval.evaluate import evaluate
 from spdrank.eval.metrics import is_valid_permutation
 from spdrank.methods.spd.decode import DECODERS
 from spdrank.model.ranker import SPDRanker
-from tests.helpers import ROOT, dry_run_commands, load_benchmark, make_slate, tiny_config
+from tests.helpers import ROOT, dry_run_commands, make_slate, tiny_config
 
 TEACHER_MS = [100.0, 300.0, 500.0, 700.0, 900.0, 5000.0]  # median 600, mean 1250
 
@@ -416,110 +415,3 @@ def test_overhead_script_times_the_floor_checkpoint_it_is_asked_for(monkeypatch)
     refused = subprocess.run(["bash", str(ROOT / "benchmarks" / "overhead_cpu.sh"), "--dry-run"],
                              check=False, capture_output=True, text=True, timeout=60)
     assert refused.returncode == 2 and "unknown checkpoint nonesuch" in refused.stderr
-
-
-def test_cpu_bf16_script_benches_one_checkpoint_in_both_dtypes():
-    """benchmarks/cpu_bf16.sh: two bench commands that parse, alike but for --dtype and --out."""
-    commands = dry_run_commands("cpu_bf16.sh")
-    parser = spdrank.commands.cli.build_parser()
-    parsed = [vars(parser.parse_args(argv[1:])) for argv in commands]
-    assert [p["dtype"] for p in parsed] == ["float32", "bfloat16"]
-    differ = {k for k in parsed[0] if parsed[0][k] != parsed[1][k]}
-    assert differ == {"dtype", "out", "title"}
-
-
-# -- benchmarks/quality_beauty_cpu.py ----------------------------------------------------------
-
-
-def test_quality_driver_dry_run_commands_parse(capsys, monkeypatch):
-    """The issue-9 driver's rows: every command it would run parses with the real CLI; each
-    frozen backbone setting gets its own state cache, LoRA rows none, and a history length
-    other than 10 its own build."""
-    module = load_benchmark("quality_beauty_cpu", monkeypatch)
-    monkeypatch.chdir(ROOT)  # main() moves to the repository root: undone after the test
-    assert module.main(["--negatives", "uniform", "--llm-negatives", "uniform", "--dry-run"]) == 0
-    lines = [line for line in capsys.readouterr().out.splitlines()
-             if line.startswith(".venv/bin/spdrank ")]
-    assert len(lines) > 40
-    parser = spdrank.commands.cli.build_parser()
-    trains = {}
-    for line in lines:
-        argv = shlex.split(line)
-        if "<the best candidate's" in argv:  # a dry run cannot know the winner: a placeholder
-            argv = argv[: argv.index("<the best candidate's")] + argv[argv.index(">") + 1:]
-        args = parser.parse_args(argv[1:])
-        if argv[1] == "train":
-            trains[args.out.split("/")[-1]] = args
-    caches = {name: args.cache_states for name, args in trains.items()}
-    assert caches["llm-L2+title__best__2k"].endswith("/states-L2-t12")
-    assert caches["llm-L6+title__best__2k"].endswith("/states-L6-t12")
-    assert caches["llm-L2+title__best__2k__t24"].endswith("/states-L2-t24")
-    qv = trains["lora-L2-r16-qv+title__best__2k"]
-    assert qv.cache_states is None and not qv.frozen and qv.lora_modules == "q_proj,v_proj"
-    assert trains["features+title__best__h5"].slates.startswith(
-        "runs/quality-uniform/cooccurrence-h5/"
-    )
-    assert any("--history 5" in line and "data-out/v-uniform-h5" in line for line in lines)
-    for bad in (["--only", "nope"], ["--skip", "nope"]):
-        with pytest.raises(SystemExit):
-            module.main(["--dry-run", *bad])
-
-
-def test_quality_driver_merges_concurrent_evaluations(tmp_path, monkeypatch):
-    """Two drivers scoring different rows on the same split at once: the one finishing second
-    merges into the file as the first left it, so neither row is lost and none is re-scored."""
-    module = load_benchmark("quality_beauty_cpu", monkeypatch)
-    monkeypatch.chdir(tmp_path)
-    first, second = module.Experiment("uniform", dry=False), module.Experiment("uniform", dry=False)
-    first.work.mkdir(parents=True)
-    row_a, row_b = module.Config("a/row", "a"), module.Config("b/row", "b")
-    scored: list[str] = []
-
-    def fake_eval(cmd, log, dry):  # stands in for `spdrank eval`: one metric per --model
-        names = [cmd[i + 1].split("=")[0] for i, arg in enumerate(cmd) if arg == "--model"]
-        scored.extend(names)
-        if names == ["a:row"]:  # while the first driver evaluates, the second finishes
-            second.evaluate("eval", [row_b])
-        rankers = {"popularity": {"auc": 0.6}} | {name: {"auc": 0.7} for name in names}
-        part = Path(cmd[cmd.index("--json") + 1])
-        part.write_text(json.dumps({"rankers": rankers, "meta": {"models": names}}))
-
-    monkeypatch.setattr(module, "run", fake_eval)
-    merged = first.evaluate("eval", [row_a])
-    assert set(merged["rankers"]) == {"popularity", "a:row", "b:row"}
-    assert merged == json.loads((first.work / "eval-models.json").read_text())
-    assert len(merged["parts"]) == 2 and not list(first.work.glob("*.part*"))
-    assert first.evaluate("eval", [row_a, row_b]) == merged and scored == ["a:row", "b:row"]
-
-
-def test_fidelity_driver_dry_run_commands_parse(capsys, monkeypatch):
-    """benchmarks/fidelity_beauty_cpu.py: every command it would run parses with the real CLI;
-    each row reads the state cache of its backbone setting, and features-only rows none."""
-    module = load_benchmark("fidelity_beauty_cpu", monkeypatch)
-    monkeypatch.setattr(module, "WORK", Path("/nonexistent/work"))
-    monkeypatch.setattr(module, "DATA", Path("/nonexistent/data"))
-    assert module.main(["--dry-run"]) == 0
-    commands = [shlex.split(line) for line in capsys.readouterr().out.splitlines()
-                if line.startswith(".venv/bin/spdrank ")]
-    parser = spdrank.commands.cli.build_parser()
-    for argv in commands:
-        parser.parse_args(argv[1:])
-    trains = [argv for argv in commands if argv[1] == "train"]
-    assert len(trains) == len(module.rows())
-    teachers = [argv for argv in commands if argv[1] == "teacher"]
-    assert {argv[argv.index("--backend") + 1] for argv in teachers} == {
-        "ranker:title_similarity", "likelihood", "hf"}
-    assert any("--constrained" in argv for argv in teachers)
-    assert [argv for argv in commands if argv[1] == "bench"], "the teachers' table"
-    for row, argv in zip(module.rows(), trains):
-        if row.lora:  # LoRA changes the states at every step: a live prefill, nothing cached
-            assert argv[argv.index("--lora-r") + 1] == str(row.lora)
-            assert "--cache-states" not in argv and "--frozen" not in argv
-        elif row.reads_states():
-            assert argv[argv.index("--cache-states") + 1] == str(row.states())
-            assert "--frozen" in argv
-        else:
-            assert "--cache-states" not in argv and "--frozen" not in argv
-    assert any(row.lora for row in module.rows())
-    with pytest.raises(SystemExit):
-        module.main(["--dry-run", "--only", "no/such/row"])
