@@ -46,7 +46,7 @@ test: $(STAMP) $(LLAMA_STAMP)
 # The inner loop while developing: lint, then the tests that load no real model weights and
 # build or launch no server (the markers are described in pyproject.toml), spread over one
 # worker per core (pytest-xdist), each on one torch thread so the workers do not contend for
-# the cores. `make test` runs them all, in one process.
+# the cores. `make test` runs them all.
 check: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks
 	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -n auto -m "not slow and not bigfile and not multiprocess"
