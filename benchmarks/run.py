@@ -58,7 +58,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import tomllib
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10, which spdrank supports: tomli is tomllib's backport
+    import tomli as tomllib
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from machine import machine
