@@ -284,7 +284,7 @@ class TrainingSettings:
         --num-processes`` before launching them).
 
         The checks live here rather than in ``__post_init__`` because a TrainConfig is also
-        rebuilt from a run's saved ``train.json`` (``benchmarks/bench_beauty_cpu.sh``, the
+        rebuilt from a run's saved ``train.json`` (to read a run's settings back, and in the
         tests): a record must load even when a later version refuses one of its settings, so
         that the refusal is reported by the run that uses it. The checks that need the data
         or the model (a slate larger than ``positions``, a frozen head with nothing to train)
@@ -555,8 +555,8 @@ class TrainConfig(*method_records(), TrainingSettings):  # type: ignore[misc]
     field per setting: ``spdrank train`` generates a flag from each field, its help and choices
     from the field's :func:`~spdrank.core.flags.setting` (:mod:`spdrank.commands.train`), a
     run saves them as one flat record (``config`` in ``train.json`` and in the resumable
-    state, which a rerun compares to resume), and a run's command is rebuilt from that record
-    (as ``benchmarks/bench_beauty_cpu.sh`` does). The nested settings of the model it trains
+    state, which a rerun compares to resume), and a run's settings can be read back from that
+    record. The nested settings of the model it trains
     (backbone, head, prompt, features) are built from these by :meth:`model_config`; the
     head's method reads its own fields from it
     (:meth:`~spdrank.methods.base.MethodSettings.of`).
