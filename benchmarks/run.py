@@ -19,6 +19,7 @@ The file:
     [settings]                       # the names the templates read, in order; --set overrides
     work = "data-out/NAME"           # a setting may read the settings above it: "{work}/runs"
     extra = []                       # a list: arguments, --set extra='["--flag", "value"]'
+                                     # ("{extra}" in a command splices it in)
 
     [[step]]                         # a command, or one per row of `for`
     for = {set = ["dl19", "dl21"]}   # rows: the product of these lists, or a list of tables
@@ -74,15 +75,32 @@ class ExperimentError(ValueError):
     """An experiment file that cannot be run: names the file and the place in it."""
 
 
+def named_list(item: Any, values: Values) -> list[Any] | None:
+    """The list an item names when it is exactly ``{name}`` of a list, else None."""
+    if isinstance(item, str) and item.startswith("{") and item.endswith("}"):
+        found = values.get(item[1:-1])
+        return found if isinstance(found, list) else None
+    return None
+
+
 def fill(template: Any, values: Values, where: str) -> Any:
     """``template`` with its ``{name}`` fields filled from ``values``; lists and tables
-    member by member, an argument that is exactly ``{name}`` of a list spliced in."""
+    member by member. In a list, an item that is exactly ``{name}`` of a list is spliced in
+    (itself filled, so a list may name others), and ``{each = "NAME", as = "X", args = [...]}``
+    gives ``args`` once for each member of the list NAME, ``{X}`` that member."""
     if isinstance(template, list):
         out: list[Any] = []
         for item in template:
-            name = item[1:-1] if isinstance(item, str) and item.startswith("{") else None
-            if name and item.endswith("}") and isinstance(values.get(name), list):
-                out += [str(fill(x, values, where)) for x in values[name]]
+            spliced = named_list(item, values)
+            if spliced is not None:
+                out += fill(spliced, values, where)
+            elif isinstance(item, dict) and "each" in item:
+                members = named_list(f"{{{item['each']}}}", values)
+                if members is None or not isinstance(item.get("args"), list):
+                    raise ExperimentError(f"{where}: 'each' names a list setting and 'args' "
+                                          f"is a list: {item!r}")
+                for member in members:
+                    out += fill(item["args"], {**values, item.get("as", "item"): member}, where)
             else:
                 out.append(fill(item, values, where))
         return out
@@ -90,6 +108,9 @@ def fill(template: Any, values: Values, where: str) -> Any:
         return {key: fill(value, values, where) for key, value in template.items()}
     if not isinstance(template, str):
         return template
+    named = named_list(template, values)
+    if named is not None:  # a row's or a table's "{name}" of a list is that list
+        return fill(named, values, where)
     try:
         return template.format_map(values)
     except (KeyError, IndexError, AttributeError, ValueError) as err:
@@ -97,19 +118,25 @@ def fill(template: Any, values: Values, where: str) -> Any:
                               f"there: {', '.join(sorted(values))})") from None
 
 
-def rows_of(section: Values, where: str) -> Iterator[Values]:
-    """The rows of a section's ``for``: the product of a table of lists, a list of tables as
-    given, or one empty row when there is no ``for``."""
+def rows_of(section: Values, values: Values, where: str) -> Iterator[Values]:
+    """The rows of a section's ``for``: the product of a table of lists (each a list, or the
+    ``{name}`` of a list setting), a list of tables as given, or one empty row when there is
+    no ``for``."""
     matrix = section.get("for")
     if matrix is None:
         yield {}
-    elif isinstance(matrix, list) and all(isinstance(row, dict) for row in matrix):
+        return
+    if isinstance(matrix, list) and all(isinstance(row, dict) for row in matrix):
         yield from matrix
-    elif isinstance(matrix, dict) and all(isinstance(v, list) for v in matrix.values()):
-        for combo in itertools.product(*matrix.values()):
-            yield dict(zip(matrix, combo, strict=True))
-    else:
-        raise ExperimentError(f"{where}: 'for' is a table of lists or a list of tables")
+        return
+    if isinstance(matrix, dict):
+        lists = {k: v if isinstance(v, list) else named_list(v, values) for k, v in matrix.items()}
+        if all(v is not None for v in lists.values()):
+            for combo in itertools.product(*lists.values()):
+                yield dict(zip(lists, combo, strict=True))
+            return
+    raise ExperimentError(f"{where}: 'for' is a table of lists (or of list settings' "
+                          "{names}) or a list of tables")
 
 
 def overridden(name: str, default: Any, text: str) -> Any:
@@ -177,7 +204,9 @@ class Experiment:
         for name, value in settings.items():
             if name in overrides:
                 value = overridden(name, value, overrides[name])
-            self.values[name] = fill(value, self.values, f"{path}: settings.{name}")
+            # A list is filled where it is spliced, so it may name what a row gives.
+            self.values[name] = (value if isinstance(value, list)
+                                 else fill(value, self.values, f"{path}: settings.{name}"))
         self.overrides = overrides
         self.title: str = fill(spec["title"], self.values, f"{path}: title")
         self.out = out or Path(fill(spec["out"], self.values, f"{path}: out"))
@@ -193,8 +222,8 @@ class Experiment:
             where = f"{self.path}: step {i}"
             if not isinstance(step.get("run"), list) or not step["run"]:
                 raise ExperimentError(f"{where}: needs 'run', a command as a list of strings")
-            for row in rows_of(step, where):
-                values = {**self.values, **row}
+            for row in rows_of(step, self.values, where):
+                values = {**self.values, **fill(row, self.values, where)}
                 stdout = step.get("stdout")
                 stdout = ROOT / fill(stdout, values, where) if stdout else None
                 done = step.get("done")
@@ -366,8 +395,9 @@ def report_sections(experiment: Experiment) -> tuple[list[str], list[Values]]:
         kinds = [key for key in SECTIONS if key in section]
         if len(kinds) != 1:
             raise ExperimentError(f"{where}: a section has one of {', '.join(SECTIONS)}")
-        for row in rows_of(section, where):
-            text, data = SECTIONS[kinds[0]](section, {**experiment.values, **row}, where)
+        for row in rows_of(section, experiment.values, where):
+            values = {**experiment.values, **fill(row, experiment.values, where)}
+            text, data = SECTIONS[kinds[0]](section, values, where)
             lines += ["", *text]
             found.append(data)
     return lines, found

@@ -206,7 +206,7 @@ def test_the_search_tables_reproduce_the_committed_numbers(plan):
     tables = [s for s in experiment.sections if "rows" in s]
     compared = 0
     for section in tables:
-        for row in run.rows_of(section, "test"):
+        for row in run.rows_of(section, experiment.values, "test"):
             path = ROOT / run.fill(section["rows"], {**experiment.values, **row}, "test")
             rows = committed_rows(committed, row["test"])
             for name, entry in run.summary(section, path).items():
