@@ -204,8 +204,10 @@ class Experiment:
         for name, value in settings.items():
             if name in overrides:
                 value = overridden(name, value, overrides[name])
-            # A list is filled where it is spliced, so it may name what a row gives.
-            self.values[name] = (value if isinstance(value, list)
+            # A list (or another list's "{name}") is filled where it is spliced, so it may
+            # name what a row gives.
+            named = named_list(value, self.values)
+            self.values[name] = (value if isinstance(value, list) else named if named is not None
                                  else fill(value, self.values, f"{path}: settings.{name}"))
         self.overrides = overrides
         self.title: str = fill(spec["title"], self.values, f"{path}: title")

@@ -143,6 +143,31 @@ def test_a_dry_run_prints_the_commands_and_runs_nothing(tmp_path, capsys):
     assert not (tmp_path / "calls.txt").exists() and not (tmp_path / "out").exists()
 
 
+def test_list_settings_splice_into_commands_and_rows(tmp_path, capsys):
+    """A list setting is spliced where a command names it, filled there (so a row may pick
+    which flags), gives a 'for' its members, and gives 'each' one group of arguments per
+    member; --set replaces it with a TOML list."""
+    path = tmp_path / "lists.toml"
+    path.write_text(f"""
+title = "t"
+out = "{tmp_path}/out"
+[settings]
+sizes = ["1", "2"]
+small = ["--small", "{{size}}"]
+flags = "{{small}}"
+[[step]]
+for = {{size = "{{sizes}}"}}
+run = ["python", "-c", "pass", "{{flags}}", {{each = "sizes", as = "s", args = ["--all", "{{s}}"]}}]
+""")
+    assert run.main([str(path), "--dry-run"]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "+ python -c pass --small 1 --all 1 --all 2", "+ python -c pass --small 2 --all 1 --all 2"]
+    assert run.main([str(path), "--dry-run", "--set", 'sizes=["7"]']) == 0
+    assert capsys.readouterr().out.splitlines() == ["+ python -c pass --small 7 --all 7"]
+    assert run.main([str(path), "--dry-run", "--set", "sizes=7"]) == 2
+    assert "--set sizes: a list of arguments" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize(("args", "extra", "says"), [
     (["--set", "nothing=1"], "", "--set nothing: "),
     (["--set", "scale"], "", "NAME=VALUE"),
