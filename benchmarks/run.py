@@ -22,9 +22,11 @@ The file:
                                      # ("{extra}" in a command splices it in)
 
     [[step]]                         # a command, or one per row of `for`
-    for = {set = ["dl19", "dl21"]}   # rows: the product of these lists, or a list of tables
+    for = {set = ["dl19", "dl21"]}   # rows: the product of these lists (or of list settings,
+                                     # "{name}"), or a list of tables
     run = ["spdrank", "data", "search", "--out", "{work}/{set}.jsonl"]
     done = "{work}/{set}.jsonl"      # the output whose presence marks the step done
+    stdout = "{out}/table.txt"       # where the command's printout goes (and done, if unset)
 
     [[section]]                      # a table: a row per ranker of an eval's --per-slate file
     title = "{test} ({queries} queries)"
@@ -37,11 +39,15 @@ The file:
     title = "What training chose"
     facts = [{label = "student", file = "{work}/run/train.json", text = "{verdict}"}]
 
+    [[section]]                      # a file a command wrote: text in a code block
+    text = "{out}/table.txt"         # (markdown = "...": inline)
+
 Every string is a Python format string over the settings, ``out`` and the row of ``for``
 (``{anchor[name]}`` reads into a JSON object; a ``.jsonl`` file's first line is read). An
-argument that is exactly ``{name}`` of a list is spliced in, so a row of ``for`` can carry
-flags. ``spdrank`` and ``python`` run from this interpreter's environment; commands run from
-the repository, where relative paths start.
+argument that is exactly ``{name}`` of a list is spliced in, filled there, so a row of ``for``
+can carry flags or a whole command; ``{each = "NAME", as = "X", args = [...]}`` in a command
+gives ``args`` once per member X of the list NAME. ``spdrank`` and ``python`` run from this
+interpreter's environment; commands run from the repository, where relative paths start.
 """
 
 from __future__ import annotations
