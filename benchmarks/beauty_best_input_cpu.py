@@ -39,7 +39,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from machine import machine
-from run import interval
+from run import Command, execute, interval
 from run import number as fmt
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -70,8 +70,7 @@ def spdrank(*args: str | Path, dry_run: bool, log: list[str], done: Path | None 
     reused = done is not None and done.exists()
     print("= (done)" if reused else "+", log[-1], flush=True)
     if not dry_run and not reused:
-        subprocess.run([str(Path(sys.executable).parent / "spdrank"), *map(str, args)],
-                       check=True, cwd=ROOT)
+        execute(Command(["spdrank", *map(str, args)], done=None, stdout=None))
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:

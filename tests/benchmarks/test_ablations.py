@@ -13,13 +13,14 @@ import pytest
 
 import spdrank.commands.cli
 from spdrank.core.slates import write_slates
-from tests.benchmarks.test_run import EXPERIMENTS, run
-from tests.helpers import make_slate
+from tests.helpers import ROOT, make_slate
+
+EXPERIMENTS = ROOT / "benchmarks" / "experiments"
 
 ABLATIONS = ("signal", "heads", "decoders", "depth")
 
 
-def dry_run(name: str, capsys, *sets: str) -> list[list[str]]:
+def dry_run(run, name: str, capsys, *sets: str) -> list[list[str]]:
     """The spdrank commands (argv, without the program) the ablation would run."""
     capsys.readouterr()
     args = [x for s in sets for x in ("--set", s)]
@@ -50,8 +51,8 @@ def without(argv: list[str], *names: str) -> list[str]:
 
 
 @pytest.mark.parametrize("name", ABLATIONS)
-def test_every_command_parses_and_the_bench_evaluates_what_was_trained(name, capsys):
-    commands = dry_run(name, capsys)
+def test_every_command_parses_and_the_bench_evaluates_what_was_trained(name, capsys, run):
+    commands = dry_run(run, name, capsys)
     parser = spdrank.commands.cli.build_parser()
     for argv in commands:
         parser.parse_args(argv)  # exits (fails the test) on an unknown flag or a bad value
@@ -70,8 +71,8 @@ def test_every_command_parses_and_the_bench_evaluates_what_was_trained(name, cap
         assert (flag(argv, "--device"), flag(argv, "--dtype")) == ("cpu", "float32")
 
 
-def trains(name: str, capsys, *sets: str) -> list[list[str]]:
-    return [a for a in dry_run(name, capsys, *sets) if a[0] == "train"]
+def trains(run, name: str, capsys, *sets: str) -> list[list[str]]:
+    return [a for a in dry_run(run, name, capsys, *sets) if a[0] == "train"]
 
 
 def only_differ_in(commands: list[list[str]], *names: str) -> None:
@@ -80,45 +81,45 @@ def only_differ_in(commands: list[list[str]], *names: str) -> None:
     assert len(rest) == 1, rest
 
 
-def test_each_ablation_varies_only_what_it_names(capsys):
-    signal = trains("signal", capsys)
+def test_each_ablation_varies_only_what_it_names(capsys, run):
+    signal = trains(run, "signal", capsys)
     only_differ_in(signal, "--target", "--frozen", "--lora-r", "--lora-alpha")
     assert {(flag(a, "--target"), "--frozen" in a) for a in signal} == {
         ("clicks", True), ("teacher", True), ("teacher", False), ("teacher+clicks", False)
     }
     for argv in signal:  # LoRA's rank is the same for every LoRA run; a frozen one has none
         assert ("--lora-r" in argv) != ("--frozen" in argv)
-    heads = trains("heads", capsys)
+    heads = trains(run, "heads", capsys)
     only_differ_in(heads, "--head")
     assert [flag(a, "--head") for a in heads] == ["attn", "linear"]
     for sets, layers in (((), ["8", "4", "2"]), (('depths=["1", "3"]',), ["1", "3"])):
-        depth = trains("depth", capsys, *sets)
+        depth = trains(run, "depth", capsys, *sets)
         only_differ_in(depth, "--layers")
         assert [flag(a, "--layers") for a in depth] == layers
-    (bench,) = [a for a in dry_run("depth", capsys, 'depths=["1", "3"]') if a[0] == "bench"]
+    (bench,) = [a for a in dry_run(run, "depth", capsys, 'depths=["1", "3"]') if a[0] == "bench"]
     assert flag(bench, "--reference") == "L1:hungarian"
     assert flags(bench, "--model")[0].startswith("L1=")  # rows in the order asked for
-    decoders = dry_run("decoders", capsys)
+    decoders = dry_run(run, "decoders", capsys)
     assert [a[0] for a in decoders].count("train") == 1
     (bench,) = [a for a in decoders if a[0] == "bench"]
     assert flag(bench, "--decoders") == "hungarian,greedy,argsort,expected_rank"
     assert flag(bench, "--reference") == "spd:hungarian"
 
 
-def test_one_student_is_trained_once_for_all_four(capsys):
+def test_one_student_is_trained_once_for_all_four(capsys, run):
     """The attention-head, teacher, LoRA run at the default layers is the same command in
     every ablation, so it lands in the same run folder; any other setting gives a new one."""
-    outs = [{flag(a, "--out") for a in trains(name, capsys)} for name in ABLATIONS]
+    outs = [{flag(a, "--out") for a in trains(run, name, capsys)} for name in ABLATIONS]
     (shared,) = set.intersection(*outs)
     assert shared.endswith("/teacher-lora-attn-L4")
-    (other,) = {flag(a, "--out") for a in trains("decoders", capsys, "epochs=2")}
+    (other,) = {flag(a, "--out") for a in trains(run, "decoders", capsys, "epochs=2")}
     assert other != shared and other.endswith("/teacher-lora-attn-L4")
 
 
-def test_gpu_settings_reach_every_command(capsys):
+def test_gpu_settings_reach_every_command(capsys, run):
     gpu = ("device=cuda", "dtype=bfloat16", "train_n=21245", "eval_n=1118", "layers=30",
            "batch=16")
-    commands = dry_run("heads", capsys, *gpu)
+    commands = dry_run(run, "heads", capsys, *gpu)
     train = [a for a in commands if a[0] == "train"]
     (bench,) = [a for a in commands if a[0] == "bench"]
     for argv in [*train, bench]:
@@ -130,7 +131,7 @@ def test_gpu_settings_reach_every_command(capsys):
 
 
 @pytest.mark.slow  # the whole ablation: two trainings and a bench, then a rerun
-def test_the_heads_ablation_runs_and_resumes(tmp_path, tiny_backbone, capsys):
+def test_the_heads_ablation_runs_and_resumes(tmp_path, tiny_backbone, capsys, run):
     """For real, at toy scale: teacher labels, two students, the bench with paired
     differences, the runner's report; a rerun redoes nothing."""
     rng = random.Random(0)

@@ -5,29 +5,13 @@ replaced committed."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import shlex
-import sys
 from pathlib import Path
 
 import pytest
 
 from tests.helpers import ROOT
-
-
-def _runner():
-    """benchmarks/run.py as a module (the name ``run`` alone is too common to import by)."""
-    sys.path.insert(0, str(ROOT / "benchmarks"))  # for its own import of machine.py
-    spec = importlib.util.spec_from_file_location("experiment_runner",
-                                                  ROOT / "benchmarks" / "run.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
-
-
-run = _runner()
 
 EXPERIMENTS = ROOT / "benchmarks" / "experiments"
 
@@ -77,7 +61,7 @@ names = {{retriever = "BM25"}}
     return path
 
 
-def test_it_runs_each_command_once_and_writes_the_report(tmp_path, capsys):
+def test_it_runs_each_command_once_and_writes_the_report(tmp_path, capsys, run):
     path = experiment_file(tmp_path)
     assert run.main([str(path)]) == 0
     out = tmp_path / "out"
@@ -103,7 +87,7 @@ def test_it_runs_each_command_once_and_writes_the_report(tmp_path, capsys):
     assert (tmp_path / "calls.txt").read_text().count("called") == 2
 
 
-def test_once_a_step_runs_every_later_one_runs_too(tmp_path, capsys):
+def test_once_a_step_runs_every_later_one_runs_too(tmp_path, capsys, run):
     """A later step's output, left by an earlier run, may have been made from what the
     rerun step now rewrites: it is made again, never kept."""
     path = experiment_file(tmp_path)
@@ -115,7 +99,7 @@ def test_once_a_step_runs_every_later_one_runs_too(tmp_path, capsys):
     assert (tmp_path / "calls.txt").read_text().count("called") == 4
 
 
-def test_a_step_keeps_its_standard_output_as_its_output(tmp_path):
+def test_a_step_keeps_its_standard_output_as_its_output(tmp_path, run):
     path = tmp_path / "printed.toml"
     path.write_text(f'title = "Printed {{what}}"\nout = "{tmp_path}/out"\n'
                     '[settings]\nwhat = "words"\n'
@@ -129,21 +113,21 @@ def test_a_step_keeps_its_standard_output_as_its_output(tmp_path):
     assert command.endswith(f" > {tmp_path}/out/table.txt\n")
 
 
-def test_a_setting_is_overridden_and_the_report_names_the_override(tmp_path):
+def test_a_setting_is_overridden_and_the_report_names_the_override(tmp_path, run):
     path = experiment_file(tmp_path)
     assert run.main([str(path), "--set", "scale=full"]) == 0
     report = (tmp_path / "out" / "report.md").read_text()
     assert "--set scale=full`" in report and "Scores at full scale." in report
 
 
-def test_a_dry_run_prints_the_commands_and_runs_nothing(tmp_path, capsys):
+def test_a_dry_run_prints_the_commands_and_runs_nothing(tmp_path, capsys, run):
     assert run.main([str(experiment_file(tmp_path)), "--dry-run"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 2 and all(line.startswith("+ python ") for line in lines)
     assert not (tmp_path / "calls.txt").exists() and not (tmp_path / "out").exists()
 
 
-def test_list_settings_splice_into_commands_and_rows(tmp_path, capsys):
+def test_list_settings_splice_into_commands_and_rows(tmp_path, capsys, run):
     """A list setting is spliced where a command names it, filled there (so a row may pick
     which flags), gives a 'for' its members, and gives 'each' one group of arguments per
     member; --set replaces it with a TOML list."""
@@ -174,13 +158,13 @@ run = ["python", "-c", "pass", "{{flags}}", {{each = "sizes", as = "s", args = [
     ([], "later = '{missing}'", "settings.later: cannot fill '{missing}'"),
     ([], "x = [", "tiny.toml: "),
 ])
-def test_a_bad_file_or_setting_is_refused_naming_it(tmp_path, capsys, args, extra, says):
+def test_a_bad_file_or_setting_is_refused_naming_it(tmp_path, capsys, args, extra, says, run):
     assert run.main([str(experiment_file(tmp_path, extra)), *args]) == 2
     assert says in capsys.readouterr().err
     assert not (tmp_path / "calls.txt").exists()
 
 
-def test_a_failed_step_stops_the_run_and_says_a_rerun_resumes(tmp_path, capsys):
+def test_a_failed_step_stops_the_run_and_says_a_rerun_resumes(tmp_path, capsys, run):
     path = tmp_path / "fails.toml"
     path.write_text(f'title = "t"\nout = "{tmp_path}/out"\n[[step]]\n'
                     'run = ["python", "-c", "raise SystemExit(3)"]\n')
@@ -189,7 +173,7 @@ def test_a_failed_step_stops_the_run_and_says_a_rerun_resumes(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("name", ["search-best-input-synthetic", "search-best-input-other"])
-def test_the_search_experiments_commands_parse_and_students_share_a_recipe(name, capsys):
+def test_the_search_experiments_commands_parse_and_students_share_a_recipe(name, capsys, run):
     from spdrank.commands.cli import build_parser
 
     assert run.main([str(EXPERIMENTS / f"{name}.toml"), "--dry-run"]) == 0
@@ -223,7 +207,7 @@ def committed_rows(committed: dict, test: str) -> dict:
 
 
 @pytest.mark.parametrize("plan", ["synthetic", "other"])
-def test_the_search_tables_reproduce_the_committed_numbers(plan):
+def test_the_search_tables_reproduce_the_committed_numbers(plan, run):
     """The tables, from the committed per-slate files, equal the committed results.json: the
     runner's own (other) and that of the script it replaced (synthetic)."""
     experiment = run.Experiment(EXPERIMENTS / f"search-best-input-{plan}.toml", {})
