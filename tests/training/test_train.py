@@ -532,6 +532,28 @@ def test_the_settings_read_no_file_and_the_run_fits_the_features_on_its_slates(
     assert fit_feature_normalizer(replace(cfg, features=None)) is None
 
 
+def test_the_features_are_fitted_on_the_slates_the_run_learns_from(tmp_path, signal_files):
+    """Slates a click-trained run leaves out (no clicked item) neither count towards --limit
+    nor move the normalisation: it is fitted on the --limit slates the run trains on."""
+    from dataclasses import replace
+
+    from spdrank.core.features import FeatureNormalizer
+    from spdrank.training.train import fit_feature_normalizer
+
+    train_file, _ = signal_files
+    slates = load_slates(train_file)
+    mixed = [replace(s, clicked=()) if i % 2 else s for i, s in enumerate(slates)]
+    write_slates(tmp_path / "mixed.jsonl", mixed)
+    cfg = TrainConfig(slates=str(tmp_path / "mixed.jsonl"), out="o", head="attn",
+                      features="signal", target="clicks", limit=5)
+    clicked = [s for s in mixed if s.clicked]
+    assert fit_feature_normalizer(cfg) == FeatureNormalizer.fit(("signal",), clicked[:5])
+    assert fit_feature_normalizer(cfg) != FeatureNormalizer.fit(("signal",), mixed[:5])
+    # A teacher-trained run reads every slate.
+    teacher = replace(cfg, target="teacher")
+    assert fit_feature_normalizer(teacher) == FeatureNormalizer.fit(("signal",), mixed[:5])
+
+
 @pytest.mark.parametrize(("settings", "processes", "refusal"), [
     ({"target": "ranks"}, 1, "unknown --target 'ranks'"),
     ({"batch_size": 0}, 1, "--batch-size must be at least 1"),

@@ -199,13 +199,28 @@ def means(found: list[SlateMetrics]) -> dict[str, float | None]:
     return {name: s.mean for name, s in aggregate(found).items()}
 
 
+def nothing_to_learn(slate: Slate, cfg: TrainConfig) -> str | None:
+    """Why a run leaves ``slate`` out (it has no clicked item, or no relevant candidate, for
+    the run's ``--target``), or None when the run trains on it."""
+    if cfg.require_clicks:
+        return None  # such a slate is refused, not left out
+    if cfg.target in CLICK_TARGETS and not slate.clicked:
+        return "clicked item"
+    if cfg.target in RELEVANCE_TARGETS and not has_relevant_candidate(slate):
+        return "relevant candidate"
+    return None
+
+
 def fit_feature_normalizer(cfg: TrainConfig) -> FeatureNormalizer | None:
     """The ``--features`` normalisation of a run, fitted in one streamed pass over its training
-    slates (the same ``--limit`` of them it trains on); None without features."""
+    slates: the same ``--limit`` of them it trains on, so the slates it leaves out (nothing to
+    learn for its target) neither count towards the limit nor move the statistics; None
+    without features."""
     if cfg.features is None:
         return None
     names = parse_feature_names(cfg.features)
-    return FeatureNormalizer.fit(names, islice(read_slates(cfg.slates), cfg.limit))
+    learnable = (s for s in read_slates(cfg.slates) if nothing_to_learn(s, cfg) is None)
+    return FeatureNormalizer.fit(names, islice(learnable, cfg.limit))
 
 
 class Trainer:
@@ -338,11 +353,9 @@ class Trainer:
                 f"slate {slate.query.qid!r} has {len(slate)} candidates, more than the model's "
                 f"{self.positions} rank positions (--positions)"
             )
-        unclicked = not slate.clicked and self.cfg.target in CLICK_TARGETS
-        unjudged = self.cfg.target in RELEVANCE_TARGETS and not has_relevant_candidate(slate)
-        if (unclicked or unjudged) and not self.cfg.require_clicks:
-            what = "clicked item" if unclicked else "relevant candidate"
-            raise SkipSlate(f"slate {slate.query.qid!r} has no {what}")
+        missing = nothing_to_learn(slate, self.cfg)
+        if missing is not None:
+            raise SkipSlate(f"slate {slate.query.qid!r} has no {missing}")
         target_matrix(slate, self.cfg.target)  # raises when the target's labels are missing
 
     def trains_on(self, slate: Slate) -> bool:
