@@ -23,7 +23,8 @@ The file:
 
     [[step]]                         # a command, or one per row of `for`
     for = {set = ["dl19", "dl21"]}   # rows: the product of these lists (or of list settings,
-                                     # "{name}"), or a list of tables
+                                     # "{name}"; a table member gives its fields), or a list
+                                     # of tables
     run = ["spdrank", "data", "search", "--out", "{work}/{set}.jsonl"]
     done = "{work}/{set}.jsonl"      # the output whose presence marks the step done
     stdout = "{out}/table.txt"       # where the command's printout goes (and done, if unset)
@@ -38,9 +39,17 @@ The file:
     [[section]]                      # a list: a line per item, formatted from a JSON file
     title = "What training chose"
     facts = [{label = "student", file = "{work}/run/train.json", text = "{verdict}"}]
+                                     # (a fact may have a `for` of its own: a line per row)
 
     [[section]]                      # a file a command wrote: text in a code block
     text = "{out}/table.txt"         # (markdown = "...": inline)
+
+    [[section]]                      # two rows of a --per-slate file on slices of the slates
+    per_slate = "{out}/eval.rows.jsonl"
+    slates = "{work}/eval.jsonl"     # what each slice reads
+    pair = ["llm", "features"]       # the first metric of each, and their paired difference
+    slices = [{label = "history of 1-3 items", by = "history", low = 1, high = 3},
+              {label = "rare next items", by = "clicked:popularity", count = true, high = 5}]
 
 Every string is a Python format string over the settings, ``out`` and the row of ``for``
 (``{anchor[name]}`` reads into a JSON object; a ``.jsonl`` file's first line is read). An
@@ -124,10 +133,22 @@ def fill(template: Any, values: Values, where: str) -> Any:
                               f"there: {', '.join(sorted(values))})") from None
 
 
+def with_row(values: Values, row: Values, where: str) -> Values:
+    """``values`` with a row of ``for`` added: its strings filled, its lists (and a string
+    that names a list setting) kept to be filled where they are spliced, so they may name
+    what the row itself gives."""
+    added: Values = {}
+    for key, value in row.items():
+        named = named_list(value, values)
+        added[key] = (value if isinstance(value, list) else named if named is not None
+                      else fill(value, values, where))
+    return {**values, **added}
+
+
 def rows_of(section: Values, values: Values, where: str) -> Iterator[Values]:
     """The rows of a section's ``for``: the product of a table of lists (each a list, or the
-    ``{name}`` of a list setting), a list of tables as given, or one empty row when there is
-    no ``for``."""
+    ``{name}`` of a list setting; a member that is a table gives the row its fields), a list
+    of tables as given, or one empty row when there is no ``for``."""
     matrix = section.get("for")
     if matrix is None:
         yield {}
@@ -139,7 +160,10 @@ def rows_of(section: Values, values: Values, where: str) -> Iterator[Values]:
         lists = {k: v if isinstance(v, list) else named_list(v, values) for k, v in matrix.items()}
         if all(v is not None for v in lists.values()):
             for combo in itertools.product(*lists.values()):
-                yield dict(zip(lists, combo, strict=True))
+                row: Values = {}
+                for key, member in zip(lists, combo, strict=True):
+                    row |= member if isinstance(member, dict) else {key: member}
+                yield row
             return
     raise ExperimentError(f"{where}: 'for' is a table of lists (or of list settings' "
                           "{names}) or a list of tables")
@@ -231,7 +255,7 @@ class Experiment:
             if not isinstance(step.get("run"), list) or not step["run"]:
                 raise ExperimentError(f"{where}: needs 'run', a command as a list of strings")
             for row in rows_of(step, self.values, where):
-                values = {**self.values, **fill(row, self.values, where)}
+                values = with_row(self.values, row, where)
                 stdout = step.get("stdout")
                 stdout = ROOT / fill(stdout, values, where) if stdout else None
                 done = step.get("done")
@@ -366,14 +390,19 @@ def table_section(section: Values, values: Values, where: str) -> tuple[list[str
 
 
 def facts_section(section: Values, values: Values, where: str) -> tuple[list[str], Values]:
+    """A line per fact (one per row of its own ``for``, if it has one), its text formatted
+    from a JSON file."""
     facts = {}
     for fact in section["facts"]:
         if not isinstance(fact, dict) or {"label", "file", "text"} - set(fact):
             raise ExperimentError(f"{where}: a fact is a table of label, file, text")
-        data = read_json(ROOT / fill(fact["file"], values, where))
-        if not isinstance(data, dict):
-            raise ExperimentError(f"{where}: {fact['file']} holds no JSON object")
-        facts[fill(fact["label"], values, where)] = fill(fact["text"], {**values, **data}, where)
+        for row in rows_of(fact, values, where):
+            known = with_row(values, row, where)
+            data = read_json(ROOT / fill(fact["file"], known, where))
+            if not isinstance(data, dict):
+                raise ExperimentError(f"{where}: {fact['file']} holds no JSON object")
+            facts[fill(fact["label"], known, where)] = fill(fact["text"], {**known, **data},
+                                                            where)
     title = fill(section.get("title", ""), values, where)
     return ([f"## {title}", "", *(f"- {k}: {v}" for k, v in facts.items())],
             {"title": title, "facts": facts})
@@ -389,9 +418,69 @@ def file_section(section: Values, values: Values, where: str) -> tuple[list[str]
     return [*([f"## {title}", ""] if title else []), *body], {"title": title, kind: path}
 
 
+def slice_value(slate: dict[str, Any], by: str, where: str) -> float | None:
+    """What a slice reads of one slate (a line of a slates file): ``history``, the length of
+    its query's history; ``clicked:NAME``, its clicked candidate's feature NAME (None when it
+    has no clicked candidate)."""
+    if by == "history":
+        return len(slate["query"].get("history") or ())
+    if by.startswith("clicked:"):
+        clicked = set(slate.get("clicked") or ())
+        target = next((c for c in slate["candidates"] if c["docid"] in clicked), None)
+        return None if target is None else target["features"][by.removeprefix("clicked:")]
+    raise ExperimentError(f"{where}: a slice is by history or clicked:FEATURE, not {by!r}")
+
+
+def slice_qids(slates: Path, spec: Values, where: str) -> list[str]:
+    """The qids of the slates in one slice, in the slates file's order: its value within
+    ``[low, high]`` (either open when absent); ``count = true`` reads the feature as the
+    ``log1p`` of a count and compares the count."""
+    import math
+
+    low, high = spec.get("low", -math.inf), spec.get("high", math.inf)
+    qids = []
+    with slates.open() as fh:
+        for line in fh:
+            slate = json.loads(line)
+            value = slice_value(slate, spec["by"], where)
+            if value is not None and spec.get("count"):
+                value = round(math.expm1(value))
+            if value is not None and low <= value <= high:
+                qids.append(str(slate["query"]["qid"]))
+    return qids
+
+
+def slices_section(section: Values, values: Values, where: str) -> tuple[list[str], Values]:
+    """Two rankers of an eval's ``--per-slate`` file (``pair``) on slices of its slates: the
+    first metric's mean of each and their paired difference, a row per slice."""
+    table = per_query(ROOT / fill(section["per_slate"], values, where))
+    slates = ROOT / fill(section["slates"], values, where)
+    metric, names = section.get("metrics", ["nDCG@10"])[0], section.get("names", {})
+    a, b = section["pair"]
+    title = fill(section.get("title", ""), values, where)
+    missing = [name for name in (a, b) if name not in table]
+    if missing:  # a run of some of an experiment's rankers
+        return ([f"## {title}", "", f"Not measured: no rows of {' or '.join(missing)}."],
+                {"title": title, "slices": {}})
+    head = ["slice", "queries", names.get(a, a), names.get(b, b), "difference"]
+    lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
+    found = {}
+    for spec in section["slices"]:
+        qids = set(slice_qids(slates, spec, where))
+        rows_a = {q: r for q, r in table[a].items() if q in qids}
+        rows_b = {q: r for q, r in table[b].items() if q in qids}
+        entry = {"queries": len(rows_a), a: mean([r.get(metric) for r in rows_a.values()]),
+                 b: mean([r.get(metric) for r in rows_b.values()]),
+                 "difference": paired(rows_a, rows_b, metric)}
+        found[spec["label"]] = entry
+        lines.append(f"| {spec['label']} | {entry['queries']} | {number(entry[a])} | "
+                     f"{number(entry[b])} | {interval(entry['difference'])} |")
+    return [f"## {title}", "", *lines], {"title": title, "slices": found}
+
+
 #: Each kind of report section, by the key that marks it.
 SECTIONS = {"rows": table_section, "facts": facts_section, "text": file_section,
-            "markdown": file_section}
+            "markdown": file_section, "slices": slices_section}
 
 
 def report_sections(experiment: Experiment) -> tuple[list[str], list[Values]]:
@@ -404,7 +493,7 @@ def report_sections(experiment: Experiment) -> tuple[list[str], list[Values]]:
         if len(kinds) != 1:
             raise ExperimentError(f"{where}: a section has one of {', '.join(SECTIONS)}")
         for row in rows_of(section, experiment.values, where):
-            values = {**experiment.values, **fill(row, experiment.values, where)}
+            values = with_row(experiment.values, row, where)
             text, data = SECTIONS[kinds[0]](section, values, where)
             lines += ["", *text]
             found.append(data)

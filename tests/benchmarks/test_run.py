@@ -1,7 +1,7 @@
 """benchmarks/run.py, the experiment runner: it runs a file's commands once (a rerun resumes),
 logs them, writes the report and results.json; bad files and settings are named; and the
-search experiments' commands parse and their tables reproduce the numbers the script they
-replaced committed."""
+experiments' commands parse and their tables reproduce the numbers the scripts they replaced
+committed."""
 
 from __future__ import annotations
 
@@ -127,21 +127,25 @@ def test_a_dry_run_prints_the_commands_and_runs_nothing(tmp_path, capsys, run):
     assert not (tmp_path / "calls.txt").exists() and not (tmp_path / "out").exists()
 
 
+def settings_file(tmp_path: Path, body: str) -> Path:
+    """An experiment file of a title, an out folder and ``body`` (its settings and steps)."""
+    path = tmp_path / "experiment.toml"
+    path.write_text(f'title = "t"\nout = "{tmp_path}/out"\n{body}')
+    return path
+
+
 def test_list_settings_splice_into_commands_and_rows(tmp_path, capsys, run):
     """A list setting is spliced where a command names it, filled there (so a row may pick
     which flags), gives a 'for' its members, and gives 'each' one group of arguments per
     member; --set replaces it with a TOML list."""
-    path = tmp_path / "lists.toml"
-    path.write_text(f"""
-title = "t"
-out = "{tmp_path}/out"
+    path = settings_file(tmp_path, """
 [settings]
 sizes = ["1", "2"]
-small = ["--small", "{{size}}"]
-flags = "{{small}}"
+small = ["--small", "{size}"]
+flags = "{small}"
 [[step]]
-for = {{size = "{{sizes}}"}}
-run = ["python", "-c", "pass", "{{flags}}", {{each = "sizes", as = "s", args = ["--all", "{{s}}"]}}]
+for = {size = "{sizes}"}
+run = ["python", "-c", "pass", "{flags}", {each = "sizes", as = "s", args = ["--all", "{s}"]}]
 """)
     assert run.main([str(path), "--dry-run"]) == 0
     assert capsys.readouterr().out.splitlines() == [
@@ -172,8 +176,11 @@ def test_a_failed_step_stops_the_run_and_says_a_rerun_resumes(tmp_path, capsys, 
     assert "exit 3" in capsys.readouterr().err and not (tmp_path / "out" / "report.md").exists()
 
 
-@pytest.mark.parametrize("name", ["search-best-input-synthetic", "search-best-input-other"])
-def test_the_search_experiments_commands_parse_and_students_share_a_recipe(name, capsys, run):
+@pytest.mark.parametrize(
+    "name", ["search-best-input-synthetic", "search-best-input-other", "beauty-best-input"])
+def test_the_best_input_experiments_commands_parse_and_students_share_a_recipe(
+    name, capsys, run
+):
     from spdrank.commands.cli import build_parser
 
     assert run.main([str(EXPERIMENTS / f"{name}.toml"), "--dry-run"]) == 0
@@ -228,3 +235,90 @@ def test_the_search_tables_reproduce_the_committed_numbers(plan, run):
                         assert value == pytest.approx(old[key], abs=1e-12)
                     compared += 1
     assert compared > 50
+
+
+def test_the_beauty_tables_reproduce_the_committed_numbers(run):
+    """The beauty experiment's tables, from the committed per-slate files, equal the
+    results.json of benchmarks/beauty_best_input_cpu.py, the script it replaced (each mean
+    and paired interval; the latency's median is taken otherwise)."""
+    experiment = run.Experiment(EXPERIMENTS / "beauty-best-input.toml", {})
+    committed = json.loads((ROOT / experiment.out / "results.json").read_text())
+    section = next(s for s in experiment.sections if "rows" in s)
+    compared = 0
+    for row in run.rows_of(section, experiment.values, "test"):
+        values = run.with_row(experiment.values, row, "test")
+        rows = committed["settings"][row["setting"]]["rows"]
+        for name, entry in run.summary(section, ROOT / run.fill(section["rows"], values, "test")
+                                       ).items():
+            # "ms": the script took the upper middle latency, the runner numpy's median.
+            for key in set(entry) & set(rows[name]) - {"ms"}:
+                old, value = rows[name][key], entry[key]
+                parts = ("mean", "low", "high") if isinstance(value, dict) else (None,)
+                for part in parts:
+                    got, want = (value, old) if part is None else (value[part], old[part])
+                    assert got == pytest.approx(want, abs=1e-12), (row, name, key)
+                    compared += 1
+    assert compared > 80
+
+
+def test_a_for_member_table_gives_the_row_its_fields_and_its_lists_read_the_row(
+    tmp_path, capsys, run
+):
+    """A list setting of tables: each member gives a row of 'for' its fields, and a list among
+    them is filled where it is spliced, so it may name another field of the same row."""
+    path = settings_file(tmp_path, """
+[settings]
+sets = ["a", "b"]
+models = [{model = "m1", flags = ["--cache", "c/{set}"]}, {model = "m2", flags = []}]
+[[step]]
+for = {set = "{sets}", model = "{models}"}
+run = ["python", "-c", "pass", "{model}", "{flags}"]
+""")
+    assert run.main([str(path), "--dry-run"]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "+ python -c pass m1 --cache c/a", "+ python -c pass m2",
+        "+ python -c pass m1 --cache c/b", "+ python -c pass m2"]
+
+
+def test_a_slices_section_pairs_two_rankers_on_each_slice(tmp_path, run):
+    """Slices by the history's length and by the clicked item's count (read back from its
+    log1p feature): each slice's queries, both rankers' means and their paired difference."""
+    import math
+
+    slates, rows = [], []
+    for q in range(12):
+        count = (2, 10, 50)[q % 3]
+        slates.append({"query": {"qid": f"q{q}", "history": ["x"] * (1 + q % 4)},
+                       "clicked": ["d1"], "candidates": [
+                           {"docid": "d0", "features": {"popularity": 0.0}},
+                           {"docid": "d1", "features": {"popularity": math.log1p(count)}}]})
+        rows += [{"ranker": "llm", "qid": f"q{q}", "latency_ms": 1.0, "nDCG@10": 0.5 + q / 100},
+                 {"ranker": "features", "qid": f"q{q}", "latency_ms": 1.0, "nDCG@10": 0.5}]
+    (tmp_path / "eval.jsonl").write_text("".join(json.dumps(s) + "\n" for s in slates))
+    (tmp_path / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    section = {"per_slate": str(tmp_path / "rows.jsonl"), "slates": str(tmp_path / "eval.jsonl"),
+               "pair": ["llm", "features"], "title": "by slice", "slices": [
+                   {"label": "rare", "by": "clicked:popularity", "count": True, "high": 5},
+                   {"label": "common", "by": "clicked:popularity", "count": True, "low": 21},
+                   {"label": "short", "by": "history", "low": 1, "high": 2}]}
+    lines, found = run.slices_section(section, {}, "test")
+    rare, common, short = (found["slices"][k] for k in ("rare", "common", "short"))
+    assert rare["queries"] == 4 and rare["llm"] == pytest.approx(0.5 + 18 / 4 / 100)
+    assert common["queries"] == 4 and common["features"] == pytest.approx(0.5)
+    assert short["queries"] == 6 and short["difference"]["n"] == 6
+    assert short["difference"]["mean"] == pytest.approx(sum(q for q in range(12) if q % 4 < 2)
+                                                        / 6 / 100)
+    assert any(line.startswith("| rare | 4 | ") for line in lines)
+    with pytest.raises(run.ExperimentError, match="by history or clicked:FEATURE"):
+        run.slices_section({**section, "slices": [{"label": "x", "by": "length"}]}, {}, "t")
+
+
+def test_a_fact_with_a_for_of_its_own_gives_a_line_per_row(tmp_path, run):
+    for name in ("llm", "features"):
+        (tmp_path / f"{name}.json").write_text(json.dumps({"verdict": f"kept {name}"}))
+    section = {"title": "chose", "facts": [
+        {"for": {"student": "{students}"}, "label": "{student}",
+         "file": f"{tmp_path}/{{student}}.json", "text": "{verdict}"}]}
+    lines, found = run.facts_section(section, {"students": ["llm", "features"]}, "test")
+    assert found["facts"] == {"llm": "kept llm", "features": "kept features"}
+    assert lines[-2:] == ["- llm: kept llm", "- features: kept features"]

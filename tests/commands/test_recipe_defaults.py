@@ -1,6 +1,6 @@
 """The README's "Your own data and teacher" commands, run as written on a small generated log,
-reach the settings of the students the README reports (benchmarks/beauty_best_input_cpu.py's
-LLM and features-only students), so the recipe shown is the one measured.
+reach the settings of the students the README reports (the LLM and features-only students of
+benchmarks/experiments/beauty-best-input.toml), so the recipe shown is the one measured.
 
 Only what this machine and this log lack is substituted: the tiny backbone for the bundled one
 (``--backbone`` added to each ``train``) and 8 validation users for the 1,000 a real log
@@ -65,8 +65,8 @@ def substituted(argv: list[str], backbone: str) -> list[str]:
 
 
 def benchmark_configs(work: Path) -> dict[str, object]:
-    """The TrainConfig of each student benchmarks/beauty_best_input_cpu.py trains on its
-    uniform slates, by name, parsed as ``spdrank train`` parses its command."""
+    """The TrainConfig of each student benchmarks/experiments/beauty-best-input.toml trains on
+    its uniform slates, by name, parsed as ``spdrank train`` parses its command."""
     import subprocess
     import sys
 
@@ -74,11 +74,12 @@ def benchmark_configs(work: Path) -> dict[str, object]:
     from spdrank.commands.train import config_from_args
 
     done = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "beauty_best_input_cpu.py"), "--dry-run",
-         "--settings", "uniform", "--work", str(work), "--out", str(work / "out")],
+        [sys.executable, str(ROOT / "benchmarks" / "run.py"),
+         str(ROOT / "benchmarks" / "experiments" / "beauty-best-input.toml"), "--dry-run",
+         "--set", f"work={work}"],
         capture_output=True, text=True, timeout=120, check=True)
     trains = [shlex.split(line.split(" ", 1)[1])[1:] for line in done.stdout.splitlines()
-              if line.startswith("+ spdrank train")]
+              if line.startswith("+ spdrank train") and "/uniform/" in line]
     parser = build_parser()
     return {Path(argv[argv.index("--out") + 1]).name: config_from_args(parser.parse_args(argv))
             for argv in trains}
