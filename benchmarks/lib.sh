@@ -18,18 +18,6 @@ print_command() {
   echo "${line% }"
 }
 
-# parse_dry_run SCRIPT SETTINGS_DOC [ARG]: DRY=1 for --dry-run, DRY=0 for nothing; any other
-# argument is a usage error (exit 2) naming where the script's settings are documented.
-parse_dry_run() {
-  local script=$1 doc=$2; shift 2
-  DRY=0
-  case "${1:-}" in
-    --dry-run) DRY=1 ;;
-    "") ;;
-    *) echo "usage: bash $script [--dry-run]  (settings: environment variables, see $doc)" >&2; exit 2 ;;
-  esac
-}
-
 # parse_modes SCRIPT SETTINGS_DOC [ARG...]: the GPU scripts' arguments: DRY=1 for --dry-run,
 # SMOKE=1 for --smoke (together: the smoke run's commands), each 0 when absent; anything else
 # is a usage error (exit 2).

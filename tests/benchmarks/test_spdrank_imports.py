@@ -32,7 +32,7 @@ def imports() -> list[tuple[str, str, str]]:
 
 def test_the_scripts_import_something_from_spdrank():
     scripts = {script for script, _, _ in imports()}
-    assert "teacher_beauty_cpu.sh" in scripts and "train_profile.py" in scripts
+    assert "offline_bundle.sh" in scripts and "train_profile.py" in scripts
 
 
 @pytest.mark.parametrize(("script", "module", "name"), imports())

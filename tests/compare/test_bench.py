@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import random
-import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -22,7 +21,7 @@ from spdrank.eval.evaluate import evaluate
 from spdrank.eval.metrics import is_valid_permutation
 from spdrank.methods.spd.decode import DECODERS
 from spdrank.model.ranker import SPDRanker
-from tests.helpers import ROOT, dry_run_commands, make_slate, tiny_config
+from tests.helpers import dry_run_commands, make_slate, tiny_config
 
 TEACHER_MS = [100.0, 300.0, 500.0, 700.0, 900.0, 5000.0]  # median 600, mean 1250
 
@@ -371,47 +370,3 @@ def test_gpu_script_commands_parse():
     warm = next(argv for argv in commands if "--init-from" in argv)
     lexical = warm[warm.index("--init-from") + 1]
     assert any(argv[argv.index("--out") + 1] == lexical for argv in commands if argv[1] == "train")
-
-
-def test_overhead_script_commands_parse():
-    """benchmarks/overhead_cpu.sh: its data, train and bench commands parse with the real CLI,
-    and the bench decomposes latency at three sizes."""
-    commands = dry_run_commands("overhead_cpu.sh")
-    assert [argv[1] for argv in commands] == ["data", "train", "train", "bench", "bench"]
-    parser = spdrank.commands.cli.build_parser()
-    parsed = [vars(parser.parse_args(argv[1:])) for argv in commands]
-    for bench in commands[3:]:
-        assert bench[bench.index("--latency-sizes") + 1] == "20,50,150"
-    assert [p["dtype"] for p in parsed[3:]] == ["float32", "bfloat16"]
-    assert {k for k in parsed[3] if parsed[3][k] != parsed[4][k]} == {"dtype", "out", "title"}
-    # the paper's head, and the head `spdrank train` builds by default
-    assert [p["head"] for p in parsed[1:3]] == ["attn", None]
-    assert [p["decoder"] for p in parsed[1:3]] == ["expected_rank"] * 2
-    for train in commands[1:3]:
-        assert int(train[train.index("--positions") + 1]) >= 150
-    micro = [argv for argv in dry_run_commands("overhead_cpu.sh", "") if argv[0].endswith("python")]
-    assert [argv[argv.index("--dtype") + 1] for argv in micro] == ["float32"] * 2 + ["bfloat16"] * 2
-    assert all((ROOT / argv[1]).is_file() for argv in micro)
-
-
-def test_overhead_script_times_the_floor_checkpoint_it_is_asked_for(monkeypatch):
-    """MODELS=linear-k160: one checkpoint, a linear probe ordered by argsort (the fewest
-    operations a ranking takes), trained, benched and micro-benchmarked; an unknown name is
-    refused before anything runs."""
-    monkeypatch.setenv("MODELS", "linear-k160")
-    commands = dry_run_commands("overhead_cpu.sh", "")
-    spdrank_commands = [argv for argv in commands if argv[0].endswith("spdrank")]
-    assert [argv[1] for argv in spdrank_commands] == ["data", "train", "bench", "bench"]
-    parser = spdrank.commands.cli.build_parser()
-    train = vars(parser.parse_args(spdrank_commands[1][1:]))
-    assert (train["head"], train["decoder"], train["readout"]) == ("linear", "argsort", "last")
-    for bench in spdrank_commands[2:]:
-        assert [bench[i + 1] for i, a in enumerate(bench) if a == "--model"] == [
-            f"linear-k160={train['out']}"
-        ]
-    micro = [argv for argv in commands if argv[0].endswith("python")]
-    assert [argv[argv.index("--model") + 1] for argv in micro] == [train["out"]] * 2
-    monkeypatch.setenv("MODELS", "spd-k160 nonesuch")
-    refused = subprocess.run(["bash", str(ROOT / "benchmarks" / "overhead_cpu.sh"), "--dry-run"],
-                             check=False, capture_output=True, text=True, timeout=60)
-    assert refused.returncode == 2 and "unknown checkpoint nonesuch" in refused.stderr
