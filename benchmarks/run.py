@@ -471,7 +471,7 @@ def slices_section(section: Values, values: Values, where: str) -> tuple[list[st
         rows_b = {q: r for q, r in table[b].items() if q in qids}
         entry = {"queries": len(rows_a), a: mean([r.get(metric) for r in rows_a.values()]),
                  b: mean([r.get(metric) for r in rows_b.values()]),
-                 "difference": paired(rows_a, rows_b, metric)}
+                 "difference": paired(rows_a, rows_b, metric) if rows_a else None}
         found[spec["label"]] = entry
         lines.append(f"| {spec['label']} | {entry['queries']} | {number(entry[a])} | "
                      f"{number(entry[b])} | {interval(entry['difference'])} |")
