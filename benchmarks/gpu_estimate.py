@@ -33,9 +33,9 @@ The model, per step (each a list of passes of the backbone, :class:`Work`):
   by reading every weight from memory; each pass pays an eager-PyTorch dispatch cost per
   operation, and each step's process a fixed start-up.
 
-The constants below are assumptions, stated as such; benchmarks/gpu_estimate_calibrate.py
-measures the shapes (FLOPs, saved bytes, tokens) and this machine's efficiency on a CPU, and
-benchmarks/results/gpu-estimate/report.md holds what it found. Where a lent device has timed a
+The constants below are assumptions, stated as such; benchmarks/results/gpu-estimate/report.md
+holds the shapes (FLOPs, saved bytes, tokens) and a CPU's efficiency measured against them, and
+tests/benchmarks/test_gpu_estimate.py checks the saved bytes against autograd for every family. Where a lent device has timed a
 training step (``measured-<device>.json`` beside that report), training passes take its
 efficiency and memory instead of the assumption (:func:`calibration`).
 """

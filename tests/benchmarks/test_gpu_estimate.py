@@ -64,18 +64,53 @@ def test_a_backbone_is_read_offline(tmp_path):
         est.read_shape("nobody/no-such-model")
 
 
+def lora_model(shape_config: dict, layers: int, lora_r: int):
+    """A random-weight causal LM of ``shape_config``'s shape in bfloat16, cut to ``layers``,
+    LoRA-wrapped as spdrank wraps it (peft, every linear module, no dropout)."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.for_model(**{**shape_config, "num_hidden_layers": layers})
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
+    for p in model.parameters():
+        p.requires_grad_(False)
+    return get_peft_model(model, LoraConfig(r=lora_r, lora_alpha=lora_r, lora_dropout=0.0,
+                                            target_modules="all-linear", bias="none"))
+
+
+def saved_bytes(model, tokens: int) -> int:
+    """Bytes of every tensor autograd saves in a training forward of the decoder stack (each
+    storage once, the model's own weights and buffers left out)."""
+    import torch
+
+    own = {t.untyped_storage().data_ptr() for t in [*model.parameters(), *model.buffers()]}
+    seen: dict[int, int] = {}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        ptr = t.untyped_storage().data_ptr()
+        if ptr not in own:
+            seen[ptr] = max(seen.get(ptr, 0), t.untyped_storage().nbytes())
+        return t
+
+    ids = torch.randint(0, 1000, (1, tokens))
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        model.get_base_model().base_model(input_ids=ids, attention_mask=torch.ones_like(ids))
+    return sum(seen.values())
+
+
 @pytest.mark.parametrize("family", ["llama", "qwen2", "qwen3", "mistral", "gemma2", "gemma3_text",
                                     "phi3", "gpt_neox", "olmo2"])
 def test_saved_bytes_are_what_autograd_saves(family):
     """A LoRA training forward of the tiny model of each family: the bytes of every tensor
     autograd keeps (4 layers minus 2, per token) within 12% of the estimate."""
-    torch = pytest.importorskip("torch")
-    from gpu_estimate_calibrate import build, saved_bytes
+    pytest.importorskip("torch")
     from tiny_backbone import COMMON, FAMILIES
 
     config = {"model_type": family, "vocab_size": 49152, **COMMON, **FAMILIES[family]}
     tokens = 64
-    two, four = (saved_bytes(build(config, k, torch.bfloat16, 4), tokens) for k in (2, 4))
+    two, four = (saved_bytes(lora_model(config, k, 4), tokens) for k in (2, 4))
     measured = (four - two) / 2 / tokens
     estimated = est.saved_bytes_per_token(est.Shape.from_config(config), 2, 4, tokens)
     assert 0.88 <= estimated / measured <= 1.12, (measured, estimated)
