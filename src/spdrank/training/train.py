@@ -199,9 +199,9 @@ def means(found: list[SlateMetrics]) -> dict[str, float | None]:
     return {name: s.mean for name, s in aggregate(found).items()}
 
 
-def nothing_to_learn(slate: Slate, cfg: TrainConfig) -> str | None:
-    """Why a run leaves ``slate`` out (it has no clicked item, or no relevant candidate, for
-    the run's ``--target``), or None when the run trains on it."""
+def missing_label(slate: Slate, cfg: TrainConfig) -> str | None:
+    """What ``slate`` lacks for the run's ``--target`` (a clicked item, a relevant candidate),
+    so that the run leaves it out; None when the run trains on it."""
     if cfg.require_clicks:
         return None  # such a slate is refused, not left out
     if cfg.target in CLICK_TARGETS and not slate.clicked:
@@ -219,7 +219,7 @@ def fit_feature_normalizer(cfg: TrainConfig) -> FeatureNormalizer | None:
     if cfg.features is None:
         return None
     names = parse_feature_names(cfg.features)
-    learnable = (s for s in read_slates(cfg.slates) if nothing_to_learn(s, cfg) is None)
+    learnable = (s for s in read_slates(cfg.slates) if missing_label(s, cfg) is None)
     return FeatureNormalizer.fit(names, islice(learnable, cfg.limit))
 
 
@@ -353,7 +353,7 @@ class Trainer:
                 f"slate {slate.query.qid!r} has {len(slate)} candidates, more than the model's "
                 f"{self.positions} rank positions (--positions)"
             )
-        missing = nothing_to_learn(slate, self.cfg)
+        missing = missing_label(slate, self.cfg)
         if missing is not None:
             raise SkipSlate(f"slate {slate.query.qid!r} has no {missing}")
         target_matrix(slate, self.cfg.target)  # raises when the target's labels are missing
