@@ -567,12 +567,8 @@ class SASRecRanker:
         self.cache = default_cache_dir() if cache == "default" else cache
         self.name = name
         self.model: SASRec | None = None
-        #: Whether the model is the fit a build made (:meth:`fit_build`), which holds no
-        #: slate's target, rather than one on the training slates, which holds theirs.
-        self.fitted_by_build = False
 
     def fit(self, train: Iterable[Slate]) -> None:
-        self.fitted_by_build = False
         sequences: list[list[str]] = []
         items: set[str] = set()
         for slate in train:
@@ -592,7 +588,6 @@ class SASRecRanker:
         sequences; a candidate no one interacted with ranks last, as one outside the
         vocabulary always does, rather than low by its trained-as-negative embedding.
         """
-        self.fitted_by_build = False
         seqs = [list(s) for s in sequences]
         self._fit(seqs, {item for seq in seqs for item in seq})
 
@@ -612,7 +607,7 @@ class SASRecRanker:
         this ranker's own fit holds no eval target. Sharing it makes the ranker the model whose
         scores the slates' ``sasrec`` feature holds, and spares a second fit; and since no
         training target is in it either, its scores of the build's training slates are
-        leak-free too (``fitted_by_build`` says so: ``spdrank data features`` reads it).
+        leak-free too (``spdrank data features`` reads that from the answer).
         """
         from spdrank.core.files import sha256_file
 
@@ -633,7 +628,6 @@ class SASRecRanker:
         if model is None:
             return False
         self.model = model
-        self.fitted_by_build = True
         log.info("%s: the fit the build of %s made (%s)", self.name, train, manifest_path)
         return True
 
