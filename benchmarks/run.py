@@ -133,16 +133,19 @@ def fill(template: Any, values: Values, where: str) -> Any:
                               f"there: {', '.join(sorted(values))})") from None
 
 
+def resolved(value: Any, values: Values, where: str) -> Any:
+    """A setting's or a row's value as the templates read it: a string filled, a list (or a
+    string that names a list) kept whole, to be filled where it is spliced, so it may name
+    what a row gives."""
+    if isinstance(value, list):
+        return value
+    named = named_list(value, values)
+    return named if named is not None else fill(value, values, where)
+
+
 def with_row(values: Values, row: Values, where: str) -> Values:
-    """``values`` with a row of ``for`` added: its strings filled, its lists (and a string
-    that names a list setting) kept to be filled where they are spliced, so they may name
-    what the row itself gives."""
-    added: Values = {}
-    for key, value in row.items():
-        named = named_list(value, values)
-        added[key] = (value if isinstance(value, list) else named if named is not None
-                      else fill(value, values, where))
-    return {**values, **added}
+    """``values`` with a row of ``for`` added, each field :func:`resolved`."""
+    return {**values, **{key: resolved(value, values, where) for key, value in row.items()}}
 
 
 def rows_of(section: Values, values: Values, where: str) -> Iterator[Values]:
@@ -234,11 +237,7 @@ class Experiment:
         for name, value in settings.items():
             if name in overrides:
                 value = overridden(name, value, overrides[name])
-            # A list (or another list's "{name}") is filled where it is spliced, so it may
-            # name what a row gives.
-            named = named_list(value, self.values)
-            self.values[name] = (value if isinstance(value, list) else named if named is not None
-                                 else fill(value, self.values, f"{path}: settings.{name}"))
+            self.values[name] = resolved(value, self.values, f"{path}: settings.{name}")
         self.overrides = overrides
         self.title: str = fill(spec["title"], self.values, f"{path}: title")
         self.out = out or Path(fill(spec["out"], self.values, f"{path}: out"))
@@ -431,22 +430,20 @@ def slice_value(slate: dict[str, Any], by: str, where: str) -> float | None:
     raise ExperimentError(f"{where}: a slice is by history or clicked:FEATURE, not {by!r}")
 
 
-def slice_qids(slates: Path, spec: Values, where: str) -> list[str]:
-    """The qids of the slates in one slice, in the slates file's order: its value within
-    ``[low, high]`` (either open when absent); ``count = true`` reads the feature as the
-    ``log1p`` of a count and compares the count."""
+def slice_qids(slates: list[dict[str, Any]], spec: Values, where: str) -> set[str]:
+    """The qids of the slates in one slice: its value within ``[low, high]`` (either open
+    when absent); ``count = true`` reads the feature as the ``log1p`` of a count and compares
+    the count."""
     import math
 
     low, high = spec.get("low", -math.inf), spec.get("high", math.inf)
-    qids = []
-    with slates.open() as fh:
-        for line in fh:
-            slate = json.loads(line)
-            value = slice_value(slate, spec["by"], where)
-            if value is not None and spec.get("count"):
-                value = round(math.expm1(value))
-            if value is not None and low <= value <= high:
-                qids.append(str(slate["query"]["qid"]))
+    qids = set()
+    for slate in slates:
+        value = slice_value(slate, spec["by"], where)
+        if value is not None and spec.get("count"):
+            value = round(math.expm1(value))
+        if value is not None and low <= value <= high:
+            qids.add(str(slate["query"]["qid"]))
     return qids
 
 
@@ -454,7 +451,8 @@ def slices_section(section: Values, values: Values, where: str) -> tuple[list[st
     """Two rankers of an eval's ``--per-slate`` file (``pair``) on slices of its slates: the
     first metric's mean of each and their paired difference, a row per slice."""
     table = per_query(ROOT / fill(section["per_slate"], values, where))
-    slates = ROOT / fill(section["slates"], values, where)
+    with (ROOT / fill(section["slates"], values, where)).open() as fh:
+        slates = [json.loads(line) for line in fh if line.strip()]
     metric, names = section.get("metrics", ["nDCG@10"])[0], section.get("names", {})
     a, b = section["pair"]
     title = fill(section.get("title", ""), values, where)
@@ -466,7 +464,7 @@ def slices_section(section: Values, values: Values, where: str) -> tuple[list[st
     lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
     found = {}
     for spec in section["slices"]:
-        qids = set(slice_qids(slates, spec, where))
+        qids = slice_qids(slates, spec, where)
         rows_a = {q: r for q, r in table[a].items() if q in qids}
         rows_b = {q: r for q, r in table[b].items() if q in qids}
         entry = {"queries": len(rows_a), a: mean([r.get(metric) for r in rows_a.values()]),
