@@ -38,7 +38,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from serve_harness import ROOT, code_version, machine
+from machine import ROOT, code_version, load
+from machine import facts as machine_facts
 
 from spdrank.backbone import cpu
 from spdrank.backbone.load import resolve_dtype
@@ -130,7 +131,7 @@ def facts(args: argparse.Namespace) -> dict[str, Any]:
     """What the figures mean little without: machine, CPU flags, threads, date, commit."""
     flags = sorted(cpu.cpuinfo_flags() & set(cpu.BF16_FLAGS))
     return {
-        "machine": machine(), "cpu_bf16_flags": flags, "native_bf16": cpu.native_bf16(),
+        "machine": machine_facts(), "cpu_bf16_flags": flags, "native_bf16": cpu.native_bf16(),
         "override": os.environ.get(cpu.ENV),
         "auto_ranks_in": str(resolve_dtype("auto", args.device, cpu_bf16=True)).removeprefix(
             "torch."),
@@ -139,13 +140,6 @@ def facts(args: argparse.Namespace) -> dict[str, Any]:
         "commit": code_version(), "slates": args.slates, "limit": args.limit,
         "min_tau": args.min_tau, "warmup": args.warmup, "note": args.note,
     }
-
-
-def load_average() -> str:
-    try:
-        return " ".join(Path("/proc/loadavg").read_text().split()[:3])
-    except OSError:
-        return "unknown"
 
 
 def fmt(value: float | None, spec: str) -> str:
@@ -231,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
         slates = load_slates(args.slates, limit=args.limit)
         if not slates:
             raise ValueError(f"{args.slates} holds no slates")
-        meta = facts(args) | {"load_before": load_average()}
+        meta = facts(args) | {"load_before": load()}
         rows, per_slate = [], {}
         for name, path in args.model:
             models = {d: SPDRanker.from_pretrained(path, device=args.device, dtype=d)
@@ -247,7 +241,7 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, OSError) as e:
         print(f"bf16_agreement: {e}", file=sys.stderr)
         return 2
-    meta["load_after"] = load_average()
+    meta["load_after"] = load()
     args.out.mkdir(parents=True, exist_ok=True)
     results = {"meta": meta, "models": rows, "per_slate": per_slate}
     (args.out / "results.json").write_text(json.dumps(results, indent=2) + "\n")

@@ -33,7 +33,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from serve_harness import ROOT, Server, code_version, machine, model_info, percentile
+from machine import ROOT, code_version, facts
+from serve_harness import Server, model_info, percentile
 
 from spdrank.serving.routes import HEALTH_PATH, RERANK_PATHS
 
@@ -274,7 +275,7 @@ def main(argv: list[str] | None = None) -> int:
         "command": shlex.join([Path(sys.executable).name, *sys.argv]),
         "date": now.strftime("%Y-%m-%dT%H:%MZ"),
         "code": code_version(),
-        "machine": machine(),
+        "machine": facts(),
         "model": model_info(args.model),
         "url": args.url,
         "requests": args.requests,

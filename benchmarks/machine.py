@@ -1,21 +1,43 @@
-"""What a benchmark report says about the machine it ran on: the CPU and how busy it was.
+"""What a benchmark report says about where it ran: the machine, how busy it was, the code.
 
-Figures from this 2-core machine move with its load, so every report names the CPU kind and
-the load averages before and after its run.
+Figures from a 2-core machine move with its load, so every report names the CPU kind, the
+load averages before and after its run, and the commit it measured.
 """
 
 from __future__ import annotations
 
 import os
+import platform
+import shutil
+import subprocess
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run_quiet(cmd: list[str]) -> str:
+    """A helper command's stdout, or "" when it is missing or fails."""
+    try:
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=30, check=False).stdout
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+def proc_line(path: str, prefix: str) -> str | None:
+    """The rest of the first line of ``path`` (a /proc file) that starts with ``prefix``."""
+    try:
+        for line in Path(path).read_text().splitlines():
+            if line.startswith(prefix):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return None
 
 
 def cpu_name() -> str:
-    """The CPU's model name, from /proc/cpuinfo."""
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return "unknown CPU"
+    return proc_line("/proc/cpuinfo", "model name") or "unknown CPU"
 
 
 def machine() -> str:
@@ -23,6 +45,32 @@ def machine() -> str:
     return f"{os.cpu_count()} CPU cores ({cpu_name()})"
 
 
+def facts() -> dict[str, Any]:
+    """CPU, RAM, GPUs and versions, for a report's results.json."""
+    memory = proc_line("/proc/meminfo", "MemTotal")
+    gpus = (run_quiet(["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader"])
+            if shutil.which("nvidia-smi") else "")
+    try:
+        torch = version("torch")
+    except PackageNotFoundError:
+        torch = None
+    return {"cpus": os.cpu_count(), "cpu": cpu_name(), "platform": platform.platform(),
+            "python": platform.python_version(),
+            "ram_gib": round(int(memory.split()[0]) / 2**20, 1) if memory else None,
+            "gpus": [g.strip() for g in gpus.splitlines() if g.strip()], "torch": torch}
+
+
 def load() -> str:
     """The 1, 5 and 15 minute load averages."""
-    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    try:
+        return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    except OSError:
+        return "unknown"
+
+
+def code_version() -> str:
+    """The commit measured, flagged when src/ differs from it."""
+    commit = run_quiet(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"]).strip()
+    dirty = subprocess.run(["git", "-C", str(ROOT), "diff", "--quiet", "HEAD", "--", "src"],
+                           capture_output=True, check=False).returncode
+    return (commit or "unknown") + (" (+ uncommitted changes in src/)" if dirty == 1 else "")

@@ -80,7 +80,7 @@ except ModuleNotFoundError:  # Python 3.10, which spdrank supports: tomli is tom
     import tomli as tomllib
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from machine import machine
+from machine import code_version, machine
 
 ROOT = Path(__file__).resolve().parent.parent
 Values = dict[str, Any]
@@ -523,11 +523,6 @@ def write_report(experiment: Experiment, meta: dict[str, Any]) -> str:
     return text
 
 
-def git_commit() -> str:
-    return subprocess.run(["git", "rev-parse", "--short", "HEAD"], check=False, cwd=ROOT,
-                          text=True, capture_output=True).stdout.strip()
-
-
 def parse_sets(items: list[str]) -> dict[str, str]:
     sets = {}
     for item in items:
@@ -556,7 +551,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.dry_run:
             return 0
         meta = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-                "commit": git_commit(), "machine": f"{machine()}, Python "
+                "commit": code_version(), "machine": f"{machine()}, Python "
                 f"{platform.python_version()}", "load": args.load,
                 "minutes": (time.time() - started) / 60, "command": experiment.command_line(),
                 "seconds": seconds}

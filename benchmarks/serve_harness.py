@@ -1,5 +1,6 @@
 """What the serving benchmarks share: ``spdrank serve`` in a subprocess on a free loopback
-port, its memory, percentiles, and the machine / code / model facts every report records.
+port, its memory, percentiles, and the served model's facts every report records (the
+machine's and the code's are machine.py's).
 
 Used by ``load.py`` (latency and throughput) and ``soak.py`` (hostile traffic over time);
 run them as scripts (``python benchmarks/NAME.py``) so this folder is on the import path.
@@ -9,8 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import platform
-import shutil
 import signal
 import socket
 import subprocess
@@ -21,53 +20,7 @@ from typing import Any
 
 import httpx
 
-ROOT = Path(__file__).resolve().parent.parent
-
-
-# -- facts for the report -------------------------------------------------------------------
-
-
-def machine() -> dict[str, Any]:
-    """CPU, RAM, GPUs and versions: the numbers mean little without them."""
-    info: dict[str, Any] = {
-        "cpus": os.cpu_count(),
-        "platform": platform.platform(),
-        "python": platform.python_version(),
-    }
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                info["cpu"] = line.split(":", 1)[1].strip()
-                break
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemTotal"):
-                info["ram_gib"] = round(int(line.split()[1]) / 2**20, 1)
-                break
-    except OSError:
-        pass
-    if shutil.which("nvidia-smi"):
-        out = run_quiet(["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader"])
-        info["gpus"] = [g.strip() for g in out.splitlines() if g.strip()]
-    else:
-        info["gpus"] = []
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        info["torch"] = version("torch")
-    except PackageNotFoundError:
-        info["torch"] = None
-    return info
-
-
-def code_version() -> str:
-    """The commit measured, flagged when src/ differs from it."""
-    commit = run_quiet(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"]).strip()
-    dirty = subprocess.run(
-        ["git", "-C", str(ROOT), "diff", "--quiet", "HEAD", "--", "src"],
-        capture_output=True,
-        check=False,
-    ).returncode
-    return (commit or "unknown") + (" (+ uncommitted changes in src/)" if dirty == 1 else "")
+# -- the served model --------------------------------------------------------------------------
 
 
 def model_config_path(model: str | Path) -> Path:
@@ -96,14 +49,6 @@ def model_info(model: str | None) -> dict[str, Any]:
     except (OSError, KeyError, ValueError) as exc:
         info["config_error"] = str(exc)
     return info
-
-
-def run_quiet(cmd: list[str]) -> str:
-    """A helper command's stdout, or "" when it is missing or fails."""
-    try:
-        return subprocess.run(cmd, capture_output=True, text=True, timeout=30, check=False).stdout
-    except (OSError, subprocess.SubprocessError):
-        return ""
 
 
 # -- the server -----------------------------------------------------------------------------

@@ -42,15 +42,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from serve_harness import (
-    ROOT,
-    Server,
-    code_version,
-    machine,
-    model_config_path,
-    model_info,
-    percentile,
-)
+from machine import ROOT, code_version, facts
+from serve_harness import Server, model_config_path, model_info, percentile
 
 from spdrank.serving.routes import HEALTH_PATH, RANK_PATH, RERANK_PATHS
 
@@ -571,7 +564,7 @@ def main(argv: list[str] | None = None) -> int:
         "command": shlex.join([Path(sys.executable).name, *sys.argv]),
         "date": now.strftime("%Y-%m-%dT%H:%MZ"),
         "code": code_version(),
-        "machine": machine(),
+        "machine": facts(),
         "model": info,
         "server_command": shlex.join(["python", *server.command[1:]]).replace(model, "MODEL"),
         "minutes": args.minutes,

@@ -16,7 +16,7 @@ from tests.helpers import ROOT, make_slate, tiny_config
 
 @pytest.fixture
 def agreement(monkeypatch):
-    """The script as a module (it imports serve_harness from its own folder)."""
+    """The script as a module (it imports machine.py from its own folder)."""
     monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
     return importlib.import_module("bf16_agreement")
 
