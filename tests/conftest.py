@@ -8,6 +8,8 @@ SmolLM2 weights (first 1-2 layers) so the production path is always exercised.
 
 from __future__ import annotations
 
+import copy
+import hashlib
 import os
 import random
 from pathlib import Path
@@ -21,6 +23,44 @@ os.environ["SPDRANK_CPU_BF16"] = "0"
 
 from spdrank.core.slates import Slate, write_slates
 from tests.helpers import make_slate, save_tiny_llama
+
+#: Files of a model folder that hold weights, not the tokenizer.
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".gguf")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def tokenizers_read_once():
+    """Each distinct tokenizer read from disk once a test process: reading SmolLM2's takes
+    about 0.4 s, and the tests save hundreds of tiny backbones that each carry a copy of it,
+    which made reading tokenizers a third of the fast suite's time.
+
+    A folder's tokenizer is keyed by the content of every file in it but the weights (so a test
+    that edits a template or damages a file reads it afresh), and each caller gets its own
+    shallow copy named after its own folder, as a fresh read would be. spdrank's own checks
+    around the read (``load_tokenizer``'s trust rules and error messages) run as ever."""
+    from transformers import AutoTokenizer
+
+    read = AutoTokenizer.from_pretrained.__func__
+    cache: dict[str, object] = {}
+
+    def from_pretrained(cls, name_or_path, *args, **kwargs):
+        folder = Path(name_or_path)
+        if not folder.is_dir():
+            return read(cls, name_or_path, *args, **kwargs)
+        digest = hashlib.sha256(repr((args, sorted(kwargs.items()))).encode())
+        for file in sorted(folder.iterdir()):
+            if file.is_file() and not file.name.endswith(WEIGHT_SUFFIXES):
+                digest.update(file.name.encode() + b"\0" + file.read_bytes())
+        key = digest.hexdigest()
+        if key not in cache:
+            cache[key] = read(cls, name_or_path, *args, **kwargs)
+        tokenizer = copy.copy(cache[key])
+        tokenizer.name_or_path = str(name_or_path)
+        return tokenizer
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(AutoTokenizer, "from_pretrained", classmethod(from_pretrained))
+        yield
 
 
 @pytest.fixture(scope="session")
