@@ -202,21 +202,14 @@ def test_the_best_input_experiments_commands_parse_and_students_share_a_recipe(
 
 
 def committed_rows(committed: dict, test: str) -> dict:
-    """A test set's rows in a committed results.json: the runner's (a section per table,
-    titled by the set) or benchmarks/search_best_input_cpu.py's (the teacher's row named
-    'teacher')."""
-    if "sections" in committed:
-        return next(s["rows"] for s in committed["sections"]
-                    if s["title"].lower().startswith(test))
-    rows = committed[test]["rows"]
-    return {("fusion:best:feature:dense+retriever" if name == "teacher" else name): entry
-            for name, entry in rows.items()}
+    """A test set's rows in a committed results.json of the runner (a section per table,
+    titled by the set)."""
+    return next(s["rows"] for s in committed["sections"] if s["title"].lower().startswith(test))
 
 
 @pytest.mark.parametrize("plan", ["synthetic", "other"])
 def test_the_search_tables_reproduce_the_committed_numbers(plan, run):
-    """The tables, from the committed per-slate files, equal the committed results.json: the
-    runner's own (other) and that of the script it replaced (synthetic)."""
+    """The tables, from the committed per-slate files, equal the committed results.json."""
     experiment = run.Experiment(EXPERIMENTS / f"search-best-input-{plan}.toml", {})
     committed = json.loads((ROOT / experiment.out / "results.json").read_text())
     tables = [s for s in experiment.sections if "rows" in s]
