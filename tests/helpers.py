@@ -299,7 +299,9 @@ class LoopbackHTTPServer:
     def __init__(self, handler: type[BaseHTTPRequestHandler]) -> None:
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
         self.httpd.daemon_threads = True
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        # serve_forever checks for shutdown every poll_interval (0.5 s by default), which
+        # every test's exit would otherwise wait out.
+        self.thread = threading.Thread(target=self.httpd.serve_forever, args=(0.01,), daemon=True)
 
     @property
     def url(self) -> str:
@@ -322,7 +324,7 @@ class RawTCPServer:
     def __init__(self) -> None:
         self.stop = threading.Event()
         self.sock = socket.create_server(("127.0.0.1", 0))
-        self.sock.settimeout(0.1)
+        self.sock.settimeout(0.01)  # how often the accept loop sees ``stop``
         self.thread = threading.Thread(target=self._serve, daemon=True)
 
     @property
