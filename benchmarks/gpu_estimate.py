@@ -1,17 +1,17 @@
-"""What a GPU script's steps will cost before they run: memory and time per step, from the
+"""What benchmarks/gpu.sh's steps will cost before they run: memory and time per step, from the
 backbone's config.json and the device's stated bf16 throughput, and a refusal of a
 configuration that will not fit.
 
     python3 benchmarks/gpu_estimate.py gpu.sh BACKBONE=bundled BATCH=16 LORA_R=64 ...
-    python3 benchmarks/gpu_estimate.py gpu_latency.sh BACKBONES='q=config:benchmarks/configs/qwen3-0.6b.json'
+    python3 benchmarks/gpu_estimate.py gpu.sh BACKBONE=config:benchmarks/configs/qwen3-0.6b.json
     python3 benchmarks/gpu_estimate.py gpu.sh --device h100 BUDGET_S=600
 
-``benchmarks/gpu.sh`` and ``benchmarks/gpu_latency.sh`` call it before their first step with
-their own settings (the ``NAME=VALUE`` arguments are the scripts' environment variables, with
-their defaults when left out), print its table, and stop when it exits 1: a step whose
-estimated peak memory exceeds the device's usable memory, or, when ``BUDGET_S`` is set, a step
+``benchmarks/gpu.sh`` calls it before its first step with its own settings (the ``NAME=VALUE``
+arguments are the script's environment variables, with their defaults when left out), prints
+its table, and stops when it exits 1: a step whose estimated peak memory exceeds the device's
+usable memory, or, when ``BUDGET_S`` is set, a step
 whose estimated time alone exceeds it. A run longer than ``BUDGET_S`` is not refused: ``--plan
-FILE`` writes each step's estimated seconds, and the scripts' ``step`` (benchmarks/lib.sh)
+FILE`` writes each step's estimated seconds, and the script's ``step`` (benchmarks/lib.sh)
 stops before the first step that would end past the budget, so a rerun continues from there
 (a lent device's command runs at most 10 minutes). It needs only Python's standard library, so a dry run
 prints the table without the project's environment, and it reads no weights: a backbone is
@@ -479,15 +479,6 @@ GPU_DEFAULTS: dict[str, str] = {
     "SKIP_SEARCH": "", "BUDGET_S": "",
     "ONLY": "",
 }
-#: gpu_latency.sh's.
-LATENCY_DEFAULTS: dict[str, str] = {
-    "BACKBONES": "qwen3-0.6b=config:benchmarks/configs/qwen3-0.6b.json smollm2=bundled",
-    "DTYPE": "bfloat16", "SIZES": "20,50,150", "BATCHES": "1,32", "POSITIONS": "150",
-    "CANDIDATES": "50", "LORA_R": "64", "LATENCY_SLATES": "320", "THROUGHPUT_BATCH": "32",
-    "EVAL_LIMIT": "32", "WARMUP": "3", "TRAIN_BATCH": "8", "STEPS": "10", "STEP_WARMUP": "2",
-    "SLATES": "0", "BUDGET_S": "", "ONLY": "",
-}
-
 
 def ints(text: str) -> list[int]:
     return [int(x) for x in text.split(",") if x.strip()]
@@ -581,28 +572,7 @@ def gpu_steps(s: dict[str, str], shape_of: Any) -> list[Step]:
     return steps
 
 
-def latency_steps(s: dict[str, str], shape_of: Any) -> list[Step]:
-    """benchmarks/gpu_latency.sh's steps."""
-    cut, n = int(s["SLATES"]), int(s["CANDIDATES"])
-    steps = [Step("data", None, note="CPU")]
-    for pair in s["BACKBONES"].split():
-        name, spec = pair.split("=", 1)
-        shape = shape_of(spec)
-        train_batch = int(s["TRAIN_BATCH"])
-        count = int(s["STEP_WARMUP"]) + int(s["STEPS"])
-        steps.append(Step(f"train-step-{name}", shape, [
-            Work("train", count * train_batch, rec_tokens(n), batch=train_batch, train=True, adapted=shape.layers)
-        ], f"{count} LoRA steps of {train_batch} x {rec_tokens(n)} tokens"))
-        work = [Work("quality", kept(int(s["EVAL_LIMIT"]), cut), rec_tokens(n))]
-        for size in ints(s["SIZES"]):
-            for b in ints(s["BATCHES"]):
-                calls = max(1, int(s["LATENCY_SLATES"]) // b) + int(s["WARMUP"])
-                work.append(Work(f"latency N={size} batch {b}", 2 * calls * b, rec_tokens(size), batch=b))
-        steps.append(Step(f"bench-{name}", shape, work, f"N={s['SIZES']}, batches {s['BATCHES']}"))
-    return steps
-
-
-SCRIPTS = {"gpu.sh": (GPU_DEFAULTS, gpu_steps), "gpu_latency.sh": (LATENCY_DEFAULTS, latency_steps)}
+SCRIPTS = {"gpu.sh": (GPU_DEFAULTS, gpu_steps)}
 
 # -- the table and the verdict ----------------------------------------------------------------
 
@@ -692,7 +662,7 @@ class Estimate:
 
 def estimate(script: str, settings: dict[str, str], device: Device, tiny: str | None = None,
              measured: Calibration | None = None) -> Estimate:
-    """The estimate of ``script`` (gpu.sh, gpu_latency.sh) under ``settings`` (its environment
+    """The estimate of ``script`` (gpu.sh) under ``settings`` (its environment
     variables; the rest take the script's defaults) on ``device``, its training passes as
     ``measured`` when given."""
     defaults, steps_of = SCRIPTS[script]

@@ -79,7 +79,7 @@ EOF
 }
 
 # gpu_estimate SCRIPT NAME...: benchmarks/gpu_estimate.py's table of what each step of SCRIPT
-# (gpu.sh, gpu_latency.sh) will cost on $ESTIMATE_DEVICE (default h200), with the settings named
+# (gpu.sh) will cost on $ESTIMATE_DEVICE (default h200), with the settings named
 # by NAME... as they stand; a step that will not fit the device's memory (or that alone
 # outlasts $BUDGET_S seconds, when set) stops the script here, exit 1, unless FIT_CHECK=0. Each
 # step's estimated seconds go to $PLAN (default $WORK/estimate.tsv), which `step` weighs

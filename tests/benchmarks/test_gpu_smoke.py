@@ -1,10 +1,10 @@
-"""``--smoke``: benchmarks/gpu.sh and benchmarks/gpu_latency.sh run every step on a CPU at toy
-scale, with the real run's commands (only the sizes, the backbone and the device differ), so
+"""``--smoke``: benchmarks/gpu.sh runs every step on a CPU at toy scale, with the real run's commands (only the sizes, the backbone and the device differ), so
 a command a lent GPU would run has run before it is lent."""
 
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import re
 import shlex
@@ -30,7 +30,6 @@ SMOKE_DIR = "/smoke"
 #: What the smoke run's backbones and cut data stand for in the real run, in the order they
 #: are replaced.
 BACKBONES = (
-    (f"config:{SMOKE_DIR}/tiny-qwen3", "config:benchmarks/configs/qwen3-0.6b.json"),
     (f"{SMOKE_DIR}/tiny-qwen3", "bundled"),
     (f"shared={SMOKE_DIR}/trec", "shared=/shared"),
 )
@@ -41,7 +40,7 @@ def dry_run(script: str, smoke: bool) -> list[list[str]]:
     both runs read and write the same folders, so paths differ only where sizes name them."""
     env = {**os.environ, "BIN": "/bin-dir", "SMOKE_DIR": SMOKE_DIR, "DATA": "/data",
            "FDATA": "/fdata", "WORK": "/work", "OUT": "/out", "SHARED": "/shared"}
-    for name in ("BACKBONE", "BACKBONES", "DEVICE", "DTYPE", "SEARCH_BACKBONE"):
+    for name in ("BACKBONE", "DEVICE", "DTYPE", "SEARCH_BACKBONE"):
         env.pop(name, None)
     done = subprocess.run(
         ["bash", str(ROOT / "benchmarks" / script), *(["--smoke"] if smoke else []), "--dry-run"],
@@ -67,9 +66,8 @@ def normalised(argv: list[str]) -> list[str]:
     return out
 
 
-@pytest.mark.parametrize("script", ["gpu.sh", "gpu_latency.sh"])
-def test_the_smoke_run_runs_the_real_runs_commands(script):
-    real, smoke = dry_run(script, smoke=False), dry_run(script, smoke=True)
+def test_the_smoke_run_runs_the_real_runs_commands():
+    real, smoke = dry_run("gpu.sh", smoke=False), dry_run("gpu.sh", smoke=True)
     # The smoke run's own first step: the tiny model folder every backbone stands for.
     made = [argv for argv in smoke if argv[1:2] == ["benchmarks/tiny_backbone.py"]]
     assert len(made) == 1 and made[0][-1] == f"{SMOKE_DIR}/tiny-qwen3"
@@ -104,9 +102,10 @@ def test_an_unknown_argument_is_a_usage_error():
 
 def run_smoke(script: str, tmp_path: Path, timeout: int, **settings: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "BIN": str(Path(sys.executable).parent),
-           "SMOKE_DIR": str(tmp_path / "smoke"), "OMP_NUM_THREADS": "1", **settings}
-    for name in ("DATA", "FDATA", "WORK", "OUT", "BACKBONE", "BACKBONES", "DEVICE", "DTYPE"):
+           "SMOKE_DIR": str(tmp_path / "smoke"), "OMP_NUM_THREADS": "1"}
+    for name in ("DATA", "FDATA", "WORK", "OUT", "BACKBONE", "DEVICE", "DTYPE"):
         env.pop(name, None)
+    env.update(settings)
     done = subprocess.run(["bash", str(ROOT / "benchmarks" / script), "--smoke"], cwd=ROOT,
                           env=env, capture_output=True, text=True, timeout=timeout, check=False)
     assert done.returncode == 0, (done.stdout[-3000:], done.stderr[-3000:])
@@ -156,11 +155,19 @@ def test_a_run_of_some_steps_passes_over_the_others(tmp_path):
     assert "== search: not in ONLY" in done.stdout or "the search step skipped" in done.stdout
 
 
-@pytest.mark.slow  # every step of the latency run: a minute on 2 cores
-def test_gpu_latency_smoke_runs_every_step(tmp_path):
-    run_smoke("gpu_latency.sh", tmp_path, timeout=900)
-    assert steps_run(tmp_path) == [
-        "data", "train-step-qwen3-0.6b", "bench-qwen3-0.6b", "train-step-smollm2", "bench-smollm2"]
-    report = (tmp_path / "smoke" / "out" / "report.md").read_text()
-    assert "**Random weights.**" in report and "| qwen3-0.6b | `config:" in report
-    assert "benchmarks/tiny_backbone.py --family qwen3" in report  # the commands it ran
+#: The offline bundle's preflight (benchmarks/offline_bundle.sh): the first steps, which say
+#: in a minute whether the host's torch runs spdrank's training and ranking.
+FIRST_STEPS = "data cooccurrence-train cooccurrence-eval train-step step-latency"
+
+
+@pytest.mark.slow  # trains a step and benchmarks its checkpoint: a minute on 2 cores
+def test_the_first_steps_time_a_config_backbones_shape(tmp_path):
+    """The training step and the ranking latency of a backbone built from its config alone
+    (random weights: how a larger model's shape is timed, benchmarks/configs/qwen3-0.6b.json
+    at full scale), as the offline bundle's preflight runs them."""
+    backbone = f"config:{tmp_path}/smoke/tiny-qwen3"
+    run_smoke("gpu.sh", tmp_path, timeout=900, ONLY=FIRST_STEPS, BACKBONE=backbone)
+    assert steps_run(tmp_path) == FIRST_STEPS.split()
+    out = tmp_path / "smoke" / "out"
+    assert json.loads((out / "train-step.json").read_text())["random_weights"]
+    assert "## Latency decomposition" in (out / "step-latency" / "report.md").read_text()

@@ -1,14 +1,12 @@
-"""benchmarks/gpu_latency.sh on a CPU: its dry run's commands parse, a backbone built from a
-config with random weights (``config:PATH``) ranks through the normal API, the latency batch,
-the training-step timer, and the whole script end to end at toy scale."""
+"""A backbone built from a config with random weights (``config:PATH``: how benchmarks/gpu.sh
+times a larger model's shape, such as benchmarks/configs/qwen3-0.6b.json, with nothing
+downloaded) ranks through the normal API; bench's latency batch; and benchmarks/train_step.py,
+the GPU plan's training-step timer, on a CPU."""
 
 from __future__ import annotations
 
 import json
-import os
 import random
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -19,14 +17,11 @@ import spdrank.commands.cli
 from spdrank.backbone.locate import resolve_path
 from spdrank.compare.latency import STAGES, decompose
 from spdrank.compare.report import latency_table
-from spdrank.core.slates import write_slates
 from spdrank.eval.metrics import is_valid_permutation
 from spdrank.model.config import SPDConfig
 from spdrank.model.ranker import SPDRanker
 from tests.helpers import ROOT, load_benchmark, make_slate, tiny_config, tiny_qwen3
-from tests.helpers import dry_run_commands as dry_run_script
 
-SCRIPT = ROOT / "benchmarks" / "gpu_latency.sh"
 QWEN3 = "config:benchmarks/configs/qwen3-0.6b.json"
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -47,40 +42,7 @@ def random_model(config_file) -> SPDRanker:
     return SPDRanker.build(spd_config(config_file))
 
 
-# -- the dry run -------------------------------------------------------------------------------
-
-
-def dry_run_commands() -> list[list[str]]:
-    return dry_run_script("gpu_latency.sh", program="")
-
-
-def test_gpu_latency_script_commands_parse(monkeypatch):
-    """Every command the script would run parses with the real parsers: bench's latency
-    decomposition at N = 20/50/150, batch 1 and 32, bf16 on CUDA, for the Qwen3-shaped random
-    backbone and the default one, each after its training-step timing."""
-    commands = dry_run_commands()
-    parser = spdrank.commands.cli.build_parser()
-    train_step = load_benchmark("train_step", monkeypatch)
-    spdrank_cmds = [argv for argv in commands if argv[0] == "/nonexistent/bin/spdrank"]
-    step_cmds = [argv for argv in commands if argv[0] == "/nonexistent/bin/python"]
-    assert [argv[1] for argv in spdrank_cmds] == ["data", "bench", "bench"]
-    assert len(commands) == len(spdrank_cmds) + len(step_cmds)
-    for argv in spdrank_cmds:
-        parser.parse_args(argv[1:])  # exits (fails the test) on an unknown flag or value
-    backbones = []
-    for argv in step_cmds:
-        assert argv[1] == "benchmarks/train_step.py"
-        own, train = train_step.parse(argv[2:])
-        assert own.steps >= 1 and train.dtype == "bfloat16" and train.device == "cuda"
-        assert train.frozen is False and train.positions >= 150  # LoRA, and K reaching N = 150
-        backbones.append(train.backbone)
-    assert backbones == [QWEN3, "bundled"]
-    assert (ROOT / QWEN3.removeprefix("config:")).is_file()
-    for argv in spdrank_cmds[1:]:
-        args = parser.parse_args(argv[1:])
-        assert args.latency and args.latency_sizes == [20, 50, 150]
-        assert args.latency_batch == [1, 32] and args.latency_slates >= 100
-        assert args.dtype == "bfloat16" and args.device == "cuda"
+# -- the Qwen3-0.6B shape --------------------------------------------------------------------
 
 
 def test_qwen3_config_has_qwen3_0_6b_shape():
@@ -188,7 +150,7 @@ def test_latency_batch_flag_parses():
         parser.parse_args([*base, "--latency-batch", "0"])
 
 
-# -- the training step and the whole script ----------------------------------------------------
+# -- the training step ------------------------------------------------------------------------
 
 
 def test_train_step_times_steps_and_leaves_a_checkpoint(config_file, train_file, tmp_path, monkeypatch, capsys):
@@ -207,34 +169,3 @@ def test_train_step_times_steps_and_leaves_a_checkpoint(config_file, train_file,
     assert json.loads((out / "train.json").read_text())["step"] == 3  # warm-up + timed
     assert SPDRanker.from_pretrained(out).config.backbone.random_weights
     assert json.loads(capsys.readouterr().out)["batch_size"] == 2
-
-
-@pytest.mark.slow  # the whole script: trains, benchmarks and reports
-def test_gpu_latency_script_runs_end_to_end_on_a_cpu(config_file, tmp_path):
-    """The script itself, at toy scale on the CPU (a tiny random Qwen3, slates of 4 and 8):
-    every step runs and report.md holds the machine, the random-weights note, the training
-    step and the decomposition at both latency batches."""
-    rng = random.Random(3)
-    data = tmp_path / "data"
-    data.mkdir()
-    (data / "manifest.json").write_text("{}")  # the data step is skipped: its output exists
-    write_slates(data / "train.jsonl", [make_slate(rng, 6, f"t{i}", teacher=False, catalogue=30) for i in range(4)])
-    write_slates(data / "eval.jsonl", [make_slate(rng, 6, f"e{i}", teacher=False, catalogue=30) for i in range(6)])
-    out = tmp_path / "out"
-    env = {
-        **os.environ, "BIN": str(Path(sys.executable).parent), "DATA": str(data),
-        "WORK": str(tmp_path / "work"), "OUT": str(out), "BACKBONES": f"tiny=config:{config_file}",
-        "DEVICE": "cpu", "DTYPE": "float32", "SIZES": "4,8", "BATCHES": "1,2", "POSITIONS": "16",
-        "LATENCY_SLATES": "4", "THROUGHPUT_BATCH": "2", "EVAL_LIMIT": "4", "WARMUP": "0",
-        "TRAIN_BATCH": "2", "STEPS": "1", "STEP_WARMUP": "0", "OMP_NUM_THREADS": "1",
-    }
-    done = subprocess.run(
-        ["bash", str(SCRIPT)], env=env, capture_output=True, text=True, timeout=300, check=False
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    report = (out / "report.md").read_text()
-    assert "- machine: " in report and "**Random weights.**" in report
-    assert "| tiny | `config:" in report and "| yes | float32 |" in report
-    assert "| tiny | 4 | 4 |" in report and "| tiny (batch 2) | 8 | 4 |" in report
-    assert "](tiny/latency_decomposition.png)" in report
-    assert "RANDOM WEIGHTS" in done.stderr  # the log line a random backbone always leaves
