@@ -54,7 +54,14 @@ NAMED_MODULES: dict[str, list[str]] = {
 
 def save_tiny(family: str, folder: str | Path, tokenizer: Any = None, seed: int = 0) -> Path:
     """A 2-layer ``family`` decoder with seeded random weights and SmolLM2's tokenizer (or
-    ``tokenizer``), saved to ``folder`` as safetensors; returns ``folder``."""
+    ``tokenizer``), saved to ``folder`` as safetensors; returns ``folder``. A folder that
+    holds a config.json already is kept as it is, before torch or transformers is imported."""
+    if family not in FAMILIES:
+        raise ValueError(f"no tiny {family!r}: one of {', '.join(FAMILIES)}")
+    folder = Path(folder)
+    if (folder / "config.json").is_file():
+        return folder
+
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
@@ -62,11 +69,6 @@ def save_tiny(family: str, folder: str | Path, tokenizer: Any = None, seed: int 
     from spdrank.backbone.locate import bundled_backbone_path
     from spdrank.core.atomic_dir import filled_once
 
-    if family not in FAMILIES:
-        raise ValueError(f"no tiny {family!r}: one of {', '.join(FAMILIES)}")
-    folder = Path(folder)
-    if (folder / "config.json").is_file():
-        return folder
     if tokenizer is None:
         tokenizer = load_tokenizer(str(bundled_backbone_path()))
     ids = {"pad_token_id": tokenizer.pad_token_id, "bos_token_id": tokenizer.bos_token_id,
