@@ -1,5 +1,6 @@
-"""``--smoke``: benchmarks/gpu.sh runs every step on a CPU at toy scale, with the real run's commands (only the sizes, the backbone and the device differ), so
-a command a lent GPU would run has run before it is lent."""
+"""``--smoke``: benchmarks/gpu.sh runs every step on a CPU at toy scale, with the real run's
+commands (only the sizes, the backbone and the device differ), so a command a lent GPU would
+run has run before it is lent."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import pytest
 
 from tests.helpers import ROOT, tiny_qwen3
 
+SCRIPT = ROOT / "benchmarks" / "gpu.sh"
 #: The flags whose values are sizes (or say them: a report's title), which the smoke run
 #: shrinks; every other argument of every command is the real run's.
 SIZE_FLAGS = frozenset({
@@ -35,15 +37,15 @@ BACKBONES = (
 )
 
 
-def dry_run(script: str, smoke: bool) -> list[list[str]]:
-    """The commands ``bash benchmarks/SCRIPT [--smoke] --dry-run`` prints, each as its argv;
+def dry_run(smoke: bool) -> list[list[str]]:
+    """The commands ``bash benchmarks/gpu.sh [--smoke] --dry-run`` prints, each as its argv;
     both runs read and write the same folders, so paths differ only where sizes name them."""
     env = {**os.environ, "BIN": "/bin-dir", "SMOKE_DIR": SMOKE_DIR, "DATA": "/data",
            "FDATA": "/fdata", "WORK": "/work", "OUT": "/out", "SHARED": "/shared"}
     for name in ("BACKBONE", "DEVICE", "DTYPE", "SEARCH_BACKBONE"):
         env.pop(name, None)
     done = subprocess.run(
-        ["bash", str(ROOT / "benchmarks" / script), *(["--smoke"] if smoke else []), "--dry-run"],
+        ["bash", str(SCRIPT), *(["--smoke"] if smoke else []), "--dry-run"],
         env=env, capture_output=True, text=True, timeout=60, check=True,
     )
     return [shlex.split(line) for line in done.stdout.splitlines() if line.startswith("/bin-dir/")]
@@ -67,7 +69,7 @@ def normalised(argv: list[str]) -> list[str]:
 
 
 def test_the_smoke_run_runs_the_real_runs_commands():
-    real, smoke = dry_run("gpu.sh", smoke=False), dry_run("gpu.sh", smoke=True)
+    real, smoke = dry_run(smoke=False), dry_run(smoke=True)
     # The smoke run's own first step: the tiny model folder every backbone stands for.
     made = [argv for argv in smoke if argv[1:2] == ["benchmarks/tiny_backbone.py"]]
     assert len(made) == 1 and made[0][-1] == f"{SMOKE_DIR}/tiny-qwen3"
@@ -94,19 +96,19 @@ def test_a_smoke_run_keeps_a_few_slates_of_each_split(tmp_path):
 
 
 def test_an_unknown_argument_is_a_usage_error():
-    done = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu.sh"), "--smok"],
+    done = subprocess.run(["bash", str(SCRIPT), "--smok"],
                           capture_output=True, text=True, timeout=30, check=False)
     assert done.returncode == 2 and "usage: bash benchmarks/gpu.sh [--smoke] [--dry-run]" \
         in done.stderr
 
 
-def run_smoke(script: str, tmp_path: Path, timeout: int, **settings: str) -> subprocess.CompletedProcess:
+def run_smoke(tmp_path: Path, timeout: int, **settings: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "BIN": str(Path(sys.executable).parent),
            "SMOKE_DIR": str(tmp_path / "smoke"), "OMP_NUM_THREADS": "1"}
     for name in ("DATA", "FDATA", "WORK", "OUT", "BACKBONE", "DEVICE", "DTYPE"):
         env.pop(name, None)
     env.update(settings)
-    done = subprocess.run(["bash", str(ROOT / "benchmarks" / script), "--smoke"], cwd=ROOT,
+    done = subprocess.run(["bash", str(SCRIPT), "--smoke"], cwd=ROOT,
                           env=env, capture_output=True, text=True, timeout=timeout, check=False)
     assert done.returncode == 0, (done.stdout[-3000:], done.stderr[-3000:])
     return done
@@ -134,7 +136,7 @@ SEARCH_FILES = [SHARED / f"trec-{s}" / f"retrieve_results_{s}.json" for s in ("d
 
 @pytest.mark.slow  # every step of the GPU run: minutes on 2 cores
 def test_gpu_smoke_runs_every_step(tmp_path):
-    done = run_smoke("gpu.sh", tmp_path, timeout=1800)
+    done = run_smoke(tmp_path, timeout=1800)
     report = (tmp_path / "smoke" / "out" / "report.md").read_text()
     assert "**smoke run**" in report and "tiny-qwen3" in report
     if all(path.is_file() for path in SEARCH_FILES):
@@ -151,7 +153,7 @@ def test_a_run_of_some_steps_passes_over_the_others(tmp_path):
     not assume the others ran (a short run runs what tells most first). The smoke backbone's
     folder is there already (no step here reads it), so the script keeps it."""
     tiny_qwen3(tmp_path / "smoke" / "tiny-qwen3")
-    done = run_smoke("gpu.sh", tmp_path, timeout=600, ONLY="data")
+    done = run_smoke(tmp_path, timeout=600, ONLY="data")
     assert steps_run(tmp_path) == ["data"]
     assert "== data-features: not in ONLY, left for a later run" in done.stdout
     assert "== search: not in ONLY" in done.stdout or "the search step skipped" in done.stdout
@@ -168,7 +170,7 @@ def test_the_first_steps_time_a_config_backbones_shape(tmp_path):
     (random weights: how a larger model's shape is timed, benchmarks/configs/qwen3-0.6b.json
     at full scale), as the offline bundle's preflight runs them."""
     backbone = f"config:{tmp_path}/smoke/tiny-qwen3"
-    run_smoke("gpu.sh", tmp_path, timeout=900, ONLY=FIRST_STEPS, BACKBONE=backbone)
+    run_smoke(tmp_path, timeout=900, ONLY=FIRST_STEPS, BACKBONE=backbone)
     assert steps_run(tmp_path) == FIRST_STEPS.split()
     out = tmp_path / "smoke" / "out"
     assert json.loads((out / "train-step.json").read_text())["random_weights"]
