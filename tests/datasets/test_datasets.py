@@ -367,8 +367,9 @@ def test_missing_input_file(tmp_path):
 def test_bad_options():
     with pytest.raises(ValueError, match="negatives must be one of"):
         BuildOptions(negatives="hard")
-    with pytest.raises(ValueError, match="candidates must be >= 1"):
-        BuildOptions(candidates=0)
+    for candidates in (0, 1):
+        with pytest.raises(ValueError, match="candidates must be >= 2"):
+            BuildOptions(candidates=candidates)
     with pytest.raises(ValueError, match="eval_fraction"):
         BuildOptions(eval_fraction=1.5)
 

@@ -50,7 +50,7 @@ def _add_common(p: argparse.ArgumentParser, negatives_default: str | None) -> No
                         "file of an earlier build stays beside the new one")
     p.add_argument("--history", type=int_at_least(0), default=10, metavar="N",
                    help="most recent items before the target kept as history (default 10)")
-    p.add_argument("--candidates", type=int_at_least(1), default=50, metavar="N",
+    p.add_argument("--candidates", type=int_at_least(2), default=50, metavar="N",
                    help="candidates per slate, the target included (default 50)")
     p.add_argument("--negatives", choices=NEGATIVES, default=negatives_default,
                    help="how negatives are drawn from items the user never interacted with: "

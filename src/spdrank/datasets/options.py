@@ -80,8 +80,9 @@ class BuildOptions:
             )
         if self.history < 0:
             raise ValueError(f"history must be >= 0, got {self.history}")
-        if self.candidates < 1:
-            raise ValueError(f"candidates must be >= 1 (the target), got {self.candidates}")
+        if self.candidates < 2:
+            raise ValueError(f"candidates must be >= 2 (the target and at least one other: one "
+                             f"candidate has no order to learn or judge), got {self.candidates}")
         if self.negatives not in NEGATIVES:
             raise ValueError(f"negatives must be one of {list(NEGATIVES)}, got {self.negatives!r}")
         if not 0.0 <= self.eval_fraction <= 1.0:
