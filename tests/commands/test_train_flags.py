@@ -117,3 +117,26 @@ def test_a_method_s_settings_that_another_record_names_are_refused():
     finally:
         unregister(method)
     assert method_records()  # the built-in records again
+
+
+#: Counts a run reads as steps or slates, each given one below its least value: a negative
+#: warm-up or a run of -3 steps once trained as if it were meant.
+BELOW_THEIR_LEAST = [
+    ("limit", 0), ("max_steps", 0), ("batch_size", 0), ("warmup_steps", -1),
+    ("eval_every", -1), ("eval_limit", 0), ("save_every", -1), ("cache_batch_size", 0),
+    ("stop_after", 0), ("sinkhorn_iters", 0),
+]
+
+
+@pytest.mark.parametrize(("name", "value"), BELOW_THEIR_LEAST)
+def test_a_count_below_its_least_is_refused_by_its_flag_and_by_the_settings(name, value, capsys):
+    flag = "--" + name.replace("_", "-")
+    with pytest.raises(SystemExit) as exited:
+        build_parser().parse_args(["train", "--slates", "s.jsonl", "--out", "r", flag, str(value)])
+    assert exited.value.code == 2
+    assert f"argument {flag}: must be at least {value + 1}, got {value}" in capsys.readouterr().err
+    # Settings built in Python are held to the same range when a run checks them.
+    with pytest.raises(ValueError, match=f"^{flag} must be at least {value + 1}, got {value}$"):
+        TrainConfig(slates="s.jsonl", out="r", **{name: value}).check()
+    given = {"eval_slates": "e.jsonl"} if name == "eval_limit" else {}  # what it would cut
+    TrainConfig(slates="s.jsonl", out="r", **given, **{name: value + 1}).check()

@@ -99,7 +99,7 @@ def _add_flag(
     if f.name == "head":
         help_, choices = _head_help(help_), kinds
     required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
-    kind = {"int": int, "float": _float_type(f)}.get(str(f.type).replace(" | None", ""), str)
+    kind = {"int": _int_type(f), "float": _float_type(f)}.get(str(f.type).replace(" | None", ""), str)
     default = None if required else f.default
     if default is not None:
         help_ = f"{help_} (default: {default})".strip()
@@ -107,6 +107,14 @@ def _add_flag(
         _flag(f.name), type=kind, required=required, default=default,
         choices=choices, help=help_,
     )
+
+
+def _int_type(f: dataclasses.Field) -> Callable[[str], int]:
+    """The argparse type of integer setting ``f``: at least the ``low`` its field declares."""
+    from spdrank.commands.argtypes import int_at_least
+
+    bounds = flag_bounds(f)
+    return int if "low" not in bounds else int_at_least(int(bounds["low"]))
 
 
 def _float_type(f: dataclasses.Field) -> Callable[[str], float]:

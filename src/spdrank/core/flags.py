@@ -19,8 +19,9 @@ def setting(
     bounds: dict[str, float] | None = None,
 ) -> Any:
     """A settings field with its flag's ``help``, the values the flag may take (``choices``)
-    and, for a float, its range (``bounds``, as :func:`spdrank.commands.argtypes.float_in`
-    takes it: ``low``, ``above``, ``below``).
+    and, for a number, its range (``bounds``, as :func:`spdrank.commands.argtypes.float_in`
+    takes it: ``low``, ``above``, ``below``; an integer's is its ``low``), which the flag and
+    :func:`bound_problem` hold a value to.
 
     The command adds ``(default: ...)`` to a help itself, for a default other than None (a
     None default means "decided later", and its help says how). A flag's name is the field's
@@ -50,8 +51,25 @@ def flag_choices(f: Field[Any]) -> list[str] | None:
 
 
 def flag_bounds(f: Field[Any]) -> dict[str, float]:
-    """The range of the float flag of settings field ``f``; empty: any finite number."""
+    """The range of the number flag of settings field ``f``; empty: any finite number."""
     return f.metadata.get("bounds", {})
+
+
+def bound_problem(f: Field[Any], value: Any) -> str | None:
+    """Why ``value`` lies outside the range settings field ``f`` declares, naming its flag;
+    None when it is inside (or is None: decided later). What the flag refuses, for settings
+    built in Python rather than parsed."""
+    bounds = flag_bounds(f)
+    if value is None or isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    flag = "--" + f.name.replace("_", "-")
+    if "low" in bounds and value < bounds["low"]:
+        return f"{flag} must be at least {bounds['low']:g}, got {value}"
+    if "above" in bounds and value <= bounds["above"]:
+        return f"{flag} must be above {bounds['above']:g}, got {value}"
+    if "below" in bounds and value >= bounds["below"]:
+        return f"{flag} must be below {bounds['below']:g}, got {value}"
+    return None
 
 
 def is_flag(f: Field[Any]) -> bool:

@@ -20,7 +20,7 @@ from spdrank.core.defaults import (
     TRAIN_DECODER,
     TRAIN_HEAD,
 )
-from spdrank.core.flags import flag_metadata, setting
+from spdrank.core.flags import bound_problem, flag_metadata, setting
 from spdrank.model.cache_settings import (
     CACHE_DTYPES,
     DEFAULT_CACHE_BATCH_SIZE,
@@ -200,18 +200,23 @@ class TrainingSettings:
         DEFAULT_CACHE_DTYPE, help="how cached states are stored", choices=CACHE_DTYPES
     )
     cache_batch_size: int = setting(
-        DEFAULT_CACHE_BATCH_SIZE, help="slates per prefill while the state cache is built"
+        DEFAULT_CACHE_BATCH_SIZE, help="slates per prefill while the state cache is built",
+        bounds={"low": 1},
     )
 
     # -- steps & optimisation --------------------------------------------------------------
-    limit: int | None = setting(None, help="use only the first N training slates")
+    limit: int | None = setting(
+        None, help="use only the first N training slates", bounds={"low": 1}
+    )
     epochs: float = setting(
         1.0, help="passes over the training slates (fractions allowed)", bounds={"above": 0.0}
     )
     max_steps: int | None = setting(
-        None, help="train for exactly this many steps (overrides --epochs)"
+        None, help="train for exactly this many steps (overrides --epochs)", bounds={"low": 1}
     )
-    batch_size: int = setting(1, help="slates per optimizer step (padded into one prefill)")
+    batch_size: int = setting(
+        1, help="slates per optimizer step (padded into one prefill)", bounds={"low": 1}
+    )
     lr: float = setting(2e-4, help="learning rate of the LoRA adapters", bounds={"low": 0.0})
     head_lr: float = setting(1e-3, help="learning rate of the head", bounds={"low": 0.0})
     weight_decay: float = setting(
@@ -223,6 +228,7 @@ class TrainingSettings:
         help="steps over which the learning rates rise to their values (default: "
         f"{DEFAULT_WARMUP}, or {DEFAULT_WARMUP_SHARE * 100:.0f}%% of the run's steps when that is "
         "fewer, so a short run still reaches them)",
+        bounds={"low": 0},
     )
     max_grad_norm: float = setting(
         1.0, help="gradients are clipped to this global norm", bounds={"above": 0.0}
@@ -238,8 +244,10 @@ class TrainingSettings:
     )
 
     # -- evaluation, checkpoints & seed ----------------------------------------------------
-    eval_every: int = setting(200, help="evaluate every N steps (0: only at the end)")
-    eval_limit: int = setting(100, help="number of eval slates used")
+    eval_every: int = setting(
+        200, help="evaluate every N steps (0: only at the end)", bounds={"low": 0}
+    )
+    eval_limit: int = setting(100, help="number of eval slates used", bounds={"low": 1})
     # None: :attr:`TrainConfig.selection` decides.
     select: str | None = setting(
         None,
@@ -251,7 +259,11 @@ class TrainingSettings:
         "report on: choose on them only when they are validation slates)",
         choices=SELECTIONS,
     )
-    save_every: int = setting(100, help="write the resumable state every N steps")
+    save_every: int = setting(
+        100, help="write the resumable state every N steps (0: never, so an interrupted run "
+        "starts over)",
+        bounds={"low": 0},
+    )
     seed: int = setting(0, help="seed of the head's initial weights, the data order and dropout")
 
     # -- runtime ---------------------------------------------------------------------------
@@ -262,7 +274,8 @@ class TrainingSettings:
         "CPU; saved as auto, the model ranks in bfloat16 on a CPU with native bfloat16 units)",
     )
     stop_after: int | None = setting(
-        None, help="stop this run after N steps, keeping the state (rerun to continue)"
+        None, help="stop this run after N steps, keeping the state (rerun to continue)",
+        bounds={"low": 1},
     )
     progress: bool = setting(True, help="no progress bar")
     extra: dict[str, Any] = field(
@@ -290,8 +303,10 @@ class TrainingSettings:
         or the model (a slate larger than ``positions``, a frozen head with nothing to train)
         are the trainer's.
         """
-        if self.batch_size < 1:
-            raise ValueError(f"--batch-size must be at least 1, got {self.batch_size}")
+        for f in fields(self):
+            problem = bound_problem(f, getattr(self, f.name))
+            if problem:
+                raise ValueError(problem)
         if self.batch_size % processes:
             raise ValueError(
                 f"--batch-size {self.batch_size} does not split evenly over {processes} "

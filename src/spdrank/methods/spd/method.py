@@ -40,7 +40,7 @@ class SPDSettings(MethodSettings):
     #: The Sinkhorn's temperature: the matrix is divided by it before normalising.
     tau: float = setting(1.0, help="Sinkhorn temperature", bounds={"above": 0.0})
     #: The Sinkhorn's row and column normalisations.
-    sinkhorn_iters: int = setting(20, help="Sinkhorn iterations")
+    sinkhorn_iters: int = setting(20, help="Sinkhorn iterations", bounds={"low": 1})
     #: How the cross-entropy weighs the rank positions (:mod:`spdrank.methods.spd.loss`).
     position_weights: str = setting(
         "uniform",
