@@ -54,7 +54,7 @@ def add_ranker_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0, help="seed of the random ranker (default 0)")
     p.add_argument(
         "--warmup",
-        type=int,
+        type=int_at_least(0),
         default=1,
         metavar="N",
         help="untimed rank() calls per ranker on the first slate (default 1)",

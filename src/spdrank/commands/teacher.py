@@ -108,7 +108,7 @@ def register(subparsers: Any) -> None:
                    "for a server's; the likelihood teacher reads each passage alone)")
     p.add_argument("--max-query-tokens", type=positive_int, default=512, metavar="N",
                    help="tokens kept of the user context, its end (default 512)")
-    p.add_argument("--max-failures", type=int, default=10, metavar="N",
+    p.add_argument("--max-failures", type=int_at_least(0), default=10, metavar="N",
                    help="stop after N slates failed (default 10; 0: never stop)")
     p.add_argument("--json", metavar="FILE", help="also write the run summary as JSON")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
