@@ -113,7 +113,7 @@ def test_the_bootstrap_refuses_more_resamples_than_its_bound():
 
 @pytest.mark.parametrize(("flag", "value", "said"), [
     ("--header-timeout", "1e300", "--header-timeout must be at most 86400, got 1e+300"),
-    ("--max-wait-ms", "1e9", "--max-wait-ms must be at most 60000"),
+    ("--max-wait-ms", "1e9", "--max-wait-ms must be at most 60,000"),
     ("--keep-alive-timeout", "nan", "--keep-alive-timeout must be a finite number"),
 ])
 def test_serve_knobs_are_held_to_their_range(flag, value, said):

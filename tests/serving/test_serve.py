@@ -327,10 +327,10 @@ def test_serve_command_wires_the_flags(served, monkeypatch):
     assert app.state.engine.name == "tiny-spd" and app.state.batcher.max_batch_size == 3
     assert (app.state.engine.policy, app.state.engine.max_padding) == ("bucketed", 0.25)
     bad = build_parser().parse_args(["serve", "--model", str(served[1]), "--max-batch-size", "0"])
-    with pytest.raises(ValueError, match="--max-batch-size must be positive"):
+    with pytest.raises(ValueError, match="--max-batch-size must be at least 1, got 0"):
         bad.func(bad)
     bad = build_parser().parse_args(["serve", "--model", str(served[1]), "--max-padding", "-1"])
-    with pytest.raises(ValueError, match="--max-padding must be >= 0"):
+    with pytest.raises(ValueError, match="--max-padding must be at least 0, got -1"):
         bad.func(bad)
     with pytest.raises(SystemExit):  # argparse: not one of the choices
         build_parser().parse_args(["serve", "--model", str(served[1]), "--batch-policy", "fast"])

@@ -199,7 +199,7 @@ def test_the_deadlines_are_flags_and_reach_uvicorn(served, monkeypatch):
     settings = seen["app"].state.settings
     assert (settings.header_timeout, settings.body_timeout) == (3, 7)
     bad = build_parser().parse_args(["serve", "--model", str(served[1]), "--body-timeout", "0"])
-    with pytest.raises(ValueError, match="--body-timeout must be >= 0.1"):
+    with pytest.raises(ValueError, match="--body-timeout must be at least 0.1, got 0"):
         bad.func(bad)
 
 

@@ -6,6 +6,8 @@ import argparse
 import math
 from collections.abc import Callable, Iterable
 
+from spdrank.core.flags import range_problem
+
 
 def int_at_least(low: int, high: int | None = None) -> Callable[[str], int]:
     """An argparse ``type`` accepting integers >= ``low`` (and <= ``high``, when given)."""
@@ -15,10 +17,9 @@ def int_at_least(low: int, high: int | None = None) -> Callable[[str], int]:
             value = int(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"expected an integer, got {text[:40]!r}") from None
-        if value < low:
-            raise argparse.ArgumentTypeError(f"must be at least {low}, got {value}")
-        if high is not None and value > high:
-            raise argparse.ArgumentTypeError(f"must be at most {high:,}, got {text[:40]}")
+        problem = range_problem(value, low=low, high=high)
+        if problem is not None:
+            raise argparse.ArgumentTypeError(problem)
         return value
 
     return parse
@@ -43,14 +44,9 @@ def float_in(
             raise argparse.ArgumentTypeError(f"expected a number, got {text[:40]!r}") from None
         if not math.isfinite(value):
             raise argparse.ArgumentTypeError(f"must be a finite number, got {text[:40]!r}")
-        if low is not None and value < low:
-            raise argparse.ArgumentTypeError(f"must be at least {low:g}, got {value:g}")
-        if above is not None and value <= above:
-            raise argparse.ArgumentTypeError(f"must be above {above:g}, got {value:g}")
-        if high is not None and value > high:
-            raise argparse.ArgumentTypeError(f"must be at most {high:g}, got {value:g}")
-        if below is not None and value >= below:
-            raise argparse.ArgumentTypeError(f"must be below {below:g}, got {value:g}")
+        problem = range_problem(value, low=low, high=high, above=above, below=below)
+        if problem is not None:
+            raise argparse.ArgumentTypeError(problem)
         return value
 
     return parse

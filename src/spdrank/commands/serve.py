@@ -25,6 +25,7 @@ from typing import Any
 # FastAPI and torch only when asked for them): the settings are the one source of the
 # server's flags, their defaults, choices and help.
 from spdrank.commands.rank import add_prompt_argument, check_prompt
+from spdrank.core.flags import range_problem
 from spdrank.serving.auth import ENV_VAR, load_api_key
 from spdrank.serving.settings import ServeSettings
 
@@ -103,13 +104,10 @@ def settings_from_args(args: argparse.Namespace) -> ServeSettings:
         values[f.name] = f.default if value is None else value
         if isinstance(value, float) and not math.isfinite(value):
             raise ValueError(f"{_flag(f.name)} must be a finite number, got {value}")
-        minimum = f.metadata.get("minimum")
-        if minimum is not None and value is not None and value < minimum:
-            bound = "positive" if minimum == 1 else f">= {minimum}"
-            raise ValueError(f"{_flag(f.name)} must be {bound}")
-        maximum = f.metadata.get("maximum")
-        if maximum is not None and value is not None and value > maximum:
-            raise ValueError(f"{_flag(f.name)} must be at most {maximum:g}, got {value:g}")
+        problem = None if value is None else range_problem(
+            value, low=f.metadata.get("minimum"), high=f.metadata.get("maximum"))
+        if problem is not None:
+            raise ValueError(f"{_flag(f.name)} {problem}")
     return ServeSettings(**values)
 
 

@@ -59,17 +59,32 @@ def bound_problem(f: Field[Any], value: Any) -> str | None:
     """Why ``value`` lies outside the range settings field ``f`` declares, naming its flag;
     None when it is inside (or is None: decided later). What the flag refuses, for settings
     built in Python rather than parsed."""
-    bounds = flag_bounds(f)
     if value is None or isinstance(value, bool) or not isinstance(value, int | float):
         return None
-    flag = "--" + f.name.replace("_", "-")
-    if "low" in bounds and value < bounds["low"]:
-        return f"{flag} must be at least {bounds['low']:g}, got {value}"
-    if "above" in bounds and value <= bounds["above"]:
-        return f"{flag} must be above {bounds['above']:g}, got {value}"
-    if "below" in bounds and value >= bounds["below"]:
-        return f"{flag} must be below {bounds['below']:g}, got {value}"
+    problem = range_problem(value, **flag_bounds(f))
+    return None if problem is None else f"--{f.name.replace('_', '-')} {problem}"
+
+
+def range_problem(
+    value: float, *, low: float | None = None, high: float | None = None,
+    above: float | None = None, below: float | None = None,
+) -> str | None:
+    """Why ``value`` lies outside a range (at least ``low``, at most ``high``, strictly above
+    ``above``, strictly below ``below``, each when given), as ``must be at least 1, got 0``;
+    None when it is inside. The one wording of a refused number, for a flag parsed and for a
+    setting built in Python."""
+    for bound, outside, words in (
+        (low, lambda b: value < b, "at least"), (above, lambda b: value <= b, "above"),
+        (high, lambda b: value > b, "at most"), (below, lambda b: value >= b, "below"),
+    ):
+        if bound is not None and outside(bound):
+            return f"must be {words} {_shown(bound)}, got {_shown(value)}"
     return None
+
+
+def _shown(number: float) -> str:
+    """A number as a message shows it: an integer with thousands separators, a float short."""
+    return f"{number:,}" if isinstance(number, int) else f"{number:g}"
 
 
 def is_flag(f: Field[Any]) -> bool:
