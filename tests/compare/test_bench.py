@@ -308,6 +308,10 @@ def test_bench_reference_row(tmp_path, data, capsys):
     assert spdrank.commands.cli.main([*base, "--reference", "nobody", "--out", str(tmp_path / "c")]) == 2
     assert "--reference 'nobody' names no row" in capsys.readouterr().err
     assert not (tmp_path / "c").exists()
+    assert spdrank.commands.cli.main([*base, "--train", str(data / "eval.jsonl"),
+                                      "--out", str(tmp_path / "d")]) == 2
+    assert "popularity would be fitted on the clicks they are judged by" in capsys.readouterr().err
+    assert not (tmp_path / "d").exists()
 
 
 def test_bench_latency_needs_an_spd_checkpoint(data, capsys):

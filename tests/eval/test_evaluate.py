@@ -184,6 +184,17 @@ def test_cli_missing_training_data_is_a_clear_error(cli, data_dir, capsys):
     assert cli([*argv, "--ranker", "random"]) == 0  # random needs none
 
 
+def test_cli_refuses_to_fit_on_the_slates_it_scores(cli, data_dir, capsys):
+    evals = data_dir / "eval.jsonl"
+    (data_dir / "link.jsonl").symlink_to(evals)
+    for train in (evals, data_dir / "link.jsonl"):
+        argv = ["eval", "--slates", str(evals), "--train", str(train), "--no-progress"]
+        assert cli([*argv, "--ranker", "popularity", "--ranker", "random"]) == 2
+        assert (f"--train {train} is the file being scored (--slates): popularity would be "
+                "fitted on the clicks they are judged by") in capsys.readouterr().err
+        assert cli([*argv, "--ranker", "random"]) == 0  # nothing is fitted: only a note
+
+
 def test_cli_feature_baseline_rows_need_no_training_file(cli, tmp_path, capsys):
     slates = [
         Slate(

@@ -194,7 +194,7 @@ def run(args: argparse.Namespace) -> int:
     teachers = _teacher_names(rankers)
     timed_models = latency_models(spd_models, args.latency_sizes) if args.latency else []
     reference = _reference(rows, args.reference)
-    fit_s = fit_rankers(rows, train, progress)
+    fit_s = fit_rankers(rows, train, progress, scored=slates_path)
 
     stream = read_slates(slates_path)
     if args.limit is not None:

@@ -412,7 +412,7 @@ def run(args: argparse.Namespace) -> int:
     run_files = trec_paths(args.trec_dir, [r.name for r in rankers]) if args.trec_dir else {}
     check_outputs(inputs, {**outputs, "--trec-dir": list(run_files.values())}, models=models)
     extra = Path(args.extra_sequences) if args.extra_sequences else None
-    fit_s = fit_rankers(rankers, train, progress, extra)
+    fit_s = fit_rankers(rankers, train, progress, extra, scored=slates_path)
 
     rows = checked_models(rankers)
     stream = checked_slates(slates_path, rows)

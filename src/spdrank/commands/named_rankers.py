@@ -15,6 +15,7 @@ from itertools import chain
 from pathlib import Path
 from typing import Any
 
+from spdrank.core.files import same_file
 from spdrank.core.ranking import Ranker
 from spdrank.rankers.baselines import (
     BASELINES,
@@ -183,8 +184,11 @@ def fit_rankers(
     train: Path | None,
     progress: bool | None = None,
     extra: Path | None = None,
+    scored: Path | None = None,
 ) -> dict[str, float]:
     """Fit every ranker that needs training data, one streamed pass each; seconds per ranker.
+    ``scored``, the slates the fitted rankers will be scored on, is refused as ``train``: a
+    ranker fitted on them would count the very clicks it is judged by.
 
     Rankers that count sequences (popularity, co-occurrence) also count ``extra``, the
     sequences of users who make no slate (default: ``extra_sequences.txt`` beside ``train``).
@@ -194,6 +198,12 @@ def fit_rankers(
     its fusion on its validation slates (:func:`choose_fusions`), its components fitted.
     """
     needing = [r for r in rankers if getattr(r, "needs_train", False)]
+    if needing and train is not None and scored is not None and same_file(train, scored):
+        raise ValueError(
+            f"--train {train} is the file being scored (--slates): "
+            f"{', '.join(r.name for r in needing)} would be fitted on the clicks they are "
+            "judged by; pass the training slates (default: train.jsonl beside --slates)"
+        )
     seconds = _fit(needing, train, progress, extra) if needing else {}
     choose_fusions(rankers, progress)
     return seconds

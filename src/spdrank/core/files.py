@@ -351,7 +351,7 @@ def _each(paths: Paths) -> list[Path]:
     return [Path(p) for p in paths if p is not None]
 
 
-def _same(a: Path, b: Path) -> bool:
+def same_file(a: Path, b: Path) -> bool:
     """Whether two paths name one file: by inode when both exist (hard links, bind mounts),
     else by their symlink-resolved absolute paths."""
     try:
@@ -375,7 +375,7 @@ def _model_folders(models: Mapping[str, Paths] | None) -> list[tuple[str, Path]]
 def _refuse_in_model(name: str, path: Path, models: list[tuple[str, Path]]) -> None:
     """Refuse output ``path`` (of option ``name``) when it is, or lies inside, a model folder."""
     for option, folder in models:
-        if _same(path, folder) or _inside(path, folder):
+        if same_file(path, folder) or _inside(path, folder):
             raise ValueError(
                 f"{name} {path} is inside {option} {folder}: writing it would change the "
                 f"model's own files; {_choose(name)}"
@@ -409,7 +409,7 @@ def check_outputs(
             continue
         _refuse_in_model(name, path, model_folders)
         for role, other, earlier in seen:
-            if _same(path, earlier):
+            if same_file(path, earlier):
                 raise ValueError(
                     f"{name} {path} is the same file as {other} {earlier}: writing it would "
                     f"destroy the {role}; {_choose(name)}"
@@ -421,7 +421,7 @@ def check_outputs(
         _existing_folder(Path(os.path.realpath(folder)).parent, folder)
         _refuse_in_model(name, folder, model_folders)
         for _, other, path in [*seen, ("", "the working directory", Path.cwd())]:
-            if _same(path, folder) or _inside(path, folder):
+            if same_file(path, folder) or _inside(path, folder):
                 raise ValueError(
                     f"{other} {path} is inside {name} {folder}, which is replaced whole: "
                     f"{_choose(name)}"
