@@ -182,6 +182,17 @@ def test_train_notes_a_recipes_settings_its_switch_turns_off(caplog, settings, m
     assert line.startswith(message), line
 
 
+def test_train_says_when_it_evaluates_on_its_training_file(tmp_path, caplog):
+    slates = search_slates(tmp_path / "s.jsonl")
+    (tmp_path / "link.jsonl").symlink_to(slates)
+    with caplog.at_level(logging.WARNING):
+        TrainConfig(slates=str(slates), out="run", eval_slates=str(tmp_path / "link.jsonl"),
+                    select="best").check()
+    (line,) = notes(caplog)
+    assert line.startswith(f"--eval-slates {tmp_path / 'link.jsonl'} is the training file "
+                           "(--slates): its figures measure the fit, not held-out quality")
+
+
 def test_train_settings_that_count_pass():
     for settings in ({"target": "clicks", "require_clicks": True},
                      {"eval_slates": "v.jsonl", "select": "best", "eval_limit": 10},

@@ -20,6 +20,7 @@ from spdrank.core.defaults import (
     TRAIN_DECODER,
     TRAIN_HEAD,
 )
+from spdrank.core.files import same_file
 from spdrank.core.flags import bound_problem, flag_metadata, setting
 from spdrank.model.cache_settings import (
     CACHE_DTYPES,
@@ -321,6 +322,11 @@ class TrainingSettings:
                 not Path(self.eval_slates).is_relative_to(Path(self.out)):
             raise ValueError("--holdout sets queries of --slates aside as the eval slates: "
                              "drop it, or drop --eval-slates")
+        if self.eval_slates and same_file(Path(self.slates), Path(self.eval_slates)):
+            log.warning("--eval-slates %s is the training file (--slates): its figures measure "
+                        "the fit, not held-out quality, and the epoch kept and the input the "
+                        "student starts from are chosen on slates it learns from; for held-out "
+                        "figures pass other slates, or --holdout N", self.eval_slates)
         if self.target not in TARGETS:
             raise ValueError(f"unknown --target {self.target!r}: choose one of {list(TARGETS)}")
         self._check_anchor()
