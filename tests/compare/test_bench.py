@@ -5,7 +5,9 @@ benchmarks/gpu.sh's commands parse."""
 from __future__ import annotations
 
 import json
+import logging
 import random
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -374,3 +376,21 @@ def test_gpu_script_commands_parse():
     warm = next(argv for argv in commands if "--init-from" in argv)
     lexical = warm[warm.index("--init-from") + 1]
     assert any(argv[argv.index("--out") + 1] == lexical for argv in commands if argv[1] == "train")
+
+
+def test_a_model_scored_on_its_own_training_slates_is_said(tmp_path, data, spd_dir, caplog):
+    run = tmp_path / "run"
+    shutil.copytree(spd_dir, run / "model")
+    (run / "train.json").write_text(json.dumps({"config": {"slates": str(data / "eval.jsonl")}}))
+    argv = ["eval", "--ranker", "random", "--model", f"m={run}", "--no-progress"]
+    with caplog.at_level(logging.WARNING):
+        assert spdrank.commands.cli.main([*argv, "--slates", str(data / "eval.jsonl")]) == 0
+        assert spdrank.commands.cli.main([*argv, "--slates", str(data / "train.jsonl"),
+                                          "--limit", "2"]) == 0
+    said = [r.getMessage() for r in caplog.records if "was trained on" in r.getMessage()]
+    assert said == [(f"--model m={run} was trained on --slates {data / 'eval.jsonl'}: its "
+                     "row measures the fit, not held-out quality")]
+    (run / "train.json").write_text("{not json")  # a damaged record says nothing
+    caplog.clear()
+    assert spdrank.commands.cli.main([*argv, "--slates", str(data / "eval.jsonl")]) == 0
+    assert not [r for r in caplog.records if "was trained on" in r.getMessage()]

@@ -149,7 +149,7 @@ def check_latency_flags(args: argparse.Namespace) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from spdrank.commands.named_rankers import fit_rankers
+    from spdrank.commands.named_rankers import fit_rankers, note_trained_on
     from spdrank.commands.ranker_args import (
         checked_inputs,
         coverage_notes,
@@ -194,6 +194,7 @@ def run(args: argparse.Namespace) -> int:
     teachers = _teacher_names(rankers)
     timed_models = latency_models(spd_models, args.latency_sizes) if args.latency else []
     reference = _reference(rows, args.reference)
+    note_trained_on(args.model, slates_path)
     fit_s = fit_rankers(rows, train, progress, scored=slates_path)
 
     stream = read_slates(slates_path)

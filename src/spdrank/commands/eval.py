@@ -376,7 +376,7 @@ def trec_writers(
 
 def run(args: argparse.Namespace) -> int:
     from spdrank.commands.argtypes import model_folders, prompt_file
-    from spdrank.commands.named_rankers import fit_rankers, split_named
+    from spdrank.commands.named_rankers import fit_rankers, note_trained_on, split_named
     from spdrank.commands.rank import check_prompt
     from spdrank.core.files import atomic_writer, check_outputs
     from spdrank.core.slates import SlateError
@@ -412,6 +412,7 @@ def run(args: argparse.Namespace) -> int:
     run_files = trec_paths(args.trec_dir, [r.name for r in rankers]) if args.trec_dir else {}
     check_outputs(inputs, {**outputs, "--trec-dir": list(run_files.values())}, models=models)
     extra = Path(args.extra_sequences) if args.extra_sequences else None
+    note_trained_on(args.model, slates_path)
     fit_s = fit_rankers(rankers, train, progress, extra, scored=slates_path)
 
     rows = checked_models(rankers)

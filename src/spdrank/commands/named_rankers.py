@@ -209,6 +209,19 @@ def fit_rankers(
     return seconds
 
 
+def note_trained_on(models: Sequence[str] | None, scored: Path) -> None:
+    """Say, one line each, which ``--model`` checkpoints (``[NAME=]DIR``) were trained on
+    ``scored``, the slates about to score them: their rows measure the fit, not held-out
+    quality."""
+    from spdrank.model.checkpoint import training_slates
+
+    for spec in models or ():
+        slates = training_slates(split_named(spec)[1])
+        if slates is not None and slates.exists() and same_file(slates, scored):
+            log.warning("--model %s was trained on --slates %s: its row measures the fit, not "
+                        "held-out quality", spec, scored)
+
+
 def choose_fusions(rankers: Sequence[Ranker], progress: bool | None = None) -> None:
     """Every :class:`~spdrank.rankers.fusion_choice.ChosenFusion` among ``rankers`` chooses on
     its validation slates; the choice and the candidates' scores are printed."""

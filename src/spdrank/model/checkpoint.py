@@ -38,6 +38,8 @@ MODEL_DIR = "model"
 OPTIMIZER_NAME = "optimizer.safetensors"
 RNG_NAME = "rng.safetensors"
 TRAINER_NAME = "trainer.json"
+#: A finished training run's summary, beside its model: steps, evaluations and its settings.
+SUMMARY_NAME = "train.json"
 
 
 def model_folder(path: str | os.PathLike[str]) -> Path:
@@ -48,6 +50,23 @@ def model_folder(path: str | os.PathLike[str]) -> Path:
     if not (path / CONFIG_NAME).exists() and (path / MODEL_DIR / CONFIG_NAME).exists():
         return path / MODEL_DIR
     return path
+
+
+def training_slates(path: str | os.PathLike[str]) -> Path | None:
+    """The training slates the run that wrote checkpoint ``path`` read, as its ``train.json``
+    records them; None for a model that is no run's (``OUT/model``) or a run without that
+    record. The path is as the run was given it, relative to where it ran."""
+    folder = model_folder(path)
+    summary = folder.parent / SUMMARY_NAME
+    if folder.name != MODEL_DIR or not summary.is_file():
+        return None
+    try:
+        data = read_json(summary)
+    except (ValueError, OSError):
+        return None
+    config = data.get("config") if isinstance(data, dict) else None
+    slates = config.get("slates") if isinstance(config, dict) else None
+    return Path(slates) if isinstance(slates, str) else None
 
 
 def checkpoint_dir(path: str | os.PathLike[str]) -> Path:

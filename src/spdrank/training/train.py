@@ -46,7 +46,13 @@ from spdrank.core.slates import Slate, load_slates, read_slates
 from spdrank.eval.first_stage import selection_metric, verdict
 from spdrank.eval.metrics import SlateMetrics, aggregate
 from spdrank.methods.anchor_spec import BEST_ANCHOR, parse_anchor
-from spdrank.model.checkpoint import MODEL_DIR, OPTIMIZER_NAME, RNG_NAME, TRAINER_NAME
+from spdrank.model.checkpoint import (
+    MODEL_DIR,
+    OPTIMIZER_NAME,
+    RNG_NAME,
+    SUMMARY_NAME,
+    TRAINER_NAME,
+)
 from spdrank.model.ranker import SPDRanker
 from spdrank.model.state_cache import StateCache, open_state_cache
 from spdrank.training.config import TrainConfig
@@ -75,7 +81,6 @@ INPUT_MODEL = "input"
 #: The training slates ``--anchor best`` chooses on when the run has no eval slates to
 #: choose on: enough to tell rankers apart, read once.
 CHOICE_SLATES = 2000
-SUMMARY_NAME = "train.json"
 LOG_NAME = "log.jsonl"
 
 
