@@ -378,7 +378,7 @@ def test_gpu_script_commands_parse():
     assert any(argv[argv.index("--out") + 1] == lexical for argv in commands if argv[1] == "train")
 
 
-def test_a_model_scored_on_its_own_training_slates_is_said(tmp_path, data, spd_dir, caplog):
+def test_a_model_scored_on_slates_its_run_trained_or_chose_on_is_said(tmp_path, data, spd_dir, caplog):
     run = tmp_path / "run"
     shutil.copytree(spd_dir, run / "model")
     (run / "train.json").write_text(json.dumps({"config": {"slates": str(data / "eval.jsonl")}}))
@@ -390,6 +390,15 @@ def test_a_model_scored_on_its_own_training_slates_is_said(tmp_path, data, spd_d
     said = [r.getMessage() for r in caplog.records if "was trained on" in r.getMessage()]
     assert said == [(f"--model m={run} was trained on --slates {data / 'eval.jsonl'}: its "
                      "row measures the fit, not held-out quality")]
+    chosen = {"slates": str(data / "train.jsonl"), "eval_slates": str(data / "eval.jsonl")}
+    for select, says in (("best", True), ("last", False)):
+        (run / "train.json").write_text(json.dumps({"config": {**chosen, "select": select}}))
+        caplog.clear()
+        assert spdrank.commands.cli.main([*argv, "--slates", str(data / "eval.jsonl")]) == 0
+        said = [r.getMessage() for r in caplog.records if "starting input" in r.getMessage()]
+        assert said == ([(f"--model m={run} chose its epoch and starting input on --slates "
+                          f"{data / 'eval.jsonl'} (its --eval-slates): its row is biased "
+                          "upward; choose on validation slates")] if says else [])
     (run / "train.json").write_text("{not json")  # a damaged record says nothing
     caplog.clear()
     assert spdrank.commands.cli.main([*argv, "--slates", str(data / "eval.jsonl")]) == 0

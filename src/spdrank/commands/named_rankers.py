@@ -209,17 +209,25 @@ def fit_rankers(
     return seconds
 
 
+#: What a checkpoint's row measures when the slates scoring it are ones its run read.
+READ_BY_RUN = {
+    "slates": "was trained on --slates {scored}: its row measures the fit, not held-out quality",
+    "eval_slates": ("chose its epoch and starting input on --slates {scored} (its "
+                    "--eval-slates): its row is biased upward; choose on validation slates"),
+}
+
+
 def note_trained_on(models: Sequence[str] | None, scored: Path) -> None:
-    """Say, one line each, which ``--model`` checkpoints (``[NAME=]DIR``) were trained on
-    ``scored``, the slates about to score them: their rows measure the fit, not held-out
-    quality."""
-    from spdrank.model.checkpoint import training_slates
+    """Say, one line each, which ``--model`` checkpoints (``[NAME=]DIR``) read ``scored``,
+    the slates about to score them, when they were trained: as training slates (the row is
+    the fit) or as eval slates (the row is the best of several looks at them)."""
+    from spdrank.model.checkpoint import run_slates
 
     for spec in models or ():
-        slates = training_slates(split_named(spec)[1])
-        if slates is not None and slates.exists() and same_file(slates, scored):
-            log.warning("--model %s was trained on --slates %s: its row measures the fit, not "
-                        "held-out quality", spec, scored)
+        for key, read in run_slates(split_named(spec)[1]).items():
+            if read.exists() and same_file(read, scored):
+                log.warning("--model %s %s", spec, READ_BY_RUN[key].format(scored=scored))
+                break
 
 
 def choose_fusions(rankers: Sequence[Ranker], progress: bool | None = None) -> None:

@@ -52,21 +52,25 @@ def model_folder(path: str | os.PathLike[str]) -> Path:
     return path
 
 
-def training_slates(path: str | os.PathLike[str]) -> Path | None:
-    """The training slates the run that wrote checkpoint ``path`` read, as its ``train.json``
-    records them; None for a model that is no run's (``OUT/model``) or a run without that
-    record. The path is as the run was given it, relative to where it ran."""
+def run_slates(path: str | os.PathLike[str]) -> dict[str, Path]:
+    """The slates the run that wrote checkpoint ``path`` read, as its ``train.json`` records
+    them: ``slates`` (what it trained on) and ``eval_slates`` (what it chose its epoch and
+    input on, with ``--select best``), each where given; empty for a model that is no run's (``OUT/model``) or a run
+    without that record. Paths are as the run was given them, relative to where it ran."""
     folder = model_folder(path)
     summary = folder.parent / SUMMARY_NAME
     if folder.name != MODEL_DIR or not summary.is_file():
-        return None
+        return {}
     try:
         data = read_json(summary)
     except (ValueError, OSError):
-        return None
+        return {}
     config = data.get("config") if isinstance(data, dict) else None
-    slates = config.get("slates") if isinstance(config, dict) else None
-    return Path(slates) if isinstance(slates, str) else None
+    if not isinstance(config, dict):
+        return {}
+    chose = config.get("select") == "best"
+    return {key: Path(config[key]) for key in ("slates", "eval_slates")
+            if isinstance(config.get(key), str) and (key == "slates" or chose)}
 
 
 def checkpoint_dir(path: str | os.PathLike[str]) -> Path:
