@@ -21,7 +21,7 @@ from spdrank.datasets.build import build_from_files
 from spdrank.datasets.candidates import read_candidate_lists
 from spdrank.datasets.log import read_sequences
 from spdrank.datasets.options import BuildOptions
-from spdrank.datasets.split import eval_count, split_users, validation_users
+from spdrank.datasets.split import eval_count, split_users, validation_users, warn_small_eval
 from spdrank.datasets.titles import clean_title, read_titles
 from spdrank.rankers.baselines import CooccurrenceRanker, PopularityRanker
 
@@ -984,3 +984,17 @@ def test_a_small_eval_split_is_warned_about_with_a_fraction_that_fixes_it(tmp_pa
         _build(tmp_path, candidates=3, eval_fraction=0.25)
         _build(tmp_path, candidates=3, eval_fraction=0.0)
     assert caplog.records == []
+
+
+def test_an_empty_eval_split_says_so_and_what_would_fill_it(tmp_path, caplog):
+    _inputs(tmp_path, seq_lines=_log(n_users=4))
+    with caplog.at_level("WARNING", logger="spdrank.datasets.split"):
+        result = _build(tmp_path, candidates=3, eval_fraction=0.1)
+        warn_small_eval(0, 1, 0.1)
+    assert result.counts["eval"] == 0
+    assert [r.getMessage() for r in caplog.records] == [
+        ("0 eval slates: --eval-fraction 0.1 of this log's 4 users rounds down to none, so "
+         "eval.jsonl is empty; --eval-fraction 0.25 sets one user aside"),
+        ("0 eval slates: --eval-fraction 0.1 of this log's 1 users rounds down to none, so "
+         "eval.jsonl is empty; the log is too small to set a user aside for evaluation"),
+    ]

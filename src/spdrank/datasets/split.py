@@ -104,7 +104,15 @@ def warn_small_eval(n_eval: int, n_users: int, fraction: float) -> None:
     """Say when the eval split is too small for metrics to separate close rankers."""
     if fraction == 0 or n_eval >= MIN_EVAL_SLATES or not n_users:
         return
-    spread = f"±{1.96 * math.sqrt(0.25 / n_eval):.2f}" if n_eval else "undefined"
+    if not n_eval:
+        one = _fraction_for(1, n_users)
+        logger.warning(
+            "0 eval slates: --eval-fraction %g of this log's %s users rounds down to none, so "
+            "eval.jsonl is empty; %s", fraction, f"{n_users:,}",
+            f"--eval-fraction {float(one):g} sets one user aside" if one <= Fraction(1, 2)
+            else "the log is too small to set a user aside for evaluation")
+        return
+    spread = f"±{1.96 * math.sqrt(0.25 / n_eval):.2f}"
     suggestion = _fraction_for(MIN_EVAL_SLATES, n_users)
     advice = (
         f"--eval-fraction {float(suggestion):g} would give about {MIN_EVAL_SLATES:,}"
