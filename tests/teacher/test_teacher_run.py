@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from spdrank.commands.cli import main
-from spdrank.core.slates import Slate, load_slates, write_slates
+from spdrank.core.slates import Slate, load_slates, training_sequence, write_slates
 from spdrank.rankers.baselines import CooccurrenceRanker, FeatureRanker, PopularityRanker
 from spdrank.teacher.labels import LabelStore
 from tests.helpers import SRC, make_slates, records
@@ -141,6 +141,29 @@ def test_popularity_teacher_records_scores(data):
     ranker.fit(load_slates(data / "train.jsonl"))
     for slate in load_slates(data / "labels.slates.jsonl"):
         assert slate.teacher_scores == ranker.rank(slate).scores
+
+
+def test_a_ranker_labelling_its_own_training_slates_leaves_each_ones_user_out(data, capsys):
+    """Labelling the slates it was fitted on, a co-occurrence teacher counts none of a slate's
+    own pairs (else it would put every slate's target first); a fusion, which cannot leave a
+    user out, is refused and pointed to ``data features``."""
+    train = str(data / "train.jsonl")
+    assert main(["teacher", "--slates", train, "--out", str(data / "own.jsonl"),
+                 "--backend", "ranker:cooccurrence", "--no-progress"]) == 0
+    ranker = CooccurrenceRanker()
+    ranker.fit(load_slates(data / "train.jsonl"))
+    labelled = load_slates(data / "own.slates.jsonl")
+    assert [s.teacher for s in labelled] == [
+        ranker.rank(s, leave_out=training_sequence(s)).docids for s in labelled]
+    assert any(s.teacher != ranker.rank(s).docids for s in labelled)
+    capsys.readouterr()
+    assert main(["teacher", "--slates", train, "--out", str(data / "fused.jsonl"), "--backend",
+                 "ranker:fusion:rrf:cooccurrence+popularity", "--no-progress"]) == 2
+    assert ("it cannot leave a user out; add it as a feature, `spdrank data features --slates "
+            f"{train} --add 'fusion:rrf:cooccurrence+popularity' --out FILE`, which gives no "
+            "slate its own target, and label FILE with --backend "
+            "ranker:feature:fusion_rrf_cooccurrence_popularity") in capsys.readouterr().err
+    assert not (data / "fused.jsonl").read_text()  # opened before the backend: no label
 
 
 def test_file_backend_statuses_and_missing_qid(data, capsys):

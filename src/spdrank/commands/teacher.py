@@ -218,6 +218,38 @@ def model_context(model: str) -> int:
     return value if isinstance(value, int) and value > 0 else SERVER_CONTEXT
 
 
+def own_sequences(ranker: Any, name: str, train: Path, slates: Path) -> Any:
+    """For a ranker fitted on ``train`` that labels slates whose users are in that fit: each
+    labelled slate's own fitted sequence, to leave out of the counts, so that no label counts
+    its slate's own target (a co-occurrence teacher fitted on the training slates would
+    otherwise put each one's target first); as ``spdrank data features`` does. None when the
+    ranker fits on nothing or no slate's user is in its fit. A ranker that cannot leave a user
+    out (SASRec, a fusion) is refused there, pointing to ``data features``, which can or
+    refuses it itself."""
+    from spdrank.commands.data_features import feature_name, fitted_users
+    from spdrank.core.slates import iter_slates
+    from spdrank.datasets.extra_sequences import default_extra_sequences
+
+    if not getattr(ranker, "needs_train", False) or not train.is_file():
+        return None
+    users = fitted_users(train, default_extra_sequences(train))
+    where = {slate.query.qid: place for place, slate in iter_slates(slates)
+             if slate.query.qid in users}
+    if not where:
+        return None
+    if hasattr(ranker, "fit_build") and ranker.fit_build(train):
+        return None  # the build's own fit (SASRec's), which holds no slate's target
+    if not getattr(ranker, "leaves_one_out", False):
+        user, place = next(iter(where.items()))
+        raise ValueError(
+            f"--backend ranker:{name}: it is fitted on {train}, which holds the users of "
+            f"--slates (user {user!r}, {place}) and their targets, and it cannot leave a user "
+            f"out; add it as a feature, `spdrank data features --slates {slates} --add "
+            f"'{name}' --out FILE`, which gives no slate its own target, and label FILE with "
+            f"--backend ranker:feature:{feature_name(name)}")
+    return lambda slate: users.sequence(slate, where.get(slate.query.qid, str(slates)))
+
+
 def build_backend(args: argparse.Namespace, slates: Path) -> Any:
     """The backend ``--backend`` names, ready to label (a ranker is fitted here)."""
     spec: str = args.backend
@@ -265,8 +297,9 @@ def build_backend(args: argparse.Namespace, slates: Path) -> Any:
         name = spec.split(":", 1)[1]
         ranker = make_ranker(name, seed=args.seed, choose_on=args.choose_on)
         train = Path(args.train) if args.train else default_train_path(slates)
+        leave_out = own_sequences(ranker, name, train, slates)
         fit_rankers([ranker], train, False if args.no_progress else None)
-        return RankerBackend(ranker, delay_s=args.debug_delay)
+        return RankerBackend(ranker, delay_s=args.debug_delay, leave_out=leave_out)
     if spec.startswith("file:"):
         from spdrank.teacher.backends import FileBackend
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -115,8 +115,13 @@ class RankerBackend:
     needs_prompt = False
     tokenizer = None
 
-    def __init__(self, ranker: Ranker, delay_s: float = 0.0) -> None:
+    def __init__(self, ranker: Ranker, delay_s: float = 0.0,
+                 leave_out: Callable[[Slate], Sequence[str] | None] | None = None) -> None:
         self.ranker = ranker
+        #: Each slate's own fitted sequence, which a count-based ranker fitted on the slates'
+        #: users leaves out of its counts (``rank(slate, leave_out=...)``); None: fitted on
+        #: none of them.
+        self.leave_out = leave_out
         # A fusion chosen on validation slates (fusion:best:...) labels as the plain spec it
         # chose, which is its name here; each record says what it was chosen from, and how.
         choice = getattr(ranker, "choice", None)
@@ -133,7 +138,11 @@ class RankerBackend:
             if self.delay_s:
                 time.sleep(self.delay_s)
             t0 = time.perf_counter()
-            ranking = self.ranker.rank(job.slate)
+            if self.leave_out is None:
+                ranking = self.ranker.rank(job.slate)
+            else:
+                ranking = self.ranker.rank(job.slate,  # type: ignore[call-arg]
+                                           leave_out=self.leave_out(job.slate))
             latency = (time.perf_counter() - t0) * 1000.0
             generation = _from_docids(job.slate, ranking.docids, latency, text=None)
             if getattr(self.ranker, "ranks_by_scores", False) and ranking.scores is not None:
