@@ -45,6 +45,7 @@ import argparse
 import json
 import logging
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -63,6 +64,7 @@ from spdrank.rankers.fusion_choice import is_chosen
 from spdrank.teacher.grammar import GUIDED
 
 if TYPE_CHECKING:
+    from spdrank.core.slates import Slate
     from spdrank.teacher.prompt import TeacherPromptSettings
 
 log = logging.getLogger(__name__)
@@ -218,7 +220,9 @@ def model_context(model: str) -> int:
     return value if isinstance(value, int) and value > 0 else SERVER_CONTEXT
 
 
-def own_sequences(ranker: Any, name: str, train: Path, slates: Path) -> Any:
+def own_sequences(
+    ranker: Any, name: str, train: Path, slates: Path
+) -> Callable[[Slate], list[str] | None] | None:
     """For a ranker fitted on ``train`` that labels slates whose users are in that fit: each
     labelled slate's own fitted sequence, to leave out of the counts, so that no label counts
     its slate's own target (a co-occurrence teacher fitted on the training slates would

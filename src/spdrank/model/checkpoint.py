@@ -55,8 +55,9 @@ def model_folder(path: str | os.PathLike[str]) -> Path:
 def run_slates(path: str | os.PathLike[str]) -> dict[str, Path]:
     """The slates the run that wrote checkpoint ``path`` read, as its ``train.json`` records
     them: ``slates`` (what it trained on) and ``eval_slates`` (what it chose its epoch and
-    input on, with ``--select best``), each where given; empty for a model that is no run's (``OUT/model``) or a run
-    without that record. Paths are as the run was given them, relative to where it ran."""
+    input on, with ``--select best``), each where given; empty for a model that is no run's
+    (``OUT/model``) or a run without that record. Paths are as the run was given them,
+    relative to where it ran."""
     folder = model_folder(path)
     summary = folder.parent / SUMMARY_NAME
     if folder.name != MODEL_DIR or not summary.is_file():
