@@ -58,7 +58,12 @@ from spdrank.model.state_cache import StateCache, open_state_cache
 from spdrank.training.config import TrainConfig
 from spdrank.training.inputs import input_names, mean_of, score_inputs, slates_metrics
 from spdrank.training.slate_source import SkipSlate, open_slate_source
-from spdrank.training.targets import RELEVANCE_TARGETS, has_relevant_candidate, target_matrix
+from spdrank.training.targets import (
+    RELEVANCE_TARGETS,
+    has_relevant_candidate,
+    target_matrix,
+    teacher_copies_clicks,
+)
 from spdrank.training.warm_start import warm_start
 
 #: Logs from the main process only, so N processes do not print every line N times.
@@ -82,6 +87,8 @@ INPUT_MODEL = "input"
 #: choose on: enough to tell rankers apart, read once.
 CHOICE_SLATES = 2000
 LOG_NAME = "log.jsonl"
+#: The training slates read to tell whether the teacher saw their clicks.
+CLICK_COPY_READ = 1000
 
 
 # -- optimizer state without pickles ----------------------------------------------------------
@@ -270,6 +277,7 @@ class Trainer:
                 "`spdrank data windows --relevant-only` leaves such windows out of the file"
                 if cfg.target in RELEVANCE_TARGETS else "--require-clicks refuses such a file",
             )
+        self.warn_click_copies()
         self.model = SPDRanker.build(
             model_config, device=self.accelerator.device, trust_remote_code=trust_remote_code
         )
@@ -350,6 +358,21 @@ class Trainer:
     @property
     def spd(self) -> SPDRanker:
         return self.accelerator.unwrap_model(self.model)
+
+    def warn_click_copies(self) -> None:
+        """Say when the teacher of a teacher target ranks the clicked item first in nearly
+        every one of the first :data:`CLICK_COPY_READ` training slates: a teacher that saw the
+        clicks, whose labels teach the clicks, not its ranking."""
+        if "teacher" not in self.cfg.target or not self.accelerator.is_main_process:
+            return
+        copies = teacher_copies_clicks(islice(read_slates(self.cfg.slates), CLICK_COPY_READ))
+        if copies is not None:
+            log.warning(
+                "the teacher ranks the clicked item first in %d of the %d slates of the first "
+                "%d of %s that have one click: a teacher that saw these slates' clicks (one "
+                "fitted on them, or labels copied from them) teaches the clicks, not its own "
+                "ranking; label them with a teacher that did not", *copies, CLICK_COPY_READ,
+                self.cfg.slates)
 
     def check_slate(self, slate: Slate) -> None:
         """What training needs of a slate beyond its format: it fits K and has its labels."""
