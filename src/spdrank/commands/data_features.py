@@ -66,13 +66,14 @@ import os
 import re
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from spdrank.core.ranking import Ranker, Ranking
     from spdrank.core.slates import Slate
+    from spdrank.datasets.fitted_users import FittedUsers
 
 log = logging.getLogger(__name__)
 
@@ -295,55 +296,6 @@ class Chunked:
                 sub.clear()
 
 
-# -- who is in a fit ------------------------------------------------------------------------
-
-
-@dataclass
-class FittedUsers:
-    """The sequence each user contributed to a fit, by qid (a slate's user), with where it was
-    read; a user fitted twice is refused when a slate of theirs asks to be left out."""
-
-    sequences: dict[str, list[str]] = field(default_factory=dict)
-    where: dict[str, str] = field(default_factory=dict)
-    twice: dict[str, str] = field(default_factory=dict)
-
-    def add(self, user: str, sequence: list[str], where: str) -> None:
-        if user in self.sequences:
-            self.twice[user] = f"{self.where[user]} and {where}"
-        self.sequences[user] = sequence
-        self.where[user] = where
-
-    def __contains__(self, user: object) -> bool:
-        return user in self.sequences
-
-    def sequence(self, slate: Slate, where: str) -> list[str] | None:
-        """The fitted sequence of ``slate``'s user, to leave out; None when not fitted."""
-        from spdrank.core.slates import SlateError
-
-        user = slate.query.qid
-        if user in self.twice:
-            raise SlateError(f"user {user!r} has two fitted sequences ({self.twice[user]}): "
-                             "leaving the user out of the counts is ambiguous", where)
-        return self.sequences.get(user)
-
-
-def fitted_users(train: Path, extra: Path | None) -> FittedUsers:
-    """Each user of the training slates (``training_sequence``, as the fit reads it) and of
-    the extra sequences (``extra``: the user id first on each line)."""
-    from spdrank.core.slates import iter_slates, training_sequence
-    from spdrank.datasets.lines import numbered_lines
-
-    users = FittedUsers()
-    for where, slate in iter_slates(train):
-        users.add(slate.query.qid, training_sequence(slate), where)
-    if extra is not None:
-        for lineno, line in numbered_lines(extra):
-            fields = line.split()
-            if len(fields) > 1:
-                users.add(fields[0], fields[1:], f"{extra}:{lineno}")
-    return users
-
-
 def counts_extra(ranker: Ranker, extra: Path | None) -> bool:
     """Whether ``fit_rankers`` fits ``ranker`` on the extra sequences too (a ranker that fits
     on sequences, when there are some); a fusion's components fit on the training slates."""
@@ -527,6 +479,7 @@ def run(args: argparse.Namespace) -> int:
     from spdrank.core.progress import Progress
     from spdrank.core.slates import batched, dumps_slate, iter_slates
     from spdrank.datasets.extra_sequences import default_extra_sequences
+    from spdrank.datasets.fitted_users import fitted_users
     from spdrank.rankers.fusion import RUN_PREFIX
 
     slates_path, out = Path(args.slates), Path(args.out)

@@ -230,9 +230,10 @@ def own_sequences(
     ranker fits on nothing or no slate's user is in its fit. A ranker that cannot leave a user
     out (SASRec, a fusion) is refused there, pointing to ``data features``, which can or
     refuses it itself."""
-    from spdrank.commands.data_features import feature_name, fitted_users
+    from spdrank.commands.data_features import feature_name
     from spdrank.core.slates import iter_slates
     from spdrank.datasets.extra_sequences import default_extra_sequences
+    from spdrank.datasets.fitted_users import fitted_users
 
     if not getattr(ranker, "needs_train", False) or not train.is_file():
         return None
