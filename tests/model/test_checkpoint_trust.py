@@ -367,6 +367,8 @@ def test_a_head_too_large_in_all_is_refused():
     ("layers", "2", "backbone.layers must be an integer"),
     ("name_or_path", 7, "backbone.name_or_path must be"),
     ("lora", {"r": 10**9}, "backbone.lora.r must be between"),
+    ("lora", {"r": 4, "alpha": 8, "dropout": None}, "backbone.lora.dropout must be a number"),
+    ("lora", {"r": 4, "alpha": 8, "dropout": 1.0}, "backbone.lora.dropout must be a number"),
     ("lora", [1], "backbone.lora must be an object"),
 ])
 def test_backbone_settings_are_checked(tmp_path, features_model, capsys, field, value, phrase):

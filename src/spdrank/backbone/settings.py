@@ -91,6 +91,11 @@ class BackboneConfig:
             settings = LoraSettings(**lora)
             bounded_int(settings.r, "backbone.lora.r", 1, MAX_LORA_RANK)
             bounded_int(settings.alpha, "backbone.lora.alpha", 1, 1 << 20)
+            dropout = settings.dropout
+            if isinstance(dropout, bool) or not isinstance(dropout, int | float) \
+                    or not 0 <= dropout < 1:
+                raise ConfigError(
+                    f"backbone.lora.dropout must be a number in [0, 1), got {dropout!r}")
             targets = settings.target_modules
             if not isinstance(targets, str) and not (
                 isinstance(targets, list) and all(isinstance(t, str) for t in targets)
