@@ -34,7 +34,7 @@ from typing import Any
 
 import httpx
 from machine import ROOT, code_version, facts
-from serve_harness import Server, model_info, percentile
+from serve_harness import Server, model_info, percentile, report_head
 
 from spdrank.serving.routes import HEALTH_PATH, RERANK_PATHS
 
@@ -220,17 +220,9 @@ def run_config(
 
 def write_report(out: Path, record: dict[str, Any]) -> None:
     (out / "results.json").write_text(json.dumps(record, indent=2) + "\n")
-    m, mach = record["model"], record["machine"]
+    m = record["model"]
     lines = [
-        f"# Load test: {record['name']}",
-        "",
-        f"- command: `{record['command']}`",
-        f"- date: {record['date']}; code: {record['code']}",
-        (
-            f"- machine: {mach.get('cpus')} CPU cores ({mach.get('cpu', '?')}), "
-            f"{mach.get('ram_gib', '?')} GiB RAM, GPU: {', '.join(mach.get('gpus') or []) or 'none'}; "
-            f"torch {mach.get('torch', '?')}"
-        ),
+        *report_head(f"Load test: {record['name']}", record),
         f"- model: {json.dumps(m) if m else record.get('url')}",
         f"- served as: {json.dumps(record.get('health', {}))}",
         (

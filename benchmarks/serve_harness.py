@@ -1,6 +1,6 @@
 """What the serving benchmarks share: ``spdrank serve`` in a subprocess on a free loopback
-port, its memory, percentiles, and the served model's facts every report records (the
-machine's and the code's are machine.py's).
+port, its memory, percentiles, the served model's facts every report records (the machine's
+and the code's are machine.py's) and the report's opening lines.
 
 Used by ``load.py`` (latency and throughput) and ``soak.py`` (hostile traffic over time);
 run them as scripts (``python benchmarks/NAME.py``) so this folder is on the import path.
@@ -144,3 +144,21 @@ def percentile(values: list[float], q: float) -> float:
     lo = int(pos)
     hi = min(lo + 1, len(s) - 1)
     return s[lo] + (s[hi] - s[lo]) * (pos - lo)
+
+
+# -- the report -----------------------------------------------------------------------------
+
+
+def report_head(title: str, record: dict[str, Any]) -> list[str]:
+    """A serving report's first lines: its title, then the command, date, code and machine
+    ``record`` holds."""
+    mach = record["machine"]
+    return [
+        f"# {title}",
+        "",
+        f"- command: `{record['command']}`",
+        f"- date: {record['date']}; code: {record['code']}",
+        (f"- machine: {mach.get('cpus')} CPU cores ({mach.get('cpu', '?')}), "
+         f"{mach.get('ram_gib', '?')} GiB RAM, GPU: {', '.join(mach.get('gpus') or []) or 'none'}; "
+         f"torch {mach.get('torch', '?')}"),
+    ]

@@ -43,7 +43,7 @@ from typing import Any
 
 import httpx
 from machine import ROOT, code_version, facts
-from serve_harness import Server, model_config_path, model_info, percentile
+from serve_harness import Server, model_config_path, model_info, percentile, report_head
 
 from spdrank.serving.routes import HEALTH_PATH, RANK_PATH, RERANK_PATHS
 
@@ -438,15 +438,9 @@ def rss_table(samples: list[tuple[float, float]], rows: int = 10) -> list[str]:
 
 def write_report(out: Path, record: dict[str, Any]) -> None:
     (out / "results.json").write_text(json.dumps(record, indent=2) + "\n")
-    mach, rss, lat = record["machine"], record["rss"], record["latency_ms"]
+    rss, lat = record["rss"], record["latency_ms"]
     lines = [
-        f"# Soak test: {record['name']}",
-        "",
-        f"- command: `{record['command']}`",
-        f"- date: {record['date']}; code: {record['code']}",
-        (f"- machine: {mach.get('cpus')} CPU cores ({mach.get('cpu', '?')}), "
-        f"{mach.get('ram_gib', '?')} GiB RAM, GPU: {', '.join(mach.get('gpus') or []) or 'none'}; "
-        f"torch {mach.get('torch', '?')}"),
+        *report_head(f"Soak test: {record['name']}", record),
         f"- model: {json.dumps(record['model'])}",
         f"- server: `{record['server_command']}`",
         (f"- load: concurrency {record['concurrency']}, {record['hostile_share']:.0%} hostile, "
