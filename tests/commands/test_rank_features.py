@@ -43,3 +43,26 @@ def test_a_ranked_slate_has_its_features_normalised_once(tmp_path, monkeypatch, 
     assert normalised == [n]
     ranked = json.loads(out.read_text())
     assert [c["docid"] for c in ranked["candidates"]] == expected.docids
+
+
+def test_a_features_only_model_reports_no_token_budget(tmp_path, capsys):
+    """A model that reads no text cuts none: its run says what it ranked, not "0 of 0
+    candidates cut", and with windows it still says the prefills spent."""
+    from spdrank.commands.cli import build_parser
+
+    model_dir = save_features_only_model(tmp_path / "features-spd", K, std=(2.0, 0.25))
+    slate = {"query": {"qid": "u1", "text": "1. rose shampoo"}, "candidates": [
+        {"docid": f"d{i}", "doc": {"title": f"item {i}"}, "features": {"pop": i % 5}}
+        for i in range(12)]}
+    slates = tmp_path / "slates.jsonl"
+    for window in ([], ["--window", str(K)]):
+        kept = slate["candidates"] if window else slate["candidates"][:K]
+        slates.write_text(json.dumps(slate | {"candidates": kept}) + "\n")
+        argv = ["rank", "--model", str(model_dir), "--input", str(slates), "--output",
+                str(tmp_path / "ranked.jsonl"), "--device", "cpu", *window]
+        args = build_parser().parse_args(argv)
+        assert args.func(args) == 0
+        out = capsys.readouterr().out
+        assert "ranked 1 slates" in out
+        assert "token budget" not in out
+        assert ("windows" in out) == bool(window), out

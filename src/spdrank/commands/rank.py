@@ -113,12 +113,15 @@ def run(args: argparse.Namespace) -> int:
     print(f"ranked {n} slates -> {args.output}" + (f" (TREC run: {args.trec})" if args.trec else ""),
           file=sys.stderr if streamed else sys.stdout)
     # What a user must know: the candidates cut to the token budget (the model counts them as
-    # it encodes) and, with windows, the prefills spent (a candidate in several windows counts
-    # once per window it was cut in).
-    summary = model.cuts.summary(model.config.prompt.max_item_tokens)
+    # it encodes; a features-only model reads no text, so there is nothing to cut) and, with
+    # windows, the prefills spent (a candidate in several windows counts once per window it
+    # was cut in).
+    notes = [] if model.config.features_only else [
+        model.cuts.summary(model.config.prompt.max_item_tokens)]
     if windowed is not None:
-        summary += f"; {windowed.summary()}"
-    print(summary, file=sys.stderr if streamed else sys.stdout)
+        notes.append(windowed.summary())
+    if notes:
+        print("; ".join(notes), file=sys.stderr if streamed else sys.stdout)
     return 0
 
 
