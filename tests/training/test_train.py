@@ -259,6 +259,22 @@ def test_feature_settings_that_cannot_work_fail_before_training(
     assert not (tmp_path / "run").exists()
 
 
+def test_slates_with_nothing_to_learn_are_refused_by_what_they_lack(tmp_path):
+    """With --features the normalisation is fitted first: on slates none of which has a
+    clicked item, the refusal says so (as the slate source does without features), not that
+    the fit had nothing to read."""
+    unclicked = signal_slates(5, seed=1, teacher=False)
+    for slate in unclicked:
+        slate.clicked = []
+    write_slates(tmp_path / "train.jsonl", unclicked)
+    cfg = config(tmp_path, "unused", target="clicks", features="signal", features_only=True,
+                 max_steps=1)
+    with pytest.raises(SlateError, match=r"train\.jsonl holds no slates to train on \(every "
+                       r"one of its 5 slates has no clicked item\)"):
+        train(cfg)
+    assert not (tmp_path / "run").exists()
+
+
 def test_a_run_shorter_than_the_default_warmup_still_reaches_its_learning_rate(
     tmp_path, signal_files, caplog
 ):

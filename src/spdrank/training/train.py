@@ -27,7 +27,8 @@ import math
 import shutil
 import time
 from dataclasses import asdict
-from itertools import islice
+from collections.abc import Iterator
+from itertools import chain, islice
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +43,7 @@ from spdrank.core.atomic_dir import atomic_directory
 from spdrank.core.defaults import DEFAULT_WARMUP, DEFAULT_WARMUP_SHARE
 from spdrank.core.features import FeatureNormalizer, parse_feature_names
 from spdrank.core.progress import Progress
-from spdrank.core.slates import Slate, load_slates, read_slates
+from spdrank.core.slates import Slate, SlateError, load_slates, read_slates
 from spdrank.eval.first_stage import selection_metric, verdict
 from spdrank.eval.metrics import SlateMetrics, aggregate
 from spdrank.methods.anchor_spec import BEST_ANCHOR, parse_anchor
@@ -231,8 +232,22 @@ def fit_feature_normalizer(cfg: TrainConfig) -> FeatureNormalizer | None:
     if cfg.features is None:
         return None
     names = parse_feature_names(cfg.features)
-    learnable = (s for s in read_slates(cfg.slates) if missing_label(s, cfg) is None)
-    return FeatureNormalizer.fit(names, islice(learnable, cfg.limit))
+    lacking: list[str] = []  # what each slate left out so far lacks
+
+    def learnable() -> Iterator[Slate]:
+        for slate in read_slates(cfg.slates):
+            missing = missing_label(slate, cfg)
+            if missing is None:
+                yield slate
+            else:
+                lacking.append(missing)
+
+    slates = islice(learnable(), cfg.limit)
+    first = next(slates, None)
+    if first is None:  # the same refusal the slate source makes, before the fit's own
+        why = f" (every one of its {len(lacking)} slates has no {lacking[0]})" if lacking else ""
+        raise SlateError(f"{cfg.slates} holds no slates to train on{why}")
+    return FeatureNormalizer.fit(names, chain([first], slates))
 
 
 class Trainer:
