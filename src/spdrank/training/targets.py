@@ -16,7 +16,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -34,17 +34,20 @@ CLICK_COPY_SHARE = 0.9
 CLICK_COPY_SLATES = 50
 
 
-def teacher_copies_clicks(slates: Iterable[Slate]) -> tuple[int, int] | None:
-    """Of ``slates`` that carry a teacher ranking and exactly one clicked item, how many the
-    teacher ranks with that item first, and how many there are, when at least
-    :data:`CLICK_COPY_SHARE` of at least :data:`CLICK_COPY_SLATES` do: a teacher fitted on
-    the slates' own clicks (or labels copied from them), which teaches the clicks rather than
-    its own ranking. None otherwise."""
+def ranks_clicks_first(
+    slates: Iterable[Slate], ranking: Callable[[Slate], Sequence[str] | None]
+) -> tuple[int, int] | None:
+    """Of ``slates`` with exactly one clicked item that ``ranking`` orders, how many it ranks
+    with that item first, and how many there are, when at least :data:`CLICK_COPY_SHARE` of
+    at least :data:`CLICK_COPY_SLATES` do: an order that saw the clicks (a teacher fitted on
+    the slates' own clicks, candidates listed with the clicked item first), which teaches
+    where the click is rather than why. None otherwise."""
     first = total = 0
     for slate in slates:
-        if slate.teacher and slate.clicked and len(slate.clicked) == 1:
+        order = ranking(slate)
+        if order and slate.clicked and len(slate.clicked) == 1:
             total += 1
-            first += slate.teacher[0] == slate.clicked[0]
+            first += order[0] == slate.clicked[0]
     if total >= CLICK_COPY_SLATES and first >= CLICK_COPY_SHARE * total:
         return first, total
     return None

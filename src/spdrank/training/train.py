@@ -26,8 +26,8 @@ import logging
 import math
 import shutil
 import time
-from dataclasses import asdict
 from collections.abc import Iterator
+from dataclasses import asdict
 from itertools import chain, islice
 from pathlib import Path
 from typing import Any
@@ -62,8 +62,8 @@ from spdrank.training.slate_source import SkipSlate, open_slate_source
 from spdrank.training.targets import (
     RELEVANCE_TARGETS,
     has_relevant_candidate,
+    ranks_clicks_first,
     target_matrix,
-    teacher_copies_clicks,
 )
 from spdrank.training.warm_start import warm_start
 
@@ -375,18 +375,30 @@ class Trainer:
         return self.accelerator.unwrap_model(self.model)
 
     def warn_click_copies(self) -> None:
-        """Say when the teacher of a teacher target ranks the clicked item first in nearly
-        every one of the first :data:`CLICK_COPY_READ` training slates: a teacher that saw the
-        clicks, whose labels teach the clicks, not its ranking."""
-        if "teacher" not in self.cfg.target or not self.accelerator.is_main_process:
+        """Say when an order the student learns from or reads ranks the clicked item first in
+        nearly every one of the first :data:`CLICK_COPY_READ` training slates: a teacher that
+        saw the clicks, whose labels teach the clicks, not its ranking; or candidates listed
+        with the clicked item first, whose numbering and given order tell the student where
+        the click is, which no first stage will tell it when it serves."""
+        if not self.accelerator.is_main_process:
             return
-        copies = teacher_copies_clicks(islice(read_slates(self.cfg.slates), CLICK_COPY_READ))
-        if copies is not None:
+        slates = list(islice(read_slates(self.cfg.slates), CLICK_COPY_READ))
+        copies = ranks_clicks_first(slates, lambda slate: slate.teacher)
+        if copies is not None and "teacher" in self.cfg.target:
             log.warning(
                 "the teacher ranks the clicked item first in %d of the %d slates of the first "
                 "%d of %s that have one click: a teacher that saw these slates' clicks (one "
                 "fitted on them, or labels copied from them) teaches the clicks, not its own "
                 "ranking; label them with a teacher that did not", *copies, CLICK_COPY_READ,
+                self.cfg.slates)
+        listed = ranks_clicks_first(slates, lambda slate: slate.docids)
+        if listed is not None:
+            log.warning(
+                "the clicked item is the first candidate listed in %d of the %d slates of the "
+                "first %d of %s that have one click: a student can read the candidates' order (their "
+                "numbers in an LLM student's prompt, the given order it may start from), and so "
+                "learn where the click is listed, which no first stage tells it when it serves; list each slate's "
+                "candidates in its first stage's order, or shuffled", *listed, CLICK_COPY_READ,
                 self.cfg.slates)
 
     def check_slate(self, slate: Slate) -> None:
