@@ -26,6 +26,7 @@ import logging
 import math
 import shutil
 import time
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import asdict
 from itertools import chain, islice
@@ -232,7 +233,7 @@ def fit_feature_normalizer(cfg: TrainConfig) -> FeatureNormalizer | None:
     if cfg.features is None:
         return None
     names = parse_feature_names(cfg.features)
-    lacking: list[str] = []  # what each slate left out so far lacks
+    lacking: Counter[str] = Counter()  # the slates left out so far, by what they lack
 
     def learnable() -> Iterator[Slate]:
         for slate in read_slates(cfg.slates):
@@ -240,12 +241,13 @@ def fit_feature_normalizer(cfg: TrainConfig) -> FeatureNormalizer | None:
             if missing is None:
                 yield slate
             else:
-                lacking.append(missing)
+                lacking[missing] += 1
 
     slates = islice(learnable(), cfg.limit)
     first = next(slates, None)
     if first is None:  # the same refusal the slate source makes, before the fit's own
-        why = f" (every one of its {len(lacking)} slates has no {lacking[0]})" if lacking else ""
+        why = "".join(f" (every one of its {n} slates has no {what})"
+                      for what, n in lacking.items())
         raise SlateError(f"{cfg.slates} holds no slates to train on{why}")
     return FeatureNormalizer.fit(names, chain([first], slates))
 
