@@ -36,6 +36,15 @@ def test_no_help_or_description_holds_rest_markup():
     assert [(where, text) for where, text in texts if REST.search(text)] == []
 
 
+def test_no_description_joins_an_example_s_lines():
+    """A backslash ending a line of a docstring that is not raw joins the next line to it:
+    an example command continued with ``\\`` must show its backslash and its line break."""
+    joined = re.compile(r"\S {5,}\S")  # a line's end, the next line's indent, run together
+    found = [(path, line) for path, parser in parsers(build_parser())
+             for line in (parser.description or "").splitlines() if joined.search(line)]
+    assert found == []
+
+
 def test_train_help_groups_are_trainconfig_s_sections_in_its_order():
     (train,) = [p for path, p in parsers(build_parser()) if path == "spdrank train"]
     groups = {g.title: [a.dest for a in g._group_actions] for g in train._action_groups}

@@ -1,16 +1,16 @@
 """``spdrank teacher``: label slates with an autoregressive listwise teacher, resumably.
 
-    spdrank teacher --slates train.jsonl --out labels.jsonl --backend hf [--model bundled] \
+    spdrank teacher --slates train.jsonl --out labels.jsonl --backend hf [--model bundled] \\
         [--constrained]
     spdrank teacher --slates train.jsonl --out labels.jsonl --backend likelihood [--layers L]
     spdrank teacher --slates dl19.jsonl --out labels.jsonl --backend likelihood --prompt search
     spdrank teacher --slates train.jsonl --out labels.jsonl --backend openai \\
-        --base-url http://localhost:8000/v1 [--model-name M] [--concurrency 32] \
+        --base-url http://localhost:8000/v1 [--model-name M] [--concurrency 32] \\
         [--constrained [--guided llama|vllm]]
     spdrank teacher --slates train.jsonl --out labels.jsonl --backend ranker:cooccurrence
     spdrank teacher --slates train.jsonl --out labels.jsonl --backend ranker:title_similarity
     spdrank teacher --slates dl19.jsonl --out labels.jsonl --backend ranker:fusion:rrf:dense+retriever
-    spdrank teacher --slates train.jsonl --out labels.jsonl \
+    spdrank teacher --slates train.jsonl --out labels.jsonl \\
         --backend ranker:fusion:best:feature:dense+retriever --choose-on valid.jsonl
     spdrank teacher --slates train.jsonl --out labels.jsonl --backend file:rankings.jsonl
     spdrank teacher merge --labels a.jsonl b.jsonl --slates train.jsonl --out merged.jsonl
