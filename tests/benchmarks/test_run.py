@@ -201,57 +201,37 @@ def test_the_best_input_experiments_commands_parse_and_students_share_a_recipe(
     assert len(evals) == 2 and all(sum(x == "--model" for x in a) == 2 for a in evals)
 
 
-def committed_rows(committed: dict, test: str) -> dict:
-    """A test set's rows in a committed results.json of the runner (a section per table,
-    titled by the set)."""
-    return next(s["rows"] for s in committed["sections"] if s["title"].lower().startswith(test))
+def committed_rows(committed: dict, name: str) -> dict:
+    """A table's rows in a committed results.json of the runner (a section per table, titled
+    by the test set or setting it is of)."""
+    return next(s["rows"] for s in committed["sections"]
+                if "rows" in s and s["title"].lower().startswith(name))
 
 
-@pytest.mark.parametrize("plan", ["synthetic", "other"])
-def test_the_search_tables_reproduce_the_committed_numbers(plan, run):
+@pytest.mark.parametrize(
+    "name", ["search-best-input-synthetic", "search-best-input-other", "beauty-best-input"])
+def test_the_best_input_tables_reproduce_the_committed_numbers(name, run):
     """The tables, from the committed per-slate files, equal the committed results.json."""
-    experiment = run.Experiment(EXPERIMENTS / f"search-best-input-{plan}.toml", {})
+    experiment = run.Experiment(EXPERIMENTS / f"{name}.toml", {})
     committed = json.loads((ROOT / experiment.out / "results.json").read_text())
     tables = [s for s in experiment.sections if "rows" in s]
     compared = 0
     for section in tables:
+        rows_of = section["for"]  # a table of lists, or a list of tables
+        key = next(iter(rows_of[0] if isinstance(rows_of, list) else rows_of))  # a set, a setting
         for row in run.rows_of(section, experiment.values, "test"):
             path = ROOT / run.fill(section["rows"], {**experiment.values, **row}, "test")
-            rows = committed_rows(committed, row["test"])
-            for name, entry in run.summary(section, path).items():
-                old = rows[name]
-                for key, value in entry.items():
+            rows = committed_rows(committed, row[key])
+            for ranker, entry in run.summary(section, path).items():
+                old = rows[ranker]
+                for metric, value in entry.items():
                     if isinstance(value, dict):
                         for part in ("mean", "low", "high"):
-                            assert value[part] == pytest.approx(old[key][part], abs=1e-12)
+                            assert value[part] == pytest.approx(old[metric][part], abs=1e-12)
                     else:
-                        assert value == pytest.approx(old[key], abs=1e-12)
+                        assert value == pytest.approx(old[metric], abs=1e-12)
                     compared += 1
     assert compared > 50
-
-
-def test_the_beauty_tables_reproduce_the_committed_numbers(run):
-    """The beauty experiment's tables, from the committed per-slate files, equal the
-    results.json of benchmarks/beauty_best_input_cpu.py, the script it replaced (each mean
-    and paired interval; the latency's median is taken otherwise)."""
-    experiment = run.Experiment(EXPERIMENTS / "beauty-best-input.toml", {})
-    committed = json.loads((ROOT / experiment.out / "results.json").read_text())
-    section = next(s for s in experiment.sections if "rows" in s)
-    compared = 0
-    for row in run.rows_of(section, experiment.values, "test"):
-        values = run.with_row(experiment.values, row, "test")
-        rows = committed["settings"][row["setting"]]["rows"]
-        for name, entry in run.summary(section, ROOT / run.fill(section["rows"], values, "test")
-                                       ).items():
-            # "ms": the script took the upper middle latency, the runner numpy's median.
-            for key in set(entry) & set(rows[name]) - {"ms"}:
-                old, value = rows[name][key], entry[key]
-                parts = ("mean", "low", "high") if isinstance(value, dict) else (None,)
-                for part in parts:
-                    got, want = (value, old) if part is None else (value[part], old[part])
-                    assert got == pytest.approx(want, abs=1e-12), (row, name, key)
-                    compared += 1
-    assert compared > 80
 
 
 def test_a_for_member_table_gives_the_row_its_fields_and_its_lists_read_the_row(
