@@ -86,6 +86,9 @@ def test_eval_ranks_with_the_fit_the_build_made_for_its_feature(tmp_path, monkey
     assert len(trained) == 1  # loaded, not fitted again
     assert ranker.model is not None and ranker.model.key == key
     assert any("the fit the build of" in r.getMessage() for r in caplog.records)
+    # Asked again for the same file (a teacher asks before it fits, then fits): no second load.
+    monkeypatch.setattr(SASRec, "cached", lambda *a, **k: pytest.fail("loaded a second time"))
+    assert ranker.fit_build(out / "train.jsonl")
     # The same model as the slates' feature: its scores are the feature's, to its rounding.
     slate = next(iter(read_slates(out / "eval.jsonl")))
     feature = [c.features[SASREC] for c in slate.candidates]

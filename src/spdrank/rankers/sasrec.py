@@ -567,6 +567,8 @@ class SASRecRanker:
         self.cache = default_cache_dir() if cache == "default" else cache
         self.name = name
         self.model: SASRec | None = None
+        #: The training file whose build's fit :attr:`model` is (:meth:`fit_build`), if it is.
+        self.build: Path | None = None
 
     def fit(self, train: Iterable[Slate]) -> None:
         sequences: list[list[str]] = []
@@ -595,6 +597,7 @@ class SASRecRanker:
         if not sequences:
             raise ValueError(f"{self.name}: the training slates are empty, nothing to fit on")
         self.model = SASRec.fit(sequences, self.config, items=items, cache=self.cache)
+        self.build = None
 
     def fit_build(self, train: str | os.PathLike[str]) -> bool:
         """Load the SASRec the build of ``train`` fitted (its ``sasrec`` feature or retriever),
@@ -612,6 +615,8 @@ class SASRecRanker:
         from spdrank.core.files import sha256_file
 
         train = Path(train)
+        if self.model is not None and self.build == train.resolve():
+            return True  # loaded already: a teacher asks before it fits, then fits
         manifest_path = train.parent / "manifest.json"
         try:
             manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
@@ -627,7 +632,7 @@ class SASRecRanker:
         model = SASRec.cached(str(fit.get("key", "")), self.cache)
         if model is None:
             return False
-        self.model = model
+        self.model, self.build = model, train.resolve()
         log.info("%s: the fit the build of %s made (%s)", self.name, train, manifest_path)
         return True
 
