@@ -395,6 +395,23 @@ def test_features_come_with_slates_and_are_checked_before_queueing(features_serv
         assert "reads upstream features (pop, score)" in error_of(r)["message"]
 
 
+def test_a_rerank_field_sent_with_a_slate_is_refused_not_echoed(features_served):
+    """A slate keeps unknown fields and hands them back; top_n would come back unread, with
+    every candidate, so /v1/rank refuses it, naming the field and where it is read."""
+    slate = {"query": {"qid": "u1", "text": "1. rose shampoo"}, "candidates": [
+        {"docid": d, "doc": {"title": d}, "score": 0.5, "features": {"pop": i}}
+        for i, d in enumerate("abc")], "note": "travels along"}
+    with TestClient(create_app(SPDRanker.from_pretrained(features_served), name="f")) as c:
+        r = c.post("/v1/rank", json=slate)
+        assert r.status_code == 200 and r.json()["note"] == "travels along"
+        for field, value in (("top_n", 1), ("return_documents", False)):
+            r = c.post("/v1/rank", json=slate | {field: value})
+            assert r.status_code == 422, r.text
+            error = error_of(r)
+            assert (error["type"], error["param"]) == ("invalid_slate", field)
+            assert error["message"].startswith(f"'{field}' is a /v1/rerank field")
+
+
 @pytest.mark.parametrize("n", [3, 20])
 def test_a_served_slate_has_its_features_normalised_once(features_served, monkeypatch, n):
     """The check on the request's thread normalises a slate's features and its batch reads

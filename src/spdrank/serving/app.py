@@ -27,7 +27,7 @@ from spdrank.serving.batcher import Done, MicroBatcher
 from spdrank.serving.engine import Admitted, Engine, Ranked
 from spdrank.serving.errors import ApiError, batcher_errors, install_error_handlers
 from spdrank.serving.gate import Gate
-from spdrank.serving.intake import admit, json_body, rerank_request, rerank_slate
+from spdrank.serving.intake import admit, json_body, rerank_request, rerank_slate, slate_body
 from spdrank.serving.metrics import CONTENT_TYPE, ServerMetrics
 from spdrank.serving.openapi import ERROR_RESPONSES, RANK_BODY, RERANK_BODY, install_openapi
 from spdrank.serving.policy import collector_limits
@@ -185,7 +185,7 @@ def _add_ranking_routes(app: FastAPI, engine: Engine, batcher: Batcher) -> None:
         openapi_extra=RANK_BODY,
     )
     async def rank(request: Request) -> JSONResponse:
-        admitted = admit(await json_body(request), engine)
+        admitted = admit(slate_body(await json_body(request)), engine)
         done = await submit(request, admitted)
         return JSONResponse(rank_reply(admitted.slate, request, done))
 

@@ -71,6 +71,24 @@ def check_size(n: int, limit: int, field: str, windowed: bool = False) -> None:
         )
 
 
+#: Fields only a rerank request reads. A slate keeps any field it does not know and hands it
+#: back, so one of these sent to ``/v1/rank`` would come back unread, its answer not what it
+#: asked for (every candidate, not the best ``top_n``).
+RERANK_ONLY_FIELDS = ("top_n", "return_documents")
+
+
+def slate_body(data: Any) -> Any:
+    """The body of a ``/v1/rank`` request, refused with 422 ``invalid_slate`` when it holds a
+    field only ``/v1/rerank`` reads."""
+    sent = [name for name in RERANK_ONLY_FIELDS if isinstance(data, dict) and name in data]
+    if sent:
+        raise ApiError(
+            422, f"{sent[0]!r} is a /v1/rerank field, which /v1/rank does not read: a slate "
+            "comes back whole, every candidate ranked; send a rerank request to /v1/rerank, or "
+            "keep the first candidates of the answer", "invalid_slate", sent[0])
+    return data
+
+
 def admit(data: Any, engine: Engine, field: str = "candidates") -> Admitted:
     """The slate ``data`` (spdrank's slate JSON) describes, checked against the model: at most
     its K items (``field`` names the list in the message), the features it reads present
