@@ -81,6 +81,22 @@ def test_rerank_aliases_top_n_and_return_documents(client, path):
     assert len(r.json()["results"]) == 2  # top_n past the end is all
 
 
+def test_rank_fields_other_than_text_are_refused_not_ignored(client):
+    """Cohere's rank_fields names the fields of object documents to rank on; this server reads
+    'text' alone, so asking for another field is an error, not a ranking by text."""
+    texts = ["argan hair oil", "rose shampoo", "nail polish remover"]
+    docs = [{"title": f"title {i}", "text": text} for i, text in enumerate(texts)]
+    r = client.post("/v1/rerank", json={"query": "q", "documents": docs, "rank_fields": ["text"]})
+    assert r.status_code == 200, r.text
+    r = client.post("/v1/rerank", json={"query": "q", "documents": docs,
+                                        "rank_fields": ["title", "text"]})
+    assert r.status_code == 422, r.text
+    error = error_of(r)
+    assert (error["type"], error["param"]) == ("invalid_request", "rank_fields")
+    assert error["message"].startswith("rank_fields ['title', 'text']: this server ranks a "
+                                       "document by its 'text' alone")
+
+
 def test_any_model_name_a_client_sends_is_answered_and_documents_are_off_by_default(client):
     # Cohere's clients always send a model name; the served model answers it, named back.
     r = client.post("/v1/rerank", json={"model": "rerank-english-v3.0", "query": "q",

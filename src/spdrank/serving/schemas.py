@@ -55,6 +55,20 @@ class RerankRequest(BaseModel):
     return_documents: StrictBool = Field(
         False, description="Include each result's document text (off by default, as Cohere's)."
     )
+    rank_fields: list[StrictStr] | None = Field(
+        None, description="Cohere's: the fields of object documents to rank on. Only ['text'] "
+        "is served: a document is ranked by its text, so any other field is refused rather "
+        "than ignored."
+    )
+
+    @field_validator("rank_fields")
+    @classmethod
+    def _rank_fields(cls, value: list[str] | None) -> list[str] | None:
+        if value is not None and value != ["text"]:
+            raise PydanticCustomError(
+                _CHECK, f"rank_fields {value!r}: this server ranks a document by its 'text' "
+                "alone; send each document's text to rank on as 'text' (or drop rank_fields)")
+        return value
 
     @field_validator("documents", mode="before")
     @classmethod
