@@ -85,7 +85,7 @@ def test_a_retrievers_lists_keep_their_warning_which_names_the_sampled_kind(tmp_
     assert result.manifest["counts"]["targets_added"] == 5
     assert "candidates_are" not in result.manifest["parameters"]  # a retriever's: as before
     (warned,) = [r.getMessage() for r in caplog.records if "inserted" in r.getMessage()]
-    assert warned.startswith("5 of 5 targets were not among the retriever's candidates")
+    assert warned.startswith("5 of 5 targets were not among the retriever's top 3 candidates")
     assert "--no-insert-target" in warned and "--candidates-are sampled" in warned
     missed = build(tmp_path, NEGATIVES, insert_target=False, candidates_are="retrieved")
     assert missed.manifest["counts"]["targets_not_retrieved"] == 5

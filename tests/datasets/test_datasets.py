@@ -237,7 +237,7 @@ def test_candidate_file(tmp_path):
     items = {line.split()[0]: line.split()[1:] for line in seq}
     lists = [
         f"u0 {' '.join(many[:5])}",  # target missing: added
-        f"u1 {' '.join(many[:20])} {items['u1'][-1]}",  # target beyond the cut: kept
+        f"u1 {' '.join(many[:20])} {items['u1'][-1]}",  # target beyond the cut: added
         f"u2 {items['u2'][-1]} {' '.join(many[:20])}",  # target first, list cut
         f"u3 {' '.join(many[:3])} {many[0]} {items['u3'][-1]}",  # a repeat, short list
         f"u4 {' '.join(many[:9])}",
@@ -260,7 +260,8 @@ def test_candidate_file(tmp_path):
     assert c["unused_candidate_lists"] == 1
     assert c["repeated_candidates_dropped"] == 1
     assert c["candidate_list_empty_lines"] == 1
-    assert (c["targets_added"], c["lists_cut"], c["short_lists"]) == (2, 2, 2)
+    assert (c["targets_added"], c["lists_cut"], c["short_lists"]) == (3, 2, 2)
+    assert c["targets_below_cut"] == 1
     assert result.manifest["parameters"]["negatives"] == "candidate-file"
     assert "candidate_file" in result.manifest["inputs"]
     assert c["untitled_items"] == 0
@@ -908,6 +909,27 @@ def test_a_scored_candidate_file_gives_each_candidate_the_retrievers_score(tmp_p
     assert {c.score for s in _slates(plain.out_dir) for c in s.candidates} == {0.0}
 
 
+def test_a_target_listed_below_the_cut_was_not_retrieved_for_the_slate(tmp_path, caplog):
+    """A reranker behind the retriever is given its top N: a target ranked below them is
+    inserted like one the list lacks (with its own score), or a miss without insertion."""
+    lists = ["u1 c:0.9 y:0.5 e:-1.5", "u2 e:0.8 a:0.5 b:0.4 d:0.25", "u3 a:2 e:1 c:0.5",
+             "u4 y:3 e:2.5 c:1"]
+    with caplog.at_level("WARNING", logger="spdrank.datasets.candidates"):
+        result = _listed(tmp_path, lists)
+    scores = {s.query.qid: {c.docid: c.score for c in s.candidates} for s in _slates(result.out_dir)}
+    assert scores["u2"] == {"e": 0.8, "a": 0.5, "d": 0.25}  # d was 4th: its own score
+    assert scores["u3"] == {"a": 2.0, "e": 1.0, "c": 0.5}  # c was 3rd: retrieved
+    assert (result.counts["targets_added"], result.counts["targets_below_cut"]) == (1, 1)
+    (warned,) = [r.getMessage() for r in caplog.records if "inserted" in r.getMessage()]
+    assert warned.startswith("1 of 4 targets were not among the retriever's top 3 candidates "
+                             "(1 of them further down its list)")
+    missed = _listed(tmp_path, lists, insert_target=False, out="missed")
+    slates = {s.query.qid: s for s in _slates(missed.out_dir)}
+    assert sorted(slates["u2"].docids) == ["a", "b", "e"]  # the top 3, no target
+    assert slates["u2"].clicked == [] and slates["u2"].extra == {"clicked_not_retrieved": ["d"]}
+    assert missed.counts["targets_not_retrieved"] == 1
+
+
 def test_a_scored_candidate_file_must_score_every_candidate(tmp_path):
     path = _write(tmp_path / "c.txt", ["u1 c:0.9 y:0.5", "u2 d:1", "u3 e f:0.1"])
     with pytest.raises(SlateError) as info:
@@ -929,7 +951,8 @@ def test_inserted_targets_are_warned_about(tmp_path, caplog):
     assert result.counts["targets_added"] == 2
     warned = [r.getMessage() for r in caplog.records if "inserted" in r.getMessage()]
     assert len(warned) == 1
-    assert warned[0].startswith("2 of 4 targets were not among the retriever's candidates")
+    assert warned[0].startswith("2 of 4 targets were not among the retriever's top 3 candidates "
+                                "and were inserted")
     assert "--no-insert-target" in warned[0]
 
 
@@ -998,3 +1021,72 @@ def test_an_empty_eval_split_says_so_and_what_would_fill_it(tmp_path, caplog):
         ("0 eval slates: --eval-fraction 0.1 of this log's 1 users rounds down to none, so "
          "eval.jsonl is empty; the log is too small to set a user aside for evaluation"),
     ]
+
+
+# -- inputs that would build nothing, or something else than meant ---------------------------
+
+
+def test_lists_of_users_the_log_spells_otherwise_build_nothing_and_say_so(tmp_path, capsys):
+    _inputs(tmp_path, seq_lines=["u1 a b c", "u2 a b d", "u3 b c"], title_lines=[])
+    lists = _write(tmp_path / "c.txt", ["U1 c y", "U2 d y", "U3 c a"])
+    with pytest.raises(ValueError, match=r"c.txt: none of its 3 lists names a user of .*seq.txt "
+                       r"with 2 or more items \(the lists' users 'U1', 'U2', 'U3'; the log's "
+                       r"'u1', 'u2', 'u3'\)"):
+        _build(tmp_path, candidate_file=lists, candidates=2)
+    assert not (tmp_path / "out").exists()
+
+
+def test_most_lists_unused_is_warned_and_counted_in_the_summary(tmp_path, caplog, capsys):
+    _inputs(tmp_path, seq_lines=["u1 a b c", "u2 a b d", "u3 b c"], title_lines=[])
+    lists = _write(tmp_path / "c.txt", ["u1 c y", "U2 d y", "U3 c a"])
+    with caplog.at_level("WARNING", logger="spdrank.datasets.candidates"):
+        result = _build(tmp_path, candidate_file=lists, candidates=2, eval_fraction=0.0)
+    assert result.counts["train"] == 1 and result.counts["unused_candidate_lists"] == 2
+    assert any("2 of the 3 lists of" in r.getMessage() and "e.g. 'U2', 'U3'" in r.getMessage()
+               for r in caplog.records)
+    data_command.print_summary(result)
+    assert ("2 candidate lists unused: their users are not in the log, or have fewer than 2 "
+            "items") in capsys.readouterr().out
+
+
+def test_a_log_of_no_user_with_a_target_is_refused(tmp_path):
+    _inputs(tmp_path, seq_lines=["u1,a,b,c", "u2,a,b,d"], title_lines=[])
+    with pytest.raises(ValueError, match=r"seq.txt: no user has 2 or more items, so no slate "
+                       r"can be built \(2 lines, 0 empty, 2 users with fewer than 2 items; a "
+                       r"plain log's line is 'user item item \.\.\.'"):
+        _build(tmp_path, candidates=2)
+
+
+def test_ids_no_slate_file_could_hold_are_refused_where_they_are_read(tmp_path):
+    _inputs(tmp_path, seq_lines=["u1 a b\u200b c", "u2 a b d"], title_lines=[])
+    with pytest.raises(SlateError, match=r"seq.txt:1: field 3 'b\\u200b' holds a control or "
+                       r"format character \(U\+200B ZERO WIDTH SPACE\)"):
+        _build(tmp_path, candidates=2)
+    inter = _write(tmp_path / "log.inter", ["u1\tred shirt\t1", "u1\tcap\t2"],
+                   "user_id:token\titem_id:token\ttimestamp:float")
+    with pytest.raises(SlateError, match=r"log.inter:2: item_id 'red shirt' holds whitespace"):
+        read_sequences(inter)
+
+
+def test_a_titles_file_that_names_none_of_the_logs_items_is_refused(tmp_path, caplog):
+    seq = ["u1 i1 i2 i3", "u2 i2 i3 i4", "u3 i1 i3 i4"]
+    _inputs(tmp_path, seq_lines=seq, title_lines=["One\ti1", "Two\ti2"])  # columns swapped
+    with pytest.raises(ValueError, match=r"titles.tsv gives a title to none of the log's 4 items "
+                       r"\(its first ids 'One', 'Two'; the log's first 'i1', 'i2', 'i3'\)"):
+        _build(tmp_path, candidates=2)
+    _inputs(tmp_path, seq_lines=seq, title_lines=[])  # no titles at all: a features-only log
+    assert _build(tmp_path, candidates=2, out="untitled").counts["untitled_items"] == 4
+    _inputs(tmp_path, seq_lines=seq, title_lines=["i1\tOne"])
+    with caplog.at_level("WARNING", logger="spdrank.datasets.build"):
+        _build(tmp_path, candidates=2, out="few")
+    assert any("gives a title to 1 of the log's 4 items" in r.getMessage()
+               for r in caplog.records)
+
+
+def test_scores_that_rise_along_a_list_are_said(tmp_path, caplog):
+    path = _write(tmp_path / "c.txt", ["u1 a:0.1 b:0.5", "u2 a:0.9 b:0.5", "u3 c:0.2 a:0.3"])
+    with caplog.at_level("WARNING", logger="spdrank.datasets.candidates"):
+        read_candidate_lists(path)
+    (said,) = [r.getMessage() for r in caplog.records]
+    assert said.startswith(f"2 of the 3 lists of {path} hold a score above the one before it "
+                           "(the first at line 1)")

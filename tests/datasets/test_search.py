@@ -319,3 +319,54 @@ def test_an_empty_passage_is_named_at_its_corpus_line(tmp_path: Path) -> None:
     assert f"{tmp_path / 'corpus.jsonl'}:3" in message and "passage 'b' has an empty text" \
         in message, message
     assert "run.trec" not in message
+
+
+def test_a_hit_without_a_score_beside_scored_ones_is_refused(tmp_path: Path) -> None:
+    """A missing score would read as 0: above a retriever's negative scores, below its
+    positive ones, by chance."""
+    hits = [{"docid": "a", "content": "x", "rank": 1, "score": -1.2},
+            {"docid": "b", "content": "y", "rank": 2}]
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps([{"query": "q", "qid": "1", "hits": hits}]))
+    with pytest.raises(SlateError, match=r"hits\[1\] has no 'score' and hits\[0\] has one"):
+        list(slates_from_retrieve_results(path))
+
+
+def test_scores_that_rise_along_the_ranks_are_said(tmp_path: Path,
+                                                   caplog: pytest.LogCaptureFixture) -> None:
+    """Distances (lower is better) read as scores reverse the feature `score`."""
+    hits = [{"docid": f"p{i}", "content": "x", "rank": i + 1, "score": s}
+            for i, s in enumerate([0.12, 0.35, 0.91])]
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps([{"query": "q", "qid": "1", "hits": hits}]))
+    with caplog.at_level(logging.WARNING, logger="spdrank.datasets.search"):
+        assert next(slates_from_retrieve_results(path)).docids == ["p0", "p1", "p2"]
+        assert not caplog.records  # said once the file is read through
+        list(slates_from_retrieve_results(path))
+    (said,) = [r.getMessage() for r in caplog.records]
+    assert "in 1 queries (e.g. '1') a hit scores above the one ranked before it" in said
+    assert "negate it" in said
+
+
+def test_judgements_that_match_no_candidate_are_said(tmp_path: Path) -> None:
+    """Qrels whose docids are spelled otherwise than the run's leave every query at 0."""
+    run = tmp_path / "run.trec"
+    run.write_text("q1 Q0 d1 1 10.5 bm25\nq1 Q0 d2 2 9.1 bm25\n"
+                   "q2 Q0 d1 1 3.0 bm25\nq2 Q0 d3 2 2.0 bm25\n")
+    (tmp_path / "topics.tsv").write_text("q1\tflea life cycle\nq2\tstocks\n")
+    (tmp_path / "corpus.jsonl").write_text(
+        "".join(json.dumps({"_id": d, "text": t}) + "\n"
+                for d, t in [("d1", "flea cycle"), ("d2", "fleas lay eggs"), ("d3", "stocks")]))
+    args = ["data", "search", "--run", run, "--topics", tmp_path / "topics.tsv", "--corpus",
+            tmp_path / "corpus.jsonl"]
+    (tmp_path / "upper.txt").write_text("q1 0 D1 3\nq1 0 D2 1\nq2 0 D3 2\n")
+    done = _spdrank(*args, "--qrels", tmp_path / "upper.txt", "--out", tmp_path / "a.jsonl")
+    assert done.returncode == 0, done.stderr
+    assert "not one judged passage of the 2 judged queries is among their candidates" in done.stderr
+    assert "with no passage of grade >= 1 among their candidates" in done.stdout
+    (tmp_path / "some.txt").write_text("q1 0 d1 3\nq2 0 elsewhere 2\nq2 0 d3 0\n")
+    done = _spdrank(*args, "--qrels", tmp_path / "some.txt", "--out", tmp_path / "b.jsonl")
+    assert done.returncode == 0, done.stderr
+    assert "not one judged passage" not in done.stderr
+    assert ("with no passage of grade >= 1 among their candidates (they score 0 whatever the "
+            "ranking): 1, e.g. ['q2']") in done.stdout

@@ -285,11 +285,13 @@ def _list_lines(c: dict[str, Any], p: dict[str, Any]) -> list[str]:
     """The summary's lines on candidate lists: what was done to them, who had none."""
     if "targets_added" not in c:
         return []
-    target = (
-        f"{c['targets_not_retrieved']:,} targets not retrieved (kept without, counted as misses)"
-        if "targets_not_retrieved" in c
-        else f"{c['targets_added']:,} targets added"
-    )
+    below = c.get("targets_below_cut", 0)
+    listed = f"{below:,} of them listed below the top {p['candidates']}" if below else ""
+    if "targets_not_retrieved" in c:
+        target = (f"{c['targets_not_retrieved']:,} targets not retrieved (kept without, counted "
+                  f"as misses{'; ' + listed if listed else ''})")
+    else:
+        target = f"{c['targets_added']:,} targets added" + (f" ({listed})" if listed else "")
     kind = " (sampled negatives)" if p.get("candidates_are") == "sampled" else ""
     lines = [
         (
@@ -297,6 +299,16 @@ def _list_lines(c: dict[str, Any], p: dict[str, Any]) -> list[str]:
             f"{c['short_lists']:,} shorter than {p['candidates']}"
         )
     ]
+    if c["unused_candidate_lists"]:
+        lines.append(
+            f"  {c['unused_candidate_lists']:,} candidate lists unused: their users are not in "
+            "the log, or have fewer than 2 items"
+        )
+    if c["repeated_candidates_dropped"]:
+        lines.append(
+            f"  {c['repeated_candidates_dropped']:,} candidates dropped for repeating one "
+            "earlier in their list"
+        )
     if c["users_without_candidate_list"]:
         lines.append(
             f"  {c['users_without_candidate_list']:,} users without a candidate list: no "

@@ -180,4 +180,12 @@ def run(args: argparse.Namespace) -> int:
         if build.no_relevant:
             print(f"  judged with no passage of grade >= {args.rel_level} (they score 0, as "
                   f"in trec_eval): {len(build.no_relevant)}, e.g. {build.no_relevant[:3]}")
+        if build.none_retrieved:
+            print(f"  with no passage of grade >= {args.rel_level} among their candidates (they "
+                  f"score 0 whatever the ranking): {len(build.none_retrieved)}, e.g. "
+                  f"{build.none_retrieved[:3]}")
+        if build.judged_queries and len(build.none_judged_retrieved) == build.judged_queries:
+            log.warning(f"--qrels {args.qrels}: not one judged passage of the "
+                        f"{build.judged_queries} judged queries is among their candidates: are "
+                        "the docids spelled as in the run?")
     return 0

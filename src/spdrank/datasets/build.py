@@ -142,6 +142,8 @@ def build_slates(
 
     # Which users make a slate, and the items they show: all checked before writing anything.
     users, extra, retrieved, sampler = slate_candidates(log, candidate_lists, options, counts)
+    if not users:
+        raise ValueError(_no_slates(log, candidate_lists))
     shown_items, untitled = _shown_items(log, retrieved, title_of, counts)
     shown = {i: title_of(i) for i in shown_items}  # every title a slate shows, resolved once
     split_of = assign_splits(users, options)
@@ -186,7 +188,8 @@ def build_slates(
     if not extra:  # a previous build's, which the baselines beside train.jsonl would read
         (out / EXTRA_SEQUENCES_FILE).unlink(missing_ok=True)
     warn_inserted(maker.list_stats["targets_added"], len(users), options.candidates_are,
-                  held=maker.targets_held)
+                  held=maker.targets_held, below_cut=maker.list_stats["targets_below_cut"],
+                  size=options.candidates)
     warn_small_eval(counts["eval"], len(users), options.eval_fraction)
     return BuildResult(
         out_dir=out,
@@ -210,6 +213,7 @@ def build_from_files(
     """Read the sequences, titles (and candidate lists) files and :func:`build_slates`."""
     log = read_sequences(sequences)
     title_map = read_titles(titles, known_items=log.item_counts)
+    _check_titles_match(log, title_map, titles)
     lists = read_candidate_lists(candidate_file) if candidate_file is not None else None
     inputs: dict[str, dict[str, Any]] = {
         "sequences": {"path": str(sequences), "sha256": sha256_file(sequences)},
@@ -244,6 +248,57 @@ def _retrieved_lists(
         )
     retriever, lists = retriever_lists(log, options)
     return retriever, lists, replace(options, insert_target=False)
+
+
+def _check_titles_match(
+    log: InteractionLog, titles: Mapping[str, str], path: str | os.PathLike[str]
+) -> None:
+    """Refuse a titles file that names none of the log's items (its columns swapped, or the
+    ids spelled otherwise), which would show every item as 'Item <item_id>'; warn when it
+    names fewer than half of them. A file of no title row is a log without titles (a
+    features-only student reads none), shown as such."""
+    items = log.item_counts
+    named = sum(1 for i in items if i in titles)
+    if not titles or not items or named * 2 >= len(items):
+        return
+    examples = (f"its first ids {', '.join(repr(t) for t in list(titles)[:3])}; the log's "
+                f"first {', '.join(repr(i) for i in list(items)[:3])}")
+    if not named:
+        raise ValueError(
+            f"{path} gives a title to none of the log's {len(items):,} items ({examples}): "
+            "a titles file is item_id<TAB>title (or a RecBole .item file), ids spelled as in "
+            "the log"
+        )
+    logger.warning(
+        "%s gives a title to %s of the log's %s items (%s); the rest are shown as "
+        "'Item <item_id>'", path, f"{named:,}", f"{len(items):,}", examples,
+    )
+
+
+def _no_slates(log: InteractionLog, lists: CandidateLists | None) -> str:
+    """Why a build would write no slate: no user with a target and a history, or no such user
+    with a candidate list (a list names users the log spells otherwise, say)."""
+    if not log.users:
+        return (
+            f"{log.source}: no user has 2 or more items, so no slate can be built ({log.lines:,} "
+            f"lines, {log.empty_lines:,} empty, {log.short_users:,} users with fewer than 2 "
+            "items; a plain log's line is 'user item item ...', its fields separated by "
+            "whitespace)"
+        )
+    assert lists is not None  # without lists every user with 2+ items makes a slate
+    logged = {u for u, _ in log.users}
+    listed = [u for u in lists.lists if u in logged]
+    if not listed:
+        return (
+            f"{lists.source}: none of its {len(lists.lists):,} lists names a user of "
+            f"{log.source} with 2 or more items (the lists' users "
+            f"{', '.join(repr(u) for u in list(lists.lists)[:3]) or 'none'}; the log's "
+            f"{', '.join(repr(u) for u, _ in log.users[:3])}), so no slate can be built"
+        )
+    return (
+        f"{lists.source}: the lists of its {len(listed):,} users of {log.source} are empty, "
+        "and without target insertion an empty list makes no slate"
+    )
 
 
 def _shown_items(
@@ -294,7 +349,9 @@ class _SlateMaker:
         self.features = features
         self.sampler = sampler
         self.retrieved = retrieved
-        self.list_stats = {"targets_added": 0, "lists_cut": 0, "short_lists": 0}
+        self.list_stats = {
+            "targets_added": 0, "targets_below_cut": 0, "lists_cut": 0, "short_lists": 0,
+        }
         #: Lists that already held their user's target (kept where the list put it).
         self.targets_held = 0
         if not options.insert_target:

@@ -6,9 +6,10 @@
 - **Candidate lists** (:func:`read_candidate_lists`): ``user cand cand ...`` best first, each
   candidate optionally ``item:score`` (the retriever's score, written to the candidate's
   ``score``, which models and baselines read as the feature ``score``). The list is cut to
-  ``candidates`` keeping the target (retriever order decides what is kept). A target the
-  retriever did not return is added (with the list's lowest score) and a warning says how
-  often, since a ranker can learn to spot inserted items; with ``insert_target`` off the slate
+  its top ``candidates``, what a reranker behind that retriever is given. A target the
+  retriever did not return in them (or at all) is added (with its own score, or the list's
+  lowest) and a warning says how often, since a ranker can learn to spot inserted items;
+  with ``insert_target`` off the slate
   keeps the list alone, no ``clicked``, and names the target in ``clicked_not_retrieved``,
   which the click metrics count as a miss. With ``candidates_are`` ``sampled`` the lists are
   negatives sampled per user (unscored), and the target is always inserted beside them,
@@ -47,7 +48,8 @@ SAMPLED_POLICY = (
 #: How the manifest describes the scores a scored candidate file gives.
 CANDIDATE_SCORES_POLICY = (
     "each candidate's score is the retriever's (item:score); an inserted target, which the "
-    "retriever did not return, gets the lowest score of the user's list"
+    "retriever did not return in its top --candidates, keeps its own score when the list ranks "
+    "it further down, else gets the lowest score of the user's list"
 )
 
 
@@ -65,6 +67,9 @@ class CandidateLists:
     scores: dict[str, dict[str, float]] | None = None
     #: The line whose first candidate made the file a scored one.
     scored_from: int = 0
+    #: Scored lists whose scores rise somewhere along the list, and the first one's line.
+    rising: int = 0
+    rising_from: int = 0
 
 
 def read_candidate_lists(path: str | os.PathLike[str]) -> CandidateLists:
@@ -85,6 +90,16 @@ def read_candidate_lists(path: str | os.PathLike[str]) -> CandidateLists:
         out.lists[user] = list(candidates)
         if out.scores is not None:
             out.scores[user] = candidates
+            if any(b > a for a, b in itertools.pairwise(candidates.values())):
+                out.rising += 1
+                out.rising_from = out.rising_from or lineno
+    if out.rising:
+        logger.warning(
+            "%s of the %s lists of %s hold a score above the one before it (the first at line "
+            "%s): a list is read best first and its scores as higher-is-better (the feature "
+            "`score`, the ranker `retriever`); if the score is a distance, negate it",
+            f"{out.rising:,}", f"{len(out.lists):,}", path, out.rising_from,
+        )
     return out
 
 
@@ -202,31 +217,37 @@ class Retrieved:
     docids: tuple[str, ...]
     #: The retriever's score by docid (empty for a plain candidate file).
     scores: Mapping[str, float]
-    #: The target was not in the list and was added to the slate.
+    #: The target was not in the list's top ``candidates`` and was added to the slate.
     inserted: bool
-    #: The target was not in the list and was not added: the slate holds no target.
+    #: The target was not in the list's top ``candidates`` and was not added: the slate
+    #: holds no target.
     missed: bool
     #: The list held more candidates than the slate takes.
     cut: bool
+    #: The target was in the list, but below its top ``candidates``.
+    below_cut: bool = False
 
 
 def retrieved_for(
     lists: CandidateLists, user: str, target: str, options: BuildOptions
 ) -> Retrieved:
-    """The user's list cut to ``options.candidates``, in the retriever's order (best first).
+    """The user's list cut to its top ``options.candidates``, in the retriever's order.
 
-    The target is kept wherever it was ranked. A target the retriever did not return is added
-    (``insert_target``) with the list's lowest score, an upper bound on its real one, or left
-    out, so the slate measures what the retriever found.
+    A reranker is given the retriever's top N, so the slate is that: a target the retriever
+    ranked below it was not retrieved for this slate, as one it did not return at all. Such a
+    target is added (``insert_target``) with its own score, or the list's lowest for one the
+    list lacks (an upper bound on its real one), or left out, so the slate measures what the
+    retriever's top N found.
     """
     ranked = lists.lists[user]
     scores: Mapping[str, float] = lists.scores[user] if lists.scores is not None else {}
+    top = ranked[: options.candidates]
+    found = target in top
     others = [c for c in ranked if c != target]
-    found = len(others) < len(ranked)
     keep_target = found or options.insert_target
     kept = others[: options.candidates - 1] if keep_target else others[: options.candidates]
     inserted = not found and options.insert_target
-    if inserted and scores:
+    if inserted and scores and target not in scores:
         scores = {**scores, target: min(scores.values())}
     return Retrieved(
         docids=tuple(kept + [target] if keep_target else kept),
@@ -234,12 +255,14 @@ def retrieved_for(
         inserted=inserted,
         missed=not keep_target,
         cut=len(kept) < len(others),
+        below_cut=not found and target in ranked,
     )
 
 
 def count_list(stats: dict[str, int], got: Retrieved, size: int) -> None:
     """Add one slate's list to the manifest's counts of what the lists lacked."""
     stats["targets_added"] += got.inserted
+    stats["targets_below_cut"] += got.below_cut
     stats["lists_cut"] += got.cut
     stats["short_lists"] += len(got.docids) < size
     if got.missed:
@@ -289,18 +312,27 @@ def slate_candidates(
     have, extra = _split_by_lists(users, lists, options)
     counts["users_without_candidate_list"] = len(extra)
     logged = {u for u, _ in users}
-    counts["unused_candidate_lists"] = sum(1 for u in lists.lists if u not in logged)
+    unused = [u for u in lists.lists if u not in logged]
+    counts["unused_candidate_lists"] = len(unused)
+    if len(unused) > len(lists.lists) - len(unused) > 0:  # none used: the build refuses
+        logger.warning(
+            "%s of the %s lists of %s name no user of the log with 2 or more items (e.g. %s): "
+            "are the users spelled as in the log?", f"{len(unused):,}", f"{len(lists.lists):,}",
+            lists.source, ", ".join(repr(u) for u in unused[:3]),
+        )
     counts["repeated_candidates_dropped"] = lists.repeated_candidates
     counts["candidate_list_empty_lines"] = lists.empty_lines
     retrieved = {u: retrieved_for(lists, u, items[-1], options) for u, items in have}
     return have, extra, retrieved, None
 
 
-def warn_inserted(inserted: int, slates: int, kind: str = "retrieved", held: int = 0) -> None:
+def warn_inserted(inserted: int, slates: int, kind: str = "retrieved", held: int = 0,
+                  below_cut: int = 0, size: int = 0) -> None:
     """Say where target insertion made slates a ranker can read the label off: a retriever's
-    list that missed the target. Beside sampled negatives insertion is the protocol, so it is
-    only counted, and so are the ``held`` sampled lists that already held their target (kept
-    where the list put it, once: a file of negatives that holds positives is worth knowing)."""
+    top ``size`` that missed the target (``below_cut`` of them held it further down). Beside
+    sampled negatives insertion is the protocol, so it is only counted, and so are the
+    ``held`` sampled lists that already held their target (kept where the list put it, once: a
+    file of negatives that holds positives is worth knowing)."""
     if kind == "sampled":
         if inserted or held:
             also = (f"; {held:,} lists already held their user's target, kept where the list "
@@ -312,12 +344,13 @@ def warn_inserted(inserted: int, slates: int, kind: str = "retrieved", held: int
         return
     if not inserted:
         return
+    further = f" ({below_cut:,} of them further down its list)" if below_cut else ""
     logger.warning(
-        "%s of %s targets were not among the retriever's candidates and were inserted into "
-        "their slates: an inserted item has no real retriever score or rank, and a ranker can "
-        "learn to spot it, so metrics on such slates flatter it; to measure on what the "
+        "%s of %s targets were not among the retriever's top %s candidates%s and were inserted "
+        "into their slates: an inserted item is ranked (and scored) below every candidate the "
+        "retriever gave, and a ranker can learn to spot it, so metrics on such slates flatter it; to measure on what the "
         "retriever found, build with --no-insert-target (those slates keep no target and "
         "count as misses); if the file holds sampled negatives rather than a retriever's "
         "lists, build with --candidates-are sampled",
-        f"{inserted:,}", f"{slates:,}",
+        f"{inserted:,}", f"{slates:,}", size, further,
     )

@@ -15,6 +15,7 @@ from typing import Protocol
 
 from spdrank.core.inputs import input_lines
 from spdrank.core.slates import SlateError
+from spdrank.core.validation import check_id
 
 
 def numbered_lines(path: Path) -> Iterator[tuple[int, str]]:
@@ -55,7 +56,9 @@ def user_lines(
     it is (``source:line``); ``counts`` counts every line and the blank ones.
 
     A user's second line is a SlateError naming the first: a user's items, or list, must be
-    on one line.
+    on one line. So is a field that cannot be an id (a control or format character such as a
+    zero-width space: :func:`spdrank.core.validation.id_problem`), which every reader of the
+    slates written from it would refuse.
     """
     seen: dict[str, int] = {}
     for lineno, line in lines:
@@ -65,6 +68,8 @@ def user_lines(
             counts.empty_lines += 1
             continue
         where = f"{source}:{lineno}"
+        for i, token in enumerate(fields):
+            check_id(token, "user" if i == 0 else f"field {i + 1}", where)
         user = fields[0]
         if user in seen:
             raise SlateError(

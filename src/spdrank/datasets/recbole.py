@@ -27,6 +27,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 from spdrank.core.slates import SlateError
+from spdrank.core.validation import check_id
 
 #: The column types of RecBole's atomic files.
 ATOMIC_TYPES: tuple[str, ...] = ("token", "token_seq", "float", "float_seq")
@@ -127,6 +128,7 @@ def _id(text: str, name: str, where: str) -> str:
         raise SlateError(f"empty {name}", where, field=name)
     if is_header_field(value):
         raise SlateError(f"{name} {value!r} is a RecBole header field, not an id", where, field=name)
+    check_id(value, name, where, field=name)
     return value
 
 
@@ -152,7 +154,7 @@ def read_inter(lines: Iterable[tuple[int, str]], source: str) -> AtomicLog:
         user = _id(cells[columns.user], USER, where)
         items = [_id(cells[columns.item], ITEM, where)]
         if columns.items is not None:
-            items = cells[columns.items].split() + items
+            items = [_id(i, ITEM_LIST, where) for i in cells[columns.items].split()] + items
         time = _timestamp(cells[columns.time], where) if columns.time is not None else 0.0
         events.setdefault(user, []).append((time, lineno, items))
     for user, rows in events.items():

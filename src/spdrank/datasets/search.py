@@ -21,6 +21,8 @@ Every bad line is a :class:`~spdrank.core.validation.SlateError` naming ``file:l
 
 from __future__ import annotations
 
+import itertools
+import logging
 import os
 import random
 from collections.abc import Iterator, Mapping
@@ -32,6 +34,8 @@ from spdrank.core.files import iter_json_lines
 from spdrank.core.slates import Slate
 from spdrank.core.trec import read_corpus, read_json, read_run, read_topics
 from spdrank.core.validation import SlateError, as_float, as_id, is_blank
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -45,6 +49,11 @@ class SearchBuild:
     unjudged: list[str] = field(default_factory=list)
     #: Queries judged with no passage at the relevance level (they score 0, as in trec_eval).
     no_relevant: list[str] = field(default_factory=list)
+    #: Queries with a passage at the relevance level, none of them among their candidates
+    #: (they score 0 whatever a reranker does).
+    none_retrieved: list[str] = field(default_factory=list)
+    #: Judged queries none of whose judged passages (of any grade) is among their candidates.
+    none_judged_retrieved: list[str] = field(default_factory=list)
 
 
 #: The largest rank a retrieve-results hit may give: no first stage returns a billion hits for
@@ -131,6 +140,12 @@ def _retrieved_record(rec: Any, where: str) -> tuple[str, str, list[Hit]]:
     qid = as_id(qid, "qid", where)
     checked = [_check_hit(h, i, qid, where) for i, h in enumerate(hits)]
     _check_ranks(checked, where)
+    scored = [isinstance(h, dict) and h.get("score") is not None for h in hits]
+    if any(scored) and not all(scored):
+        raise SlateError(f"hits[{scored.index(False)}] has no 'score' and hits[{scored.index(True)}] "
+                         "has one: a hit without one would score 0, above or below the rest "
+                         "by chance, so every hit has one or none does", where,
+                         field=f"hits[{scored.index(False)}]")
     return qid, query, checked
 
 
@@ -215,12 +230,22 @@ def slates_from_retrieve_results(
     depth: int | None = None,
 ) -> Iterator[Slate]:
     """A slate per query of a retrieve-results file, its hits cut to the first ``depth``."""
+    rising: list[str] = []
     for qid, query, hits in read_retrieve_results(path):
         ranked = all(h.rank is not None for h in hits)
         ordered = sorted(hits, key=lambda h: h.rank or 0) if ranked else hits
+        if any(b.score > a.score for a, b in itertools.pairwise(ordered)):
+            rising.append(qid)
         rows = [(h.docid, h.doc, h.score) for h in ordered[:depth]]
         yield search_slate(qid, query, rows, None if qrels is None else qrels.get(qid),
                            f"{path}: query {qid}")
+    if rising:
+        logger.warning(
+            "%s: in %s queries (e.g. %s) a hit scores above the one ranked before it: the hits "
+            "are kept in their ranks' order, and their scores are read as higher-is-better "
+            "(the feature `score`, the ranker `retriever`); if the score is a distance, negate it",
+            path, f"{len(rising):,}", ", ".join(repr(q) for q in rising[:3]),
+        )
 
 
 def slates_from_run(
@@ -255,8 +280,13 @@ def summarize(slates: list[Slate], rel: int) -> SearchBuild:
             out.unjudged.append(s.query.qid)
             continue
         out.judged_queries += 1
+        docids = set(s.docids)
+        if not docids & s.relevance.keys():
+            out.none_judged_retrieved.append(s.query.qid)
         if not any(g >= rel for g in s.relevance.values()):
             out.no_relevant.append(s.query.qid)
+        elif not any(g >= rel for d, g in s.relevance.items() if d in docids):
+            out.none_retrieved.append(s.query.qid)
     return out
 
 
