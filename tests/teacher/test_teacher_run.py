@@ -227,6 +227,31 @@ def test_torn_last_line_is_cut_away_and_relabelled(data, caplog):
     assert len(labels.labels) == 5 and (data / "labels.jsonl").read_bytes().endswith(b"}\n")
 
 
+@pytest.mark.parametrize("text", [
+    b'{"model": "x", "lr": 0.1}',  # a config without its final newline
+    b"important notes, no newline",
+    b"notes\n",  # a whole line, but not JSON
+    b"\n\nnotes",  # blank lines are no label record
+])
+def test_a_file_that_is_no_label_file_is_refused_not_cut(data, capsys, text):
+    (data / "notes.txt").write_bytes(text)
+    assert teacher(data, out="notes.txt") == 2
+    err = capsys.readouterr().err
+    line = text.count(b"\n") + 1 if not text.endswith(b"\n") else 1
+    assert f"{data / 'notes.txt'}:{line}: not a label file" in err
+    assert (data / "notes.txt").read_bytes() == text
+    assert not (data / "notes.slates.jsonl").exists()
+
+
+@pytest.mark.parametrize("text", [b'{"qid":"u0","status":"o', b'{"q', b"\x00\x00\x00\n"])
+def test_a_torn_first_record_is_still_cut_away(data, caplog, text):
+    # What a crash leaves on the first append: the start of a record, or zeros.
+    (data / "labels.jsonl").write_bytes(text)
+    assert teacher(data, "--limit", "2") == 0
+    assert [r["qid"] for r in records(data / "labels.jsonl")] == ["u0", "u1"]
+    assert "torn last line" in caplog.text
+
+
 def test_corrupt_line_inside_the_file_is_an_error(data, capsys):
     assert teacher(data, "--limit", "3") == 0
     lines = (data / "labels.jsonl").read_text().splitlines(keepends=True)
