@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from spdrank.core.outputs import result_record
+from spdrank.core.ranking import Ranking
 from spdrank.core.slates import Slate, SlateError
 from spdrank.teacher.backends import FileBackend, Job, read_rankings
 
@@ -39,6 +41,18 @@ def test_rank_llm_and_spdrank_results(tmp_path: Path) -> None:
                                            {"qid": 7, "docid": "b"}]}]
     listed = _write(tmp_path / "rerank.json", json.dumps(rankgpt) + "\n")
     assert read_rankings(listed) == {"7": ["c", "a", "b"]}
+
+
+def test_rank_output_gives_the_models_ranking_not_the_teacher_it_carried(tmp_path: Path) -> None:
+    # What spdrank rank writes (core/outputs.py's result_record): the slate, its label kept,
+    # candidates in the model's order, and the timings.
+    labelled = Slate.from_dict(SLATE.to_dict() | {"teacher": ["c", "a", "b"]})
+    ranking = Ranking(["b", "a", "c"], scores=[0.9, 0.5, 0.1], timings={"head": 1.0})
+    ranked = _write(tmp_path / "ranked.jsonl", json.dumps(result_record(labelled, ranking)) + "\n")
+    assert read_rankings(ranked) == {"7": ["b", "a", "c"]}
+    # A labelled slate, candidates in their original order: its teacher, as before.
+    teach = _write(tmp_path / "labels.slates.jsonl", json.dumps(labelled.to_dict()) + "\n")
+    assert read_rankings(teach) == {"7": ["c", "a", "b"]}
 
 
 def test_the_backend_labels_from_a_run(tmp_path: Path) -> None:

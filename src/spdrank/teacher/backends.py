@@ -16,7 +16,8 @@ chosen, the metric, its validation score, the slates and their file).
 ``file:PATH`` takes permutations computed elsewhere: ``{qid, ranking: [docids]}`` lines (a
 label file works), slates with ``teacher`` filled, ranked results whose ``candidates`` (or
 ``hits``) are in ranked order (``spdrank rank``'s output, rank_llm's and RankGPT's, as JSONL
-or one JSON list), or a TREC run.
+or one JSON list), or a TREC run. Which ranking a record means is in
+:func:`_qid_and_ranking`.
 """
 
 from __future__ import annotations
@@ -163,11 +164,13 @@ class RankerBackend:
 class FileBackend:
     """Permutations computed elsewhere, read from a file keyed by qid.
 
-    Each record is ``{"qid": ..., "ranking": [docids]}`` (so a label file works), a slate
-    with ``teacher`` set or a ranked result. A qid twice in the file is an error naming
-    ``file:line``; a slate whose qid the file lacks fails (and is retried on rerun, e.g. after
-    the file grows). Such a ranking claims to be the slate's: docids that are not its
-    candidates are kept as out-of-range ids, so the status says so and the repair drops them.
+    Each record is ``{"qid": ..., "ranking": [docids]}`` (so a label file works), a slate with
+    ``teacher`` set or a ranked result; ``spdrank rank``'s output gives the model's ranking,
+    not the ``teacher`` its slates carried (:func:`_qid_and_ranking`). A qid twice in the file
+    is an error naming ``file:line``; a slate whose qid the file lacks fails (and is retried on
+    rerun, e.g. after the file grows). Such a ranking claims to be the slate's: docids that are
+    not its candidates are kept as out-of-range ids, so the status says so and the repair drops
+    them.
 
     A TREC run is a ranker over a collection, not a permutation of one slate: it is ranked
     with :class:`spdrank.rankers.run_ranker.RunRanker`, by the one rule ``eval --run`` ranks
@@ -284,15 +287,32 @@ def _records(path: Path) -> Iterator[tuple[str, Any]]:
             yield where, data
 
 
+#: The field ``spdrank rank`` (and the server's ``/v1/rank``) adds to every slate it ranks
+#: (:func:`spdrank.core.outputs.result_record`), which marks a record as a ranked result.
+RANKED_MARK = "timings_ms"
+
+
 def _qid_and_ranking(data: Any, where: str) -> tuple[str, list[str]]:
+    """The qid and the ranking, best first, that one record means.
+
+    In this order: ``ranking`` (a label record); a ranked result of ``spdrank rank``, known by
+    its :data:`RANKED_MARK`, by its ``candidates``' order, since the ``teacher`` it carries is
+    the input slate's label, carried along, not the model's ranking; a slate's ``teacher``
+    (a labelled slate lists its candidates in their original order); any other ranked
+    result's ``candidates``; RankGPT's ``hits``. Slates labelled after they were ranked keep
+    the mark, so their ``teacher`` is not read here: their label file gives it.
+    """
     if not isinstance(data, dict):
         raise SlateError("expected a JSON object", where)
     query = data.get("query")
+    ranked = isinstance(query, dict) and isinstance(data.get("candidates"), list)
     if "ranking" in data:
         qid, ranking = data.get("qid"), data["ranking"]
+    elif ranked and RANKED_MARK in data:
+        qid, ranking = query.get("qid", ""), _ids(data["candidates"], "candidates", where)
     elif isinstance(query, dict) and data.get("teacher") is not None:
         qid, ranking = query.get("qid", ""), data["teacher"]
-    elif isinstance(query, dict) and isinstance(data.get("candidates"), list):
+    elif ranked:
         qid, ranking = query.get("qid", ""), _ids(data["candidates"], "candidates", where)
     elif "query" in data and isinstance(data.get("hits"), list):
         hits = data["hits"]
