@@ -57,6 +57,45 @@ def test_ranker_backend_end_to_end_and_rerun_skips(data, capsys):
     assert "12 already labelled, 0 labelled now" in capsys.readouterr().out
 
 
+def test_a_rerun_with_another_backend_and_nothing_to_label_is_refused(data, capsys):
+    assert teacher(data) == 0
+    labels, slates = (data / "labels.jsonl").read_bytes(), (data / "labels.slates.jsonl").read_bytes()
+    assert teacher(data, backend="ranker:popularity") == 2
+    err = capsys.readouterr().err
+    assert f"{data / 'labels.jsonl'}:1: all 12 selected slates are labelled already" in err
+    assert "12 by ranker:cooccurrence" in err and "none by ranker:popularity" in err
+    assert (data / "labels.jsonl").read_bytes() == labels
+    assert (data / "labels.slates.jsonl").read_bytes() == slates
+    assert teacher(data, "--prompt", "search") == 2  # the same backend under another prompt
+    assert "none by ranker:cooccurrence (direct mode, search prompt)" in capsys.readouterr().err
+
+
+def test_a_rerun_over_a_mixed_file_warns_as_the_run_that_mixed_it(data, caplog):
+    assert teacher(data, "--limit", "4") == 0
+    assert teacher(data, backend="ranker:popularity") == 0  # labels the 8 others
+    mixed = "already holds 4 labels from ranker:cooccurrence"
+    assert mixed in caplog.text
+    caplog.clear()
+    assert teacher(data, backend="ranker:popularity") == 0  # nothing to label: warned alike
+    assert mixed in caplog.text
+
+
+@pytest.mark.parametrize("backend", [
+    "ranker:random", "ranker:bm25", "ranker:fusion:popularity+cooccurrence", "file",
+])
+def test_a_rerun_with_the_same_backend_and_nothing_to_label_says_nothing(data, caplog, backend):
+    # The name the command gives before building the backend is the one its labels record.
+    if backend == "file":
+        slates = load_slates(data / "slates.jsonl")
+        (data / "rankings.jsonl").write_text("".join(
+            json.dumps({"qid": s.query.qid, "ranking": s.docids[::-1]}) + "\n" for s in slates))
+        backend = f"file:{data / 'rankings.jsonl'}"
+    assert teacher(data, backend=backend) == 0
+    caplog.clear()
+    assert teacher(data, backend=backend) == 0
+    assert "already holds" not in caplog.text
+
+
 def test_limit_and_custom_slates_out(data):
     assert teacher(data, "--limit", "3", "--slates-out", str(data / "x.jsonl")) == 0
     assert len(records(data / "labels.jsonl")) == 3

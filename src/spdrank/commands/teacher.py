@@ -312,6 +312,33 @@ def build_backend(args: argparse.Namespace, slates: Path) -> Any:
     raise ValueError(f"unknown --backend {spec!r}: {BACKEND_HELP}")
 
 
+def recorded_backend(args: argparse.Namespace) -> str | None:
+    """The ``backend`` the labels of ``--backend`` record, known without building it (which
+    loads a model, fits a ranker or asks servers), so that a run with nothing left to label
+    can tell whether the file's labels are the ones asked for. None where only the built
+    backend knows: a server's model when ``--model-name`` names none, the fusion that a
+    ``ranker:fusion:best:...`` chooses."""
+    from spdrank.teacher.backends import model_backend_name, server_backend_name
+
+    spec: str = args.backend
+    if spec in ("hf", "likelihood"):
+        return model_backend_name(spec, args.model, args.layers, args.constrained)
+    if spec == "openai":
+        guided = (args.guided or "llama") if args.constrained else None
+        return server_backend_name([args.model_name], guided) if args.model_name else None
+    if spec.startswith("ranker:"):
+        from spdrank.commands.named_rankers import make_ranker
+        from spdrank.teacher.backends import RankerBackend
+
+        name = spec.split(":", 1)[1]
+        if is_chosen(name):
+            return None
+        return RankerBackend(make_ranker(name, seed=args.seed)).name  # built, not fitted
+    if spec.startswith("file:"):
+        return spec  # FileBackend's name is its spec
+    return None
+
+
 def backend_files(spec: str) -> list[str]:
     """The files ``--backend`` reads: ``file:PATH``'s, or a fusion's ``run:`` and ``labels:``
     components'."""
@@ -394,7 +421,8 @@ def run(args: argparse.Namespace) -> int:
         max_failures=max(0, args.max_failures),
         progress=False if args.no_progress else None,
     )
-    summary = run_teacher(options, lambda: build_backend(args, slates))
+    summary = run_teacher(options, lambda: build_backend(args, slates),
+                          lambda: recorded_backend(args))
     print(format_summary(summary))
     if args.json:
         _write_json(args.json, summary.to_dict())

@@ -105,6 +105,21 @@ def default_max_new_tokens(n: int, mode: str) -> int:
     return 6 * n + (1024 if mode == "reasoning" else 16)
 
 
+def model_backend_name(
+    kind: str, model: str, layers: int | None = None, constrained: bool = False
+) -> str:
+    """``KIND:MODEL[,layers=L][+constrained]``, the ``backend`` a local model teacher's labels
+    record (``hf``, ``likelihood``): one rule, so the command names it without loading it."""
+    return (f"{kind}:{model}" + (f",layers={layers}" if layers else "")
+            + ("+constrained" if constrained else ""))
+
+
+def server_backend_name(models: Iterable[str], guided: str | None = None) -> str:
+    """``openai:MODEL[,MODEL...][+guided-KIND]``, the ``backend`` a server teacher's labels
+    record: one rule, so the command names it without asking a server."""
+    return "openai:" + ",".join(models) + (f"+guided-{guided}" if guided else "")
+
+
 class RankerBackend:
     """Any :class:`~spdrank.core.ranking.Ranker` (fitted already) as the teacher; 0 decode passes.
 

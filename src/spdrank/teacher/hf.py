@@ -26,7 +26,13 @@ from typing import Any
 
 from spdrank.backbone.prompt import template_around
 from spdrank.core.slates import batched
-from spdrank.teacher.backends import Generation, Job, Outcome, default_max_new_tokens
+from spdrank.teacher.backends import (
+    Generation,
+    Job,
+    Outcome,
+    default_max_new_tokens,
+    model_backend_name,
+)
 from spdrank.teacher.constrained import PermutationLogitsProcessor, Pieces, build_pieces
 from spdrank.teacher.lm import load_causal_lm
 
@@ -56,8 +62,7 @@ class HFBackend:
             raise ValueError("--batch-size must be at least 1")
         if constrained and mode != "direct":
             raise ValueError("--constrained decodes the ranking alone: it needs --mode direct")
-        self.name = f"hf:{model}" + (f",layers={layers}" if layers else "")
-        self.name += "+constrained" if constrained else ""
+        self.name = model_backend_name("hf", model, layers, constrained)
         self.mode = mode
         self.batch_size = batch_size
         self.max_new_tokens = max_new_tokens

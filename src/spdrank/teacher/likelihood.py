@@ -47,7 +47,7 @@ import torch
 from spdrank.backbone.prompt import CHARS_PER_TOKEN_BOUND, template_around
 from spdrank.backbone.templates import DEFAULT_TEMPLATE, PromptTemplate
 from spdrank.core.slates import Slate
-from spdrank.teacher.backends import Generation, Job, Outcome
+from spdrank.teacher.backends import Generation, Job, Outcome, model_backend_name
 from spdrank.teacher.lm import load_causal_lm
 from spdrank.teacher.parse import render_ids
 from spdrank.teacher.prompt import CutTally
@@ -91,7 +91,7 @@ class LikelihoodBackend:
     ) -> None:
         if max_item_tokens < 1 or max_query_tokens < 1:
             raise ValueError("--max-item-tokens and --max-query-tokens must be at least 1")
-        self.name = f"likelihood:{model}" + (f",layers={layers}" if layers else "")
+        self.name = model_backend_name("likelihood", model, layers)
         self.max_item_tokens = max_item_tokens
         self.max_query_tokens = max_query_tokens
         #: The candidates scored, and those cut to ``max_item_tokens`` (the run reports it).

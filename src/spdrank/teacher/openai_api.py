@@ -40,7 +40,13 @@ from datetime import datetime, timezone
 from typing import Any
 
 from spdrank.core.defaults import MAX_ANSWER_BYTES
-from spdrank.teacher.backends import Generation, Job, Outcome, default_max_new_tokens
+from spdrank.teacher.backends import (
+    Generation,
+    Job,
+    Outcome,
+    default_max_new_tokens,
+    server_backend_name,
+)
 from spdrank.teacher.grammar import guided_body
 from spdrank.teacher.servers import Server, ServerPool, backoff_delay
 
@@ -327,7 +333,6 @@ class OpenAIBackend:
         self.max_new_tokens = max_new_tokens
         self.extra_body = extra_body
         self.guided = guided
-        self._suffix = f"+guided-{guided}" if guided else ""
         self.tokenizer = tokenizer
         if model_name:
             for server in self.servers:
@@ -339,7 +344,7 @@ class OpenAIBackend:
                 self.close()
                 raise
         models = dict.fromkeys(s.model_name for s in self.servers if s.model_name)
-        self.name = "openai:" + ",".join(models) + self._suffix
+        self.name = server_backend_name(models, guided)
 
     def _find_models(self) -> None:
         """Ask each server for its model; one that cannot answer starts out of rotation, one
@@ -437,7 +442,7 @@ class OpenAIBackend:
                 latency_ms=latency,
                 hit_max_tokens=choice.finish_reason == "length",
                 server=server.url,
-                backend=f"openai:{server.model_name}{self._suffix}",
+                backend=server_backend_name([str(server.model_name)], self.guided),
                 extra={"attempts": attempt + 1},
             )
         raise AssertionError("unreachable")

@@ -4,7 +4,10 @@ Resumable by construction: the label file (:mod:`spdrank.teacher.labels`) is the
 A rerun with the same arguments selects the same slates, skips every qid that already has a
 record and labels the others, so a killed run loses at most the slates in flight. Slates
 whose request failed are not recorded (a rerun retries them); after ``max_failures`` of them
-the run stops, since a dead server would otherwise burn every slate's retries.
+the run stops, since a dead server would otherwise burn every slate's retries. Labels of
+another backend, mode or prompt template than the run's are said; a run with nothing left to
+label whose selected slates hold none of its own is refused, since it would hand back another
+teacher's labels as its labelled slates.
 
 Selection: ``--shard i/n`` keeps the slates whose 0-based index in the file (counting slates,
 not lines) is ``i`` modulo ``n``, so n machines can label disjoint parts of one file with no
@@ -29,7 +32,7 @@ from typing import Any
 from spdrank.backbone.templates import DEFAULT_TEMPLATE, PromptTemplate
 from spdrank.core.slates import Slate, read_unique_slates, write_slates
 from spdrank.teacher.backends import Backend, Job
-from spdrank.teacher.labels import LabelStore, apply_label, make_record
+from spdrank.teacher.labels import Label, LabelError, LabelStore, apply_label, make_record
 from spdrank.teacher.parse import OK, STATUSES
 from spdrank.teacher.prompt import CutTally, TeacherPromptSettings, build_messages
 
@@ -129,8 +132,18 @@ class RunSummary:
         return asdict(self)
 
 
-def run_teacher(options: RunOptions, make_backend: Callable[[], Backend]) -> RunSummary:
-    """Label the selected slates not yet in ``options.out``; ``make_backend`` only if needed."""
+def run_teacher(
+    options: RunOptions,
+    make_backend: Callable[[], Backend],
+    backend_name: Callable[[], str | None] | None = None,
+) -> RunSummary:
+    """Label the selected slates not yet in ``options.out``; ``make_backend`` only if needed.
+
+    ``backend_name``: the ``backend`` its labels would record, known without building it (None
+    where only the built backend knows), which a run with nothing left to label checks the
+    file's labels against (:func:`_check_reused`), as a run that labels does with the built
+    backend's (:func:`_warn_mixed`).
+    """
     t0 = time.perf_counter()
     mode = options.prompt.mode
     template = options.prompt.template
@@ -154,6 +167,8 @@ def run_teacher(options: RunOptions, make_backend: Callable[[], Backend]) -> Run
             summary.chosen = getattr(backend, "choice", None)
             _warn_mixed(store, backend.name, mode, template)
             _label(options, backend, store, len(todo), summary)
+        elif backend_name is not None and (name := backend_name()) is not None:
+            _check_reused(store, selected, name, mode, template)
         _summarise(store, selected, summary)
         if summary.unlabelled == 0 and summary.selected:
             slates_out = options.slates_out or default_slates_out(options.out)
@@ -220,21 +235,48 @@ def _label(
             summary.max_item_tokens = options.prompt.max_item_tokens
 
 
+def _made_by(label: Label) -> tuple[Any, Any, PromptTemplate]:
+    """What made a label: its backend, mode and prompt template."""
+    return label.record.get("backend"), label.record.get("mode"), label.template
+
+
 def _warn_mixed(store: LabelStore, backend: str, mode: str, template: PromptTemplate) -> None:
     """Warn when the file holds labels of another backend, mode or prompt template."""
     run = (backend, mode, template)
-    others = Counter(
-        key
-        for label in store.labels.values()
-        if (key := (label.record.get("backend"), label.record.get("mode"), label.template)) != run
-    )
+    others = Counter(key for label in store.labels.values() if (key := _made_by(label)) != run)
     for (other, other_mode, other_template), count in others.items():
         log.warning(
-            "%s already holds %d labels from %s (%s mode, %s prompt); new ones come from %s "
+            "%s already holds %d labels from %s (%s mode, %s prompt); this run asks for %s "
             "(%s mode, %s prompt)",
             store.path, count, other, other_mode, other_template.name, backend, mode,
             template.name,
         )
+
+
+def _check_reused(
+    store: LabelStore, selected: list[str], backend: str, mode: str, template: PromptTemplate
+) -> None:
+    """With every selected slate labelled, the run hands back the file's labels as they are:
+    refused when not one of them is the asked backend's (mode, template), since the labelled
+    slates would be another teacher's under this run's name; warned, as a run that labels is
+    (:func:`_warn_mixed`), when some are: such a run left the file mixed, and its rerun must
+    still end as it did.
+    """
+    run = (backend, mode, template)
+    labels = [store.labels[qid] for qid in selected]
+    if not labels or any(_made_by(label) == run for label in labels):
+        _warn_mixed(store, backend, mode, template)
+        return
+    others = Counter(_made_by(label) for label in labels)
+    made = "; ".join(f"{count} by {other} ({other_mode} mode, {other_template.name} prompt)"
+                     for (other, other_mode, other_template), count in others.items())
+    raise LabelError(
+        f"all {len(labels)} selected slates are labelled already, {made}, none by {backend} "
+        f"({mode} mode, {template.name} prompt), which this run asks for; their labelled "
+        "slates would carry another teacher's rankings, so nothing is written: label into "
+        "another --out, or name the backend that made them",
+        labels[0].where,
+    )
 
 
 def _summarise(store: LabelStore, selected: list[str], summary: RunSummary) -> None:
