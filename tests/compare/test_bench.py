@@ -316,6 +316,17 @@ def test_bench_reference_row(tmp_path, data, capsys):
     assert not (tmp_path / "d").exists()
 
 
+def test_bench_refuses_a_qid_twice_as_eval_does(tmp_path, data, capsys):
+    """A slate counted twice narrows the paired intervals as if it were two users."""
+    lines = (data / "eval.jsonl").read_text().splitlines()
+    twice = tmp_path / "twice.jsonl"
+    twice.write_text("\n".join([*lines, lines[0]]) + "\n")
+    argv = ["bench", "--slates", str(twice), "--ranker", "random", "--no-progress",
+            "--out", str(tmp_path / "out")]
+    assert spdrank.commands.cli.main(argv) == 2
+    assert f"twice.jsonl:{len(lines) + 1}: duplicate qid" in capsys.readouterr().err
+
+
 def test_bench_latency_needs_an_spd_checkpoint(data, capsys):
     argv = ["bench", "--slates", str(data / "eval.jsonl"), "--ranker", "random", "--latency",
             "--out", "unused", "--no-progress"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 
 import pytest
 
@@ -333,3 +334,63 @@ def test_cli_counts_a_target_the_retriever_missed_as_a_miss(cli, tmp_path, capsy
     assert cli([*argv, "--ranker", "random"]) == 2
     err = capsys.readouterr().err
     assert f"{tmp_path / 'eval.jsonl'}:2: 'clicked_not_retrieved' names candidates ['c']" in err
+
+
+def test_slates_of_fitted_users_are_ranked_with_their_own_sequence_left_out(cli, data_dir,
+                                                                            capsys, caplog):
+    """Scoring training slates copied to another file: each fitted user's own target is left
+    out of the counts (co-occurrence learned i2 after i0, i1 from t0-t2 alone), as the teacher
+    and the feature builder leave it out; SASRec, which cannot, is said to measure the fit."""
+    from spdrank.core.slates import read_slates
+
+    train = data_dir / "train.jsonl"
+    copy = data_dir / "copy.jsonl"
+    slates = [*read_slates(train), mk("t8", ["i6"], [f"i{k}" for k in range(8)], clicked=["i7"])]
+    write_slates(train, slates)
+    write_slates(copy, slates)
+    argv = ["eval", "--slates", str(copy), "--train", str(train), "--no-progress",
+            "--ranker", "cooccurrence", "--json", str(data_dir / "r.json")]
+    with caplog.at_level(logging.INFO, logger="spdrank.commands.named_rankers"):
+        assert cli(argv) == 0
+    said = " ".join(r.getMessage() for r in caplog.records)
+    assert "cooccurrence: 5 users of" in said and "its own sequence left out" in said
+    rows = json.loads((data_dir / "r.json").read_text())["rankers"]["cooccurrence"]
+    # t8 alone bought i7 after i6: left out, nothing puts i7 first (counted, it was first).
+    assert rows["metrics"]["R@1"]["mean"] == 0.8
+    capsys.readouterr()
+
+
+def test_labels_numbering_another_order_of_the_candidates_are_refused(cli, data_dir, capsys):
+    from spdrank.core.slates import read_slates
+
+    evals = list(read_slates(data_dir / "eval.jsonl"))
+    labels = data_dir / "labels.jsonl"
+    labels.write_text("".join(json.dumps({
+        "qid": s.query.qid, "status": "ok", "n": len(s), "parsed": [3, 1, 2],
+        "ranking": [s.docids[2], s.docids[0], s.docids[1], *s.docids[3:]],
+    }) + "\n" for s in evals))
+    argv = ["eval", "--slates", str(data_dir / "eval.jsonl"), "--labels", str(labels),
+            "--ranker", "random", "--no-progress"]
+    assert cli(argv) == 0
+    for s in evals:
+        s.candidates.reverse()
+    write_slates(data_dir / "reversed.jsonl", evals)
+    argv[2] = str(data_dir / "reversed.jsonl")
+    assert cli(argv) == 2
+    assert ("labels.jsonl:1: the record for qid 'e0' numbers its slate's candidates in another "
+            "order than this slate lists them") in capsys.readouterr().err
+
+
+def test_counts_fitted_on_other_items_are_said_to_rank_in_the_given_order(cli, data_dir, caplog):
+    from spdrank.core.slates import read_slates
+
+    foreign = [mk(s.query.qid, ["x0"], ["x1", "x2"], clicked=["x1"])
+               for s in read_slates(data_dir / "train.jsonl")]
+    write_slates(data_dir / "foreign.jsonl", foreign)
+    argv = ["eval", "--slates", str(data_dir / "eval.jsonl"), "--train",
+            str(data_dir / "foreign.jsonl"), "--ranker", "cooccurrence", "--no-progress"]
+    with caplog.at_level(logging.WARNING):
+        assert cli(argv) == 0
+    assert any(r.getMessage().startswith(
+        "cooccurrence: the training slates it was fitted on hold none of the candidates of 4 "
+        "of the 4 slates ranked") for r in caplog.records)

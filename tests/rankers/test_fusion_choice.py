@@ -297,3 +297,14 @@ def test_eval_chooses_on_its_flag_and_refuses_it_unused(tmp_path, capsys):
     assert main([*base, "--ranker", "feature:f1", "--choose-on",
                  str(tmp_path / "valid.jsonl")]) == 2
     assert "none is named" in capsys.readouterr().err
+
+
+def test_eval_says_a_choice_made_on_the_slates_it_scores_flatters_its_row(tmp_path, caplog):
+    write_slates(tmp_path / "test.jsonl", one_best(4, seed=2))
+    test = str(tmp_path / "test.jsonl")
+    spec = "fusion:best:feature:f1+feature:f2"
+    with caplog.at_level("WARNING"):
+        assert main(["eval", "--slates", test, "--ranker", spec, "--choose-on", test,
+                     "--no-progress"]) == 0
+    assert any(f"{spec} chooses its fusion on --choose-on {test}, the slates it is scored on"
+               in r.getMessage() for r in caplog.records)

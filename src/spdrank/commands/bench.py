@@ -168,7 +168,7 @@ def run(args: argparse.Namespace) -> int:
     from spdrank.core.defaults import MAX_SETTINGS_BYTES
     from spdrank.core.files import check_outputs
     from spdrank.core.inputs import read_text
-    from spdrank.core.slates import SlateError, load_slates, read_slates
+    from spdrank.core.slates import SlateError, iter_slates, load_slates, unique_qids
     from spdrank.eval.evaluate import evaluate, format_table
     from spdrank.eval.paired import compare
 
@@ -197,7 +197,8 @@ def run(args: argparse.Namespace) -> int:
     note_trained_on(args.model, slates_path)
     fit_s = fit_rankers(rows, train, progress, scored=slates_path)
 
-    stream = read_slates(slates_path)
+    # A qid twice would count its slate twice and narrow the paired intervals: refused, as eval does.
+    stream = (slate for _, slate in unique_qids(iter_slates(slates_path), allow_blank=True))
     if args.limit is not None:
         stream = islice(stream, args.limit)
     t0 = time.perf_counter()

@@ -205,8 +205,69 @@ def fit_rankers(
             "judged by; pass the training slates (default: train.jsonl beside --slates)"
         )
     seconds = _fit(needing, train, progress, extra) if needing else {}
-    choose_fusions(rankers, progress)
+    if needing and scored is not None and train is not None:
+        _leave_scored_users_out(rankers, train, extra, scored)
+    choose_fusions(rankers, progress, scored)
     return seconds
+
+
+class LeftOut:
+    """A ranker fitted on the users of the slates it scores, ranking each slate of a fitted user
+    with that user's own sequence left out of its counts, exactly (``rank(slate,
+    leave_out=...)``): as ``spdrank teacher`` and ``spdrank data features`` rank them, so no
+    slate is ranked by counts of its own target. Everything else is the inner ranker's."""
+
+    def __init__(self, inner: Ranker, users: Any, source: Path) -> None:
+        self.inner = inner
+        self.users = users
+        self.source = source
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def rank(self, slate: Any) -> Any:
+        return self.inner.rank(  # type: ignore[call-arg]
+            slate, leave_out=self.users.sequence(slate, str(self.source)))
+
+
+def _leave_scored_users_out(rankers: list[Ranker], train: Path, extra: Path | None,
+                            scored: Path) -> None:
+    """Where ``scored``'s users are in the fit on ``train`` (and the extra sequences), their
+    targets are in it: each ranker that can leave a user out does so (replaced in ``rankers``
+    by :class:`LeftOut`), and each that cannot (a SASRec fitted here, a fusion of fitted
+    rankers) is said to measure the fit on those users."""
+    from spdrank.datasets.extra_sequences import default_extra_sequences
+    from spdrank.datasets.fitted_users import fitted_users, listed_users
+
+    extra = extra or default_extra_sequences(train)
+    shared = listed_users(scored) & (listed_users(train) | _extra_users(extra))
+    if not shared:
+        return
+    users = fitted_users(train, extra)
+    scored_users = [u for u in listed_users(scored) if u in users]
+    if not scored_users:
+        return
+    for i, ranker in enumerate(rankers):
+        if not getattr(ranker, "needs_train", False) or getattr(ranker, "build", None) is not None:
+            continue  # fits nothing, or loaded its build's fit, which holds no slate's target
+        if getattr(ranker, "leaves_one_out", False):
+            rankers[i] = LeftOut(ranker, users, scored)
+            log.info("%s: %s users of %s are in its fit on %s; each is ranked with its own "
+                     "sequence left out", ranker.name, f"{len(scored_users):,}", scored, train)
+        else:
+            log.warning("%s is fitted on %s, which holds %s users of %s (e.g. %r) with their "
+                        "targets, and it cannot leave a user out: its row measures the fit on "
+                        "them; score it on slates of users it was not fitted on", ranker.name,
+                        train, f"{len(scored_users):,}", scored, scored_users[0])
+
+
+def _extra_users(extra: Path | None) -> set[str]:
+    """The users of an extra sequences file (the first field of each line)."""
+    from spdrank.datasets.lines import numbered_lines
+
+    if extra is None or not extra.is_file():
+        return set()
+    return {fields[0] for _, line in numbered_lines(extra) if (fields := line.split())}
 
 
 #: What a checkpoint's row measures when the slates scoring it are ones its run read.
@@ -230,9 +291,11 @@ def note_trained_on(models: Sequence[str] | None, scored: Path) -> None:
                 break
 
 
-def choose_fusions(rankers: Sequence[Ranker], progress: bool | None = None) -> None:
+def choose_fusions(rankers: Sequence[Ranker], progress: bool | None = None,
+                   scored: Path | None = None) -> None:
     """Every :class:`~spdrank.rankers.fusion_choice.ChosenFusion` among ``rankers`` chooses on
-    its validation slates; the choice and the candidates' scores are printed."""
+    its validation slates; the choice and the candidates' scores are printed. A choice made on
+    ``scored``, the slates its row is then scored on, is said to flatter that row."""
     from spdrank.core.slates import read_unique_slates
     from spdrank.rankers.fusion_choice import ChosenFusion, format_choice
 
@@ -240,6 +303,10 @@ def choose_fusions(rankers: Sequence[Ranker], progress: bool | None = None) -> N
         if isinstance(ranker, ChosenFusion) and ranker.choice is None:
             if ranker.choose_on is None:
                 raise ValueError(f"{ranker.name} has no validation slates: --choose-on FILE")
+            if scored is not None and same_file(Path(ranker.choose_on), scored):
+                log.warning("%s chooses its fusion on --choose-on %s, the slates it is scored "
+                            "on: the best of several looks at them, its row is biased upward; "
+                            "choose on validation slates", ranker.name, ranker.choose_on)
             t0 = time.perf_counter()
             choice = ranker.choose(read_unique_slates(ranker.choose_on), str(ranker.choose_on),
                                    progress)

@@ -104,6 +104,8 @@ class PopularityRanker:
     def __init__(self, name: str = "popularity") -> None:
         self.name = name
         self.counts: Counter[str] | None = None
+        #: Slates ranked, and those none of whose candidates the fit counted.
+        self.ranked = self.unseen = 0
 
     def fit(self, train: Iterable[Slate]) -> None:
         self.fit_sequences(training_sequence(s) for s in train)
@@ -126,10 +128,29 @@ class PopularityRanker:
         own = Counter(leave_out or ())
         return [float(self.counts.get(d, 0) - own.get(d, 0)) for d in slate.docids]
 
+    def observe(self, slate: Slate) -> None:
+        """Count ``slate`` as ranked, and as unseen when the fit counted none of its candidates."""
+        self.ranked += 1
+        self.unseen += not any(self.counts.get(d) for d in slate.docids) if self.counts else 1
+
+    def forget_warmup(self) -> None:
+        """Forget the untimed warm-up ranks, so the note counts each slate evaluated once."""
+        self.ranked = self.unseen = 0
+
+    def coverage_note(self, name: str | None = None) -> str | None:
+        """A line when most slates ranked held no candidate the fit counted: a ``--train`` of
+        other items (another catalogue, search slates) ranks them all in their given order."""
+        if not self.ranked or self.unseen * 2 <= self.ranked:
+            return None
+        return (f"{name or self.name}: the training slates it was fitted on hold none of the "
+                f"candidates of {self.unseen:,} of the {self.ranked:,} slates ranked, so it ranked "
+                "them in their given order: does --train hold these slates' items?")
+
     def rank(self, slate: Slate, leave_out: Sequence[str] | None = None) -> Ranking:
         """The candidates by count; ``leave_out`` as :meth:`scores` takes it."""
         docids = slate.docids
         scores = self.scores(slate, leave_out)
+        self.observe(slate)
         order = _sorted_by([(s,) for s in scores])
         return Ranking(docids=[docids[i] for i in order], scores=[scores[i] for i in order])
 
@@ -233,6 +254,13 @@ class CooccurrenceRanker:
                     out[index[d]] += w * c
         return out
 
+    def forget_warmup(self) -> None:
+        self.popularity.forget_warmup()
+
+    def coverage_note(self) -> str | None:
+        """As :meth:`PopularityRanker.coverage_note`: its counts are this ranker's fallback."""
+        return self.popularity.coverage_note(self.name)
+
     def rank(self, slate: Slate, leave_out: Sequence[str] | None = None) -> Ranking:
         """The candidates by score, ties by popularity; ``leave_out``: one of the fitted
         sequences, left out of both (the ranking of a fit without it)."""
@@ -242,6 +270,7 @@ class CooccurrenceRanker:
             self.popularity.scores(slate, leave_out) if self.popularity.counts is not None
             else [0.0] * len(docids)
         )
+        self.popularity.observe(slate)
         order = _sorted_by(list(zip(scores, counts)))
         return Ranking(docids=[docids[i] for i in order], scores=[scores[i] for i in order])
 

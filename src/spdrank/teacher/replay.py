@@ -22,6 +22,7 @@ from pathlib import Path
 from spdrank.core.ranking import Ranking
 from spdrank.core.slates import Slate, SlateError
 from spdrank.teacher.labels import Label, check_ranking, read_labels
+from spdrank.teacher.parse import repair
 
 #: The docid standing for an id the teacher wrote that names no candidate (e.g. ``[57]`` of 50).
 OUT_OF_RANGE = "<out-of-range:{}>"
@@ -35,6 +36,20 @@ def _label(labels: dict[str, Label], path: Path, slate: Slate) -> Label:
             "(label these slates with `spdrank teacher` first)"
         )
     return label
+
+
+def _check_order(label: Label, parsed: list[object], docids: list[str], ranking: list[str]) -> None:
+    """Refuse a record whose answer, read against ``docids``, is not the ranking it was repaired
+    to: the ids name candidates by their place, so a slate whose candidates come in another
+    order (or are others of the same count) would be replayed as another ranking."""
+    ids = [i for i in parsed if isinstance(i, int) and not isinstance(i, bool)]
+    if [docids[j] for j in repair(ids, len(docids))] != ranking:
+        raise SlateError(
+            f"the record for qid {label.record['qid']!r} numbers its slate's candidates in another order "
+            "than this slate lists them: its answer would name other candidates (labels made "
+            "from other slates, or the candidates reordered since?)",
+            label.where,
+        )
 
 
 class LabelRanking:
@@ -90,14 +105,16 @@ class LabelReplayRanker:
             )
         if isinstance(rec.get("ranked"), int):
             self.ranked[slate.query.qid] = (rec["ranked"], len(docids))
+        ranking = check_ranking(label, slate)
         parsed = rec.get("parsed")
         if isinstance(parsed, list):  # 1-based ids as the teacher wrote them
+            _check_order(label, parsed, docids, ranking)
             answer = [
                 docids[i - 1] if isinstance(i, int) and 1 <= i <= len(docids) else OUT_OF_RANGE.format(i)
                 for i in parsed
             ]
         else:  # rankings computed elsewhere (file:, ranker:) carry only the permutation
-            answer = list(label.ranking)
+            answer = ranking
         return Ranking(
             docids=answer,
             decode_passes=int(rec.get("decode_passes") or 0),
