@@ -85,3 +85,23 @@ def test_a_kind_names_its_own_error_entries_and_words(tmp_path: Path) -> None:
         read_journal(path, "id", kind=kind)
     with pytest.raises(ValueError, match="the own file is appended to; it cannot be gzip"):
         Journal(tmp_path / "j.jsonl.gz", "id", kind=kind)
+
+
+def test_a_file_no_journal_wrote_is_refused_not_cut(tmp_path: Path) -> None:
+    """A journal's record starts with its key (``append`` puts it first), so a crash leaves
+    the start of one; a one-line config named by mistake is refused, byte for byte kept."""
+    path = tmp_path / "j.jsonl"
+    with Journal(path, "id") as journal:
+        journal.append({"v": 1, "id": "a"})
+    assert path.read_text() == '{"id":"a","v":1}\n'
+    config = tmp_path / "config.json"
+    config.write_text('{"model": "x", "lr": 0.1}')
+    with pytest.raises(SlateError, match=r"config.json:1: not written by this command: its last "
+                       r"line \(no trailing newline\) follows no record"):
+        Journal(config, "id")
+    assert config.read_text() == '{"model": "x", "lr": 0.1}'
+    for torn in ('{"id":"b","v"', '{"i', "\x00\x00"):  # what a crash leaves: cut
+        path.write_text(torn)
+        with Journal(path, "id") as journal:
+            assert not journal.entries
+        assert path.read_text() == ""

@@ -277,7 +277,7 @@ def test_a_file_that_is_no_label_file_is_refused_not_cut(data, capsys, text):
     assert teacher(data, out="notes.txt") == 2
     err = capsys.readouterr().err
     line = text.count(b"\n") + 1 if not text.endswith(b"\n") else 1
-    assert f"{data / 'notes.txt'}:{line}: not a label file" in err
+    assert f"{data / 'notes.txt'}:{line}: not written by this command" in err
     assert (data / "notes.txt").read_bytes() == text
     assert not (data / "notes.slates.jsonl").exists()
 

@@ -91,10 +91,12 @@ def read_journal(
     path = Path(path)
     entries: dict[str, Entry] = {}
     torn: tuple[int, int, str] | None = None  # (line number, byte offset, why)
+    tail = b""
     for lineno, start, raw in _journal_lines(path, kind, repair):
         where = f"{path}:{lineno}"
         if torn is not None:  # a bad line with good lines after it: not a torn tail
             raise kind.error(f"corrupt record ({torn[2]})", f"{path}:{torn[0]}")
+        tail = raw
         if not raw.endswith(b"\n"):
             torn = (lineno, start, "no trailing newline")
             continue
@@ -124,6 +126,12 @@ def read_journal(
         entries[value] = kind.entry(data, where)
     if torn is not None:
         lineno, start, why = torn
+        if not entries and not _begins_a_record(tail, key):
+            raise kind.error(
+                f"not written by this command: its last line ({why}) follows no record and "
+                f"does not begin as {kind.record} does ({_record_start(key).decode()}...), so "
+                "it is no write torn by a crash and is not cut away; nothing was written",
+                f"{path}:{lineno}")
         if repair:
             kind.logger.warning("%s:%d: torn last line (%s) cut away; %s", path, lineno, why,
                                 kind.redone)
@@ -131,6 +139,20 @@ def read_journal(
         else:
             kind.logger.warning("%s:%d: torn last line (%s) ignored", path, lineno, why)
     return entries
+
+
+def _record_start(key: str) -> bytes:
+    """How every record :meth:`Journal.append` writes begins: its key first, compact JSON."""
+    return b'{"' + json.dumps(key)[1:-1].encode() + b'":'
+
+
+def _begins_a_record(raw: bytes, key: str) -> bool:
+    """Whether ``raw``, a torn last line, is what a crash leaves of an append: the start of a
+    record (or less of it), or only NUL bytes and whitespace. A file whose only line is
+    anything else (a config, notes) was never this journal's, and cutting it would destroy it."""
+    body = raw.lstrip(b"\xef\xbb\xbf").strip(b"\x00 \t\r\n\x0b\x0c")
+    start = _record_start(key)
+    return not body or body.startswith(start) or start.startswith(body)
 
 
 def _journal_lines(path: Path, kind: Kind, repair: bool) -> Iterator[Line]:
@@ -188,6 +210,7 @@ class Journal:
         last whole record, and raised as a :class:`~spdrank.core.files.WriteError` naming it.
         """
         name = record[self.key]
+        record = {self.key: name, **record}  # first, so a torn record is known by its start
         if name in self.entries:
             raise self.kind.error(self.kind.again.format(key=self.key, value=name),
                                   str(self.path))

@@ -8,9 +8,7 @@ is not valid JSON is a torn write: it is cut away (and the slate relabelled), ne
 data. Damage anywhere else is not ours to guess about and is a :class:`LabelError` naming
 ``file:line``, as is a qid that appears twice. An exclusive ``flock`` on the file stops two
 runs from appending to the same labels at once. What is the label file's own: the record check
-(:func:`_check_record`), the :class:`Label` entries and the words of its messages (``LABELS``),
-and the rule that a torn last line is cut only from a file that is recognisably a label file
-(:func:`check_torn_tail`): ``--out`` may name someone's config or notes by mistake.
+(:func:`_check_record`), the :class:`Label` entries and the words of its messages (``LABELS``).
 
 A record: ``qid``, ``status``, ``issues``, ``n``, ``raw`` (the answer text), ``parsed``
 (1-based ids as read), ``ranking`` (the repaired permutation as docids, best first),
@@ -26,12 +24,9 @@ made under it); the labelled slates carry it as ``teacher_prompt``, which traini
 
 from __future__ import annotations
 
-import json
 import logging
 import os
-import stat
-from pathlib import Path
-from typing import IO, Any, cast
+from typing import Any, cast
 
 from spdrank.backbone.templates import (
     DEFAULT_TEMPLATE,
@@ -40,8 +35,6 @@ from spdrank.backbone.templates import (
     record_of,
     template_from_record,
 )
-from spdrank.core.defaults import MAX_LINE_BYTES
-from spdrank.core.inputs import BOM
 from spdrank.core.journal import Entry, Journal, Kind, read_journal
 from spdrank.core.slates import Slate, SlateError, check_teacher_scores
 from spdrank.core.validation import check_id
@@ -207,98 +200,9 @@ class LabelStore(Journal):
     """An open label file: the records so far (``labels``), and ``append`` for new ones."""
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
-        check_torn_tail(path)
         super().__init__(path, "qid", _check_record, LABELS)
 
     @property
     def labels(self) -> dict[str, Label]:
         """qid -> label, the records so far (this run's appends included)."""
         return cast("dict[str, Label]", self.entries)
-
-
-#: How every record :class:`LabelStore` appends begins (compact JSON, ``qid`` first), so how a
-#: label record torn by a crash begins too.
-RECORD_START = b'{"qid":'
-
-
-def check_torn_tail(path: str | os.PathLike[str]) -> None:
-    """Refuse a file whose last line the journal would cut away as a torn write when nothing
-    says the file is a label file: no line before it, and the line neither begins as a label
-    record does (:data:`RECORD_START`) nor holds only what a crash leaves (NUL bytes,
-    whitespace). Such a file is someone else's (a config, notes without a final newline) and
-    the cut would destroy it. Lines before the last are left to the journal, which refuses any
-    that is not a label record before it cuts anything; read unlocked, as this only refuses.
-    """
-    path = Path(path)
-    try:
-        with open(path, "rb") as fh:
-            info = os.fstat(fh.fileno())
-            if not stat.S_ISREG(info.st_mode) or info.st_size == 0:
-                return  # a new file, or one the journal refuses to repair itself
-            last = _last_line(fh, info.st_size)
-            if last is None:
-                return  # past the line bound, which the journal refuses
-            offset, line = last
-            lineno = _blank_lines_before(fh, offset)
-    except OSError:
-        return  # the journal opens it and names what is wrong
-    body = line.removeprefix(BOM) if offset == 0 else line  # as the journal reads it
-    if lineno is None or not (why := _torn(body)):
-        return
-    if body.startswith(RECORD_START) or RECORD_START.startswith(body):
-        return
-    if not body.strip(b"\x00 \t\r\n\x0b\x0c"):
-        return
-    raise LabelError(
-        f"not a label file, so its last line, which {why}, is not cut away as a torn write: "
-        f"no label record comes before it and it does not begin as one "
-        f"({RECORD_START.decode()}...); nothing was written: name another label file",
-        f"{path}:{lineno}",
-    )
-
-
-def _last_line(fh: IO[bytes], size: int) -> tuple[int, bytes] | None:
-    """The last line's byte offset and bytes (its newline kept), read from the end in growing
-    blocks; None for a line longer than :data:`MAX_LINE_BYTES`."""
-    want = 1 << 16
-    while True:
-        start = max(0, size - want)
-        fh.seek(start)
-        data = fh.read(size - start)
-        cut = data.rfind(b"\n", 0, len(data) - 1)
-        if cut >= 0:
-            return start + cut + 1, data[cut + 1:]
-        if start == 0:
-            return 0, data
-        if want > MAX_LINE_BYTES:
-            return None
-        want *= 2
-
-
-def _blank_lines_before(fh: IO[bytes], offset: int) -> int | None:
-    """The number of the line at ``offset`` when every line before it is blank, else None
-    (a line before it is one the journal judges). Stops at the first byte that is not blank."""
-    fh.seek(0)
-    lines, done = 1, 0
-    while done < offset:
-        block = fh.read(min(1 << 16, offset - done))
-        body = block.removeprefix(BOM) if done == 0 else block
-        if body.strip():
-            return None
-        lines += block.count(b"\n")
-        done += len(block)
-    return lines
-
-
-def _torn(line: bytes) -> str | None:
-    """Why the journal would take ``line``, a file's last, for a torn write; None if it would
-    not (a whole line: JSON, blank, or one the journal refuses as a record)."""
-    if not line.endswith(b"\n"):
-        return "has no trailing newline"
-    if not line.strip():
-        return None
-    try:
-        json.loads(line.decode("utf-8"))
-    except ValueError:  # JSONDecodeError and UnicodeDecodeError alike
-        return "is not JSON"
-    return None
