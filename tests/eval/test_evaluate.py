@@ -394,3 +394,16 @@ def test_counts_fitted_on_other_items_are_said_to_rank_in_the_given_order(cli, d
     assert any(r.getMessage().startswith(
         "cooccurrence: the training slates it was fitted on hold none of the candidates of 4 "
         "of the 4 slates ranked") for r in caplog.records)
+
+
+def test_rank_output_is_said_to_score_by_the_ranking_model(cli, data_dir, caplog):
+    """spdrank rank writes the model's score over each candidate's: the retriever's row of
+    such a file is that model's ranking, which the evaluation says."""
+    lines = (data_dir / "eval.jsonl").read_text().splitlines()
+    ranked = data_dir / "ranked.jsonl"
+    ranked.write_text("".join(json.dumps({**json.loads(line), "timings_ms": {"head": 1.0}}) + "\n"
+                              for line in lines))
+    with caplog.at_level(logging.WARNING):
+        assert cli(["eval", "--slates", str(ranked), "--ranker", "retriever", "--no-progress"]) == 0
+    (said,) = [r.getMessage() for r in caplog.records if "timings_ms" in r.getMessage()]
+    assert said.startswith(f"{ranked}:1 holds spdrank rank's output (timings_ms)")

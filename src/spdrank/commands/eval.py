@@ -203,10 +203,18 @@ def checked_slates(path: Path, rankers: list[Ranker]) -> Iterator[Slate]:
     """The file's slates, a repeated qid refused, each checked with its ``file:line`` by every
     :class:`CheckedModel` among ``rankers`` (K, features: the checks ``spdrank rank`` and the
     server make), which keeps the slate's features for ranking it next."""
+    from spdrank.core.outputs import RANKED_MARK
     from spdrank.core.slates import iter_slates, unique_qids
 
     models = [r for r in rankers if isinstance(r, CheckedModel)]
+    said = False
     for where, slate in unique_qids(iter_slates(path), allow_blank=True):
+        if not said and RANKED_MARK in slate.extra:
+            said = True
+            log.warning("%s holds spdrank rank's output (timings_ms): each candidate's score is "
+                        "the ranking model's, not the first stage's, so what reads the feature "
+                        "score (retriever, feature:score, a model trained on it) reads that "
+                        "model's ranking; score the slates rank read, with --model", where)
         for model in models:
             model.check(slate, where)
         yield slate

@@ -9,6 +9,10 @@ from spdrank.core.ranking import Ranking, rank_scores
 from spdrank.core.slates import Slate, SlateError
 from spdrank.core.validation import ID_RULE, id_problem
 
+#: The field every ranked result carries (the stages' milliseconds), by which a reader knows
+#: a file of them: its candidates' ``score`` is the ranking model's, not a first stage's.
+RANKED_MARK = "timings_ms"
+
 
 def result_record(slate: Slate, ranking: Ranking) -> dict[str, Any]:
     """The slate with its candidates in ranked order, each carrying the ranker's score.
@@ -22,7 +26,7 @@ def result_record(slate: Slate, ranking: Ranking) -> dict[str, Any]:
     record["candidates"] = [
         by_id[d] | {"score": s} for d, s in zip(ranking.docids, scores)
     ]
-    record["timings_ms"] = {k: round(v, 4) for k, v in ranking.timings.items()}
+    record[RANKED_MARK] = {k: round(v, 4) for k, v in ranking.timings.items()}
     return record
 
 

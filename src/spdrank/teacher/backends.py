@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from spdrank.core.files import iter_json_lines, iter_lines
+from spdrank.core.outputs import RANKED_MARK
 from spdrank.core.ranking import Ranker
 from spdrank.core.slates import Slate, SlateError
 from spdrank.core.validation import as_id
@@ -301,10 +302,6 @@ def _records(path: Path) -> Iterator[tuple[str, Any]]:
         else:
             yield where, data
 
-
-#: The field ``spdrank rank`` (and the server's ``/v1/rank``) adds to every slate it ranks
-#: (:func:`spdrank.core.outputs.result_record`), which marks a record as a ranked result.
-RANKED_MARK = "timings_ms"
 
 
 def _qid_and_ranking(data: Any, where: str) -> tuple[str, list[str]]:
