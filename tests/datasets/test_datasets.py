@@ -935,8 +935,8 @@ def test_a_scored_candidate_file_must_score_every_candidate(tmp_path):
     with pytest.raises(SlateError) as info:
         read_candidate_lists(path)
     assert str(info.value) == (
-        f"{path}:3: candidate 'e' has no score: the file's first candidate (line 1) is "
-        "item:score, so every candidate must be"
+        f"{path}:3: candidate 'e' has no score: the file's first candidate ('c:0.9', line 1) "
+        "reads as item:score, so every candidate must be"
     )
     with pytest.raises(SlateError, match=r"c.txt:1: candidate 'c' has a non-finite score"):
         read_candidate_lists(_write(tmp_path / "c.txt", ["u1 c:inf"]))
@@ -1090,3 +1090,28 @@ def test_scores_that_rise_along_a_list_are_said(tmp_path, caplog):
     (said,) = [r.getMessage() for r in caplog.records]
     assert said.startswith(f"2 of the 3 lists of {path} hold a score above the one before it "
                            "(the first at line 1)")
+
+
+def test_candidate_ids_that_hold_a_colon_are_not_read_as_scores(tmp_path):
+    _inputs(tmp_path, seq_lines=["u1 sku:1 sku:2 sku:3", "u2 sku:2 sku:3 sku:4"], title_lines=[])
+    lists = _write(tmp_path / "c.txt", ["u1 sku:4 sku:1", "u2 sku:1 sku:3"])
+    with pytest.raises(SlateError, match=r"c.txt:1: candidate 'sku:4' is an item of the log, but "
+                       r"the file reads as item:score, which makes it item 'sku'"):
+        _build(tmp_path, candidate_file=lists, candidates=2)
+    scored = _write(tmp_path / "s.txt", ["u1 sku:4:0.9 sku:1:0.5", "u2 sku:1:0.3 sku:3:0.2"])
+    result = _build(tmp_path, candidate_file=scored, candidates=2, eval_fraction=0.0, out="ok")
+    assert {d for s in _slates(result.out_dir) for d in s.docids} == {"sku:1", "sku:3", "sku:4"}
+    with pytest.raises(SlateError, match=r"candidate 'd' has no score: the file's first "
+                       r"candidate \('sku:1', line 1\) reads as item:score"):
+        read_candidate_lists(_write(tmp_path / "m.txt", ["u1 sku:1 d"]))
+
+
+def test_repeated_rows_of_an_atomic_file_are_dropped_and_said(tmp_path, caplog):
+    """A row logged twice would make the user's target the item just before it."""
+    inter = _write(tmp_path / "log.inter", ["u1\ti1\t1", "u1\ti2\t2", "u1\ti2\t2", "u1\ti2\t3"],
+                   "user_id:token\titem_id:token\ttimestamp:float")
+    with caplog.at_level("WARNING", logger="spdrank.datasets.recbole"):
+        log = read_sequences(inter)
+    assert log.users == [("u1", ["i1", "i2", "i2"])]  # the same item again later is kept
+    assert any("1 rows repeat an earlier row's user, item and timestamp" in r.getMessage()
+               for r in caplog.records)

@@ -65,8 +65,9 @@ class CandidateLists:
     repeated_candidates: int = 0
     #: The retriever's score of each candidate, per user, when the file gives ``item:score``.
     scores: dict[str, dict[str, float]] | None = None
-    #: The line whose first candidate made the file a scored one.
+    #: The line whose first candidate made the file a scored one, and its candidates.
     scored_from: int = 0
+    scored_tokens: list[str] = field(default_factory=list)
     #: Scored lists whose scores rise somewhere along the list, and the first one's line.
     rising: int = 0
     rising_from: int = 0
@@ -84,7 +85,7 @@ def read_candidate_lists(path: str | os.PathLike[str]) -> CandidateLists:
     for fields, lineno, where in user_lines(numbered_lines(path), str(path), out):
         user = fields[0]
         if out.scores is None and fields[1:] and _scored(fields[1]) is not None:
-            out.scores, out.scored_from = {}, lineno
+            out.scores, out.scored_from, out.scored_tokens = {}, lineno, fields[1:]
         candidates = _candidates(fields[1:], out, where)
         out.repeated_candidates += len(fields) - 1 - len(candidates)
         out.lists[user] = list(candidates)
@@ -124,8 +125,9 @@ def _candidates(tokens: list[str], lists: CandidateLists, where: str) -> dict[st
         scored = _scored(token)
         if scored is None:
             raise SlateError(
-                f"candidate {token!r} has no score: the file's first candidate (line "
-                f"{lists.scored_from}) is item:score, so every candidate must be",
+                f"candidate {token!r} has no score: the file's first candidate "
+                f"({lists.scored_tokens[0]!r}, line {lists.scored_from}) reads as item:score, so "
+                "every candidate must be",
                 where,
             )
         item, score = scored
@@ -282,6 +284,22 @@ def _split_by_lists(
     return have, [(u, items) for u, items in users if u not in listed]
 
 
+def _check_colon_ids(lists: CandidateLists, log: InteractionLog) -> None:
+    """Refuse a file read as ``item:score`` whose first scored list names an item of the log
+    whole, not split: its ids hold colons (``sku:1``), which a plain file may carry, and
+    reading them as scores would rank every list by made-up items."""
+    whole = next((t for t in lists.scored_tokens
+                  if t in log.item_counts and t.rpartition(":")[0] not in log.item_counts), None)
+    if lists.scores is not None and whole is not None:
+        raise SlateError(
+            f"candidate {whole!r} is an item of the log, but the file reads as item:score, "
+            f"which makes it item {whole.rpartition(':')[0]!r}: ids that hold a colon and end "
+            "in a number cannot be told from item:score; give every candidate a score "
+            "(sku:1:0.93), or use ids without colons",
+            f"{lists.source}:{lists.scored_from}",
+        )
+
+
 def slate_candidates(
     log: InteractionLog,
     lists: CandidateLists | None,
@@ -309,6 +327,7 @@ def slate_candidates(
                     f"{need} negatives; lower --candidates"
                 )
         return users, [], {}, sampler
+    _check_colon_ids(lists, log)
     have, extra = _split_by_lists(users, lists, options)
     counts["users_without_candidate_list"] = len(extra)
     logged = {u for u, _ in users}

@@ -21,6 +21,7 @@ timestamp that is no number.
 
 from __future__ import annotations
 
+import logging
 import math
 import re
 from collections.abc import Iterable, Iterator
@@ -28,6 +29,8 @@ from dataclasses import dataclass, field
 
 from spdrank.core.slates import SlateError
 from spdrank.core.validation import check_id
+
+log = logging.getLogger(__name__)
 
 #: The column types of RecBole's atomic files.
 ATOMIC_TYPES: tuple[str, ...] = ("token", "token_seq", "float", "float_seq")
@@ -66,6 +69,8 @@ class AtomicLog:
     #: Lines read, the header included, and the blank ones among them.
     lines: int = 0
     empty_lines: int = 0
+    #: Rows that repeat an earlier row's user, item and timestamp, dropped.
+    repeated_rows: int = 0
 
 
 @dataclass
@@ -138,6 +143,7 @@ def read_inter(lines: Iterable[tuple[int, str]], source: str) -> AtomicLog:
     events: dict[str, list[tuple[float, int, list[str]]]] = {}
     columns: _Columns | None = None
     header = ""
+    seen: set[tuple[str, str, float]] = set()
     for lineno, line in lines:
         out.lines += 1
         where = f"{source}:{lineno}"
@@ -156,9 +162,18 @@ def read_inter(lines: Iterable[tuple[int, str]], source: str) -> AtomicLog:
         if columns.items is not None:
             items = [_id(i, ITEM_LIST, where) for i in cells[columns.items].split()] + items
         time = _timestamp(cells[columns.time], where) if columns.time is not None else 0.0
+        if columns.time is not None and columns.items is None:
+            if (user, items[0], time) in seen:
+                out.repeated_rows += 1
+                continue
+            seen.add((user, items[0], time))
         events.setdefault(user, []).append((time, lineno, items))
     for user, rows in events.items():
         out.users.append((user, _sequence(rows, columns)))
+    if out.repeated_rows:
+        log.warning("%s: %s rows repeat an earlier row's user, item and timestamp, and were "
+                    "dropped (kept, a user's target could be the item just before it)", source,
+                    f"{out.repeated_rows:,}")
     return out
 
 
