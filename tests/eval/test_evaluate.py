@@ -407,3 +407,10 @@ def test_rank_output_is_said_to_score_by_the_ranking_model(cli, data_dir, caplog
         assert cli(["eval", "--slates", str(ranked), "--ranker", "retriever", "--no-progress"]) == 0
     (said,) = [r.getMessage() for r in caplog.records if "timings_ms" in r.getMessage()]
     assert said.startswith(f"{ranked}:1 holds spdrank rank's output (timings_ms)")
+
+
+def test_a_feature_a_slate_lacks_is_named_at_its_line(cli, data_dir, capsys):
+    argv = ["eval", "--slates", str(data_dir / "eval.jsonl"), "--ranker", "feature:nothing",
+            "--no-progress"]
+    assert cli(argv) == 2
+    assert f"{data_dir / 'eval.jsonl'}:1: slate 'e0': candidates[0]" in capsys.readouterr().err

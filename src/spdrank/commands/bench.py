@@ -168,7 +168,7 @@ def run(args: argparse.Namespace) -> int:
     from spdrank.core.defaults import MAX_SETTINGS_BYTES
     from spdrank.core.files import check_outputs
     from spdrank.core.inputs import read_text
-    from spdrank.core.slates import SlateError, iter_slates, load_slates, unique_qids
+    from spdrank.core.slates import Placed, SlateError, iter_slates, load_slates, unique_qids
     from spdrank.eval.evaluate import evaluate, format_table
     from spdrank.eval.paired import compare
 
@@ -198,11 +198,11 @@ def run(args: argparse.Namespace) -> int:
     fit_s = fit_rankers(rows, train, progress, scored=slates_path)
 
     # A qid twice would count its slate twice and narrow the paired intervals: refused, as eval does.
-    stream = (slate for _, slate in unique_qids(iter_slates(slates_path), allow_blank=True))
-    if args.limit is not None:
-        stream = islice(stream, args.limit)
+    placed = Placed(unique_qids(iter_slates(slates_path), allow_blank=True))
+    stream = placed if args.limit is None else islice(placed, args.limit)
     t0 = time.perf_counter()
-    results = evaluate(rows, stream, warmup=args.warmup, progress=progress, total=args.limit)
+    with placed.naming():
+        results = evaluate(rows, stream, warmup=args.warmup, progress=progress, total=args.limit)
     if results.n_slates == 0:
         raise SlateError(f"{slates_path} holds no slates")
     eval_s = time.perf_counter() - t0

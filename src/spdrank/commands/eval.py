@@ -199,10 +199,10 @@ def checked_models(rankers: list[Ranker]) -> list[Ranker]:
     return [CheckedModel(r) if is_trained(r) else r for r in rankers]
 
 
-def checked_slates(path: Path, rankers: list[Ranker]) -> Iterator[Slate]:
-    """The file's slates, a repeated qid refused, each checked with its ``file:line`` by every
-    :class:`CheckedModel` among ``rankers`` (K, features: the checks ``spdrank rank`` and the
-    server make), which keeps the slate's features for ranking it next."""
+def checked_slates(path: Path, rankers: list[Ranker]) -> Iterator[tuple[str, Slate]]:
+    """The file's ``(file:line, slate)``, a repeated qid refused, each slate checked with its
+    place by every :class:`CheckedModel` among ``rankers`` (K, features: the checks ``spdrank
+    rank`` and the server make), which keeps the slate's features for ranking it next."""
     from spdrank.core.outputs import RANKED_MARK
     from spdrank.core.slates import iter_slates, unique_qids
 
@@ -217,7 +217,7 @@ def checked_slates(path: Path, rankers: list[Ranker]) -> Iterator[Slate]:
                         "model's ranking; score the slates rank read, with --model", where)
         for model in models:
             model.check(slate, where)
-        yield slate
+        yield where, slate
 
 
 def with_first_stage(rankers: list[Ranker]) -> list[Ranker]:
@@ -387,7 +387,7 @@ def run(args: argparse.Namespace) -> int:
     from spdrank.commands.named_rankers import fit_rankers, note_trained_on, split_named
     from spdrank.commands.rank import check_prompt
     from spdrank.core.files import atomic_writer, check_outputs
-    from spdrank.core.slates import SlateError
+    from spdrank.core.slates import Placed, SlateError
     from spdrank.core.trec import read_qrels
     from spdrank.eval.evaluate import evaluate, format_table, write_per_slate
     from spdrank.eval.paired import format_paired
@@ -424,7 +424,8 @@ def run(args: argparse.Namespace) -> int:
     fit_s = fit_rankers(rankers, train, progress, extra, scored=slates_path)
 
     rows = checked_models(rankers)
-    stream = checked_slates(slates_path, rows)
+    placed = Placed(checked_slates(slates_path, rows))
+    stream: Iterator[Slate] = placed
     qrels = read_qrels(args.qrels) if args.qrels else None
     if qrels is not None:
         stream = with_judgements(stream, qrels)
@@ -436,6 +437,7 @@ def run(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     with contextlib.ExitStack() as stack:
         runs = trec_writers(stack, run_files) if run_files else None
+        stack.enter_context(placed.naming())
         results = evaluate(
             rows, stream, ks=args.k, mrr_ks=args.k, warmup=args.warmup, progress=progress,
             total=total, rel=args.rel_level, observe=runs,

@@ -28,6 +28,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -487,6 +488,33 @@ def unique_qids(
         if qid or not allow_blank:
             first[qid] = where
         yield where, slate
+
+
+class Placed:
+    """Slates from ``(file:line, slate)`` pairs that remember where the last one handed out was
+    read, so that an error its ranking raises without a place (a feature a ranker reads and
+    the slate lacks) names that line: :meth:`naming` wraps the loop that ranks them."""
+
+    def __init__(self, located: Iterable[tuple[str, Slate]]) -> None:
+        self._located = iter(located)
+        self.where: str | None = None
+
+    def __iter__(self) -> Iterator[Slate]:
+        return self
+
+    def __next__(self) -> Slate:
+        self.where, slate = next(self._located)
+        return slate
+
+    @contextmanager
+    def naming(self) -> Iterator[None]:
+        """Add the last slate's ``file:line`` to a :class:`SlateError` raised without one."""
+        try:
+            yield
+        except SlateError as exc:
+            if exc.where is not None or self.where is None:
+                raise
+            raise SlateError(exc.detail, self.where, field=exc.field) from None
 
 
 def read_unique_slates(path: str | os.PathLike[str]) -> Iterator[Slate]:

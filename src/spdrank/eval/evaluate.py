@@ -206,7 +206,10 @@ def evaluate(
     """
     names = [r.name for r in rankers]
     if len(set(names)) != len(names):
-        raise ValueError(f"ranker names must be unique, got {names}")
+        twice = sorted({n for n in names if names.count(n) > 1})
+        raise ValueError(f"ranker names must be unique, and {', '.join(twice)} names two rows: "
+                         "give each its own (--ranker, --run, --labels and --model take "
+                         "NAME=...)")
     if not rankers:
         raise ValueError("no rankers to evaluate")
     ks = tuple(ks)
