@@ -79,3 +79,22 @@ def test_round_trip_through_json():
         FeatureNormalizer(("a", "b"), (0.0,), (1.0,))
     with pytest.raises(ValueError, match="must be positive"):
         FeatureNormalizer(("a",), (0.0,), (0.0,))
+
+
+def test_features_beyond_every_training_value_are_counted():
+    """Over n training values none lies more than sqrt(n - 1) standard deviations from their
+    mean: a value past it (raw counts sent to a model trained on their log) was never seen."""
+    from spdrank.core.features import FeatureDrift
+
+    train = [mk("t0", [{"pop": 0.0}, {"pop": 1.0}]), mk("t1", [{"pop": 2.0}, {"pop": 3.0}])]
+    norm = FeatureNormalizer.fit(["pop"], train)
+    assert norm.count == 4 and norm.training_bound == pytest.approx(3 ** 0.5)
+    assert FeatureNormalizer.from_dict(norm.to_dict()) == norm
+    assert FeatureNormalizer.from_dict({**norm.to_dict(), "count": 0}).training_bound is None
+    drift = FeatureDrift()
+    for qid, value in (("near", 3.0), ("far", 40.0)):
+        slate = mk(qid, [{"pop": value}])
+        drift.add(norm, norm(slate), slate, f"f.jsonl:{qid}")
+    assert drift.summary().startswith(
+        "features beyond every training value on 1 of 2 slates (e.g. pop = 40 at f.jsonl:far, "
+        "34 standard deviations from its training mean, where no training value lies beyond 2)")

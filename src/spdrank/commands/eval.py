@@ -167,6 +167,10 @@ class CheckedModel:
         self.windowed: WindowedRanker | None = ranker if hasattr(ranker, "windows") else None
         #: The slate last checked, and the normalised features its check returned.
         self.checked: tuple[Slate, np.ndarray | None] | None = None
+        from spdrank.core.features import FeatureDrift
+
+        #: The slates checked whose features lie beyond every training value.
+        self.drift = FeatureDrift()
 
     def fit(self, train: object) -> None:
         """Nothing to learn: the model is trained."""
@@ -176,6 +180,7 @@ class CheckedModel:
         from spdrank.commands.rank import checked_features
 
         features = checked_features(self.model, slate, where, self.windowed is not None)
+        self.drift.add(self.model.features, features, slate, where)
         self.checked = (slate, features)
 
     def forget_warmup(self) -> None:
@@ -477,6 +482,10 @@ def run(args: argparse.Namespace) -> int:
         cuts = getattr(model, "cuts", None)
         if cuts is not None and cuts.queries:
             print(f"{ranker.name}: {cuts.summary(model.config.prompt.max_item_tokens)}")
+    for row in rows:
+        drift = getattr(row, "drift", None)
+        if drift is not None and drift.summary():
+            log.warning("%s: %s", row.name, drift.summary())
     if args.json:
         with atomic_writer(args.json) as fh:
             out = results.to_dict()

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import numpy as np
 
+    from spdrank.core.features import FeatureDrift
     from spdrank.core.ranking import Ranking
     from spdrank.core.slates import Slate
     from spdrank.model.ranker import SPDRanker
@@ -66,6 +67,7 @@ def check_prompt(model: str, asked: str | None) -> None:
 def run(args: argparse.Namespace) -> int:
     from spdrank.backbone.load import resolve_device
     from spdrank.commands.argtypes import model_folders, prompt_file, windows_from_args
+    from spdrank.core.features import FeatureDrift
     from spdrank.core.files import atomic_writer, check_outputs, output_target
     from spdrank.core.outputs import result_record, write_trec_lines
     from spdrank.core.progress import Progress
@@ -90,12 +92,14 @@ def run(args: argparse.Namespace) -> int:
 
         windowed = WindowedRanker(model, windows, args.decoder)
     n = 0
+    drift = FeatureDrift()
     with contextlib.ExitStack() as stack:
         out = stack.enter_context(atomic_writer(args.output))
         trec = stack.enter_context(atomic_writer(args.trec)) if args.trec else None
         bar = Progress("rank", unit="slate")
         stack.callback(bar.close)
-        for checked in batched(checked_slates(args, model, windows is not None), args.batch_size):
+        located = checked_slates(args, model, windows is not None, drift)
+        for checked in batched(located, args.batch_size):
             batch = [slate for slate, _ in checked]
             rankings = rank_checked(model, windowed, checked, args.decoder)
             for slate, ranking in zip(batch, rankings):
@@ -120,6 +124,8 @@ def run(args: argparse.Namespace) -> int:
         model.cuts.summary(model.config.prompt.max_item_tokens)]
     if windowed is not None:
         notes.append(windowed.summary())
+    if drift.summary():
+        notes.append(drift.summary())
     if notes:
         print("; ".join(notes), file=sys.stderr if streamed else sys.stdout)
     return 0
@@ -137,7 +143,8 @@ def check_unread(args: argparse.Namespace) -> None:
 
 
 def checked_slates(
-    args: argparse.Namespace, model: Any, windowed: bool = False
+    args: argparse.Namespace, model: Any, windowed: bool = False,
+    drift: FeatureDrift | None = None,
 ) -> Iterator[tuple[Slate, Any]]:
     """The input's slates, each checked, with its ``file:line``, against what the model ranks
     (the server's checks: K unless ranked by windows, features) and, with ``--trec``, what a
@@ -151,6 +158,8 @@ def checked_slates(
     located = unique_qids(iter_slates(args.input, model.config.text_fields), allow_blank=True)
     for where, slate in located:
         features = checked_features(model, slate, where, windowed)
+        if drift is not None:
+            drift.add(model.features, features, slate, where)
         if args.trec:
             check_trec_ids(slate, where)
         yield slate, features

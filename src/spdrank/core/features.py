@@ -18,6 +18,7 @@ This module needs numpy only (no torch), so the training config can fit it.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -85,6 +86,8 @@ class FeatureNormalizer:
     names: tuple[str, ...]
     mean: tuple[float, ...]
     std: tuple[float, ...]
+    #: Training candidates the moments were fitted on (0: not recorded, an older checkpoint).
+    count: int = 0
 
     def __post_init__(self) -> None:
         if not self.names or not len(self.names) == len(self.mean) == len(self.std):
@@ -124,7 +127,7 @@ class FeatureNormalizer:
                 f"feature(s) {', '.join(constant)} take one value on every training candidate: "
                 "they carry no signal (do the slates hold them?)"
             )
-        return cls(names, tuple(float(m) for m in mean), tuple(float(s) for s in std))
+        return cls(names, tuple(float(m) for m in mean), tuple(float(s) for s in std), count)
 
     def __call__(self, slate: Slate) -> np.ndarray:
         """The slate's normalised features, float32 [n, len(names)].
@@ -149,9 +152,54 @@ class FeatureNormalizer:
             )
         return z.astype(np.float32)
 
+    @property
+    def training_bound(self) -> float | None:
+        """How many standard deviations from the mean a training value can lie at most:
+        sqrt(n - 1) over n values (Samuelson's inequality); None when n is not recorded."""
+        return math.sqrt(self.count - 1) if self.count > 1 else None
+
     def to_dict(self) -> dict[str, Any]:
-        return {"names": list(self.names), "mean": list(self.mean), "std": list(self.std)}
+        out = {"names": list(self.names), "mean": list(self.mean), "std": list(self.std)}
+        return out | ({"count": self.count} if self.count else {})
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> FeatureNormalizer:
-        return cls(tuple(data["names"]), tuple(data["mean"]), tuple(data["std"]))
+        return cls(tuple(data["names"]), tuple(data["mean"]), tuple(data["std"]),
+                   int(data.get("count", 0)))
+
+
+class FeatureDrift:
+    """Slates whose features lie where no training value could: further from the training
+    mean than :attr:`FeatureNormalizer.training_bound`, which the model was never shown. A
+    feature computed otherwise than in training (raw counts where training had ``log1p``,
+    another scale, another first stage) ranks without an error; this counts it, for the one
+    line a command prints after ranking."""
+
+    def __init__(self) -> None:
+        self.slates = self.beyond = 0
+        self.example: str | None = None
+
+    def add(self, normalizer: FeatureNormalizer | None, z: np.ndarray | None, slate: Slate,
+            where: str | None) -> None:
+        if normalizer is None or z is None or normalizer.training_bound is None:
+            return
+        bound = normalizer.training_bound
+        self.slates += 1
+        outside = np.abs(z) > bound
+        if not outside.any():
+            return
+        self.beyond += 1
+        if self.example is None:
+            i, j = map(int, np.argwhere(outside)[0])
+            value = slate.candidates[i].feature(normalizer.names[j])
+            self.example = (f"{normalizer.names[j]} = {value:g} at {where or slate.query.qid}, "
+                            f"{abs(float(z[i, j])):.0f} standard deviations from its training "
+                            f"mean, where no training value lies beyond {bound:.0f}")
+
+    def summary(self) -> str | None:
+        """The line to print, or None when every slate's features lie where training's did."""
+        if not self.beyond:
+            return None
+        return (f"features beyond every training value on {self.beyond:,} of {self.slates:,} "
+                f"slates (e.g. {self.example}): are they computed as in training (the same "
+                "scale, log1p where it was)?")
