@@ -17,7 +17,7 @@ import torch
 import spdrank.commands.cli
 from spdrank.compare.decoders import decoder_rows
 from spdrank.compare.latency import STAGES, _paired_ratio, decompose, resize_slates
-from spdrank.compare.report import speedups
+from spdrank.compare.report import DECOMPOSITION_PLOT, STAGES_PLOT, speedups
 from spdrank.core.slates import Slate, write_slates
 from spdrank.eval.evaluate import evaluate
 from spdrank.eval.metrics import is_valid_permutation
@@ -300,7 +300,12 @@ def test_bench_reference_row(tmp_path, data, capsys):
     one that names no row fails before anything is measured."""
     base = ["bench", "--slates", str(data / "eval.jsonl"), "--ranker", "random", "--ranker",
             "popularity", "--no-progress"]
+    (tmp_path / "a").mkdir()
+    stale = [tmp_path / "a" / name for name in (STAGES_PLOT, DECOMPOSITION_PLOT)]
+    for path in stale:  # an earlier run's SPD rows' plots: no row of this run's
+        path.write_bytes(b"png")
     assert spdrank.commands.cli.main([*base, "--out", str(tmp_path / "a")]) == 0
+    assert not any(path.exists() for path in stale)
     d = json.loads((tmp_path / "a" / "results.json").read_text())
     assert d["paired"]["reference"] == "random" and list(d["paired"]["rows"]) == ["popularity"]
     assert spdrank.commands.cli.main([*base, "--reference", "popularity", "--out", str(tmp_path / "b")]) == 0

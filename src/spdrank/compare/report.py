@@ -225,6 +225,10 @@ def write_report(
     has_stages = plots.stage_bars(results, out / STAGES_PLOT)
     if latency:
         plots.latency_decomposition(latency, out / DECOMPOSITION_PLOT)
+    # A plot an earlier run wrote here and this one does not is another run's rows: removed.
+    for plot, drawn in ((STAGES_PLOT, has_stages), (DECOMPOSITION_PLOT, bool(latency))):
+        if not drawn:
+            (out / plot).unlink(missing_ok=True)
 
     meta = results.meta
     lines = [f"# {title}", ""]
