@@ -905,8 +905,16 @@ def test_a_scored_candidate_file_gives_each_candidate_the_retrievers_score(tmp_p
     slate = next(s for s in _slates(result.out_dir) if s.query.qid == "u1")
     assert make_baseline("feature:score").rank(slate).docids == ["c", "y", "e"]
     assert FeatureNormalizer.fit(["score"], _slates(result.out_dir)).names == ("score",)
-    plain = _listed(tmp_path, ["u1 c y e", "u2 e a"])  # the plain form is unchanged
-    assert {c.score for s in _slates(plain.out_dir) for c in s.candidates} == {0.0}
+    # A plain list's order survives the slate's shuffle as its score: 1 - r/n.
+    plain = _listed(tmp_path, ["u1 c y e", "u2 e a"], out="plain")
+    scores = {s.query.qid: {c.docid: c.score for c in s.candidates} for s in _slates(plain.out_dir)}
+    assert scores["u1"] == {"c": 1.0, "y": 0.666667, "e": 0.333333}
+    assert scores["u2"] == {"e": 1.0, "a": 0.5, "d": 0.5}  # d inserted: the lowest score
+    assert "1 - r/n" in plain.manifest["policies"]["candidate_scores"]
+    slate = next(s for s in _slates(plain.out_dir) if s.query.qid == "u1")
+    assert make_baseline("retriever").rank(slate).docids == ["c", "y", "e"]
+    sampled = _listed(tmp_path, ["u1 y e", "u2 e a"], candidates_are="sampled", out="sampled")
+    assert {c.score for s in _slates(sampled.out_dir) for c in s.candidates} == {0.0}
 
 
 def test_a_target_listed_below_the_cut_was_not_retrieved_for_the_slate(tmp_path, caplog):

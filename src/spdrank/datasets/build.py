@@ -50,6 +50,7 @@ from spdrank.core.files import atomic_writer, sha256_file
 from spdrank.core.slates import NOT_RETRIEVED, Candidate, Query, Slate, dumps_slate
 from spdrank.datasets.candidates import (
     CANDIDATE_SCORES_POLICY,
+    RANK_SCORES_POLICY,
     SAMPLED_POLICY,
     CandidateLists,
     NegativeSampler,
@@ -494,5 +495,7 @@ def _describe_lists(
         policies["candidates_are"] = SAMPLED_POLICY
     if lists.scores is not None:
         policies["candidate_scores"] = CANDIDATE_SCORES_POLICY
+    elif options.candidates_are != "sampled":
+        policies["candidate_scores"] = RANK_SCORES_POLICY
     if extra:
         policies["extra_sequences"] = EXTRA_SEQUENCES_POLICY

@@ -45,6 +45,13 @@ SAMPLED_POLICY = (
     "each user's target is inserted beside them, as the sampled-negative protocol has it"
 )
 
+#: How the manifest describes the scores of a plain (unscored) retriever's file.
+RANK_SCORES_POLICY = (
+    "each candidate's score is its place in the retriever's list, 1 - r/n (r from 0, n the "
+    "list's length), so the order survives the slate's shuffle; an inserted target gets the "
+    "lowest of the user's list, or its own when the list ranks it below the cut"
+)
+
 #: How the manifest describes the scores a scored candidate file gives.
 CANDIDATE_SCORES_POLICY = (
     "each candidate's score is the retriever's (item:score); an inserted target, which the "
@@ -242,7 +249,10 @@ def retrieved_for(
     retriever's top N found.
     """
     ranked = lists.lists[user]
-    scores: Mapping[str, float] = lists.scores[user] if lists.scores is not None else {}
+    scores: Mapping[str, float] = (
+        lists.scores[user] if lists.scores is not None
+        else rank_scores(ranked) if options.candidates_are != "sampled" else {}
+    )
     top = ranked[: options.candidates]
     found = target in top
     others = [c for c in ranked if c != target]
@@ -259,6 +269,13 @@ def retrieved_for(
         cut=len(kept) < len(others),
         below_cut=not found and target in ranked,
     )
+
+
+def rank_scores(ranked: list[str]) -> dict[str, float]:
+    """A plain list's scores from its order, ``1 - r / n`` (r from 0, n the list's length): a
+    slate shuffles its candidates, so without them the retriever's order would be lost, and
+    its ``score`` (the ranker ``retriever``, the feature) would rank at random."""
+    return {d: round(1.0 - r / len(ranked), 6) for r, d in enumerate(ranked)}
 
 
 def count_list(stats: dict[str, int], got: Retrieved, size: int) -> None:
