@@ -414,3 +414,19 @@ def test_a_feature_a_slate_lacks_is_named_at_its_line(cli, data_dir, capsys):
             "--no-progress"]
     assert cli(argv) == 2
     assert f"{data_dir / 'eval.jsonl'}:1: slate 'e0': candidates[0]" in capsys.readouterr().err
+
+
+def test_windows_of_fitted_users_slates_are_those_users(tmp_path):
+    """A window of a training slate (<qid>#<j>) holds that user's target: its counts leave
+    the user out as the slate's would (data features, a ranker: teacher, eval)."""
+    from spdrank.datasets.fitted_users import fitted_users, possible_users
+
+    items = [f"i{k}" for k in range(4)]
+    write_slates(tmp_path / "train.jsonl", [mk("u#1", ["i0"], items, clicked=["i1"]),
+                                            mk("v", ["i2"], items, clicked=["i3"])])
+    users = fitted_users(tmp_path / "train.jsonl", None)
+    assert users.user_of("v#0") == "v" and users.user_of("u#1#3") == "u#1"
+    assert "v#2" in users and "w#0" not in users and "u" not in users
+    window = mk("v#0", ["i2"], items[2:], clicked=["i3"])
+    assert users.sequence(window, "here") == ["i2", "i3"]
+    assert possible_users({"a#b#c", "d"}) == {"a#b#c", "a#b", "a", "d"}

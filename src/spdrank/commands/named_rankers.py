@@ -237,14 +237,14 @@ def _leave_scored_users_out(rankers: list[Ranker], train: Path, extra: Path | No
     by :class:`LeftOut`), and each that cannot (a SASRec fitted here, a fusion of fitted
     rankers) is said to measure the fit on those users."""
     from spdrank.datasets.extra_sequences import default_extra_sequences
-    from spdrank.datasets.fitted_users import fitted_users, listed_users
+    from spdrank.datasets.fitted_users import fitted_users, listed_users, possible_users
 
     extra = extra or default_extra_sequences(train)
-    shared = listed_users(scored) & (listed_users(train) | _extra_users(extra))
-    if not shared:
+    qids = listed_users(scored)
+    if not possible_users(qids) & (listed_users(train) | _extra_users(extra)):
         return
     users = fitted_users(train, extra)
-    scored_users = [u for u in listed_users(scored) if u in users]
+    scored_users = [q for q in qids if q in users]
     if not scored_users:
         return
     for i, ranker in enumerate(rankers):

@@ -34,11 +34,19 @@ class FittedUsers:
         self.where[user] = where
 
     def __contains__(self, user: object) -> bool:
-        return user in self.sequences
+        return isinstance(user, str) and self.user_of(user) in self.sequences
+
+    def user_of(self, qid: str) -> str:
+        """The user a slate's qid stands for: itself, or for a window of a user's slate
+        (``<qid>#<j>``, :func:`spdrank.datasets.search.training_windows`) that slate's user,
+        whose target the window holds too."""
+        while qid not in self.sequences and "#" in qid:
+            qid = qid.rpartition("#")[0]
+        return qid
 
     def sequence(self, slate: Slate, where: str) -> list[str] | None:
         """The fitted sequence of ``slate``'s user, to leave out; None when not fitted."""
-        user = slate.query.qid
+        user = self.user_of(slate.query.qid)
         if user in self.twice:
             raise SlateError(f"user {user!r} has two fitted sequences ({self.twice[user]}): "
                              "leaving the user out of the counts is ambiguous", where)
@@ -75,3 +83,14 @@ def listed_users(path: Path) -> set[str]:
             value = json.loads(match.group(1))
             found.add(value if isinstance(value, str) else str(value))
     return found
+
+
+def possible_users(qids: set[str]) -> set[str]:
+    """Every user the slates of ``qids`` may stand for: each qid, and for a window's
+    (``<qid>#<j>``) each qid it may be a window of (:meth:`FittedUsers.user_of`)."""
+    out = set(qids)
+    for qid in qids:
+        while "#" in qid:
+            qid = qid.rpartition("#")[0]
+            out.add(qid)
+    return out
