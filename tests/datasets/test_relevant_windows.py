@@ -76,10 +76,21 @@ def test_slates_without_judgements_are_not_counted_unless_asked(tmp_path, capsys
     })
     (tmp_path / "s.jsonl").write_text(json.dumps(slate.to_dict()) + "\n")
     out = tmp_path / "w.jsonl"
-    assert main(["data", "windows", "--slates", str(tmp_path / "s.jsonl"), "--window", "4",
-                 "--stride", "2", "--out", str(out), *flag]) == 0
-    printed = capsys.readouterr().out
-    if flag:  # asked: none of a slate without judgements is a relevance target's
-        assert "left out 2 of 2 windows" in printed and not list(read_slates(out))
+    argv = ["data", "windows", "--slates", str(tmp_path / "s.jsonl"), "--window", "4",
+            "--stride", "2", "--out", str(out), *flag]
+    if flag:  # asked: none of a slate without judgements is a relevance target's, so nothing
+        assert main(argv) == 2
+        assert ("no window to write: none of its 1 slates' windows holds a passage graded "
+                "above 0") in capsys.readouterr().err
+        assert not out.exists()
     else:
+        assert main(argv) == 0
+        printed = capsys.readouterr().out
         assert "graded above 0" not in printed and len(list(read_slates(out))) == 2
+
+
+def test_a_slate_within_one_window_is_said_to_be_kept_whole(tmp_path, capsys):
+    assert main(["data", "windows", "--slates", str(_judged(tmp_path / "s.jsonl")), "--window",
+                 "8", "--stride", "4", "--subsets", "5", "--out", str(tmp_path / "w.jsonl")]) == 0
+    assert ("1 slates hold at most --window 8 candidates: each written whole, one window and no "
+            "--subsets 5, e.g. ['q1']") in capsys.readouterr().out

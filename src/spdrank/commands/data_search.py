@@ -98,14 +98,20 @@ def run_windows(args: argparse.Namespace) -> int:
         raise ValueError(f"--subsets {args.subsets:,} is over {MAX_SUBSETS:,}, the most one "
                          "slate is cut into")
     fewer: list[str] = []  # slates with fewer distinct subsets than asked
+    whole: list[str] = []  # slates within one window, kept whole
     unjudged = [0, 0]  # windows without a passage graded above 0; of how many judged ones
 
     def windows() -> Iterator[Slate]:
         """Each slate's windows, streamed to the output as they are cut; with
-        ``--relevant-only``, those a relevance target can learn from."""
+        ``--relevant-only``, those a relevance target can learn from. Nothing to write is
+        refused here, inside the writer, so no empty file replaces anything."""
+        written = slates = 0
         for slate in read_unique_slates(args.slates):
+            slates += 1
             n = len(slate)
-            if n > args.window and subsets_allowed(n, args.window, args.stride) < args.subsets:
+            if n <= args.window:
+                whole.append(slate.query.qid)
+            elif subsets_allowed(n, args.window, args.stride) < args.subsets:
                 fewer.append(slate.query.qid)
             judged = slate.relevance is not None or args.relevant_only
             for window in training_windows(slate, args.window, args.stride, args.subsets,
@@ -115,7 +121,13 @@ def run_windows(args: argparse.Namespace) -> int:
                     unjudged[0] += 1
                     if args.relevant_only:
                         continue
+                written += 1
                 yield window
+        if not written:
+            why = (f"none of its {slates:,} slates' windows holds a passage graded above 0 "
+                   "(--relevant-only: do the slates carry judgements, 'relevance'?)"
+                   if slates else "it holds no slate")
+            raise ValueError(f"{args.slates}: no window to write: {why}")
 
     n = write_slates(args.out, windows())
     print(f"wrote {n} windows -> {args.out}")
@@ -126,6 +138,10 @@ def run_windows(args: argparse.Namespace) -> int:
     elif without:
         print(f"{without} of {cut} windows hold no passage graded above 0: `train --target "
               "relevance` cannot learn from them (--relevant-only leaves them out)")
+    if whole:
+        subsets = f" and no --subsets {args.subsets}" if args.subsets else ""
+        print(f"{len(whole)} slates hold at most --window {args.window} candidates: each "
+              f"written whole, one window{subsets}, e.g. {whole[:3]}")
     if fewer:
         print(f"{len(fewer)} slates have fewer than --subsets {args.subsets} subsets of "
               f"{args.window} besides their windows, and gave all they have, e.g. {fewer[:3]}")
