@@ -113,3 +113,21 @@ def test_the_cli_flag_picks_the_kind_and_the_summary_says_it(tmp_path, capsys):
     assert main([*argv, "--candidate-file", str(files["cands"]), "--candidates-are", "sampled",
                  "--no-insert-target", "--out", str(tmp_path / "both")]) == 2
     assert "contradicts" in capsys.readouterr().err
+
+
+def test_a_list_of_nothing_to_rank_the_target_against_makes_no_slate(tmp_path):
+    """A bare user, or a list of the target alone, would be a slate of one candidate: ranked
+    first by any ranker, a hit counted for nothing."""
+    result = build(tmp_path, ["u1 e f", "u2", "u3 c", "u4 e c", "u5 e f"],
+                   candidates_are="sampled")
+    slates = {s.query.qid for s in read_slates(result.train_path)}
+    assert slates == {"u1", "u4", "u5"}
+    assert result.manifest["counts"]["users_without_candidate_list"] == 2
+
+
+def test_sampled_lists_that_hold_the_users_own_items_are_said(tmp_path, caplog):
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        build(tmp_path, ["u1 a e", "u2 e f", "u3 e f", "u4 e f", "u5 e f"],
+              candidates_are="sampled")
+    (said,) = [r.getMessage() for r in caplog.records if "own history" in r.getMessage()]
+    assert said.startswith("1 of the 5 sampled lists of") and "(e.g. user 'u1')" in said

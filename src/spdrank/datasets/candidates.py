@@ -289,16 +289,30 @@ def count_list(stats: dict[str, int], got: Retrieved, size: int) -> None:
 
 
 def _split_by_lists(
-    users: list[tuple[str, list[str]]], lists: CandidateLists, options: BuildOptions
+    users: list[tuple[str, list[str]]], lists: CandidateLists
 ) -> tuple[list[tuple[str, list[str]]], list[tuple[str, list[str]]]]:
-    """(users who make a slate, users counted without one). Without ``insert_target`` an
-    empty list has nothing to rank, so it counts as no list."""
+    """(users who make a slate, users counted without one). A list of nothing but the user's
+    target, or of nothing, has nothing to rank it against (a slate of the target alone ranks
+    it first whatever the ranker), so it counts as no list."""
     have = [
         (u, items) for u, items in users
-        if u in lists.lists and (options.insert_target or lists.lists[u])
+        if any(c != items[-1] for c in lists.lists.get(u, ()))
     ]
     listed = {u for u, _ in have}
     return have, [(u, items) for u, items in users if u not in listed]
+
+
+def _warn_own_items(users: list[tuple[str, list[str]]], lists: CandidateLists) -> None:
+    """Say how many sampled lists hold items of their user's own history: a sampled negative
+    is an item the user never touched (the builder's own sampler leaves those out), and one
+    the user did touch is a positive ranked as a miss."""
+    own = [u for u, items in users if set(lists.lists[u]) & set(items[:-1])]
+    if own:
+        logger.warning(
+            "%s of the %s sampled lists of %s hold items of their user's own history (e.g. "
+            "user %r): a sampled negative is an item the user never touched", f"{len(own):,}",
+            f"{len(users):,}", lists.source, own[0],
+        )
 
 
 def _check_colon_ids(lists: CandidateLists, log: InteractionLog) -> None:
@@ -345,7 +359,9 @@ def slate_candidates(
                 )
         return users, [], {}, sampler
     _check_colon_ids(lists, log)
-    have, extra = _split_by_lists(users, lists, options)
+    have, extra = _split_by_lists(users, lists)
+    if options.candidates_are == "sampled":
+        _warn_own_items(have, lists)
     counts["users_without_candidate_list"] = len(extra)
     logged = {u for u, _ in users}
     unused = [u for u in lists.lists if u not in logged]
