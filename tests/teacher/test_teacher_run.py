@@ -372,3 +372,25 @@ def test_bad_arguments(data, capsys):
     assert teacher(data, backend="nonsense") == 2
     assert main(["teacher", "--slates", str(data / "slates.jsonl")]) == 2
     assert "--out" in capsys.readouterr().err
+
+
+def test_a_ranker_fitted_on_other_items_is_said_to_label_in_the_given_order(data, caplog):
+    """Counts of another catalogue score every candidate 0: the labels are the slates' own
+    order, which a student would then learn."""
+    import json
+
+    lines = []
+    for s in load_slates(data / "train.jsonl"):
+        d = s.to_dict()
+        d["candidates"] = [{**c, "docid": f"x{c['docid']}"} for c in d["candidates"]]
+        d["clicked"] = [f"x{c}" for c in d.get("clicked") or ()]
+        d["query"]["history"] = [f"x{h}" for h in d["query"].get("history") or ()]
+        d.pop("teacher", None)
+        lines.append(json.dumps(d) + "\n")
+    (data / "foreign.jsonl").write_text("".join(lines))
+    with caplog.at_level("WARNING"):
+        assert teacher(data, "--train", str(data / "foreign.jsonl"),
+                       backend="ranker:popularity") == 0
+    assert any(r.getMessage().startswith("popularity: the training slates it was fitted on hold "
+                                         "none of the candidates of 12 of the 12 slates")
+               for r in caplog.records)

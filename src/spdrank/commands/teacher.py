@@ -421,12 +421,24 @@ def run(args: argparse.Namespace) -> int:
         max_failures=max(0, args.max_failures),
         progress=False if args.no_progress else None,
     )
-    summary = run_teacher(options, lambda: build_backend(args, slates),
+    built: list[Any] = []
+    summary = run_teacher(options, lambda: keep(built, build_backend(args, slates)),
                           lambda: recorded_backend(args))
     print(format_summary(summary))
+    for backend in built:  # a ranker's word on the slates it ranked (counts of other items)
+        note = getattr(getattr(backend, "ranker", None), "coverage_note", None)
+        if note is not None and (line := note()):
+            log.warning(line)
     if args.json:
         _write_json(args.json, summary.to_dict())
     return 1 if summary.unlabelled else 0
+
+
+def keep(built: list[Any], backend: Any) -> Any:
+    """``backend``, appended to ``built``: the run builds it only when a slate needs a label,
+    and the command reads its notes once the run is done."""
+    built.append(backend)
+    return backend
 
 
 def check_backend_flags(args: argparse.Namespace) -> None:
