@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import random
 from pathlib import Path
 
@@ -291,3 +292,61 @@ def test_sasrec_loads_the_fit_its_build_made_and_then_features_the_training_file
     for done in read_slates(dst):
         values = [c.features["s"] for c in done.candidates]
         assert values == pytest.approx([c.features[SASREC] for c in done.candidates], abs=1e-6)
+
+
+def test_a_second_run_on_the_same_out_is_refused_while_the_first_writes_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A run started on an --out another run is writing is refused at once, naming the
+    partial, and the first writes each slate once."""
+    out = build(tmp_path)
+    slates = out / "eval.jsonl"
+    dst = tmp_path / "f.jsonl"
+    argv = ["--slates", str(slates), "--out", str(dst), "--add", "popularity"]
+    monkeypatch.setattr(data_features, "CHUNK", 4)
+    original = PopularityRanker.rank
+    second: list[int] = []
+    started: list[bool] = []
+
+    def ranking_then_a_second_run(self, slate, leave_out=None):
+        if not started and data_features.partial_path(dst).stat().st_size > 0:
+            started.append(True)
+            second.append(run(*argv))
+        return original(self, slate, leave_out)
+
+    monkeypatch.setattr(PopularityRanker, "rank", ranking_then_a_second_run)
+    assert run(*argv) == 0
+    assert second == [2]
+    captured = capsys.readouterr()
+    assert f"{dst}.partial is being written by another `spdrank data features` run" \
+        in captured.err
+    given = [s.query.qid for s in read_slates(slates)]
+    assert [s.query.qid for s in read_slates(dst)] == given
+    assert f"wrote {len(given):,} slates" in captured.out
+    assert not data_features.partial_path(dst).exists()
+
+
+def test_a_partial_a_finishing_run_unlinked_is_let_go_for_the_path_s_new_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Between opening the partial and locking it, the run that held it may finish and unlink
+    it: the lock must then be taken on the file the path names, not on the unlinked one."""
+    partial = tmp_path / "f.jsonl.partial"
+    partial.write_bytes(b"the finishing run's\n")
+    real_flock = data_features.fcntl.flock
+    unlinked: list[int] = []
+
+    def finishing_meanwhile(fd: int, op: int) -> None:
+        if not unlinked:
+            unlinked.append(os.fstat(fd).st_ino)
+            partial.unlink()
+        real_flock(fd, op)
+
+    monkeypatch.setattr(data_features.fcntl, "flock", finishing_meanwhile)
+    fh = data_features.open_partial(partial, tmp_path / "f.jsonl")
+    try:
+        assert os.path.samestat(os.fstat(fh.fileno()), os.stat(partial))
+        assert partial.read_bytes() == b""
+    finally:
+        data_features.close_partial(fh, partial)
+    assert not partial.exists()  # left empty by a run that failed: removed

@@ -52,7 +52,10 @@ slate: a line a kill cut short is dropped, the partial's slates must be ``--slat
 ones (else it is refused, naming both lines; ``--restart`` discards it), and the header must
 name the same features, rankers and inputs. ``OUT`` is written atomically from the partial
 only once every slate is, so it is never seen half-written, and nothing already written is
-lost when the run is killed. A resumed file equals an uninterrupted one byte for byte, except
+lost when the run is killed. A run holds an exclusive lock on the partial from its start to
+its end, as the teacher's label journal does (:class:`spdrank.core.journal.Journal`): a second
+run on the same ``--out`` is refused at once, naming the partial, instead of appending its
+slates to the first's. A resumed file equals an uninterrupted one byte for byte, except
 that ``dense``'s vectors depend on which texts share an encoder batch to float rounding.
 """
 
@@ -68,7 +71,7 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from spdrank.core.ranking import Ranker, Ranking
@@ -76,6 +79,11 @@ if TYPE_CHECKING:
     from spdrank.datasets.fitted_users import FittedUsers
 
 log = logging.getLogger(__name__)
+
+try:  # POSIX; elsewhere there is simply no guard against two runs on one --out
+    import fcntl
+except ImportError:  # pragma: no cover
+    fcntl = None  # type: ignore[assignment]
 
 #: Slates ranked together: one encoder call for their new texts, one SASRec forward.
 CHUNK = 64
@@ -369,21 +377,63 @@ def read_header(partial: Path) -> Any:
     return data.get(HEADER_KEY) if isinstance(data, dict) else None
 
 
+def open_partial(partial: Path, out: Path) -> IO[bytes]:
+    """``partial`` opened for appending (created when missing) and locked exclusively, as the
+    label journal locks itself (:class:`spdrank.core.journal.Journal`), for the run's whole
+    life: two runs appending to one partial would write slates twice, and the one finishing
+    second would find the partial gone. A second run is refused at once rather than waiting,
+    since it would only redo the first's work. The lock must hold the file the path names: a
+    file a finishing run unlinked after this one opened it is let go and the path reopened."""
+    while True:
+        fh = open(partial, "ab")  # noqa: SIM115 - closed by the caller, which holds the lock
+        if fcntl is None:  # pragma: no cover
+            return fh
+        try:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            fh.close()
+            raise ValueError(
+                f"{partial} is being written by another `spdrank data features` run (--out "
+                f"{out}): let it finish, or choose another --out"
+            ) from None
+        try:
+            current = os.stat(partial)
+        except FileNotFoundError:
+            current = None
+        if current is not None and os.path.samestat(os.fstat(fh.fileno()), current):
+            return fh
+        fh.close()
+
+
+def close_partial(fh: IO[bytes], partial: Path) -> None:
+    """Let the lock go; a partial this run left empty (it failed before its header) is
+    removed first, while still held, so no other run's file is removed."""
+    try:
+        if os.fstat(fh.fileno()).st_size == 0:
+            partial.unlink(missing_ok=True)
+    finally:
+        fh.close()
+
+
+def start_partial(fh: IO[bytes], key: Mapping[str, Any]) -> None:
+    """Empty the locked partial and write its header, synced: a kill part-way leaves a header
+    without its newline, which :func:`resume` replaces."""
+    os.ftruncate(fh.fileno(), 0)
+    fh.write(header_line(key))
+    fh.flush()
+    os.fsync(fh.fileno())
+
+
 def resume(
-    partial: Path, key: Mapping[str, Any], inputs: Iterator[tuple[str, Slate]],
+    fh: IO[bytes], partial: Path, key: Mapping[str, Any], inputs: Iterator[tuple[str, Slate]],
     names: Sequence[str],
 ) -> int:
-    """The number of whole slates ``partial`` holds, each checked against the next of
-    ``inputs`` (``--slates``' slates, which it consumes that far); a new partial holding only
-    its header when there is none."""
-    from spdrank.core.files import atomic_write_bytes
-
-    if not partial.exists():
-        atomic_write_bytes(partial, header_line(key))
-        return 0
+    """The number of whole slates ``partial`` (held open and locked as ``fh``) holds, each
+    checked against the next of ``inputs`` (``--slates``' slates, which it consumes that far);
+    only a new header in it when it holds no slate."""
     header = read_header(partial)
     if header != dict(key) and not any(True for _ in partial_lines(partial)):
-        atomic_write_bytes(partial, header_line(key))  # no slate in it: nothing to keep
+        start_partial(fh, key)  # no slate in it: nothing to keep
         return 0
     if header != dict(key):
         raise ValueError(
@@ -473,13 +523,8 @@ def leak_message(spec: str, user: str) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from spdrank.commands.named_rankers import default_train_path, fit_rankers, is_search
-    from spdrank.core.files import atomic_writer, check_outputs, output_target
+    from spdrank.core.files import check_outputs, output_target
     from spdrank.core.inputs import check_rereadable
-    from spdrank.core.progress import Progress
-    from spdrank.core.slates import batched, dumps_slate, iter_slates
-    from spdrank.datasets.extra_sequences import default_extra_sequences
-    from spdrank.datasets.fitted_users import fitted_users
     from spdrank.rankers.fusion import RUN_PREFIX
 
     slates_path, out = Path(args.slates), Path(args.out)
@@ -491,12 +536,34 @@ def run(args: argparse.Namespace) -> int:
     if output_target(out).stream:
         raise ValueError(f"--out {out}: the output is written beside it as it goes "
                          f"({partial.name}), so it must be a file, not a stream")
-    train = Path(args.train) if args.train else default_train_path(slates_path)
     runs = [Path(a.spec[len(RUN_PREFIX):]) for a in adds if a.spec.startswith(RUN_PREFIX)]
     inputs: dict[str, Any] = {"--slates": slates_path, "--add run:": runs}
     check_outputs(inputs, {"--out": out, "--out's partial": partial},
                   models={"--add": [a.spec for a in adds if Path(a.spec).is_dir()]})
+    fh = open_partial(partial, out)
+    try:
+        return add_features(args, adds, inputs, fh)
+    finally:
+        close_partial(fh, partial)
 
+
+def add_features(
+    args: argparse.Namespace, adds: Sequence[Added], inputs: Mapping[str, Any], fh: IO[bytes]
+) -> int:
+    """The run once its partial is held (``fh``): fit the rankers, resume the partial, write
+    the rest of the slates to it, then ``--out`` from it."""
+    from spdrank.commands.named_rankers import default_train_path, fit_rankers, is_search
+    from spdrank.core.files import atomic_writer, check_outputs
+    from spdrank.core.progress import Progress
+    from spdrank.core.slates import batched, dumps_slate, iter_slates
+    from spdrank.datasets.extra_sequences import default_extra_sequences
+    from spdrank.datasets.fitted_users import fitted_users
+    from spdrank.rankers.fusion import RUN_PREFIX
+
+    slates_path, out = Path(args.slates), Path(args.out)
+    partial = partial_path(out)
+    train = Path(args.train) if args.train else default_train_path(slates_path)
+    runs = [Path(a.spec[len(RUN_PREFIX):]) for a in adds if a.spec.startswith(RUN_PREFIX)]
     for add in adds:
         add.ranker = build_ranker(add.spec)
         add.rows = Chunked(add.ranker)
@@ -560,32 +627,31 @@ def run(args: argparse.Namespace) -> int:
     }
     names = [a.feature for a in adds]
     if args.restart:
-        partial.unlink(missing_ok=True)
+        os.ftruncate(fh.fileno(), 0)
     stream = iter_slates(slates_path)
-    done = resume(partial, key, stream, names)
+    done = resume(fh, partial, key, stream, names)
     if done:
         log.info("data features: %d of %d slates already in %s, continuing after them",
                  done, total, partial)
     bar = Progress("features", unit="slate", total=total, initial=done, mode=progress)
     try:
-        with open(partial, "ab") as fh:
-            for chunk in batched(stream, CHUNK):
-                places = [where for where, _ in chunk]
-                slates = [slate for _, slate in chunk]
-                for where, slate in chunk:
-                    if not args.overwrite:
-                        check_held(slate, names, where)
-                for add in adds:
-                    assert add.rows is not None
-                    t0 = time.perf_counter()
-                    rankings = add.rows.rankings(slates, places)
-                    for (where, slate), ranking in zip(chunk, rankings):
-                        set_values(add, slate, ranking, where)
-                    add.seconds += time.perf_counter() - t0
-                fh.write(b"".join((dumps_slate(s) + "\n").encode() for s in slates))
-                fh.flush()
-                os.fsync(fh.fileno())
-                bar.update(len(slates))
+        for chunk in batched(stream, CHUNK):
+            places = [where for where, _ in chunk]
+            slates = [slate for _, slate in chunk]
+            for where, slate in chunk:
+                if not args.overwrite:
+                    check_held(slate, names, where)
+            for add in adds:
+                assert add.rows is not None
+                t0 = time.perf_counter()
+                rankings = add.rows.rankings(slates, places)
+                for (where, slate), ranking in zip(chunk, rankings):
+                    set_values(add, slate, ranking, where)
+                add.seconds += time.perf_counter() - t0
+            fh.write(b"".join((dumps_slate(s) + "\n").encode() for s in slates))
+            fh.flush()
+            os.fsync(fh.fileno())
+            bar.update(len(slates))
     finally:
         bar.close()
 
