@@ -140,3 +140,21 @@ def test_an_explicit_float32_stays_float32_on_a_bfloat16_cpu(monkeypatch, tmp_pa
     overridden = SPDRanker.from_pretrained(tmp_path / "auto", dtype="float32")
     assert backbone_dtype(overridden) == torch.float32
     assert overridden.config.backbone.dtype == "float32"
+
+
+def test_a_device_this_machine_lacks_is_refused_by_name(monkeypatch):
+    """accelerate falls back to the CPU for a device it cannot use: a run asked for CUDA
+    would train on the CPU without a word, and a ranker fail with torch's traceback."""
+    from spdrank.backbone.load import resolve_device
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert resolve_device("auto") == "cpu" and resolve_device("cpu") == "cpu"
+    with pytest.raises(ValueError, match=r"--device cuda: this machine has no CUDA device"):
+        resolve_device("cuda")
+    with pytest.raises(ValueError, match=r"--device 'gpu': use cpu, cuda, cuda:N"):
+        resolve_device("gpu")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    assert resolve_device("cuda:0") == "cuda:0"
+    with pytest.raises(ValueError, match=r"--device cuda:1: this machine has 1 CUDA devices"):
+        resolve_device("cuda:1")

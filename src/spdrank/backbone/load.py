@@ -55,9 +55,25 @@ RANDOM_SEED = 0
 
 
 def resolve_device(name: str) -> str:
-    """``auto`` is CUDA when available, else CPU; anything else is passed to torch as is."""
+    """``auto`` is CUDA when available, else CPU; ``cpu``, ``cuda`` and ``cuda:N`` are checked
+    against this machine: a device it lacks would fail deep in torch with a traceback, or,
+    where accelerate falls back to the CPU, train on the CPU without a word."""
     if name == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
+    kind, _, index = name.partition(":")
+    if kind == "cpu" and not index:
+        return name
+    if name == "mps" and torch.backends.mps.is_available():
+        return name
+    if kind != "cuda" or (index and not index.isdigit()):
+        raise ValueError(f"--device {name!r}: use cpu, cuda, cuda:N, mps (on Apple silicon) "
+                         "or auto")
+    if not torch.cuda.is_available():
+        raise ValueError(f"--device {name}: this machine has no CUDA device torch can use "
+                         f"(torch {torch.__version__}); use cpu or auto")
+    if index and int(index) >= torch.cuda.device_count():
+        raise ValueError(f"--device {name}: this machine has {torch.cuda.device_count()} CUDA "
+                         "devices, numbered from 0")
     return name
 
 
