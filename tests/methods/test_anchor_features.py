@@ -78,6 +78,9 @@ def test_a_feature_anchor_round_trips_and_refuses_what_the_model_does_not_read(t
     for bad in ("feature:", "feature:-1*good", "feature:x*good", "feature:good+good", "dense"):
         with pytest.raises(ValueError, match="anchor"):
             parse_anchor(bad)
+    with pytest.raises(ValueError, match=r"the weight of 'good' is 1e39; only the weights' "
+                       "ratios order the sum"):
+        parse_anchor("feature:1e39*good")
 
 
 def run(tmp_path, name: str, **settings) -> dict:

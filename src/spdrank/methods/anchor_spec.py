@@ -67,6 +67,11 @@ def feature_anchor(name: str) -> str:
     return FEATURE_ANCHOR + name
 
 
+#: The largest weight of a weighted anchor (and 1 over it the smallest): only the weights'
+#: ratios decide the order, and a weight near float32's range (3.4e38) overflows the sum.
+MAX_WEIGHT = 1e6
+
+
 def parse_anchor(text: object) -> AnchorSpec:
     """``text`` as an :class:`AnchorSpec`; a ``ValueError`` naming what is wrong otherwise."""
     if not isinstance(text, str):
@@ -99,6 +104,11 @@ def parse_anchor(text: object) -> AnchorSpec:
         if not math.isfinite(weight) or weight <= 0:
             raise ValueError(f"anchor {text!r}: the weight of {name!r} must be a finite number "
                              f"above 0, got {weight_text!r}")
+        if not 1 / MAX_WEIGHT <= weight <= MAX_WEIGHT:
+            raise ValueError(f"anchor {text!r}: the weight of {name!r} is {weight_text}; only "
+                             "the weights' ratios order the sum, so write them between "
+                             f"{1 / MAX_WEIGHT:g} and {MAX_WEIGHT:g} (the head computes the sum "
+                             "in float32)")
         if name in (n for n, _ in weights):
             raise ValueError(f"anchor {text!r} names {name!r} twice")
         weights.append((name, weight))
