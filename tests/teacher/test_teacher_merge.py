@@ -1,4 +1,5 @@
-"""``spdrank teacher merge``: the label files it joins are one teacher's."""
+"""``spdrank teacher merge``: the label files it joins are one teacher's, and a stream ``--out``
+names where its labelled slates go."""
 
 import json
 from pathlib import Path
@@ -6,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from spdrank.commands.cli import main
-from spdrank.core.slates import write_slates
+from spdrank.core.slates import load_slates, write_slates
 from tests.helpers import make_slates, records
 
 
@@ -74,3 +75,20 @@ def test_files_that_share_their_teacher_merge_and_a_mix_is_said(data, capsys, ca
         data / "b.jsonl") + ")" in caplog.text
     capsys.readouterr()
 
+
+def test_a_stream_out_needs_slates_out_and_gets_the_labels_alone(data, capfd):
+    teacher(data, "ranker:cooccurrence", "full.jsonl")
+    assert merge(data, "full.jsonl", out="/dev/stdout") == 2
+    err = capfd.readouterr().err
+    assert "--out /dev/stdout is a stream" in err and "--slates-out FILE" in err
+    assert not Path("/dev/stdout.slates.jsonl").exists()
+    assert merge(data, "full.jsonl", out="/dev/null") == 2
+    assert "--slates-out" in capfd.readouterr().err
+    assert not Path("/dev/null.slates.jsonl").exists()
+
+    assert merge(data, "full.jsonl", out="/dev/stdout",
+                 extra=("--slates-out", str(data / "m.slates.jsonl"))) == 0
+    out, err = capfd.readouterr()
+    assert [json.loads(line) for line in out.splitlines()] == records(data / "full.jsonl")
+    assert "labelled slates: " + str(data / "m.slates.jsonl") in err
+    assert load_slates(data / "m.slates.jsonl") == load_slates(data / "full.slates.jsonl")

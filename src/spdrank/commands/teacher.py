@@ -183,7 +183,8 @@ def register(subparsers: Any) -> None:
     m.add_argument("--slates", required=True, metavar="FILE", help="the slates they label")
     m.add_argument("--out", required=True, metavar="FILE", help="merged labels (JSONL)")
     m.add_argument("--slates-out", metavar="FILE",
-                   help="labelled slates (default: <stem>.slates.jsonl beside --out)")
+                   help="labelled slates (default: <stem>.slates.jsonl beside --out; "
+                   "needed when --out is a stream such as /dev/stdout)")
     m.add_argument("--allow-missing", action="store_true",
                    help="write the merge even when some slates have no label")
     m.add_argument("--json", metavar="FILE", help="also write the merge summary as JSON")
@@ -483,18 +484,37 @@ def check_backend_flags(args: argparse.Namespace) -> None:
                  log)
 
 
-def run_merge(args: argparse.Namespace) -> int:
-    from spdrank.core.files import check_outputs
-    from spdrank.teacher.merge import format_merge, merge_labels
+def merge_slates_out(args: argparse.Namespace) -> str:
+    """Where ``teacher merge`` writes the labelled slates: ``--slates-out``, else beside a file
+    ``--out``. A stream's (``/dev/stdout``) sibling would be a new file in ``/dev``, so a
+    stream ``--out`` needs ``--slates-out``."""
+    from spdrank.core.files import output_target
     from spdrank.teacher.run import default_slates_out
 
-    slates_out = args.slates_out or default_slates_out(args.out)
+    if args.slates_out:
+        return str(args.slates_out)
+    if output_target(args.out).stream:
+        raise ValueError(f"--out {args.out} is a stream, with no folder to write the labelled "
+                         "slates beside it: name their file with --slates-out FILE")
+    return str(default_slates_out(args.out))
+
+
+def run_merge(args: argparse.Namespace) -> int:
+    import sys
+
+    from spdrank.core.files import check_outputs, output_target
+    from spdrank.teacher.merge import format_merge, merge_labels
+
+    slates_out = merge_slates_out(args)
     check_outputs(
         {"--labels": args.labels, "--slates": args.slates},
         {"--out": args.out, "--slates-out": slates_out, "--json": args.json},
     )
     summary = merge_labels(args.labels, args.slates, args.out, slates_out, args.allow_missing)
-    print(format_merge(summary))
+    # Beside labels sent to a stream (/dev/stdout), the summary goes to stderr: a pipe reading
+    # them gets JSONL only.
+    streamed = any(output_target(path).stream for path in (args.out, slates_out))
+    print(format_merge(summary), file=sys.stderr if streamed else sys.stdout)
     if args.json:
         _write_json(args.json, summary.to_dict())
     return 0 if summary.written and not summary.missing else (0 if args.allow_missing else 1)
