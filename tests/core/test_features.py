@@ -98,3 +98,10 @@ def test_features_beyond_every_training_value_are_counted():
     assert drift.summary().startswith(
         "features beyond every training value on 1 of 2 slates (e.g. pop = 40 at f.jsonl:far, "
         "34 standard deviations from its training mean, where no training value lies beyond 2)")
+
+
+def test_a_feature_too_spread_to_square_is_named():
+    slates = [mk("a", [{"pop": 1e300}, {"pop": -1e300}]), mk("b", [{"pop": 0.0}, {"pop": 1.0}])]
+    with pytest.raises(SlateError, match=r"slate 'a': feature 'pop' spreads past what float64 "
+                       r"holds squared \(values up to 1e\+300\)"):
+        FeatureNormalizer.fit(["pop"], slates)

@@ -112,12 +112,21 @@ class FeatureNormalizer:
         for slate in slates:
             values = raw_features(slate, names)
             n = len(values)
-            batch_mean = values.mean(axis=0)
-            delta = batch_mean - mean
-            total = count + n
-            mean = mean + delta * (n / total)
-            m2 = m2 + ((values - batch_mean) ** 2).sum(axis=0) + delta**2 * (count * n / total)
+            with np.errstate(over="ignore", invalid="ignore"):
+                batch_mean = values.mean(axis=0)
+                delta = batch_mean - mean
+                total = count + n
+                mean = mean + delta * (n / total)
+                m2 = m2 + ((values - batch_mean) ** 2).sum(axis=0) + delta**2 * (count * n / total)
             count = total
+            overflow = [j for j, v in enumerate(m2) if not np.isfinite(v)]
+            if overflow:
+                j = overflow[0]
+                raise SlateError(
+                    f"slate {slate.query.qid!r}: feature {names[j]!r} spreads past what float64 "
+                    f"holds squared (values up to {np.abs(values[:, j]).max():.3g}): send "
+                    "heavy-tailed signals log-scaled"
+                )
         if count == 0:
             raise ValueError("no training slates to fit the feature normalisation on")
         std = np.sqrt(m2 / count)
