@@ -350,3 +350,58 @@ def test_a_partial_a_finishing_run_unlinked_is_let_go_for_the_path_s_new_file(
     finally:
         data_features.close_partial(fh, partial)
     assert not partial.exists()  # left empty by a run that failed: removed
+
+
+def write_run(slates: Path, path: Path, top: float = 10.0) -> None:
+    """A TREC run scoring each slate's first five candidates ``top``, ``top - 1``, ..."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lines = [f"{s.query.qid} Q0 {d} {r + 1} {top - r} tag"
+             for s in read_slates(slates) for r, d in enumerate(s.docids[:5])]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def crash_after(monkeypatch: pytest.MonkeyPatch, calls: int) -> None:
+    """Popularity raises ``RuntimeError('killed')`` after ``calls`` slates: a killed run."""
+    original = PopularityRanker.rank
+    seen = {"n": 0}
+
+    def crashing(self, slate, leave_out=None):
+        seen["n"] += 1
+        if seen["n"] > calls:
+            raise RuntimeError("killed")
+        return original(self, slate, leave_out)
+
+    monkeypatch.setattr(PopularityRanker, "rank", crashing)
+
+
+def test_a_fusion_s_run_is_an_input_no_out_overwrites_and_a_resume_checks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A run read as a fusion's component is refused as --out, as a run added alone is, and a
+    resume after it changed is refused rather than mixing the old run's values with the new."""
+    out = build(tmp_path)
+    slates = out / "eval.jsonl"
+    run_file = tmp_path / "runs" / "mine.trec"
+    write_run(slates, run_file)
+    before = run_file.read_bytes()
+    fused = f"f=fusion:rrf:run:{run_file}+popularity"
+    assert run("--slates", str(slates), "--out", str(run_file), "--add", fused) == 2
+    assert "is the same file as --add fusion:'s component" in capsys.readouterr().err
+    assert run_file.read_bytes() == before
+    assert not data_features.partial_path(run_file).exists()
+
+    dst = tmp_path / "f.jsonl"
+    argv = ["--slates", str(slates), "--out", str(dst), "--add", fused]
+    monkeypatch.setattr(data_features, "CHUNK", 4)
+    crash_after(monkeypatch, 4)
+    with pytest.raises(RuntimeError, match="killed"):
+        run(*argv)
+    monkeypatch.undo()
+    write_run(slates, run_file, top=20.0)
+    capsys.readouterr()
+    assert run(*argv) == 2
+    assert "left by another `spdrank data features` run" in capsys.readouterr().err
+    assert run(*argv, "--restart") == 0
+    fresh = tmp_path / "fresh.jsonl"
+    assert run("--slates", str(slates), "--out", str(fresh), "--add", fused) == 0
+    assert dst.read_bytes() == fresh.read_bytes()

@@ -50,7 +50,9 @@ it goes to ``OUT.partial`` (a header line naming the command, then one slate a l
 chunk flushed and synced), and a rerun of the same command continues after its last whole
 slate: a line a kill cut short is dropped, the partial's slates must be ``--slates``' first
 ones (else it is refused, naming both lines; ``--restart`` discards it), and the header must
-name the same features, rankers and inputs. ``OUT`` is written atomically from the partial
+name the same features, rankers and inputs: the sha256 of each file a ranker reads (a run,
+a fusion's ``run:`` and ``labels:`` components, the training files), so a resume after one
+changed is refused rather than mixing two versions' values. ``OUT`` is written atomically from the partial
 only once every slate is, so it is never seen half-written, and nothing already written is
 lost when the run is killed. A run holds an exclusive lock on the partial from its start to
 its end, as the teacher's label journal does (:class:`spdrank.core.journal.Journal`): a second
@@ -458,6 +460,33 @@ def resume(
     return done
 
 
+def run_files(adds: Sequence[Added]) -> list[Path]:
+    """The TREC runs ``--add run:PATH`` replays."""
+    from spdrank.rankers.fusion import RUN_PREFIX
+
+    return [Path(a.spec[len(RUN_PREFIX):]) for a in adds if a.spec.startswith(RUN_PREFIX)]
+
+
+def fused_files(adds: Sequence[Added]) -> list[Path]:
+    """The files a fusion's components read (``run:PATH``, ``labels:PATH``): inputs as much as
+    a run added alone, which no output may overwrite and whose change a resume must see."""
+    from spdrank.rankers.fusion import component_files
+
+    return [Path(f) for a in adds for f in component_files(a.spec)]
+
+
+def resume_key(adds: Sequence[Added], fitted: Sequence[Path]) -> dict[str, Any]:
+    """What the partial's header records, which a rerun must match to continue it: the
+    features and their rankers, and a fingerprint of every input the rankers read (runs,
+    fusions' component files, checkpoints, and ``fitted``, the files they were fitted on)."""
+    folders = [Path(a.spec) for a in adds if Path(a.spec).is_dir()]
+    return {
+        "features": [[a.feature, a.spec] for a in adds],
+        "inputs": {str(p): fingerprint(p)
+                   for p in [*run_files(adds), *fused_files(adds), *folders, *fitted]},
+    }
+
+
 def fingerprint(path: Path) -> str:
     """What the partial's header records of an input a ranker reads: its sha256 (a file), or
     its path (a checkpoint folder)."""
@@ -525,7 +554,6 @@ def leak_message(spec: str, user: str) -> str:
 def run(args: argparse.Namespace) -> int:
     from spdrank.core.files import check_outputs, output_target
     from spdrank.core.inputs import check_rereadable
-    from spdrank.rankers.fusion import RUN_PREFIX
 
     slates_path, out = Path(args.slates), Path(args.out)
     check_rereadable(slates_path, "slate file")
@@ -536,8 +564,8 @@ def run(args: argparse.Namespace) -> int:
     if output_target(out).stream:
         raise ValueError(f"--out {out}: the output is written beside it as it goes "
                          f"({partial.name}), so it must be a file, not a stream")
-    runs = [Path(a.spec[len(RUN_PREFIX):]) for a in adds if a.spec.startswith(RUN_PREFIX)]
-    inputs: dict[str, Any] = {"--slates": slates_path, "--add run:": runs}
+    inputs: dict[str, Any] = {"--slates": slates_path, "--add run:": run_files(adds),
+                              "--add fusion:'s component": fused_files(adds)}
     check_outputs(inputs, {"--out": out, "--out's partial": partial},
                   models={"--add": [a.spec for a in adds if Path(a.spec).is_dir()]})
     fh = open_partial(partial, out)
@@ -558,12 +586,10 @@ def add_features(
     from spdrank.core.slates import batched, dumps_slate, iter_slates
     from spdrank.datasets.extra_sequences import default_extra_sequences
     from spdrank.datasets.fitted_users import fitted_users
-    from spdrank.rankers.fusion import RUN_PREFIX
 
     slates_path, out = Path(args.slates), Path(args.out)
     partial = partial_path(out)
     train = Path(args.train) if args.train else default_train_path(slates_path)
-    runs = [Path(a.spec[len(RUN_PREFIX):]) for a in adds if a.spec.startswith(RUN_PREFIX)]
     for add in adds:
         add.ranker = build_ranker(add.spec)
         add.rows = Chunked(add.ranker)
@@ -617,14 +643,8 @@ def add_features(
                 if getattr(part.inner, "leaves_one_out", False):
                     part.own = train_only
 
-    key = {
-        "features": [[a.feature, a.spec] for a in adds],
-        "inputs": {
-            str(p): fingerprint(p)
-            for p in [*runs, *[Path(a.spec) for a in adds if Path(a.spec).is_dir()],
-                      *([train] if needing else []), *([extra] if needing and extra else [])]
-        },
-    }
+    key = resume_key(adds, [*([train] if needing else []),
+                            *([extra] if needing and extra else [])])
     names = [a.feature for a in adds]
     if args.restart:
         os.ftruncate(fh.fileno(), 0)
