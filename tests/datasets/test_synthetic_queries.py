@@ -251,6 +251,38 @@ def test_a_journal_of_other_settings_or_another_corpus_is_refused(tmp_path: Path
                         progress=False)
 
 
+def test_a_journal_written_from_other_passage_text_or_cut_is_refused(tmp_path: Path,
+                                                                      caplog) -> None:
+    corpus, out = _corpus(tmp_path / "c.jsonl"), tmp_path / "synth.jsonl"
+    options = QueryOptions(passages=3, keep_top=3, depth=5)
+    build_synthetic(corpus, out, FakeWriter(), options, progress=False)
+    # The same docids with other text: each query was written from a passage that is gone.
+    changed = _corpus(tmp_path / "c2.jsonl")
+    changed.write_text(changed.read_text().replace("in some detail", "and nothing else"))
+    writer = FakeWriter()
+    with pytest.raises(SlateError, match=r"synth.queries.jsonl:1: this query was written from "
+                                         r"other text than docid 'p\d+' shows now: its text "
+                                         r"in .*c2.jsonl, cut to its first 256 words"):
+        build_synthetic(changed, out, writer, options, progress=False)
+    # The same text cut elsewhere: the prompt shows other words than the query was written from.
+    with pytest.raises(SlateError, match=r"cut to its first 3 words \(--max-passage-words\)"):
+        build_synthetic(corpus, out, writer, QueryOptions(passages=3, keep_top=3, depth=5,
+                                                          max_passage_words=3), progress=False)
+    assert writer.calls == []
+    # A cut past every passage's end shows the same text: the queries are this run's.
+    build = build_synthetic(corpus, out, writer, QueryOptions(passages=3, keep_top=3, depth=5,
+                                                              max_passage_words=50),
+                            progress=False)
+    assert build.reused == 3 and writer.calls == [] and "no digest" not in caplog.text
+    # A record without the digest cannot be checked: reused, and said.
+    journal = journal_path(out)
+    journal.write_text("".join(
+        json.dumps({k: v for k, v in json.loads(line).items() if k != "passage"}) + "\n"
+        for line in journal.read_text().splitlines()))
+    build = build_synthetic(changed, out, writer, options, progress=False)
+    assert build.reused == 3 and "3 queries in" in caplog.text and "no digest" in caplog.text
+
+
 def _shifted(path: Path) -> Path:
     path.write_text("".join(json.dumps({"_id": f"q{i}", "text": f"topic{i} colour{i}"}) + "\n"
                             for i in range(5)))

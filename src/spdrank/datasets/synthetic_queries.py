@@ -13,7 +13,11 @@ passage leaves data good enough to train rerankers on. Here:
    examples kept as data (``spdrank/data/queries/inpars.json``, or a user's file), for each
    passage. Each answer is appended to a journal beside the output
    (:mod:`spdrank.core.journal`) as it arrives, so a killed run loses at most the passages in
-   flight and a rerun skips every passage already written for.
+   flight and a rerun skips every passage already written for. Each record holds what its
+   query was made from (the writer and its settings, the prompt's digest, and the digest of
+   the passage text as the prompt showed it, cut to ``max_passage_words``), and a rerun that
+   would make it from anything else is refused: its queries would be another run's under
+   this one's name.
 3. **screen**: the answer's first line, cleaned, is dropped when empty, cut off at the token
    cap or longer than ``max_query_words``, a repeat of an earlier query, or when its source
    passage is not in BM25's top ``keep_top`` over the whole corpus (Promptagator's round-trip
@@ -33,6 +37,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import random
 import re
@@ -52,6 +57,8 @@ from spdrank.core.trec import read_corpus, read_json
 from spdrank.core.validation import SlateError, is_blank
 from spdrank.datasets.search import is_retrieve_results, retrieved_passages, search_slate
 from spdrank.rankers.bm25 import K1, B, tokenize
+
+log = logging.getLogger(__name__)
 
 #: Why a written query is not kept, in the order the screen asks.
 DROP_REASONS = ("empty", "too_long", "duplicate", "not_retrieved")
@@ -151,6 +158,9 @@ class PromptJob:
     prompt: str
     #: The prompt's instruction, for a writer that sends it as a system message.
     instruction: str
+    #: The digest of the passage text the prompt shows (:func:`passage_digest`), journalled
+    #: with the query so that a rerun can tell the passage or its cut changed.
+    passage: str = ""
 
 
 @dataclass
@@ -261,6 +271,12 @@ def cut_words(text: str, words: int) -> str:
     """``text``'s first ``words`` words (whitespace-separated), for a prompt of bounded size."""
     parts = text.split()
     return text.strip() if len(parts) <= words else " ".join(parts[:words])
+
+
+def passage_digest(shown: str) -> str:
+    """A short hash of the passage text a prompt shows (cut): the journal keys a query by its
+    docid, and the same docid with other text, or cut elsewhere, prompts another query."""
+    return hashlib.sha256(shown.encode()).hexdigest()[:12]
 
 
 class CorpusBM25:
@@ -392,6 +408,8 @@ def _check_record(record: dict[str, Any]) -> None:
             raise SlateError(f"a query record needs {name!r} ({kind.__name__})")
     if not isinstance(record.get("hit_max_tokens"), bool):
         raise SlateError("a query record needs 'hit_max_tokens' (true or false)")
+    if not isinstance(record.get("passage", ""), str):
+        raise SlateError("a query record's 'passage' is the digest of its passage (str)")
 
 
 def _check_made_alike(journal: Journal, writer: QueryWriter, prompt: QueryPrompt) -> None:
@@ -408,6 +426,29 @@ def _check_made_alike(journal: Journal, writer: QueryWriter, prompt: QueryPrompt
                 f"{journal.path} to start over", entry.where)
 
 
+def _check_passages(journal: Journal, shown: Mapping[str, str], corpus: str, words: int) -> None:
+    """Refuse a query written from other text than its passage's prompt shows now (``shown``,
+    docid -> text as cut): another corpus' passage under the same docid, or another
+    ``--max-passage-words``. A record without the digest cannot be checked: said in one
+    line, and reused as it is."""
+    unchecked = 0
+    for docid, entry in journal.entries.items():
+        recorded = entry.record.get("passage")
+        if recorded is None:
+            unchecked += 1
+        elif recorded != passage_digest(shown[docid]):
+            raise SlateError(
+                f"this query was written from other text than docid {docid!r} shows now: its "
+                f"text in {corpus}, cut to its first {words} words (--max-passage-words), "
+                f"is not what the writer was given; pass another --out, or remove "
+                f"{journal.path} to start over", entry.where)
+    if unchecked:
+        log.warning("%d queries in %s record no digest of the passage text they were written "
+                    "from, so a changed corpus or --max-passage-words cannot be told: they are "
+                    "reused as they are (remove the file to write them anew)", unchecked,
+                    journal.path)
+
+
 def write_queries(
     jobs: Sequence[PromptJob],
     writer: QueryWriter,
@@ -421,6 +462,7 @@ def write_queries(
     ``build`` (and not journalled), the writing stopped after ``max_failures`` of them."""
     bar = Progress("queries", unit="passage", total=build.sampled, initial=build.reused,
                    mode=progress)
+    passages = {job.docid: job.passage for job in jobs}
     t0 = time.perf_counter()
     try:
         for answer in writer.write(jobs):
@@ -435,7 +477,7 @@ def write_queries(
                 journal.append({
                     "docid": answer.docid, "raw": raw, "hit_max_tokens": answer.hit_max_tokens,
                     "writer": writer.name, "prompt": prompt.digest(),
-                    "settings": writer.settings,
+                    "passage": passages[answer.docid], "settings": writer.settings,
                 })
                 build.written += 1
             bar.update(1, failed=build.failed)
@@ -472,10 +514,13 @@ def build_synthetic(
         if strangers:
             raise SlateError(f"docid {strangers[0].record['docid']!r} is not a passage of "
                              f"{corpus_path}: the journal is another corpus'", strangers[0].where)
+        shown = {d: cut_words(texts[d], options.max_passage_words)
+                 for d in (*journal.entries, *sample)}
+        _check_passages(journal, shown, str(corpus_path), options.max_passage_words)
         todo = [d for d in sample if d not in journal.entries]
         build.reused = build.sampled - len(todo)
-        jobs = [PromptJob(d, prompt.render(cut_words(texts[d], options.max_passage_words)),
-                          prompt.instruction) for d in todo]
+        jobs = [PromptJob(d, prompt.render(shown[d]), prompt.instruction,
+                          passage_digest(shown[d])) for d in todo]
         if jobs:
             write_queries(jobs, writer, journal, prompt, build, options.max_failures, progress)
         records = {d: e.record for d, e in journal.entries.items()}
