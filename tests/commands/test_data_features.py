@@ -19,7 +19,7 @@ from spdrank.core.slates import read_slates, training_sequence
 from spdrank.datasets.build import build_from_files
 from spdrank.datasets.options import BuildOptions
 from spdrank.rankers.baselines import CooccurrenceRanker, PopularityRanker
-from tests.helpers import walking_log
+from tests.helpers import save_features_only_model, walking_log
 
 N_ITEMS = 30
 
@@ -405,3 +405,51 @@ def test_a_fusion_s_run_is_an_input_no_out_overwrites_and_a_resume_checks(
     fresh = tmp_path / "fresh.jsonl"
     assert run("--slates", str(slates), "--out", str(fresh), "--add", fused) == 0
     assert dst.read_bytes() == fresh.read_bytes()
+
+
+def test_a_checkpoint_retrained_in_its_folder_is_another_input_to_a_resume(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A checkpoint is fingerprinted by the files it loads from: a resume after the model was
+    retrained in the same folder, or its config.json edited, is refused rather than mixing two
+    models' values; what a training run keeps beside its model does not count."""
+    out = build(tmp_path)
+    slates = tmp_path / "pop.jsonl"
+    assert run("--slates", str(out / "eval.jsonl"), "--out", str(slates),
+               "--add", "pop=popularity") == 0
+    model = save_features_only_model(tmp_path / "m", positions=8)
+    dst = tmp_path / "f.jsonl"
+    argv = ["--slates", str(slates), "--out", str(dst), "--add", f"m={model}"]
+    monkeypatch.setattr(data_features, "CHUNK", 4)
+    original = data_features.set_values
+    calls = {"n": 0}
+
+    def crashing(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] > 4:
+            raise RuntimeError("killed")
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(data_features, "set_values", crashing)
+    with pytest.raises(RuntimeError, match="killed"):
+        run(*argv)
+    monkeypatch.setattr(data_features, "set_values", original)
+    head = (model / "head.safetensors").read_bytes()
+    save_features_only_model(model, positions=8)  # retrained: other weights, same config
+    assert (model / "head.safetensors").read_bytes() != head
+    capsys.readouterr()
+    assert run(*argv) == 2
+    assert "left by another `spdrank data features` run" in capsys.readouterr().err
+
+    trained = data_features.fingerprint(model)
+    assert set(trained) == {"config.json", "head.safetensors"}
+    config = model / "config.json"
+    config.write_text(config.read_text(encoding="utf-8") + "\n", encoding="utf-8")
+    assert data_features.fingerprint(model) != trained
+    training_run = tmp_path / "run"
+    (training_run / "model").mkdir(parents=True)
+    for name in ("config.json", "head.safetensors"):
+        (training_run / "model" / name).write_bytes((model / name).read_bytes())
+    before = data_features.fingerprint(training_run)
+    (training_run / "log.jsonl").write_text('{"step": 1}\n', encoding="utf-8")
+    assert data_features.fingerprint(training_run) == before == data_features.fingerprint(model)

@@ -51,8 +51,9 @@ chunk flushed and synced), and a rerun of the same command continues after its l
 slate: a line a kill cut short is dropped, the partial's slates must be ``--slates``' first
 ones (else it is refused, naming both lines; ``--restart`` discards it), and the header must
 name the same features, rankers and inputs: the sha256 of each file a ranker reads (a run,
-a fusion's ``run:`` and ``labels:`` components, the training files), so a resume after one
-changed is refused rather than mixing two versions' values. ``OUT`` is written atomically from the partial
+a fusion's ``run:`` and ``labels:`` components, a checkpoint's ``config.json`` and weights,
+the training files), so a resume after one changed is refused rather than mixing two
+versions' values. ``OUT`` is written atomically from the partial
 only once every slate is, so it is never seen half-written, and nothing already written is
 lost when the run is killed. A run holds an exclusive lock on the partial from its start to
 its end, as the teacher's label journal does (:class:`spdrank.core.journal.Journal`): a second
@@ -487,12 +488,29 @@ def resume_key(adds: Sequence[Added], fitted: Sequence[Path]) -> dict[str, Any]:
     }
 
 
-def fingerprint(path: Path) -> str:
-    """What the partial's header records of an input a ranker reads: its sha256 (a file), or
-    its path (a checkpoint folder)."""
+def fingerprint(path: Path) -> str | dict[str, str]:
+    """What the partial's header records of an input a ranker reads: a file's sha256; a
+    checkpoint's, the sha256 of each file it loads from (:func:`checkpoint_files`), by name, so
+    a model retrained or its config edited in the same folder is another input."""
     from spdrank.core.files import sha256_file
+    from spdrank.model.checkpoint import model_folder
 
-    return sha256_file(path) if path.is_file() else str(path.resolve())
+    if path.is_file():
+        return sha256_file(path)
+    folder = model_folder(path)
+    return {f.relative_to(folder).as_posix(): sha256_file(f) for f in checkpoint_files(folder)}
+
+
+def checkpoint_files(folder: Path) -> list[Path]:
+    """The files a checkpoint in ``folder`` is loaded from: its ``config.json``, its head's
+    weights and a LoRA adapter's files; not what a training run keeps beside them (its log,
+    its resumable state), which no ranking reads."""
+    from spdrank.model.checkpoint import ADAPTER_DIR, CONFIG_NAME, HEAD_NAME
+
+    adapter = folder / ADAPTER_DIR
+    found = [folder / CONFIG_NAME, folder / HEAD_NAME,
+             *(sorted(adapter.rglob("*")) if adapter.is_dir() else [])]
+    return [f for f in found if f.is_file()]
 
 
 # -- the command ----------------------------------------------------------------------------
