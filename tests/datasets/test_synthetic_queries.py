@@ -304,7 +304,8 @@ def test_the_command_refuses_bad_input_naming_the_place(tmp_path: Path, capsys) 
     assert "--generator openai needs --base-url" in capsys.readouterr().err
     assert main(["data", "queries", "--corpus", good, "--out", out, "--base-url",
                  "http://127.0.0.1:9/v1"]) == 2
-    assert "--base-url is for --generator openai" in capsys.readouterr().err
+    assert ("--base-url http://127.0.0.1:9/v1 has no effect here: it applies to --generator "
+            "openai" in capsys.readouterr().err)
     assert main(["data", "queries", "--corpus", good, "--out", good]) == 2
     assert "--out" in capsys.readouterr().err
     blank = tmp_path / "blank.tsv"
@@ -314,6 +315,29 @@ def test_the_command_refuses_bad_input_naming_the_place(tmp_path: Path, capsys) 
     with pytest.raises(SystemExit):
         main(["data", "queries", "--corpus", good, "--out", out, "--passages", "0"])
     assert "--passages: must be at least 1" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("writer,flags,said", [
+    (["--generator", "openai", "--base-url", "http://127.0.0.1:9/v1", "--model", "m"],
+     ["--batch-size", "4"], "--batch-size 4 has no effect here: it applies to the local writers"),
+    (["--generator", "openai", "--base-url", "http://127.0.0.1:9/v1", "--model", "m"],
+     ["--device", "cuda"], "--device cuda has no effect here: it applies to the local writers"),
+    (["--generator", "openai", "--base-url", "http://127.0.0.1:9/v1", "--model", "m"],
+     ["--trust-remote-code"], "--trust-remote-code has no effect here"),
+    ([], ["--concurrency", "4"], "--concurrency 4 has no effect here: it applies to --generator"),
+    ([], ["--timeout", "30"], "--timeout 30.0 has no effect here"),
+    (["--generator", "hf", "--model", "some/model"], ["--retries", "1"],
+     "--retries 1 has no effect here: it applies to --generator openai"),
+    ([], ["--api-key", "s3cret"], "--api-key has no effect here"),
+])
+def test_a_flag_of_another_writer_is_refused_by_name(tmp_path: Path, capsys, writer, flags,
+                                                     said) -> None:
+    corpus, out = _corpus(tmp_path / "c.jsonl"), tmp_path / "s.jsonl"
+    assert main(["data", "queries", "--corpus", str(corpus), "--out", str(out), "--passages",
+                 "2", *writer, *flags]) == 2
+    err = capsys.readouterr().err
+    assert said in err and "drop it" in err and "s3cret" not in err
+    assert not out.exists() and not journal_path(out).exists()
 
 
 # -- an OpenAI-compatible server ----------------------------------------------------------------

@@ -15,6 +15,7 @@ NAME.queries.jsonl beside --out as they are written, so a rerun resumes where a 
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 from typing import Any
 
@@ -25,6 +26,8 @@ from spdrank.commands.argtypes import (
     wait_seconds,
 )
 from spdrank.datasets.synthetic_queries import DROP_REASONS, QueryOptions
+
+log = logging.getLogger(__name__)
 
 GENERATORS = ("bundled", "hf", "openai")
 
@@ -108,8 +111,32 @@ def register(sub: Any) -> None:
     p.set_defaults(func=run)
 
 
+def check_writer_flags(args: argparse.Namespace) -> None:
+    """Refuse a flag that only another writer reads (``--batch-size`` or ``--device`` with a
+    server, ``--timeout`` with a local model), through the one table of unread flags
+    (:func:`spdrank.core.unread.check_unread`), as ``spdrank teacher`` refuses its backends'."""
+    from spdrank.commands.argtypes import flag_defaults
+    from spdrank.core.unread import Unread, check_unread
+
+    server = args.generator == "openai"
+    local_only = "it applies to the local writers, --generator bundled and hf"
+    server_only = "it applies to --generator openai"
+    rows = (
+        *(Unread(name, not server, local_only)
+          for name in ("batch_size", "device", "dtype", "trust_remote_code")),
+        *(Unread(name, server, server_only, shown=name != "api_key")
+          for name in ("base_url", "api_key", "concurrency", "timeout", "retries")),
+    )
+    parsers = argparse.ArgumentParser().add_subparsers()
+    register(parsers)
+    check_unread(args, flag_defaults(parsers.choices["queries"], [r.name for r in rows]), rows,
+                 log)
+
+
 def make_writer(args: argparse.Namespace) -> Any:
-    """The query writer the flags name; a flag of another writer is refused, by name."""
+    """The query writer the flags name; a flag of another writer is refused, by name
+    (:func:`check_writer_flags`)."""
+    check_writer_flags(args)
     if args.generator == "openai":
         if not args.base_url:
             raise ValueError("--generator openai needs --base-url URL (the server, up to /v1)")
@@ -123,8 +150,6 @@ def make_writer(args: argparse.Namespace) -> Any:
             max_new_tokens=args.max_new_tokens, temperature=args.temperature, seed=args.seed,
             concurrency=args.concurrency, timeout_s=args.timeout, retries=args.retries,
         )
-    if args.base_url:
-        raise ValueError(f"--base-url is for --generator openai, not {args.generator}")
     if args.generator == "bundled" and args.model not in (None, "bundled"):
         raise ValueError(f"--model {args.model} needs --generator hf (bundled is SmolLM2)")
     if args.generator == "hf" and not args.model:
