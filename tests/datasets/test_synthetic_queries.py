@@ -308,6 +308,9 @@ def test_the_command_refuses_bad_input_naming_the_place(tmp_path: Path, capsys) 
             "openai" in capsys.readouterr().err)
     assert main(["data", "queries", "--corpus", good, "--out", good]) == 2
     assert "--out" in capsys.readouterr().err
+    assert main(["data", "queries", "--corpus", good, "--out", "/dev/null"]) == 2
+    assert "--out /dev/null: the queries are journalled beside it" in capsys.readouterr().err
+    assert not Path("/dev/null.queries.jsonl").exists()
     blank = tmp_path / "blank.tsv"
     blank.write_text("a\t \n")
     assert main(["data", "queries", "--corpus", str(blank), "--out", out]) == 2

@@ -164,10 +164,16 @@ def make_writer(args: argparse.Namespace) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
-    from spdrank.core.files import check_outputs
+    from spdrank.core.files import check_outputs, output_target
     from spdrank.core.progress import duration
     from spdrank.datasets.synthetic_queries import build_synthetic, journal_path, load_prompt
 
+    # The journal's path is derived from --out's: beside a stream (/dev/stdout) it would be a
+    # new file in /dev, and the next run, on another stream, would not find it.
+    if output_target(args.out).stream:
+        raise ValueError(f"--out {args.out}: the queries are journalled beside it as they are "
+                         f"written ({journal_path(args.out).name}), so it must be a file, not "
+                         "a stream")
     check_outputs({"--corpus": args.corpus, **({"--prompt": args.prompt} if args.prompt else {})},
                   {"--out": args.out, "--out's queries journal": journal_path(args.out)},
                   models={"--model": args.model if args.generator == "hf" else None})
