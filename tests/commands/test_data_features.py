@@ -453,3 +453,38 @@ def test_a_checkpoint_retrained_in_its_folder_is_another_input_to_a_resume(
     before = data_features.fingerprint(training_run)
     (training_run / "log.jsonl").write_text('{"step": 1}\n', encoding="utf-8")
     assert data_features.fingerprint(training_run) == before == data_features.fingerprint(model)
+
+
+def test_a_resume_from_another_directory_with_other_spellings_of_the_paths_continues(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The partial's header names each file by its resolved path: the same command from
+    another working directory, with absolute paths through a symlink, continues the partial
+    relative paths began, to the bytes of an uninterrupted run."""
+    out = build(tmp_path)
+    write_run(out / "eval.jsonl", tmp_path / "runs" / "mine.trec")
+    adds = ["--add", "run:runs/mine.trec", "--add", "f=fusion:rrf:run:runs/mine.trec+popularity"]
+    monkeypatch.chdir(tmp_path)
+    assert run("--slates", "slates/eval.jsonl", "--out", "whole.jsonl", *adds) == 0
+    monkeypatch.setattr(data_features, "CHUNK", 4)
+    original = PopularityRanker.rank
+    crash_after(monkeypatch, 4)
+    with pytest.raises(RuntimeError, match="killed"):
+        run("--slates", "slates/eval.jsonl", "--out", "f.jsonl", *adds)
+    monkeypatch.setattr(PopularityRanker, "rank", original)
+
+    link = tmp_path / "link"
+    link.symlink_to(tmp_path)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    capsys.readouterr()
+    assert run("--slates", str(link / "slates" / "eval.jsonl"), "--out", str(link / "f.jsonl"),
+               *[a.replace("runs/", f"{link}/runs/") for a in adds]) == 0
+    assert "4 of them from f.jsonl.partial" in capsys.readouterr().out
+    assert (tmp_path / "f.jsonl").read_bytes() == (tmp_path / "whole.jsonl").read_bytes()
+    model = tmp_path / "training" / "model"
+    model.mkdir(parents=True)
+    (model / "config.json").write_text("{}", encoding="utf-8")
+    assert data_features.resolved_spec(str(tmp_path / "training")) \
+        == data_features.resolved_spec(str(link / "training" / "model")) == str(model)

@@ -50,16 +50,18 @@ it goes to ``OUT.partial`` (a header line naming the command, then one slate a l
 chunk flushed and synced), and a rerun of the same command continues after its last whole
 slate: a line a kill cut short is dropped, the partial's slates must be ``--slates``' first
 ones (else it is refused, naming both lines; ``--restart`` discards it), and the header must
-name the same features, rankers and inputs: the sha256 of each file a ranker reads (a run,
-a fusion's ``run:`` and ``labels:`` components, a checkpoint's ``config.json`` and weights,
-the training files), so a resume after one changed is refused rather than mixing two
-versions' values. ``OUT`` is written atomically from the partial
-only once every slate is, so it is never seen half-written, and nothing already written is
-lost when the run is killed. A run holds an exclusive lock on the partial from its start to
-its end, as the teacher's label journal does (:class:`spdrank.core.journal.Journal`): a second
-run on the same ``--out`` is refused at once, naming the partial, instead of appending its
-slates to the first's. A resumed file equals an uninterrupted one byte for byte, except
-that ``dense``'s vectors depend on which texts share an encoder batch to float rounding.
+name the same features, rankers and inputs: the sha256 of each file a ranker reads (a run, a
+fusion's ``run:`` and ``labels:`` components, a checkpoint's ``config.json`` and weights, the
+training files), so a resume after one changed is refused rather than mixing two versions'
+values; each named by its path resolved (absolute, symlinks followed), so the same command
+from another directory, or with the paths spelled otherwise, continues it. ``OUT`` is written
+atomically from the partial only once every slate is, so it is never seen half-written, and
+nothing already written is lost when the run is killed. A run holds an exclusive lock on the
+partial from its start to its end, as the teacher's label journal does
+(:class:`spdrank.core.journal.Journal`): a second run on the same ``--out`` is refused at
+once, naming the partial, instead of appending its slates to the first's. A resumed file
+equals an uninterrupted one byte for byte, except that ``dense``'s vectors depend on which
+texts share an encoder batch to float rounding.
 """
 
 from __future__ import annotations
@@ -479,13 +481,58 @@ def fused_files(adds: Sequence[Added]) -> list[Path]:
 def resume_key(adds: Sequence[Added], fitted: Sequence[Path]) -> dict[str, Any]:
     """What the partial's header records, which a rerun must match to continue it: the
     features and their rankers, and a fingerprint of every input the rankers read (runs,
-    fusions' component files, checkpoints, and ``fitted``, the files they were fitted on)."""
-    folders = [Path(a.spec) for a in adds if Path(a.spec).is_dir()]
+    fusions' component files, checkpoints, and ``fitted``, the files they were fitted on).
+    Paths are resolved (:func:`resolved`), so the same command run from another directory,
+    with absolute paths or through a link, continues the partial."""
+    from spdrank.model.checkpoint import model_folder
+
+    folders = [model_folder(a.spec) for a in adds if Path(a.spec).is_dir()]
     return {
-        "features": [[a.feature, a.spec] for a in adds],
-        "inputs": {str(p): fingerprint(p)
+        "features": [[a.feature, resolved_spec(a.spec)] for a in adds],
+        "inputs": {resolved(p): fingerprint(p)
                    for p in [*run_files(adds), *fused_files(adds), *folders, *fitted]},
     }
+
+
+def resolved(path: str | Path) -> str:
+    """``path`` absolute, its symlinks followed: one spelling for one file."""
+    return os.path.realpath(path)
+
+
+def resolved_spec(spec: str) -> str:
+    """A ranker spec with each path it names :func:`resolved`: ``run:PATH``, a checkpoint's
+    folder (a training run's resolved to its ``model/``), a fusion's ``run:`` and ``labels:``
+    components; any other spec as given."""
+    from spdrank.model.checkpoint import model_folder
+    from spdrank.rankers.fusion import FUSION_PREFIX, RUN_PREFIX
+
+    if spec.startswith(RUN_PREFIX):
+        return RUN_PREFIX + resolved(spec[len(RUN_PREFIX):])
+    if Path(spec).is_dir():
+        return resolved(model_folder(spec))
+    if spec.startswith(FUSION_PREFIX):
+        return resolved_fusion(spec)
+    return spec
+
+
+def resolved_fusion(spec: str) -> str:
+    """A fusion spec with its ``run:`` and ``labels:`` components' paths :func:`resolved`,
+    read as :func:`spdrank.rankers.fusion.component_files` reads them."""
+    from spdrank.rankers.fusion import BEST, FUSION_PREFIX, LABELS_PREFIX, METHODS, RUN_PREFIX
+
+    body = spec[len(FUSION_PREFIX):]
+    head, sep, tail = body.partition(":")
+    method = ""
+    if sep and head.partition("=")[0] in (*METHODS, BEST):
+        method, body = head + sep, tail
+    parts = []
+    for part in body.split("+"):
+        weight, star, name = part.partition("*") if "*" in part else ("", "", part)
+        for prefix in (RUN_PREFIX, LABELS_PREFIX):
+            if name.startswith(prefix) and len(name) > len(prefix):
+                name = prefix + resolved(name[len(prefix):])
+        parts.append(weight + star + name)
+    return FUSION_PREFIX + method + "+".join(parts)
 
 
 def fingerprint(path: Path) -> str | dict[str, str]:
