@@ -449,7 +449,7 @@ class TrainingSettings:
             # A head that reads each history item's states needs a prompt that spans them.
             history_items=self.head in method.history_kinds,
         ))
-        positions = method.positions(self.positions)
+        positions = self.rank_positions()
         return SPDConfig(
             backbone=BackboneConfig(
                 name_or_path=self.backbone,
@@ -471,6 +471,14 @@ class TrainingSettings:
             features_only=self.features_only,
             decoder=self.decoder,
         )
+
+    def rank_positions(self) -> int:
+        """K of the model these settings train: ``--positions``, cut to the most its ranking
+        method ranks; known before the model is built, so that slates it cannot rank are
+        refused before any step."""
+        from spdrank.methods.base import method_for
+
+        return method_for(self.head).positions(self.positions)
 
     def head_anchor(self) -> str:
         """``--anchor`` as a spec (a bare feature name as ``feature:NAME``, ``best`` as it is),

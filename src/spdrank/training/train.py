@@ -44,7 +44,8 @@ from spdrank.core.atomic_dir import atomic_directory
 from spdrank.core.defaults import DEFAULT_WARMUP, DEFAULT_WARMUP_SHARE
 from spdrank.core.features import FeatureNormalizer, parse_feature_names
 from spdrank.core.progress import Progress
-from spdrank.core.slates import Slate, SlateError, load_slates, read_slates
+from spdrank.core.slates import Slate, SlateError, iter_slates, load_slates, read_slates
+from spdrank.core.validation import located
 from spdrank.eval.first_stage import selection_metric, verdict
 from spdrank.eval.metrics import SlateMetrics, aggregate
 from spdrank.methods.anchor_spec import BEST_ANCHOR, parse_anchor
@@ -268,8 +269,10 @@ class Trainer:
         cfg.check(self.processes)
         set_seed(cfg.seed)  # every process builds the same initial weights
         normalizer = fit_feature_normalizer(cfg)
+        #: K: the most candidates a slate may hold to be trained on or evaluated.
+        self.positions = cfg.rank_positions()
         evaluates = cfg.eval_slates and self.accelerator.is_main_process  # the others train only
-        self.eval_slates = load_slates(cfg.eval_slates, limit=cfg.eval_limit) if evaluates else []
+        self.eval_slates = self.read_eval_slates(normalizer) if evaluates else []
         #: The eval slates' own order scored (the first stage's), and the metric that selects
         #: the model kept.
         self.first_stage = given_order_metrics(self.eval_slates) if self.eval_slates else {}
@@ -282,7 +285,6 @@ class Trainer:
         model_config = self.model_config = cfg.model_config(
             normalizer, self.anchor_choice["anchor"] if self.anchor_choice else None
         )
-        self.positions = model_config.head.positions
         self.source = open_slate_source(
             cfg.slates, seed=cfg.seed, check=self.check_slate, limit=cfg.limit
         )
@@ -403,17 +405,42 @@ class Trainer:
                 "candidates in its first stage's order, or shuffled", *listed, CLICK_COPY_READ,
                 self.cfg.slates)
 
+    def check_fits(self, slate: Slate) -> None:
+        """Refuse a slate of more candidates than the model's K: it cannot be ranked in one
+        pass, and a training run ranks no slate by windows."""
+        if len(slate) > self.positions:
+            raise SlateError(
+                f"slate {slate.query.qid!r} has {len(slate)} candidates, more than the model's "
+                f"{self.positions} rank positions (--positions)",
+                field="candidates",
+            )
+
     def check_slate(self, slate: Slate) -> None:
         """What training needs of a slate beyond its format: it fits K and has its labels."""
-        if len(slate) > self.positions:
-            raise ValueError(
-                f"slate {slate.query.qid!r} has {len(slate)} candidates, more than the model's "
-                f"{self.positions} rank positions (--positions)"
-            )
+        self.check_fits(slate)
         missing = missing_label(slate, self.cfg)
         if missing is not None:
             raise SkipSlate(f"slate {slate.query.qid!r} has no {missing}")
         target_matrix(slate, self.cfg.target)  # raises when the target's labels are missing
+
+    def read_eval_slates(self, normalizer: FeatureNormalizer | None) -> list[Slate]:
+        """The first ``--eval-limit`` eval slates, each refused as it is read, naming its
+        ``file:line``, when the model could not rank it: more candidates than its K, or a
+        feature it reads missing or past what its normalisation holds. Found at the first
+        evaluation instead, such a slate fails the run after its steps are spent.
+
+        This is the model's own check (:meth:`SPDRanker.check`: K, then the normaliser) made
+        before the model exists, since ``--anchor best`` reads these slates to build it; the
+        normaliser is the very one the model will hold, and K is refused in training's words
+        (a training run ranks nothing by windows)."""
+        slates = []
+        for where, slate in islice(iter_slates(self.cfg.eval_slates), self.cfg.eval_limit):
+            with located(where):
+                self.check_fits(slate)
+                if normalizer is not None:
+                    normalizer(slate)
+            slates.append(slate)
+        return slates
 
     def trains_on(self, slate: Slate) -> bool:
         """Whether the run trains on ``slate`` (:meth:`check_slate` does not leave it out):
