@@ -93,3 +93,60 @@ def test_only_the_eval_limit_of_the_eval_slates_is_read(tmp_path, files):
     summary = train(settings(tmp_path, eval_slates=str(eval_file), eval_limit=6))
     assert summary["finished"] and summary["eval_slates"] == 6
     assert json.loads((tmp_path / "run" / "train.json").read_text())["eval_slates"] == 6
+
+
+# -- what a rerun into an unfinished run compares -----------------------------------------------
+
+
+def test_a_run_resumes_whatever_its_paths_are_spelled_and_wherever_it_is_run_from(
+    tmp_path, files, monkeypatch
+):
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path)
+    first = train(settings(tmp_path, slates="train.jsonl", out="r/sl/", stop_after=1,
+                           save_every=1))
+    assert not first["finished"]
+    again = train(settings(tmp_path, slates="./train.jsonl", out="r/sl", stop_after=1))
+    assert not again["finished"] and again["step"] == 2
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    last = train(settings(tmp_path, slates="../train.jsonl", out=str(tmp_path / "r" / "sl")))
+    assert last["finished"] and last["step"] == 4
+
+
+def test_how_often_a_run_saves_evaluates_and_reports_is_no_setting_it_resumes_by(
+    tmp_path, files
+):
+    _, eval_file = files
+    run = {"eval_slates": str(eval_file)}
+    assert not train(settings(tmp_path, **run, stop_after=2, save_every=0))["finished"]
+    again = train(settings(tmp_path, **run, save_every=1, eval_every=1, progress=True))
+    assert again["finished"] and again["step"] == 4
+
+
+def test_a_refused_resume_shows_both_values_and_keeps_the_state(tmp_path, files):
+    train(settings(tmp_path, stop_after=1))
+    state = tmp_path / "run" / "state"
+    before = (state / "trainer.json").read_bytes()
+    with pytest.raises(ValueError) as refused:
+        train(settings(tmp_path, head_lr=0.5, seed=3))
+    message = str(refused.value)
+    assert message == (
+        f"{state} holds an unfinished run with other settings (--head-lr: 0.001 in that run, "
+        "0.5 now; --seed: 0 in that run, 3 now): rerun with that run's settings to resume it, "
+        "or pass another --out to start a new run")
+    assert "delete" not in message and (state / "trainer.json").read_bytes() == before
+
+
+def test_a_state_written_with_its_settings_as_given_still_resumes(tmp_path, files):
+    """States written before the settings were resolved kept them as the user gave them, with
+    the bookkeeping flags, under ``config``."""
+    from dataclasses import asdict
+
+    cfg = settings(tmp_path, stop_after=1)
+    train(cfg)
+    meta_file = tmp_path / "run" / "state" / "trainer.json"
+    meta = json.loads(meta_file.read_text())
+    del meta["settings"]
+    meta["config"] = asdict(cfg) | {"stop_after": None, "progress": None}
+    meta_file.write_text(json.dumps(meta))
+    assert train(settings(tmp_path, save_every=2))["finished"]

@@ -69,7 +69,9 @@ def test_interrupted_run_resumes_to_the_same_weights(tmp_path, tiny_backbone, sl
 
 def test_resume_with_other_settings_is_refused(tmp_path, tiny_backbone, train_file):
     train(config(tmp_path, tiny_backbone, max_steps=4, stop_after=1))
-    with pytest.raises(ValueError, match=r"different settings \(lr\)"):
+    with pytest.raises(ValueError, match=r"other settings \(--lr: 0\.0002 in that run, 0\.5 "
+                       r"now\): rerun with that run's settings to resume it, or pass another "
+                       r"--out"):
         train(config(tmp_path, tiny_backbone, max_steps=4, lr=0.5))
 
 
@@ -77,7 +79,7 @@ def test_a_run_saved_before_a_setting_existed_resumes(tmp_path, tiny_backbone, t
     train(config(tmp_path, tiny_backbone, max_steps=4, stop_after=1))
     meta_file = tmp_path / "run" / "state" / "trainer.json"
     meta = json.loads(meta_file.read_text())
-    del meta["config"]["prompt"]  # a setting added after the run was saved: its default then
+    del meta["settings"]["prompt"]  # a setting added after the run was saved: its default then
     meta_file.write_text(json.dumps(meta))
     assert train(config(tmp_path, tiny_backbone, max_steps=4))["finished"]
 
@@ -86,7 +88,7 @@ def test_a_run_saved_with_a_since_removed_option_off_resumes(tmp_path, tiny_back
     train(config(tmp_path, tiny_backbone, max_steps=4, stop_after=1))
     meta_file = tmp_path / "run" / "state" / "trainer.json"
     meta = json.loads(meta_file.read_text())
-    meta["config"]["standardise_states"] = False
+    meta["settings"]["standardise_states"] = False
     meta_file.write_text(json.dumps(meta))
     assert train(config(tmp_path, tiny_backbone, max_steps=4))["finished"]
 
@@ -95,9 +97,10 @@ def test_a_run_saved_with_a_since_removed_option_on_is_refused(tmp_path, tiny_ba
     train(config(tmp_path, tiny_backbone, max_steps=4, stop_after=1))
     meta_file = tmp_path / "run" / "state" / "trainer.json"
     meta = json.loads(meta_file.read_text())
-    meta["config"]["standardise_states"] = True
+    meta["settings"]["standardise_states"] = True
     meta_file.write_text(json.dumps(meta))
-    with pytest.raises(ValueError, match=r"different settings \(standardise_states\)"):
+    with pytest.raises(ValueError, match=r"other settings \(standardise_states: true in that "
+                       r"run, a setting this version no longer has\)"):
         train(config(tmp_path, tiny_backbone, max_steps=4))
 
 

@@ -32,6 +32,8 @@ ADAPTER_DIR = "adapter"
 #: Where a training run keeps a model it writes as a checkpoint: the one it ends with
 #: (``OUT/model``), its best and its resumable state's (``OUT/best/model``, ``OUT/state/model``).
 MODEL_DIR = "model"
+#: Where a training run keeps its resumable state (``OUT/state``), until it finishes.
+STATE_DIR = "state"
 #: The rest of a training run's resumable state, beside its model: the optimizer's tensors,
 #: each process's random-number state, and the trainer's JSON (step, settings, the
 #: optimizer's and scheduler's other values). Safetensors and JSON: no pickles here either.

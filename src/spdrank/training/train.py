@@ -53,6 +53,7 @@ from spdrank.model.checkpoint import (
     MODEL_DIR,
     OPTIMIZER_NAME,
     RNG_NAME,
+    STATE_DIR,
     SUMMARY_NAME,
     TRAINER_NAME,
 )
@@ -60,6 +61,7 @@ from spdrank.model.ranker import SPDRanker
 from spdrank.model.state_cache import StateCache, open_state_cache
 from spdrank.training.config import TrainConfig
 from spdrank.training.inputs import input_names, mean_of, score_inputs, slates_metrics
+from spdrank.training.run_record import SETTINGS_KEY, check_resume, settings_record
 from spdrank.training.slate_source import SkipSlate, open_slate_source
 from spdrank.training.targets import (
     RELEVANCE_TARGETS,
@@ -75,7 +77,6 @@ log = get_logger(__name__)
 #: The targets that read clicks: a slate without a clicked item gives them nothing to learn.
 CLICK_TARGETS = ("clicks", "teacher+clicks")
 
-STATE_DIR = "state"
 #: Where a run keeps the best model evaluated so far (``--select best``), and what it scored.
 BEST_DIR = "best"
 BEST_NAME = "best.json"
@@ -254,7 +255,11 @@ def fit_feature_normalizer(cfg: TrainConfig) -> FeatureNormalizer | None:
 
 
 class Trainer:
-    """Owns one training run (in one process of it): data, model, optimizer, state files."""
+    """Owns one training run (in one process of it): data, model, optimizer, state files.
+
+    It is given the run's settings as the user gave them: it refuses a rerun that differs from
+    the run already in ``--out`` before it writes anything, and then writes and reads the
+    ``--holdout`` parts (:func:`with_holdout`)."""
 
     def __init__(self, cfg: TrainConfig, trust_remote_code: bool = False) -> None:
         from accelerate import Accelerator
@@ -267,6 +272,9 @@ class Trainer:
         self.accelerator = Accelerator(cpu=resolve_device(cfg.device) == "cpu")
         self.processes = self.accelerator.num_processes
         cfg.check(self.processes)
+        # Before the held-out parts are written: a run refused keeps the parts it read.
+        check_resume(holdout_settings(cfg))
+        cfg = self.cfg = with_holdout(cfg)
         set_seed(cfg.seed)  # every process builds the same initial weights
         normalizer = fit_feature_normalizer(cfg)
         #: K: the most candidates a slate may hold to be trained on or evaluated.
@@ -454,10 +462,7 @@ class Trainer:
     # -- state -----------------------------------------------------------------------------
 
     def _state_meta(self) -> dict[str, Any]:
-        return {
-            "config": asdict(self.cfg) | {"stop_after": None, "progress": None},
-            "processes": self.processes,
-        }
+        return {SETTINGS_KEY: settings_record(asdict(self.cfg)), "processes": self.processes}
 
     def save_state(self) -> None:
         """Write the resumable state; every process must call it (it gathers their RNG states)."""
@@ -479,20 +484,7 @@ class Trainer:
         state = self.out / STATE_DIR
         if not (state / TRAINER_NAME).exists():
             return False
-        meta = json.loads((state / TRAINER_NAME).read_text())
-        # A setting added since the run was saved held its default then; one removed since,
-        # saved off (False or None), changed nothing.
-        defaults = asdict(TrainConfig(slates=self.cfg.slates, out=self.cfg.out))
-        current = self._state_meta()["config"]
-        saved = {k: v for k, v in (defaults | meta["config"]).items()
-                 if k in current or v not in (False, None)}
-        if saved != current:
-            changed = sorted(k for k in saved.keys() | current.keys()
-                             if saved.get(k) != current.get(k))
-            raise ValueError(
-                f"{state} holds a run with different settings ({', '.join(changed)}); "
-                "use another --out or delete that directory to start over"
-            )
+        meta = json.loads((state / TRAINER_NAME).read_text())  # its settings: check_resume
         if meta["processes"] != self.processes:
             raise ValueError(
                 f"{state} holds a run on {meta['processes']} processes, not {self.processes}: "
@@ -842,26 +834,37 @@ class Trainer:
         return True
 
 
-def with_holdout(cfg: TrainConfig) -> TrainConfig:
-    """``cfg`` reading its two parts when it holds queries out (``--holdout``): the main
-    process writes them (:func:`spdrank.training.holdout.hold_out`), the others wait for it."""
+def holdout_settings(cfg: TrainConfig) -> TrainConfig:
+    """``cfg`` reading its two parts when it holds queries out (``--holdout``), as the run
+    reads and records its settings; nothing is written."""
     if cfg.holdout is None or cfg.eval_slates:
         return cfg
     from dataclasses import replace
 
-    from accelerate import PartialState
-
-    from spdrank.training.holdout import HOLDOUT_DIR, hold_out
+    from spdrank.training.holdout import HOLDOUT_DIR
 
     folder = Path(cfg.out) / HOLDOUT_DIR
+    return replace(cfg, slates=str(folder / "train.jsonl"),
+                   eval_slates=str(folder / "validation.jsonl"))
+
+
+def with_holdout(cfg: TrainConfig) -> TrainConfig:
+    """:func:`holdout_settings`, its two parts written: by the main process
+    (:func:`spdrank.training.holdout.hold_out`), while the others wait for it."""
+    held = holdout_settings(cfg)
+    if held is cfg:
+        return cfg
+    from accelerate import PartialState
+
+    from spdrank.training.holdout import hold_out
+
     state = PartialState()
     with state.main_process_first():
         if state.is_main_process:
-            hold_out(cfg.slates, cfg.holdout, folder, cfg.seed)
+            hold_out(cfg.slates, cfg.holdout, Path(held.slates).parent, cfg.seed)
     log.info("held out --holdout %s of %s's queries as the eval slates (%s)", cfg.holdout,
-             cfg.slates, folder / "validation.jsonl")
-    return replace(cfg, slates=str(folder / "train.jsonl"),
-                   eval_slates=str(folder / "validation.jsonl"))
+             cfg.slates, held.eval_slates)
+    return held
 
 
 def train(cfg: TrainConfig, trust_remote_code: bool = False) -> dict[str, Any]:
@@ -873,7 +876,7 @@ def train(cfg: TrainConfig, trust_remote_code: bool = False) -> dict[str, Any]:
     In a data-parallel run every process calls this and gets the summary; only the main
     process writes files.
     """
-    trainer = Trainer(with_holdout(cfg), trust_remote_code)
+    trainer = Trainer(cfg, trust_remote_code)
     try:
         return trainer.run()
     finally:

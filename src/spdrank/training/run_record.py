@@ -1,0 +1,131 @@
+"""What a run in ``--out`` records of itself, and whether a rerun into that folder may go on.
+
+Rerunning ``spdrank train`` with a run's settings continues it from ``OUT/state``. What is
+compared is what decides the weights the run trains. Not how often it saves, evaluates or
+reports, nor where this invocation stops (:data:`CADENCE`): a resumed run may change those.
+Not ``--out``, where the record lies. And a path by where it leads, not as it is spelled
+(``r/x/``, ``./r/x``, the same folder named from another working directory), so the record
+holds paths resolved. A refusal names each setting that differs with both values, and never
+advises deleting the run: its state is work that resumes.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import asdict, fields
+from pathlib import Path
+from typing import Any
+
+from spdrank.backbone.settings import RANDOM_PREFIX
+from spdrank.backbone.templates import BUILTINS
+from spdrank.core.flags import is_flag
+from spdrank.model.checkpoint import STATE_DIR, TRAINER_NAME
+from spdrank.training.config import TrainConfig
+
+#: Settings that say how often a run saves, evaluates or shows its progress, and where this
+#: invocation stops: none changes the weights a step computes, so a rerun may change them.
+CADENCE = frozenset({"save_every", "eval_every", "progress", "stop_after"})
+#: Where the record lies, not what it trains.
+WHERE = frozenset({"out"})
+#: Settings that always name a file or folder.
+PATHS = ("slates", "eval_slates", "init_from", "cache_states")
+#: The key of a record's settings (:func:`settings_record`) in the state's ``trainer.json``.
+SETTINGS_KEY = "settings"
+#: The key under which states written before the settings were resolved kept them as given.
+LEGACY_KEY = "config"
+
+
+def resolved(name: str, value: Any) -> Any:
+    """Setting ``name``'s ``value`` with the path it names made absolute and its links
+    followed: always for :data:`PATHS`; for ``--prompt`` and ``--backbone`` only when they
+    name a file or folder (a built-in template or a hub id is a name, not a path)."""
+    if not isinstance(value, str) or not value:
+        return value
+    if name in PATHS:
+        return str(Path(value).resolve())
+    if name == "prompt" and value not in BUILTINS:
+        return str(Path(value).resolve())
+    if name == "backbone":
+        if value.startswith(RANDOM_PREFIX):
+            return RANDOM_PREFIX + str(Path(value.removeprefix(RANDOM_PREFIX)).resolve())
+        if Path(value).exists():
+            return str(Path(value).resolve())
+    return value
+
+
+def settings_record(values: Mapping[str, Any]) -> dict[str, Any]:
+    """The settings that decide what a run trains, from its settings as ``asdict`` gives them
+    or as a record holds them: :data:`CADENCE` and :data:`WHERE` left out, paths resolved
+    (:func:`resolved`; a record's already are, and resolving them again changes nothing)."""
+    return {name: resolved(name, value) for name, value in values.items()
+            if name not in CADENCE and name not in WHERE}
+
+
+def setting_changes(
+    recorded: Mapping[str, Any], current: Mapping[str, Any]
+) -> list[tuple[str, Any, Any]]:
+    """``(setting, the recorded run's value, this run's)`` for each setting that differs,
+    ``current`` being this run's settings as ``asdict`` gives them. A setting added since the
+    record was written held its default then; one removed since, recorded off (False or
+    None), changed nothing."""
+    defaults = asdict(TrainConfig(slates=current["slates"], out=current["out"]))
+    now = settings_record(current)
+    then = {name: value for name, value in settings_record(defaults | dict(recorded)).items()
+            if name in now or value not in (False, None)}
+    return [(name, then.get(name), now.get(name)) for name in sorted(then.keys() | now.keys())
+            if then.get(name) != now.get(name)]
+
+
+def _flag(name: str) -> str:
+    """How the user names setting ``name``: its flag, or its field's name for a setting with
+    none (``extra``, or one this version no longer has)."""
+    flags = {f.name for f in fields(TrainConfig) if is_flag(f)}
+    return "--" + name.replace("_", "-") if name in flags else name
+
+
+def _shown(value: Any) -> str:
+    return "unset" if value is None else value if isinstance(value, str) else json.dumps(value)
+
+
+def describe(changes: list[tuple[str, Any, Any]]) -> str:
+    """Each change as ``--lr: 0.0002 in that run, 0.5 now``, joined by semicolons."""
+    known = {f.name for f in fields(TrainConfig)}
+    return "; ".join(
+        f"{_flag(name)}: {_shown(then)} in that run, "
+        + (f"{_shown(now)} now" if name in known else "a setting this version no longer has")
+        for name, then, now in changes)
+
+
+def read_record(path: Path) -> dict[str, Any]:
+    """A JSON record spdrank wrote into a run's folder; a ValueError naming ``path`` when it
+    holds none (a damaged or foreign file is not taken as a run's settings)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{path}: not a record of an spdrank train run ({exc})") from None
+    settings = data.get(SETTINGS_KEY, data.get(LEGACY_KEY)) if isinstance(data, dict) else None
+    if not isinstance(settings, dict):
+        raise ValueError(f"{path}: not a record of an spdrank train run (no settings in it)")  # noqa: TRY004 - a file's bad input
+    return data
+
+
+def recorded_settings(record: Mapping[str, Any]) -> dict[str, Any]:
+    """A record's settings: resolved ones, or the settings as given of an older record."""
+    return record.get(SETTINGS_KEY, record.get(LEGACY_KEY))
+
+
+def check_resume(cfg: TrainConfig) -> None:
+    """Refuse to continue the unfinished run in ``cfg.out`` with settings other than its own,
+    naming each that differs with both values; ``cfg`` as the run records its settings
+    (reading the held-out parts, with ``--holdout``)."""
+    state = Path(cfg.out) / STATE_DIR
+    meta = state / TRAINER_NAME
+    if not meta.exists():
+        return
+    changes = setting_changes(recorded_settings(read_record(meta)), asdict(cfg))
+    if changes:
+        raise ValueError(
+            f"{state} holds an unfinished run with other settings ({describe(changes)}): rerun "
+            "with that run's settings to resume it, or pass another --out to start a new run"
+        )
