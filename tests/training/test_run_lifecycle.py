@@ -150,3 +150,55 @@ def test_a_state_written_with_its_settings_as_given_still_resumes(tmp_path, file
     meta["config"] = asdict(cfg) | {"stop_after": None, "progress": None}
     meta_file.write_text(json.dumps(meta))
     assert train(settings(tmp_path, save_every=2))["finished"]
+
+
+# -- a rerun into a finished run ----------------------------------------------------------------
+
+
+def test_a_finished_run_is_not_replaced_by_a_run_with_other_settings(tmp_path, files):
+    out = tmp_path / "run"
+    train(settings(tmp_path))
+    kept = {name: (out / name).read_bytes()
+            for name in ("train.json", "log.jsonl", "model/head.safetensors")}
+    with pytest.raises(ValueError) as refused:
+        train(settings(tmp_path, head_lr=0.5))
+    assert str(refused.value) == (
+        f"{out} holds a finished run with other settings (--head-lr: 0.001 in that run, 0.5 "
+        f"now), whose model {out / 'model'} this run would replace: pass another --out to "
+        f"train with these settings (--init-from {out} starts from that model)")
+    assert {name: (out / name).read_bytes() for name in kept} == kept
+
+
+def test_a_finished_run_reruns_with_its_settings_spelled_otherwise(tmp_path, files,
+                                                                   monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    train(settings(tmp_path, slates="train.jsonl", out="run"))
+    assert train(settings(tmp_path, slates="./train.jsonl", out="run/", save_every=1,
+                          progress=True))["finished"]
+
+
+def test_a_finished_run_with_its_settings_as_given_is_compared_as_they_lead(tmp_path, files,
+                                                                           monkeypatch):
+    """A train.json written before the settings were recorded resolved holds them as given."""
+    def as_given():
+        summary_file = tmp_path / "run" / "train.json"
+        summary = json.loads(summary_file.read_text())
+        del summary["settings"]
+        summary_file.write_text(json.dumps(summary))
+
+    monkeypatch.chdir(tmp_path)
+    train(settings(tmp_path, slates="train.jsonl", out="run"))
+    as_given()
+    assert train(settings(tmp_path, slates="./train.jsonl", out="run"))["finished"]
+    as_given()
+    with pytest.raises(ValueError, match=r"finished run with other settings \(--seed: 0 in "
+                       r"that run, 1 now\)"):
+        train(settings(tmp_path, slates="./train.jsonl", out="run", seed=1))
+
+
+def test_a_finished_held_out_run_keeps_its_parts_when_a_rerun_is_refused(tmp_path, files):
+    train(settings(tmp_path, holdout=2))
+    parts = {p.name: p.read_bytes() for p in (tmp_path / "run" / "holdout").iterdir()}
+    with pytest.raises(ValueError, match=r"--holdout: 2 in that run, 3 now"):
+        train(settings(tmp_path, holdout=3))
+    assert {p.name: p.read_bytes() for p in (tmp_path / "run" / "holdout").iterdir()} == parts

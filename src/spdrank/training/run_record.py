@@ -1,7 +1,8 @@
 """What a run in ``--out`` records of itself, and whether a rerun into that folder may go on.
 
-Rerunning ``spdrank train`` with a run's settings continues it from ``OUT/state``. What is
-compared is what decides the weights the run trains. Not how often it saves, evaluates or
+Rerunning ``spdrank train`` with a run's settings continues it from ``OUT/state``; a finished
+run (``OUT/train.json``) is rerun only with its settings, never replaced by another run's
+model. What is compared is what decides the weights the run trains. Not how often it saves, evaluates or
 reports, nor where this invocation stops (:data:`CADENCE`): a resumed run may change those.
 Not ``--out``, where the record lies. And a path by where it leads, not as it is spelled
 (``r/x/``, ``./r/x``, the same folder named from another working directory), so the record
@@ -20,7 +21,7 @@ from typing import Any
 from spdrank.backbone.settings import RANDOM_PREFIX
 from spdrank.backbone.templates import BUILTINS
 from spdrank.core.flags import is_flag
-from spdrank.model.checkpoint import STATE_DIR, TRAINER_NAME
+from spdrank.model.checkpoint import MODEL_DIR, STATE_DIR, SUMMARY_NAME, TRAINER_NAME
 from spdrank.training.config import TrainConfig
 
 #: Settings that say how often a run saves, evaluates or shows its progress, and where this
@@ -30,9 +31,11 @@ CADENCE = frozenset({"save_every", "eval_every", "progress", "stop_after"})
 WHERE = frozenset({"out"})
 #: Settings that always name a file or folder.
 PATHS = ("slates", "eval_slates", "init_from", "cache_states")
-#: The key of a record's settings (:func:`settings_record`) in the state's ``trainer.json``.
+#: The key of a record's settings (:func:`settings_record`), in the state's ``trainer.json``
+#: and a finished run's ``train.json``.
 SETTINGS_KEY = "settings"
-#: The key under which states written before the settings were resolved kept them as given.
+#: The key under which records written before the settings were resolved kept them as given
+#: (``train.json`` still does, for its readers: the paths as the run was given them).
 LEGACY_KEY = "config"
 
 
@@ -115,17 +118,29 @@ def recorded_settings(record: Mapping[str, Any]) -> dict[str, Any]:
     return record.get(SETTINGS_KEY, record.get(LEGACY_KEY))
 
 
-def check_resume(cfg: TrainConfig) -> None:
-    """Refuse to continue the unfinished run in ``cfg.out`` with settings other than its own,
-    naming each that differs with both values; ``cfg`` as the run records its settings
-    (reading the held-out parts, with ``--holdout``)."""
-    state = Path(cfg.out) / STATE_DIR
-    meta = state / TRAINER_NAME
-    if not meta.exists():
-        return
-    changes = setting_changes(recorded_settings(read_record(meta)), asdict(cfg))
-    if changes:
-        raise ValueError(
-            f"{state} holds an unfinished run with other settings ({describe(changes)}): rerun "
-            "with that run's settings to resume it, or pass another --out to start a new run"
-        )
+def check_rerun(cfg: TrainConfig) -> None:
+    """Refuse a run into ``cfg.out`` whose settings differ from those of the run already
+    there, naming each with both values; ``cfg`` as the run records its settings (reading the
+    held-out parts, with ``--holdout``). An unfinished run (``OUT/state``) is resumed only
+    with its own settings; a finished one (``OUT/train.json``) is not replaced by another's
+    model, nor its log continued by another's lines."""
+    out = Path(cfg.out)
+    state = out / STATE_DIR
+    if (state / TRAINER_NAME).exists():
+        changes = setting_changes(recorded_settings(read_record(state / TRAINER_NAME)),
+                                  asdict(cfg))
+        if changes:
+            raise ValueError(
+                f"{state} holds an unfinished run with other settings ({describe(changes)}): "
+                "rerun with that run's settings to resume it, or pass another --out to start a "
+                "new run"
+            )
+    elif (out / SUMMARY_NAME).exists():
+        changes = setting_changes(recorded_settings(read_record(out / SUMMARY_NAME)),
+                                  asdict(cfg))
+        if changes:
+            raise ValueError(
+                f"{out} holds a finished run with other settings ({describe(changes)}), whose "
+                f"model {out / MODEL_DIR} this run would replace: pass another --out to train "
+                f"with these settings (--init-from {out} starts from that model)"
+            )

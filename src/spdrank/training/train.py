@@ -61,7 +61,7 @@ from spdrank.model.ranker import SPDRanker
 from spdrank.model.state_cache import StateCache, open_state_cache
 from spdrank.training.config import TrainConfig
 from spdrank.training.inputs import input_names, mean_of, score_inputs, slates_metrics
-from spdrank.training.run_record import SETTINGS_KEY, check_resume, settings_record
+from spdrank.training.run_record import SETTINGS_KEY, check_rerun, settings_record
 from spdrank.training.slate_source import SkipSlate, open_slate_source
 from spdrank.training.targets import (
     RELEVANCE_TARGETS,
@@ -273,7 +273,7 @@ class Trainer:
         self.processes = self.accelerator.num_processes
         cfg.check(self.processes)
         # Before the held-out parts are written: a run refused keeps the parts it read.
-        check_resume(holdout_settings(cfg))
+        check_rerun(holdout_settings(cfg))
         cfg = self.cfg = with_holdout(cfg)
         set_seed(cfg.seed)  # every process builds the same initial weights
         normalizer = fit_feature_normalizer(cfg)
@@ -484,7 +484,7 @@ class Trainer:
         state = self.out / STATE_DIR
         if not (state / TRAINER_NAME).exists():
             return False
-        meta = json.loads((state / TRAINER_NAME).read_text())  # its settings: check_resume
+        meta = json.loads((state / TRAINER_NAME).read_text())  # its settings: check_rerun
         if meta["processes"] != self.processes:
             raise ValueError(
                 f"{state} holds a run on {meta['processes']} processes, not {self.processes}: "
@@ -747,6 +747,7 @@ class Trainer:
             "wall_s_this_run": round(wall_s, 1),
             "warmup_steps": self.warmup_steps,
             "config": asdict(self.cfg),
+            SETTINGS_KEY: settings_record(asdict(self.cfg)),
         }
         if self.cfg.cache_states:
             summary["state_cache_s"] = round(self.cache_s, 1)
