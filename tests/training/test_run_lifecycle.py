@@ -3,6 +3,7 @@ into a run's folder resumes or is refused."""
 
 import json
 import random
+import re
 
 import pytest
 
@@ -164,8 +165,8 @@ def test_a_finished_run_is_not_replaced_by_a_run_with_other_settings(tmp_path, f
         train(settings(tmp_path, head_lr=0.5))
     assert str(refused.value) == (
         f"{out} holds a finished run with other settings (--head-lr: 0.001 in that run, 0.5 "
-        f"now), whose model {out / 'model'} this run would replace: pass another --out to "
-        f"train with these settings (--init-from {out} starts from that model)")
+        f"now), whose model {out / 'model'} this run would replace: pass another --out for "
+        f"this run (--init-from {out} starts from that model)")
     assert {name: (out / name).read_bytes() for name in kept} == kept
 
 
@@ -202,3 +203,71 @@ def test_a_finished_held_out_run_keeps_its_parts_when_a_rerun_is_refused(tmp_pat
     with pytest.raises(ValueError, match=r"--holdout: 2 in that run, 3 now"):
         train(settings(tmp_path, holdout=3))
     assert {p.name: p.read_bytes() for p in (tmp_path / "run" / "holdout").iterdir()} == parts
+
+
+# -- the slate files a run read -----------------------------------------------------------------
+
+
+def rewrite(path, seed):
+    """``path`` rewritten with other slates of the same shape."""
+    write_slates(path, signal_slates(len(load_slates(path)), seed=seed, teacher=False))
+
+
+def test_a_run_whose_training_file_changed_is_not_resumed(tmp_path, files):
+    train_file, _ = files
+    original = train_file.read_bytes()
+    train(settings(tmp_path, stop_after=1))
+    state = tmp_path / "run" / "state"
+    before = (state / "trainer.json").read_bytes()
+    rewrite(train_file, seed=7)
+    with pytest.raises(ValueError, match=(
+            rf"{re.escape(str(state))} holds an unfinished run that read other slates "
+            rf"\(--slates {re.escape(str(train_file))}: "
+            r"sha256 [0-9a-f]{12}\.\.\. when the run read it, [0-9a-f]{12}\.\.\. now\): restore "
+            r"the content it read to resume it, or pass another --out")):
+        train(settings(tmp_path))
+    assert (state / "trainer.json").read_bytes() == before
+    train_file.write_bytes(original)  # the same content, written again: a new mtime
+    resumed = train(settings(tmp_path))
+    assert resumed["finished"] and resumed["step"] == 4
+
+
+def test_a_run_whose_eval_file_changed_is_not_resumed(tmp_path, files):
+    _, eval_file = files
+    train(settings(tmp_path, eval_slates=str(eval_file), stop_after=1))
+    rewrite(eval_file, seed=8)
+    with pytest.raises(ValueError,
+                       match=rf"read other slates \(--eval-slates {re.escape(str(eval_file))}: "):
+        train(settings(tmp_path, eval_slates=str(eval_file)))
+
+
+def test_a_held_out_run_whose_slates_changed_is_not_resumed_and_keeps_its_parts(tmp_path,
+                                                                                 files):
+    train_file, _ = files
+    train(settings(tmp_path, holdout=2, stop_after=1))
+    parts = {p.name: p.read_bytes() for p in (tmp_path / "run" / "holdout").iterdir()}
+    rewrite(train_file, seed=9)
+    with pytest.raises(ValueError,
+                       match=rf"read other slates \(--slates {re.escape(str(train_file))}: "):
+        train(settings(tmp_path, holdout=2))
+    assert {p.name: p.read_bytes() for p in (tmp_path / "run" / "holdout").iterdir()} == parts
+
+
+def test_a_finished_run_is_not_replaced_by_a_run_on_other_slates(tmp_path, files):
+    train_file, _ = files
+    train(settings(tmp_path))
+    model = (tmp_path / "run" / "model" / "head.safetensors").read_bytes()
+    rewrite(train_file, seed=7)
+    with pytest.raises(ValueError, match=r"holds a finished run that read other slates "
+                       rf"\(--slates {re.escape(str(train_file))}: sha256 "):
+        train(settings(tmp_path))
+    assert (tmp_path / "run" / "model" / "head.safetensors").read_bytes() == model
+
+
+def test_a_run_recorded_before_its_files_were_still_resumes(tmp_path, files):
+    train(settings(tmp_path, stop_after=1))
+    meta_file = tmp_path / "run" / "state" / "trainer.json"
+    meta = json.loads(meta_file.read_text())
+    del meta["input_files"]
+    meta_file.write_text(json.dumps(meta))
+    assert train(settings(tmp_path))["finished"]

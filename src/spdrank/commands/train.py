@@ -230,14 +230,14 @@ def run(args: argparse.Namespace) -> int:
 
     from accelerate import PartialState
 
-    from spdrank.training.run_record import SETTINGS_KEY
+    from spdrank.training.run_record import FILES_KEY, SETTINGS_KEY
     from spdrank.training.train import train
 
     summary = train(cfg, trust_remote_code=args.trust_remote_code)
     if not PartialState().is_main_process:
         return 0
     shown = {k: v for k, v in summary.items()
-             if k not in ("config", SETTINGS_KEY, "input_lines")}
+             if k not in ("config", SETTINGS_KEY, FILES_KEY, "input_lines")}
     print(json.dumps(shown, indent=2))
     for line in summary.get("input_lines", ()):  # the student beside each ranker it reads
         print(line)

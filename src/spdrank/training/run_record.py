@@ -1,13 +1,17 @@
 """What a run in ``--out`` records of itself, and whether a rerun into that folder may go on.
 
-Rerunning ``spdrank train`` with a run's settings continues it from ``OUT/state``; a finished
-run (``OUT/train.json``) is rerun only with its settings, never replaced by another run's
-model. What is compared is what decides the weights the run trains. Not how often it saves, evaluates or
-reports, nor where this invocation stops (:data:`CADENCE`): a resumed run may change those.
-Not ``--out``, where the record lies. And a path by where it leads, not as it is spelled
-(``r/x/``, ``./r/x``, the same folder named from another working directory), so the record
-holds paths resolved. A refusal names each setting that differs with both values, and never
-advises deleting the run: its state is work that resumes.
+Rerunning ``spdrank train`` as a run was run continues it from ``OUT/state``; a finished run
+(``OUT/train.json``) is rerun only as it was run, never replaced by another run's model.
+
+What is compared is what decides the weights the run trains. Its settings, but not how often
+it saves, evaluates or reports, nor where this invocation stops (:data:`CADENCE`), which a
+resumed run may change; not ``--out``, where the record lies; and a path by where it leads,
+not as it is spelled (``r/x/``, ``./r/x``, the same folder named from another working
+directory), so the record holds paths resolved. And its slate files by their content (a
+sha256 each): a file rewritten under its path would resume weights, a feature normalisation
+and a data order made from other slates. A refusal names each setting that differs with both
+values and each file that changed, and never advises deleting the run: its state is work
+that resumes.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from typing import Any
 
 from spdrank.backbone.settings import RANDOM_PREFIX
 from spdrank.backbone.templates import BUILTINS
+from spdrank.core.files import sha256_file
 from spdrank.core.flags import is_flag
 from spdrank.model.checkpoint import MODEL_DIR, STATE_DIR, SUMMARY_NAME, TRAINER_NAME
 from spdrank.training.config import TrainConfig
@@ -34,6 +39,8 @@ PATHS = ("slates", "eval_slates", "init_from", "cache_states")
 #: The key of a record's settings (:func:`settings_record`), in the state's ``trainer.json``
 #: and a finished run's ``train.json``.
 SETTINGS_KEY = "settings"
+#: The key of what a record holds of the slate files the run was given (:func:`input_files`).
+FILES_KEY = "input_files"
 #: The key under which records written before the settings were resolved kept them as given
 #: (``train.json`` still does, for its readers: the paths as the run was given them).
 LEGACY_KEY = "config"
@@ -109,7 +116,8 @@ def read_record(path: Path) -> dict[str, Any]:
         raise ValueError(f"{path}: not a record of an spdrank train run ({exc})") from None
     settings = data.get(SETTINGS_KEY, data.get(LEGACY_KEY)) if isinstance(data, dict) else None
     if not isinstance(settings, dict):
-        raise ValueError(f"{path}: not a record of an spdrank train run (no settings in it)")  # noqa: TRY004 - a file's bad input
+        raise ValueError(  # noqa: TRY004 - a file's bad input
+            f"{path}: not a record of an spdrank train run (no settings in it)")
     return data
 
 
@@ -118,29 +126,71 @@ def recorded_settings(record: Mapping[str, Any]) -> dict[str, Any]:
     return record.get(SETTINGS_KEY, record.get(LEGACY_KEY))
 
 
-def check_rerun(cfg: TrainConfig) -> None:
-    """Refuse a run into ``cfg.out`` whose settings differ from those of the run already
-    there, naming each with both values; ``cfg`` as the run records its settings (reading the
-    held-out parts, with ``--holdout``). An unfinished run (``OUT/state``) is resumed only
-    with its own settings; a finished one (``OUT/train.json``) is not replaced by another's
-    model, nor its log continued by another's lines."""
+def input_files(cfg: TrainConfig) -> dict[str, dict[str, str]]:
+    """What a run records of the slate files it was given, by flag: each one's resolved path
+    and sha256 (:func:`spdrank.core.files.sha256_file`, the digest ``data features`` keeps of
+    its inputs). ``cfg`` as the user gave it: with ``--holdout``, ``--slates`` is the file the
+    parts are drawn from. A pipe is not read here (that would consume it), nor a path that
+    names no file (its reader refuses it)."""
+    given = (("--slates", cfg.slates), ("--eval-slates", cfg.eval_slates))
+    return {flag: {"path": str(Path(path).resolve()), "sha256": sha256_file(path)}
+            for flag, path in given if path is not None and Path(path).is_file()}
+
+
+def file_changes(recorded: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:
+    """Each slate file whose content differs from what the recorded run read, as ``--slates
+    PATH: sha256 ... when the run read it, ... now``; a file the record does not hold (a run
+    recorded before files were, or a pipe) is not compared."""
+    found = []
+    for flag, now in current.items():
+        then = recorded.get(flag)
+        if not isinstance(then, dict) or then.get("sha256") in (None, now["sha256"]):
+            continue
+        read = "" if then.get("path") == now["path"] else f" (the run read {then.get('path')})"
+        found.append(f"{flag} {now['path']}{read}: sha256 {str(then['sha256'])[:12]}... when "
+                     f"the run read it, {now['sha256'][:12]}... now")
+    return found
+
+
+def check_rerun(cfg: TrainConfig, files: Mapping[str, Any]) -> None:
+    """Refuse a run into ``cfg.out`` that is not the run already there, naming what differs:
+    each setting with both values, each slate file whose content changed; ``cfg`` as the run
+    records its settings (reading the held-out parts, with ``--holdout``), ``files`` what
+    :func:`input_files` found of the files it was given. An unfinished run (``OUT/state``) is
+    resumed only with its own settings and slates, since its weights, feature normalisation
+    and data order were made from them; a finished one (``OUT/train.json``) is not replaced by
+    another run's model, nor its log continued by another's lines."""
     out = Path(cfg.out)
     state = out / STATE_DIR
     if (state / TRAINER_NAME).exists():
-        changes = setting_changes(recorded_settings(read_record(state / TRAINER_NAME)),
-                                  asdict(cfg))
-        if changes:
-            raise ValueError(
-                f"{state} holds an unfinished run with other settings ({describe(changes)}): "
-                "rerun with that run's settings to resume it, or pass another --out to start a "
-                "new run"
-            )
+        changes, changed = differences(read_record(state / TRAINER_NAME), cfg, files)
+        if changes or changed:
+            undo = " and ".join(what for what, found in (
+                ("rerun with that run's settings", changes),
+                ("restore the content it read", changed)) if found)
+            raise ValueError(f"{state} holds an unfinished run{_what(changes, changed)}: {undo} "
+                             "to resume it, or pass another --out to start a new run")
     elif (out / SUMMARY_NAME).exists():
-        changes = setting_changes(recorded_settings(read_record(out / SUMMARY_NAME)),
-                                  asdict(cfg))
-        if changes:
+        changes, changed = differences(read_record(out / SUMMARY_NAME), cfg, files)
+        if changes or changed:
             raise ValueError(
-                f"{out} holds a finished run with other settings ({describe(changes)}), whose "
-                f"model {out / MODEL_DIR} this run would replace: pass another --out to train "
-                f"with these settings (--init-from {out} starts from that model)"
+                f"{out} holds a finished run{_what(changes, changed)}, whose model "
+                f"{out / MODEL_DIR} this run would replace: pass another --out for this run "
+                f"(--init-from {out} starts from that model)"
             )
+
+
+def differences(
+    record: Mapping[str, Any], cfg: TrainConfig, files: Mapping[str, Any]
+) -> tuple[list[tuple[str, Any, Any]], list[str]]:
+    """How a run with settings ``cfg`` reading ``files`` differs from the run ``record``
+    describes: its :func:`setting_changes` and :func:`file_changes`."""
+    return (setting_changes(recorded_settings(record), asdict(cfg)),
+            file_changes(record.get(FILES_KEY) or {}, files))
+
+
+def _what(changes: list[tuple[str, Any, Any]], changed: list[str]) -> str:
+    """`` with other settings (...) and that read other slates (...)``: what differs."""
+    return " and".join(part for part, found in (
+        (f" with other settings ({describe(changes)})", changes),
+        (f" that read other slates ({'; '.join(changed)})", changed)) if found)

@@ -61,7 +61,13 @@ from spdrank.model.ranker import SPDRanker
 from spdrank.model.state_cache import StateCache, open_state_cache
 from spdrank.training.config import TrainConfig
 from spdrank.training.inputs import input_names, mean_of, score_inputs, slates_metrics
-from spdrank.training.run_record import SETTINGS_KEY, check_rerun, settings_record
+from spdrank.training.run_record import (
+    FILES_KEY,
+    SETTINGS_KEY,
+    check_rerun,
+    input_files,
+    settings_record,
+)
 from spdrank.training.slate_source import SkipSlate, open_slate_source
 from spdrank.training.targets import (
     RELEVANCE_TARGETS,
@@ -272,8 +278,10 @@ class Trainer:
         self.accelerator = Accelerator(cpu=resolve_device(cfg.device) == "cpu")
         self.processes = self.accelerator.num_processes
         cfg.check(self.processes)
+        #: The slate files given, as the run records them: their paths and digests.
+        self.input_files = input_files(cfg)
         # Before the held-out parts are written: a run refused keeps the parts it read.
-        check_rerun(holdout_settings(cfg))
+        check_rerun(holdout_settings(cfg), self.input_files)
         cfg = self.cfg = with_holdout(cfg)
         set_seed(cfg.seed)  # every process builds the same initial weights
         normalizer = fit_feature_normalizer(cfg)
@@ -462,7 +470,8 @@ class Trainer:
     # -- state -----------------------------------------------------------------------------
 
     def _state_meta(self) -> dict[str, Any]:
-        return {SETTINGS_KEY: settings_record(asdict(self.cfg)), "processes": self.processes}
+        return {SETTINGS_KEY: settings_record(asdict(self.cfg)), FILES_KEY: self.input_files,
+                "processes": self.processes}
 
     def save_state(self) -> None:
         """Write the resumable state; every process must call it (it gathers their RNG states)."""
@@ -748,6 +757,7 @@ class Trainer:
             "warmup_steps": self.warmup_steps,
             "config": asdict(self.cfg),
             SETTINGS_KEY: settings_record(asdict(self.cfg)),
+            FILES_KEY: self.input_files,
         }
         if self.cfg.cache_states:
             summary["state_cache_s"] = round(self.cache_s, 1)
