@@ -53,6 +53,25 @@ def ranks_clicks_first(
     return None
 
 
+def orders_no_pair(slate: Slate) -> bool:
+    """Whether the teacher labelled ``slate`` and its ranking orders no pair of candidates:
+    every one scored equally (``teacher_scores`` all one value), so its target matrix is
+    uniform and asks the student for no order at all."""
+    scores = slate.teacher_scores
+    return bool(slate.teacher) and scores is not None and len(set(scores)) <= 1
+
+
+def teacher_ties(slates: Iterable[Slate]) -> tuple[int, int]:
+    """How many of ``slates`` the teacher labelled with a ranking that orders no pair
+    (:func:`orders_no_pair`), and how many it labelled at all."""
+    tied = labelled = 0
+    for slate in slates:
+        if slate.teacher:
+            labelled += 1
+            tied += orders_no_pair(slate)
+    return tied, labelled
+
+
 def _block_matrix(docids: list[str], ranking: list[str], keys: list[object]) -> np.ndarray:
     """Rows: ``docids``; columns: positions. Consecutive items of ``ranking`` with equal
     ``keys`` form a block that shares its positions uniformly (a permutation matrix when

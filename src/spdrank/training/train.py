@@ -74,6 +74,7 @@ from spdrank.training.targets import (
     has_relevant_candidate,
     ranks_clicks_first,
     target_matrix,
+    teacher_ties,
 )
 from spdrank.training.warm_start import warm_start
 
@@ -312,7 +313,7 @@ class Trainer:
                 "`spdrank data windows --relevant-only` leaves such windows out of the file"
                 if cfg.target in RELEVANCE_TARGETS else "--require-clicks refuses such a file",
             )
-        self.warn_click_copies()
+        self.check_first_slates()
         self.model = SPDRanker.build(
             model_config, device=self.accelerator.device, trust_remote_code=trust_remote_code
         )
@@ -394,15 +395,49 @@ class Trainer:
     def spd(self) -> SPDRanker:
         return self.accelerator.unwrap_model(self.model)
 
-    def warn_click_copies(self) -> None:
+    def check_first_slates(self) -> None:
+        """Read the first :data:`CLICK_COPY_READ` training slates once for what their labels
+        say before any step: a teacher that orders nothing (:meth:`check_teacher_ties`), an
+        order that saw the clicks (:meth:`warn_click_copies`)."""
+        slates = list(islice(read_slates(self.cfg.slates), CLICK_COPY_READ))
+        self.check_teacher_ties(slates)
+        self.warn_click_copies(slates)
+
+    def check_teacher_ties(self, slates: list[Slate]) -> None:
+        """Refuse ``--target teacher`` when every teacher ranking of ``slates`` orders no pair
+        (all its ``teacher_scores`` equal), and say it when most do: such a target matrix is
+        uniform, so those slates teach nothing (a teacher that failed, or scored every
+        candidate alike). Refused only when nothing else is left to learn; with clicks or
+        judgements beside the teacher they still order the target, so it is said. Every
+        process refuses, so none is left waiting for the others."""
+        target = self.cfg.target
+        if "teacher" not in target.split("+"):
+            return
+        tied, labelled = teacher_ties(slates)
+        if not labelled or 2 * tied <= labelled:
+            return
+        seen = (f"{tied} of the {labelled} teacher-labelled slates of the first "
+                f"{CLICK_COPY_READ} of {self.cfg.slates}")
+        if tied == labelled and target == "teacher":
+            raise ValueError(
+                f"--target teacher: the teacher scores every candidate equally in {seen} "
+                "(teacher_scores all one value), so every target orders no pair and the "
+                "student would learn nothing; relabel them with a teacher that ranks, or "
+                "train on another --target")
+        log.warning(
+            "the teacher scores every candidate equally in %s (teacher_scores all one value): "
+            "their targets under --target %s take no order from the teacher, so they teach "
+            "%s; relabel them with a teacher that ranks", seen, target,
+            "nothing" if target == "teacher" else "only what the clicks or judgements say")
+
+    def warn_click_copies(self, slates: list[Slate]) -> None:
         """Say when an order the student learns from or reads ranks the clicked item first in
-        nearly every one of the first :data:`CLICK_COPY_READ` training slates: a teacher that
+        nearly every one of ``slates`` (the first training slates): a teacher that
         saw the clicks, whose labels teach the clicks, not its ranking; or candidates listed
         with the clicked item first, whose numbering and given order tell the student where
         the click is, which no first stage will tell it when it serves."""
         if not self.accelerator.is_main_process:
             return
-        slates = list(islice(read_slates(self.cfg.slates), CLICK_COPY_READ))
         copies = ranks_clicks_first(slates, lambda slate: slate.teacher)
         if copies is not None and "teacher" in self.cfg.target:
             log.warning(
