@@ -329,12 +329,21 @@ class TrainingSettings:
                         "figures pass other slates, or --holdout N", self.eval_slates)
         if self.target not in TARGETS:
             raise ValueError(f"unknown --target {self.target!r}: choose one of {list(TARGETS)}")
+        self._check_rates()
         self._check_anchor()
         self._check_cache_settings()
         self._check_unread()
         self.template()  # an unknown name or a bad template file, before anything loads
         if self.trains_lora:
             self.lora_settings()  # raises when --lora-modules names no module
+
+    def _check_rates(self) -> None:
+        """Refuse learning rates of 0 for every part that trains: the run would spend its
+        steps and save a model no step changed."""
+        if self.head_lr == 0 and (not self.trains_lora or self.lr == 0):
+            parts = "--head-lr 0 and --lr 0" if self.trains_lora else \
+                "--head-lr 0 (the head is all that trains with --frozen or --features-only)"
+            raise ValueError(f"{parts}: no weight would change; give a learning rate above 0")
 
     def _check_anchor(self) -> None:
         """Refuse an ``--anchor`` that names no known start, or features not read."""
@@ -369,17 +378,26 @@ class TrainingSettings:
         no_eval = "--eval-slates or --holdout, and neither is given"
         no_lora = "--frozen and --features-only train no LoRA"
         no_cache = "it applies to --cache-states"
-        check_unread(self, type(self)(slates="", out=""), (
+        no_backbone = "--features-only reads no backbone"
+        # The readout's default follows the head, so the defaults are those of this head.
+        check_unread(self, type(self)(slates="", out="", head=self.head), (
             *self._unread_method_settings(),
             Unread("require_clicks", self.target != "teacher",
                    "--target teacher reads no clicks or judgements"),
             Unread("select", evaluates, f"it chooses among evaluations on {no_eval}"),
             Unread("eval_limit", evaluates, f"it cuts the eval slates of {no_eval}"),
+            # How often, not what, it evaluates (a resume may change it): said, as a recipe
+            # may run with eval slates or without.
+            Unread("eval_every", evaluates, f"it evaluates on {no_eval}", refused=False),
             Unread("epochs", self.max_steps is None, "--max-steps sets the run's length"),
+            Unread("lr", self.trains_lora, f"{no_lora} (--head-lr is the head's rate)",
+                   refused=False),
             Unread("lora_r", self.trains_lora, no_lora, refused=False),
             Unread("lora_alpha", self.trains_lora, no_lora, refused=False),
             Unread("lora_modules", self.trains_lora, no_lora, refused=False),
             Unread("lora_layers", self.trains_lora, no_lora, refused=False),
+            *(Unread(name, not self.features_only, no_backbone, refused=False)
+              for name in ("backbone", "layers", "readout", "dtype")),
             Unread("cache_dtype", self.cache_states is not None, no_cache, refused=False),
             Unread("cache_batch_size", self.cache_states is not None, no_cache, refused=False),
         ), log)
