@@ -40,6 +40,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+#: How many of ``--eval-slates`` a run evaluates when ``--eval-limit`` is not given.
+EVAL_LIMIT = 100
 #: Which evaluated model a run keeps (``--select``).
 SELECTIONS = ("best", "last")
 
@@ -248,7 +250,13 @@ class TrainingSettings:
     eval_every: int = setting(
         200, help="evaluate every N steps (0: only at the end)", bounds={"low": 0}
     )
-    eval_limit: int = setting(100, help="number of eval slates used", bounds={"low": 1})
+    # None: :attr:`TrainConfig.eval_cut` decides.
+    eval_limit: int | None = setting(
+        None,
+        help=f"number of eval slates used (default: the first {EVAL_LIMIT} of --eval-slates; "
+        "every held-out slate of --holdout, which no step trains on)",
+        bounds={"low": 1},
+    )
     # None: :attr:`TrainConfig.selection` decides.
     select: str | None = setting(
         None,
@@ -427,6 +435,15 @@ class TrainingSettings:
         if self.select is not None:
             return self.select
         return "best" if self.holdout is not None else "last"
+
+    @property
+    def eval_cut(self) -> int | None:
+        """How many eval slates the run reads: ``--eval-limit``, else every held-out slate
+        with ``--holdout`` (a slate held out and never evaluated would be neither trained on
+        nor measured), else the first :data:`EVAL_LIMIT` of ``--eval-slates``."""
+        if self.eval_limit is not None:
+            return self.eval_limit
+        return None if self.holdout is not None else EVAL_LIMIT
 
     def template(self) -> PromptTemplate:
         """The ``--prompt`` template (its file read now)."""

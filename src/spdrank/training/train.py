@@ -475,7 +475,7 @@ class Trainer:
         target_matrix(slate, self.cfg.target)  # raises when the target's labels are missing
 
     def read_eval_slates(self, normalizer: FeatureNormalizer | None) -> list[Slate]:
-        """The first ``--eval-limit`` eval slates, each refused as it is read, naming its
+        """The eval slates the run reads (:attr:`TrainConfig.eval_cut`), each refused as it is read, naming its
         ``file:line``, when the model could not rank it: more candidates than its K, or a
         feature it reads missing or past what its normalisation holds. Found at the first
         evaluation instead, such a slate fails the run after its steps are spent.
@@ -485,7 +485,7 @@ class Trainer:
         normaliser is the very one the model will hold, and K is refused in training's words
         (a training run ranks nothing by windows)."""
         slates = []
-        for where, slate in islice(iter_slates(self.cfg.eval_slates), self.cfg.eval_limit):
+        for where, slate in islice(iter_slates(self.cfg.eval_slates), self.cfg.eval_cut):
             with located(where):
                 self.check_fits(slate)
                 if normalizer is not None:
@@ -654,7 +654,7 @@ class Trainer:
             return {"anchor": cfg.plain_anchor(), "why": "no features to choose among"}
         on_eval = cfg.selection == "best" and bool(cfg.eval_slates)
         if on_eval:
-            slates = self.eval_slates or load_slates(cfg.eval_slates, limit=cfg.eval_limit)
+            slates = self.eval_slates or load_slates(cfg.eval_slates, limit=cfg.eval_cut)
             where = f"its {len(slates)} eval slates"
         else:
             slates = list(islice(read_slates(cfg.slates), CHOICE_SLATES))
@@ -908,8 +908,10 @@ def with_holdout(cfg: TrainConfig) -> TrainConfig:
     with state.main_process_first():
         if state.is_main_process:
             hold_out(cfg.slates, cfg.holdout, Path(held.slates).parent, cfg.seed)
-    log.info("held out --holdout %s of %s's queries as the eval slates (%s)", cfg.holdout,
-             cfg.slates, held.eval_slates)
+    evaluated = "every one evaluated" if cfg.eval_limit is None else \
+        f"the first {cfg.eval_limit} evaluated (--eval-limit)"
+    log.info("held out --holdout %s of %s's queries as the eval slates (%s; %s)", cfg.holdout,
+             cfg.slates, held.eval_slates, evaluated)
     return held
 
 
