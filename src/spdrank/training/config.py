@@ -326,8 +326,7 @@ class TrainingSettings:
             raise ValueError("--cache-states trains in one process: a step from cached states "
                              "runs no prefill, so there is little to spread over processes; "
                              "drop --num-processes")
-        if self.holdout is not None and self.eval_slates and \
-                not Path(self.eval_slates).is_relative_to(Path(self.out)):
+        if self.holdout is not None and self.eval_slates and not self._reads_held_parts():
             raise ValueError("--holdout sets queries of --slates aside as the eval slates: "
                              "drop it, or drop --eval-slates")
         if self.eval_slates and same_file(Path(self.slates), Path(self.eval_slates)):
@@ -344,6 +343,17 @@ class TrainingSettings:
         self.template()  # an unknown name or a bad template file, before anything loads
         if self.trains_lora:
             self.lora_settings()  # raises when --lora-modules names no module
+
+    def _reads_held_parts(self) -> bool:
+        """Whether ``--slates`` and ``--eval-slates`` are the very parts ``--holdout`` writes
+        under ``--out`` (the settings a held-out run records): the one pair in which
+        ``--holdout`` beside ``--eval-slates`` means what it says. Any other eval file beside
+        ``--holdout``, under ``--out`` or not, would have it drawn from nothing."""
+        from spdrank.training.holdout import HOLDOUT_DIR
+
+        folder = (Path(self.out) / HOLDOUT_DIR).resolve()
+        return (Path(self.slates).resolve() == folder / "train.jsonl"
+                and Path(str(self.eval_slates)).resolve() == folder / "validation.jsonl")
 
     def _check_rates(self) -> None:
         """Refuse learning rates of 0 for every part that trains: the run would spend its
