@@ -208,7 +208,11 @@ def check_run_outputs(cfg: TrainConfig) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from spdrank.core.inputs import check_rereadable
+
     cfg = config_from_args(args)
+    # First: a pipe is refused before any check reads from it and consumes what it held.
+    check_rereadable(Path(cfg.slates), "slate file")
     check_labels_template(cfg)
     check_run_outputs(cfg)
     if args.num_processes < 1:
