@@ -349,11 +349,11 @@ class TrainingSettings:
         under ``--out`` (the settings a held-out run records): the one pair in which
         ``--holdout`` beside ``--eval-slates`` means what it says. Any other eval file beside
         ``--holdout``, under ``--out`` or not, would have it drawn from nothing."""
-        from spdrank.training.holdout import HOLDOUT_DIR
+        from spdrank.training.holdout import HOLDOUT_DIR, held_parts
 
-        folder = (Path(self.out) / HOLDOUT_DIR).resolve()
-        return (Path(self.slates).resolve() == folder / "train.jsonl"
-                and Path(str(self.eval_slates)).resolve() == folder / "validation.jsonl")
+        train, validation = held_parts((Path(self.out) / HOLDOUT_DIR).resolve())
+        return (Path(self.slates).resolve() == train
+                and Path(str(self.eval_slates)).resolve() == validation)
 
     def _check_rates(self) -> None:
         """Refuse learning rates of 0 for every part that trains: the run would spend its

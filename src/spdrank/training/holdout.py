@@ -57,6 +57,12 @@ def held_out_count(holdout: float, queries: int) -> int:
     return int(holdout) if holdout >= 1 else max(1, round(holdout * queries))
 
 
+def held_parts(folder: str | Path) -> tuple[Path, Path]:
+    """The two parts ``--holdout`` writes in ``folder`` (a run's ``OUT/holdout``): what the run
+    trains on, and the held-out queries it is judged on."""
+    return Path(folder) / "train.jsonl", Path(folder) / "validation.jsonl"
+
+
 def hold_out(
     slates: str | Path, holdout: float, folder: str | Path, seed: int
 ) -> tuple[Path, Path]:
@@ -68,8 +74,8 @@ def hold_out(
     one of the two parts (a run given its own held-out part to train on): writing the part
     would destroy it.
     """
-    slates, folder = Path(slates), Path(folder)
-    train, validation = folder / "train.jsonl", folder / "validation.jsonl"
+    slates = Path(slates)
+    train, validation = held_parts(folder)
     check_outputs({"--slates": slates}, {"--out": [train, validation]})
     queries = sorted({query_of(_qid(line, f"{slates}:{n}"))
                       for n, _, line in iter_lines(slates, "slate file")})

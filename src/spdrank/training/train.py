@@ -887,11 +887,10 @@ def holdout_settings(cfg: TrainConfig) -> TrainConfig:
         return cfg
     from dataclasses import replace
 
-    from spdrank.training.holdout import HOLDOUT_DIR
+    from spdrank.training.holdout import HOLDOUT_DIR, held_parts
 
-    folder = Path(cfg.out) / HOLDOUT_DIR
-    return replace(cfg, slates=str(folder / "train.jsonl"),
-                   eval_slates=str(folder / "validation.jsonl"))
+    train, validation = held_parts(Path(cfg.out) / HOLDOUT_DIR)
+    return replace(cfg, slates=str(train), eval_slates=str(validation))
 
 
 def with_holdout(cfg: TrainConfig) -> TrainConfig:
