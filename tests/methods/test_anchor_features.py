@@ -96,7 +96,7 @@ def run(tmp_path, name: str, **settings) -> dict:
 
 
 def test_anchor_best_starts_from_the_input_that_ranks_the_eval_slates_best(tmp_path):
-    summary = run(tmp_path, "best", max_steps=1, head_lr=0.0)
+    summary = run(tmp_path, "best", max_steps=1, head_lr=1e-12)
     assert summary["config"]["anchor"] is None  # best is the default for a student reading features
     choice = summary["anchor"]
     assert choice["anchor"] == "feature:good" and choice["metric"] == "nDCG@10"
@@ -110,7 +110,7 @@ def test_anchor_best_starts_from_the_input_that_ranks_the_eval_slates_best(tmp_p
 def test_a_student_below_its_best_input_is_saved_as_that_input(tmp_path, capsys):
     """Anchored to the weaker feature and unable to learn (learning rate 0), the student ranks
     below 'good' on every evaluation: the run saves 'good' itself, and says so."""
-    summary = run(tmp_path, "weak", anchor="weak", epochs=2, head_lr=0.0)
+    summary = run(tmp_path, "weak", anchor="weak", epochs=2, head_lr=1e-12)
     kept = summary["selected"]
     assert kept["input"] == "feature:good" and kept["student"] < kept["value"]
     assert summary["verdict"].startswith("kept feature:good itself")
@@ -124,7 +124,7 @@ def test_a_student_below_its_best_input_is_saved_as_that_input(tmp_path, capsys)
 
 
 def test_select_last_says_when_an_input_ranks_better_but_keeps_the_student(tmp_path):
-    summary = run(tmp_path, "last", anchor="weak", epochs=1, head_lr=0.0, select="last")
+    summary = run(tmp_path, "last", anchor="weak", epochs=1, head_lr=1e-12, select="last")
     assert "step" in summary["selected"] and "input" not in summary["selected"]
     assert summary["verdict"].endswith(
         f"; feature:good ranks them better ({summary['inputs'][-1]['first_stage']:.3f})")
@@ -133,7 +133,7 @@ def test_select_last_says_when_an_input_ranks_better_but_keeps_the_student(tmp_p
 def test_eval_puts_a_student_beside_each_ranker_it_reads(tmp_path, capsys):
     from spdrank.commands.cli import main
 
-    run(tmp_path, "student", anchor="weak", epochs=1, head_lr=0.0, select="last")
+    run(tmp_path, "student", anchor="weak", epochs=1, head_lr=1e-12, select="last")
     rng = random.Random(12)
     write_slates(tmp_path / "test.jsonl", [slate(rng, f"e{i}", 20) for i in range(10)])
     assert main(["eval", "--slates", str(tmp_path / "test.jsonl"), "--model",
