@@ -63,3 +63,15 @@ def test_a_zero_rate_for_every_part_that_trains_is_refused(settings, message):
 def test_a_zero_rate_beside_a_part_that_trains_passes():
     TrainConfig(slates="s.jsonl", out="run", head_lr=0.0).check()  # LoRA still trains
     TrainConfig(slates="s.jsonl", out="run", lr=0.0).check()
+
+
+def test_settings_built_in_python_are_held_to_what_their_flags_parse():
+    """A flag's parser refuses a wrong kind of number and a non-finite one; a TrainConfig
+    built in Python is held to the same by check(), before anything trains or is saved."""
+    for settings, said in (({"head_lr": float("nan")}, "--head-lr must be a finite number"),
+                           ({"batch_size": "4"}, "--batch-size must be an integer, got '4'"),
+                           ({"batch_size": 2.0}, "--batch-size must be an integer, got 2.0"),
+                           ({"max_item_tokens": 0}, "--max-item-tokens must be at least 1"),
+                           ({"head_layers": 0}, "--head-layers must be at least 1")):
+        with pytest.raises(ValueError, match=said):
+            TrainConfig(slates="s.jsonl", out="run", **settings).check()

@@ -72,6 +72,30 @@ def test_rank_of_plain_texts_gives_their_indices_as_ints_and_keeps_the_top_n(tin
         model.rank("my history", texts, top_n=0)
 
 
+def test_rank_holds_what_it_is_given_to_a_slate_files_rules(tiny_backbone, slates):
+    """Objects built by hand skip the file reader's checks: rank() makes them, naming the
+    field, rather than ranking a repeated docid twice or a blank passage as text."""
+    from spdrank.core.slates import Candidate, Query, Slate, SlateError
+
+    model = SPDRanker.build(tiny_config(tiny_backbone))
+    twice = Slate(Query("q", "history"), [Candidate("a", {"title": "x"}),
+                                          Candidate("a", {"title": "y"})])
+    with pytest.raises(SlateError, match=r"rank\(\): duplicate docid 'a' at candidates\[1\]"):
+        model.rank(twice)
+    with pytest.raises(SlateError, match="is empty"):
+        model.rank("my history", ["real", "   "])
+    with pytest.raises(SlateError, match="a slate needs at least one candidate"):
+        model.rank("my history", [])
+    with pytest.raises(TypeError, match="query must be a string, a Query or a Slate, got NoneType"):
+        model.rank(None, ["red gel"])
+    with pytest.raises(TypeError, match="candidates must be a list of strings"):
+        model.rank("my history", "abc")
+    assert model.rank_batch([]) == []
+    before = [c.docid for c in slates[0].candidates]
+    model.rank(slates[0])
+    assert [c.docid for c in slates[0].candidates] == before  # the caller's slate untouched
+
+
 def test_spdranker_imports_from_the_package_without_torch_until_used():
     import subprocess
     import sys

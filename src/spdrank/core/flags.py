@@ -9,6 +9,7 @@ each declared with :func:`setting`.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import MISSING, Field, field
 from typing import Any
@@ -58,11 +59,22 @@ def flag_bounds(f: Field[Any]) -> dict[str, float]:
 def bound_problem(f: Field[Any], value: Any) -> str | None:
     """Why ``value`` lies outside the range settings field ``f`` declares, naming its flag;
     None when it is inside (or is None: decided later). What the flag refuses, for settings
-    built in Python rather than parsed."""
-    if value is None or isinstance(value, bool) or not isinstance(value, int | float):
+    built in Python rather than parsed: a number of the wrong kind (``batch_size="4"``,
+    ``batch_size=2.0``) or not finite (``head_lr=nan``) too, which the flag's parser refuses."""
+    flag = f"--{f.name.replace('_', '-')}"
+    default = f.default
+    if value is None or isinstance(value, bool) or isinstance(default, bool):
         return None
+    if isinstance(default, int) and not isinstance(value, int):
+        return f"{flag} must be an integer, got {value!r}"
+    if isinstance(default, float) and not isinstance(value, int | float):
+        return f"{flag} must be a number, got {value!r}"
+    if not isinstance(value, int | float):
+        return None
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"{flag} must be a finite number, got {value}"
     problem = range_problem(value, **flag_bounds(f))
-    return None if problem is None else f"--{f.name.replace('_', '-')} {problem}"
+    return None if problem is None else f"{flag} {problem}"
 
 
 def range_problem(

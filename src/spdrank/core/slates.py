@@ -567,23 +567,41 @@ def batched(items: Iterable[T], size: int) -> Iterator[list[T]]:
         yield batch
 
 
-def as_slate(query: str | Query | Slate, candidates: Sequence[Any] | None) -> Slate:
-    """Accept a Slate, or a query plus candidates given as strings, dicts or Candidates."""
+def as_slate(
+    query: str | Query | Slate, candidates: Sequence[Any] | None,
+    text_fields: tuple[str, ...] = TEXT_FIELDS,
+) -> Slate:
+    """Accept a Slate, or a query plus candidates given as strings, dicts or Candidates, held
+    to what a slate file's line is held to (:meth:`Slate.from_dict`, reading ``text_fields``):
+    objects built by hand skip the reader's checks, and a repeated docid, a feature given as
+    text or a blank passage would otherwise be ranked as if they meant something."""
     if isinstance(query, Slate):
         if candidates is not None:
             raise ValueError("pass either a Slate or a query with candidates, not both")
-        return query
-    if candidates is None:
-        raise ValueError("rank() needs candidates")
-    q = query if isinstance(query, Query) else Query(qid="", text=str(query))
-    cands: list[Candidate] = []
-    for i, c in enumerate(candidates):
-        if isinstance(c, Candidate):
-            cands.append(c)
-        elif isinstance(c, str):
-            cands.append(Candidate(docid=str(i), doc={"text": c}))
-        elif isinstance(c, dict):
-            cands.append(Slate.from_dict({"query": "", "candidates": [c]}).candidates[0])
-        else:
-            raise TypeError(f"candidate {i} must be a string, a dict or a Candidate")
-    return Slate(query=q, candidates=cands)
+        slate = query
+    else:
+        if candidates is None:
+            raise ValueError("rank() needs candidates: rank(query, candidates) or rank(slate)")
+        if isinstance(candidates, (str, bytes, dict)) or not isinstance(candidates, Sequence):
+            raise TypeError(f"candidates must be a list of strings, dicts or Candidates, got "
+                            f"{type(candidates).__name__}")
+        if not isinstance(query, (str, Query)):
+            raise TypeError(f"query must be a string, a Query or a Slate, got "
+                            f"{type(query).__name__}")
+        q = query if isinstance(query, Query) else Query(qid="", text=query)
+        cands: list[Candidate] = []
+        for i, c in enumerate(candidates):
+            if isinstance(c, Candidate):
+                cands.append(c)
+            elif isinstance(c, str):
+                cands.append(Candidate(docid=str(i), doc={"text": c}))
+            elif isinstance(c, dict):
+                cands.append(Slate.from_dict({"query": "", "candidates": [c]}).candidates[0])
+            else:
+                raise TypeError(f"candidate {i} must be a string, a dict or a Candidate")
+        slate = Slate(query=q, candidates=cands)
+    try:
+        data = slate.to_dict()
+    except (AttributeError, TypeError) as exc:
+        raise TypeError(f"rank(): the slate's parts are not what a Slate holds ({exc})") from None
+    return Slate.from_dict(data, where="rank()", text_fields=text_fields)

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import json
 import math
+import numbers
 import re
 import sys
 import unicodedata
@@ -214,13 +215,14 @@ def _refuse(where: str | None, path: str, message: str, syntax: bool = False) ->
 
 
 def as_float(value: Any, label: str, where: str | None = None, field: str | None = None) -> float:
-    """A JSON number as a finite float; a boolean, or an integer beyond float range, is refused.
+    """A number as a finite float (a JSON number, or a numpy one a caller passed); a boolean,
+    or an integer beyond float range, is refused.
 
     ``label`` names the value in the message (``candidates[0].score (docid 'a')``), ``field``
     is its bare path (``candidates[0].score``, the server's ``param``; default: ``label``).
     """
     field = field or label
-    if not isinstance(value, (int, float)) or isinstance(value, bool):
+    if not isinstance(value, numbers.Real) or isinstance(value, bool):
         raise SlateError(
             f"{label} must be a number, got {type(value).__name__}", where, field=field
         )

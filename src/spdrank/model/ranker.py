@@ -24,7 +24,7 @@ import torch
 from torch import nn
 
 from spdrank.backbone.batching import Batch
-from spdrank.backbone.load import context_length, resolve_dtype
+from spdrank.backbone.load import context_length, resolve_device, resolve_dtype
 from spdrank.backbone.prompt import (
     UNIT_READOUTS,
     Cuts,
@@ -204,6 +204,8 @@ class SPDRanker(nn.Module):
         folder; without it such a backbone is refused. It is the caller's choice for this
         load: a checkpoint cannot grant it to itself.
         """
+        if isinstance(device, str):
+            device = resolve_device(device)  # one this machine lacks, refused by name
         path = checkpoint_dir(path)
         config = read_config(path / CONFIG_NAME)
         if dtype is not None:
@@ -448,7 +450,7 @@ class SPDRanker(nn.Module):
         (for plain texts, those positions as strings), rank-derived ``scores`` and stage
         ``timings``; ``top_n`` keeps the best n (the whole slate is ranked either way).
         """
-        ranking = self.rank_batch([as_slate(query, candidates)])[0]
+        ranking = self.rank_batch([as_slate(query, candidates, self.config.text_fields)])[0]
         return ranking if top_n is None else ranking.top(top_n)
 
     def score_batch(
@@ -518,6 +520,12 @@ class SPDRanker(nn.Module):
         for each slate (see :meth:`score_batch`).
         """
         decode = self.decoding(decoder)
+        if not slates:
+            return []
+        empty = next((s for s in slates if not len(s)), None)
+        if empty is not None:
+            raise SlateError(f"slate {empty.query.qid!r} has no candidates: nothing to rank",
+                             field="candidates")
         # encode -> collate -> read (prefill, readout) -> head, timed stage by stage
         scores, timings = self.score_batch(slates, encoded, batch, features)
         t0 = time.perf_counter()  # decode: each slate's order and the scores it reports

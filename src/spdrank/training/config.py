@@ -28,6 +28,7 @@ from spdrank.model.cache_settings import (
     DEFAULT_CACHE_DTYPE,
     check_cacheable,
 )
+from spdrank.model.config import MAX_TOKEN_BUDGET
 from spdrank.training.targets import TARGETS
 
 if TYPE_CHECKING:
@@ -122,7 +123,8 @@ class TrainingSettings:
     # -- head ------------------------------------------------------------------------------
     positions: int = setting(64, help="K, the number of rank positions (>= the largest slate)")
     head_width: int = setting(256, help="width of the head's layers (the backbone's states are projected to it)")
-    head_layers: int = setting(2, help="layers of the head's attention stack (heads that have one)")
+    head_layers: int = setting(2, help="layers of the head's attention stack (heads that have one)",
+                               bounds={"low": 1})
     head_dropout: float = setting(
         0.1, help="dropout inside the head while training", bounds={"low": 0.0, "below": 1.0}
     )
@@ -153,9 +155,11 @@ class TrainingSettings:
         help=f"token budget per candidate text (default: the template's, {DEFAULT_ITEM_TOKENS} "
         "for recommendation; for search, what lets --positions candidates and the query fit "
         "the backbone's context, saved in the checkpoint as a number)",
+        bounds={"low": 1, "high": MAX_TOKEN_BUDGET},
     )
     max_query_tokens: int = setting(
-        512, help="token budget for the user context (its end is kept)"
+        512, help="token budget for the user context (its end is kept)",
+        bounds={"low": 1, "high": MAX_TOKEN_BUDGET},
     )
     # The default for a head that reads the history is the recipe that learned its teachers
     # best (:mod:`spdrank.core.defaults`).
