@@ -70,6 +70,7 @@ def test_rank_of_plain_texts_gives_their_indices_as_ints_and_keeps_the_top_n(tin
     assert [slate.docids[i] for i in ranked.indices] == ranked.docids
     with pytest.raises(ValueError, match="top_n must be a positive integer"):
         model.rank("my history", texts, top_n=0)
+    assert model.rank("my history", texts, top_n=np.int64(2)).indices == whole.indices[:2]
 
 
 def test_rank_holds_what_it_is_given_to_a_slate_files_rules(tiny_backbone, slates):

@@ -6,6 +6,7 @@ evaluation loop measures them on the same slates, side by side.
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Protocol, runtime_checkable
@@ -48,8 +49,9 @@ class Ranking:
 
     def top(self, n: int) -> Ranking:
         """The best ``n`` (all when fewer): docids, scores and indices cut alike."""
-        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 1:
             raise ValueError(f"top_n must be a positive integer, got {n!r}")
+        n = int(n)  # a numpy integer too
         return replace(
             self,
             docids=self.docids[:n],
