@@ -39,11 +39,11 @@ from spdrank.teacher.labels import (
     check_ranking,
     read_labels,
 )
-from spdrank.teacher.run import _made_by
+from spdrank.teacher.run import describe_teacher, made_by
 
 log = logging.getLogger(__name__)
 
-#: What made a label: its backend, mode and prompt template (:func:`spdrank.teacher.run._made_by`).
+#: What made a label: its backend, mode and prompt template (:func:`spdrank.teacher.run.made_by`).
 Teacher = tuple[Any, Any, PromptTemplate]
 
 
@@ -88,17 +88,11 @@ def collect_labels(paths: Sequence[str | os.PathLike[str]], summary: MergeSummar
     return merged
 
 
-def _describe(teacher: Teacher) -> str:
-    """A teacher as the labelling run names one: ``BACKEND (MODE mode, NAME prompt)``."""
-    backend, mode, template = teacher
-    return f"{backend} ({mode} mode, {template.name} prompt)"
-
-
 def _teachers(labels: dict[str, Label]) -> dict[Teacher, Label]:
     """Each teacher of a file's labels, with its first label (to name a place)."""
     first: dict[Teacher, Label] = {}
     for label in labels.values():
-        first.setdefault(_made_by(label), label)
+        first.setdefault(made_by(label), label)
     return first
 
 
@@ -121,28 +115,28 @@ def _check_one_teacher(files: dict[str, dict[str, Label]]) -> None:
                 "one with the other's --backend, --mode and --prompt",
                 mine.where,
             )
-    counts = Counter(_made_by(label) for labels in files.values() for label in labels.values())
+    counts = Counter(made_by(label) for labels in files.values() for label in labels.values())
     if len(counts) > 1:
         log.warning(
             "the label files mix teachers: %s; the merged slates carry each label's own",
-            "; ".join(f"{count} by {_describe(teacher)} ("
+            "; ".join(f"{count} by {describe_teacher(teacher)} ("
                       + ", ".join(p for p in paths if teacher in made[p]) + ")"
                       for teacher, count in counts.items()),
         )
 
 
 def _named(teachers: dict[Teacher, Label]) -> str:
-    return " and ".join(_describe(teacher) for teacher in teachers)
+    return " and ".join(describe_teacher(teacher) for teacher in teachers)
 
 
 def _check_same(seen: Label, label: Label) -> None:
     """Two labels of one qid must be one teacher's, agree on the ranking, and on the scores
     where both have them: the copy kept decides the slate's ``teacher_scores`` and prompt."""
     qid = label.record["qid"]
-    if _made_by(seen) != _made_by(label):
+    if made_by(seen) != made_by(label):
         raise LabelError(
-            f"qid {qid!r} is labelled here by {_describe(_made_by(label))} and at {seen.where} "
-            f"by {_describe(_made_by(seen))}: one slate's labels must be one teacher's",
+            f"qid {qid!r} is labelled here by {describe_teacher(made_by(label))} and at {seen.where} "
+            f"by {describe_teacher(made_by(seen))}: one slate's labels must be one teacher's",
             label.where,
         )
     if seen.ranking != label.ranking:

@@ -235,15 +235,21 @@ def _label(
             summary.max_item_tokens = options.prompt.max_item_tokens
 
 
-def _made_by(label: Label) -> tuple[Any, Any, PromptTemplate]:
+def made_by(label: Label) -> tuple[Any, Any, PromptTemplate]:
     """What made a label: its backend, mode and prompt template."""
     return label.record.get("backend"), label.record.get("mode"), label.template
+
+
+def describe_teacher(teacher: tuple[Any, Any, PromptTemplate]) -> str:
+    """A teacher as the labelling run names one: ``BACKEND (MODE mode, NAME prompt)``."""
+    backend, mode, template = teacher
+    return f"{backend} ({mode} mode, {template.name} prompt)"
 
 
 def _warn_mixed(store: LabelStore, backend: str, mode: str, template: PromptTemplate) -> None:
     """Warn when the file holds labels of another backend, mode or prompt template."""
     run = (backend, mode, template)
-    others = Counter(key for label in store.labels.values() if (key := _made_by(label)) != run)
+    others = Counter(key for label in store.labels.values() if (key := made_by(label)) != run)
     for (other, other_mode, other_template), count in others.items():
         log.warning(
             "%s already holds %d labels from %s (%s mode, %s prompt); this run asks for %s "
@@ -264,15 +270,14 @@ def _check_reused(
     """
     run = (backend, mode, template)
     labels = [store.labels[qid] for qid in selected]
-    if not labels or any(_made_by(label) == run for label in labels):
+    if not labels or any(made_by(label) == run for label in labels):
         _warn_mixed(store, backend, mode, template)
         return
-    others = Counter(_made_by(label) for label in labels)
-    made = "; ".join(f"{count} by {other} ({other_mode} mode, {other_template.name} prompt)"
-                     for (other, other_mode, other_template), count in others.items())
+    others = Counter(made_by(label) for label in labels)
+    made = "; ".join(f"{count} by {describe_teacher(other)}" for other, count in others.items())
     raise LabelError(
-        f"all {len(labels)} selected slates are labelled already, {made}, none by {backend} "
-        f"({mode} mode, {template.name} prompt), which this run asks for; their labelled "
+        f"all {len(labels)} selected slates are labelled already, {made}, none by "
+        f"{describe_teacher(run)}, which this run asks for; their labelled "
         "slates would carry another teacher's rankings, so nothing is written: label into "
         "another --out, or name the backend that made them",
         labels[0].where,
