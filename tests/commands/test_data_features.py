@@ -333,7 +333,9 @@ def test_a_partial_a_finishing_run_unlinked_is_let_go_for_the_path_s_new_file(
     it: the lock must then be taken on the file the path names, not on the unlinked one."""
     partial = tmp_path / "f.jsonl.partial"
     partial.write_bytes(b"the finishing run's\n")
-    real_flock = data_features.fcntl.flock
+    from spdrank.core import journal
+
+    real_flock = journal.fcntl.flock
     unlinked: list[int] = []
 
     def finishing_meanwhile(fd: int, op: int) -> None:
@@ -342,7 +344,7 @@ def test_a_partial_a_finishing_run_unlinked_is_let_go_for_the_path_s_new_file(
             partial.unlink()
         real_flock(fd, op)
 
-    monkeypatch.setattr(data_features.fcntl, "flock", finishing_meanwhile)
+    monkeypatch.setattr(journal.fcntl, "flock", finishing_meanwhile)
     fh = data_features.open_partial(partial, tmp_path / "f.jsonl")
     try:
         assert os.path.samestat(os.fstat(fh.fileno()), os.stat(partial))

@@ -85,11 +85,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-try:  # POSIX; elsewhere there is simply no guard against two runs on one --out
-    import fcntl
-except ImportError:  # pragma: no cover
-    fcntl = None  # type: ignore[assignment]
-
 #: Slates ranked together: one encoder call for their new texts, one SASRec forward.
 CHUNK = 64
 
@@ -383,31 +378,13 @@ def read_header(partial: Path) -> Any:
 
 
 def open_partial(partial: Path, out: Path) -> IO[bytes]:
-    """``partial`` opened for appending (created when missing) and locked exclusively, as the
-    label journal locks itself (:class:`spdrank.core.journal.Journal`), for the run's whole
-    life: two runs appending to one partial would write slates twice, and the one finishing
-    second would find the partial gone. A second run is refused at once rather than waiting,
-    since it would only redo the first's work. The lock must hold the file the path names: a
-    file a finishing run unlinked after this one opened it is let go and the path reopened."""
-    while True:
-        fh = open(partial, "ab")  # noqa: SIM115 - closed by the caller, which holds the lock
-        if fcntl is None:  # pragma: no cover
-            return fh
-        try:
-            fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            fh.close()
-            raise ValueError(
-                f"{partial} is being written by another `spdrank data features` run (--out "
-                f"{out}): let it finish, or choose another --out"
-            ) from None
-        try:
-            current = os.stat(partial)
-        except FileNotFoundError:
-            current = None
-        if current is not None and os.path.samestat(os.fstat(fh.fileno()), current):
-            return fh
-        fh.close()
+    """``partial`` opened for appending and locked for the run's whole life, as the label
+    journal is (:func:`spdrank.core.journal.open_locked`): two runs appending to one partial
+    would write slates twice, and the one finishing second would find the partial gone."""
+    from spdrank.core.journal import open_locked
+
+    return open_locked(partial, "ab", f"{partial} is being written by another `spdrank data "
+                       f"features` run (--out {out}): let it finish, or choose another --out")
 
 
 def close_partial(fh: IO[bytes], partial: Path) -> None:

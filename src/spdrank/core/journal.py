@@ -38,6 +38,30 @@ try:  # POSIX; elsewhere there is simply no guard against two writers
 except ImportError:  # pragma: no cover
     fcntl = None  # type: ignore[assignment]
 
+def open_locked(path: Path, mode: str, busy: str, **options: Any) -> IO[Any]:
+    """``path`` opened to append (``mode``, created when missing) and held by an exclusive,
+    non-blocking ``flock`` until it is closed, so that two runs never append to one file: a
+    second is refused at once with ``busy`` (a ValueError), since waiting would only redo the
+    first's work. The lock must hold the file the path names: one a finishing run unlinked
+    after this one opened it is let go and the path opened again."""
+    while True:
+        fh = open(path, mode, **options)  # noqa: SIM115 - the caller closes it, lock and all
+        if fcntl is None:  # pragma: no cover
+            return fh
+        try:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            fh.close()
+            raise ValueError(busy) from None
+        try:
+            current = os.stat(path)
+        except FileNotFoundError:
+            current = None
+        if current is not None and os.path.samestat(os.fstat(fh.fileno()), current):
+            return fh
+        fh.close()
+
+
 #: A record's own check: raises :class:`SlateError` (or ValueError) for a record not to use.
 Check = Callable[[dict[str, Any]], None]
 
@@ -185,13 +209,8 @@ class Journal:
             raise ValueError(f"{self.path}: {kind.file} is appended to; it cannot be gzip")
         self.path.parent.mkdir(parents=True, exist_ok=True)
         created = not self.path.exists()
-        self._fh: IO[str] = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
-        if fcntl is not None:
-            try:
-                fcntl.flock(self._fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                self._fh.close()
-                raise ValueError(f"{self.path} is being written by another run") from None
+        self._fh: IO[str] = open_locked(self.path, "a", f"{self.path} is being written by "
+                                        "another run", encoding="utf-8")
         if created:  # make the new file's directory entry durable too
             fsync_dir(self.path.parent)
         try:
