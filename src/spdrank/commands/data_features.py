@@ -481,35 +481,13 @@ def resolved_spec(spec: str) -> str:
     folder (a training run's resolved to its ``model/``), a fusion's ``run:`` and ``labels:``
     components; any other spec as given."""
     from spdrank.model.checkpoint import model_folder
-    from spdrank.rankers.fusion import FUSION_PREFIX, RUN_PREFIX
+    from spdrank.rankers.fusion import RUN_PREFIX, with_component_files
 
     if spec.startswith(RUN_PREFIX):
         return RUN_PREFIX + resolved(spec[len(RUN_PREFIX):])
     if Path(spec).is_dir():
         return resolved(model_folder(spec))
-    if spec.startswith(FUSION_PREFIX):
-        return resolved_fusion(spec)
-    return spec
-
-
-def resolved_fusion(spec: str) -> str:
-    """A fusion spec with its ``run:`` and ``labels:`` components' paths :func:`resolved`,
-    read as :func:`spdrank.rankers.fusion.component_files` reads them."""
-    from spdrank.rankers.fusion import BEST, FUSION_PREFIX, LABELS_PREFIX, METHODS, RUN_PREFIX
-
-    body = spec[len(FUSION_PREFIX):]
-    head, sep, tail = body.partition(":")
-    method = ""
-    if sep and head.partition("=")[0] in (*METHODS, BEST):
-        method, body = head + sep, tail
-    parts = []
-    for part in body.split("+"):
-        weight, star, name = part.partition("*") if "*" in part else ("", "", part)
-        for prefix in (RUN_PREFIX, LABELS_PREFIX):
-            if name.startswith(prefix) and len(name) > len(prefix):
-                name = prefix + resolved(name[len(prefix):])
-        parts.append(weight + star + name)
-    return FUSION_PREFIX + method + "+".join(parts)
+    return with_component_files(spec, resolved)
 
 
 def fingerprint(path: Path) -> str | dict[str, str]:

@@ -137,19 +137,30 @@ def parse_components(body: str, bad: Callable[[str], ValueError]) -> tuple[tuple
 def component_files(spec: str) -> list[str]:
     """The files a fusion spec's components read (``run:PATH``, ``labels:PATH``), in its
     order: inputs no output may overwrite. Any other text names none."""
+    files: list[str] = []
+    with_component_files(spec, lambda path: files.append(path) or path)
+    return files
+
+
+def with_component_files(spec: str, change: Callable[[str], str]) -> str:
+    """``spec`` with the path of each file its components read (``run:PATH``,
+    ``labels:PATH``) replaced by ``change(PATH)``, each in its order; any other text as
+    given. The one reading of where a fusion spec names files."""
     if not spec.startswith(FUSION_PREFIX):
-        return []
+        return spec
     body = spec[len(FUSION_PREFIX):]
     head, sep, tail = body.partition(":")
+    method = ""
     if sep and head.partition("=")[0] in (*METHODS, BEST):
-        body = tail
-    files = []
+        method, body = head + sep, tail
+    parts = []
     for part in body.split("+"):
-        name = part.partition("*")[2] if "*" in part else part
+        weight, star, name = part.partition("*") if "*" in part else ("", "", part)
         for prefix in (RUN_PREFIX, LABELS_PREFIX):
             if name.startswith(prefix) and len(name) > len(prefix):
-                files.append(name[len(prefix):])
-    return files
+                name = prefix + change(name[len(prefix):])
+        parts.append(weight + star + name)
+    return FUSION_PREFIX + method + "+".join(parts)
 
 
 def rrf_terms(ranking: Ranking, k: float, ties: bool) -> dict[str, float]:
