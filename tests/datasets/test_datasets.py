@@ -353,6 +353,26 @@ def test_duplicate_user_names_file_and_line(tmp_path):
     )
 
 
+def test_a_first_line_of_column_names_is_skipped_with_a_warning(tmp_path, caplog):
+    path = _write(tmp_path / "seq.txt", ["u1 i1 i2 i3", "user i2 i3"], header="user_id item_id_list")
+    with caplog.at_level("WARNING", logger="spdrank.datasets.log"):
+        log = read_sequences(path)
+    assert log.users == [("u1", ["i1", "i2", "i3"]), ("user", ["i2", "i3"])]
+    assert "item_id_list" not in log.item_counts
+    assert log.lines == 3
+    (message,) = [r.getMessage() for r in caplog.records]
+    assert message.startswith(f"{path}:1: skipped 'user_id item_id_list': ")
+
+
+def test_a_first_line_of_ids_is_data_and_warns_nothing(tmp_path, caplog):
+    path = _write(tmp_path / "seq.txt", ["u1 i1 i2", "user_id item_ids"])
+    with caplog.at_level("WARNING", logger="spdrank.datasets.log"):
+        log = read_sequences(path)
+    assert log.users == [("u1", ["i1", "i2"])]
+    assert log.item_counts == {"i1": 1, "i2": 1, "item_ids": 1}
+    assert caplog.records == []
+
+
 def test_out_is_a_file(tmp_path):
     (tmp_path / "out").write_text("keep me", encoding="utf-8")
     with pytest.raises(ValueError, match="not a directory"):

@@ -6,11 +6,13 @@
 the file's format. Empty lines and users with fewer than 2 items are skipped and counted (a
 leave-one-out slate needs a target and at least one item before it); a user on two lines, or
 a ``name:type`` header field anywhere but an atomic file's first line, is an error naming
-``file:line``.
+``file:line``. A first line of column names (``user_id item_ids``, as a pandas export writes)
+is skipped with a warning naming it (:func:`is_column_header`).
 """
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -19,6 +21,17 @@ from pathlib import Path
 from spdrank.core.slates import SlateError
 from spdrank.datasets import recbole
 from spdrank.datasets.lines import first_line, numbered_lines, user_lines
+
+logger = logging.getLogger(__name__)
+
+#: Column names a sequences file's header line gives its user field and its item fields
+#: (lower case). Read as data, such a header is a user named ``user_id`` with one item
+#: ``item_ids``, an item every negative sampler can then draw.
+USER_COLUMNS = frozenset({"user", "user_id", "userid", "uid", "session", "session_id"})
+ITEM_COLUMNS = frozenset({
+    "item", "items", "item_id", "item_ids", "itemid", "iid", "item_id_list", "sequence",
+    "history",
+})
 
 
 @dataclass
@@ -46,6 +59,46 @@ def parse_sequences(lines: Iterable[tuple[int, str]], source: str) -> Interactio
     return _collect(out, _sequence_rows(lines, source, out))
 
 
+def is_column_header(fields: list[str]) -> bool:
+    """Whether a line's ``fields`` name columns rather than give a user and items: a user
+    column name then one or more item column names (:data:`USER_COLUMNS`,
+    :data:`ITEM_COLUMNS`, any case).
+
+    Only a file's first line is asked, and only these names match, so that a line of ids is
+    always read as data: nothing is guessed from what the line holds otherwise.
+    """
+    return (
+        len(fields) >= 2
+        and fields[0].lower() in USER_COLUMNS
+        and all(f.lower() in ITEM_COLUMNS for f in fields[1:])
+    )
+
+
+def _without_header(
+    lines: Iterable[tuple[int, str]], source: str, out: InteractionLog
+) -> Iterator[tuple[int, str]]:
+    """``lines`` less a first non-blank line of column names (:func:`is_column_header`),
+    which is counted as read and named in a warning.
+
+    Dropped before the users are read, so its user field is never taken for a user (a later
+    user ``user`` is no duplicate of it).
+    """
+    lines = iter(lines)
+    for lineno, text in lines:
+        fields = text.split()
+        if fields and is_column_header(fields):
+            out.lines += 1
+            logger.warning(
+                "%s:%d: skipped %r: its fields are column names (a header line), not a user "
+                "and its items", source, lineno, text.strip(),
+            )
+        else:
+            yield lineno, text
+        if fields:
+            break
+    yield from lines
+
+
 def _sequence_rows(
     lines: Iterable[tuple[int, str]], source: str, out: InteractionLog
 ) -> Iterator[tuple[str, list[str]]]:
@@ -55,7 +108,7 @@ def _sequence_rows(
     header field (``user_id:token``), which means an atomic file whose header is not its first
     line (a header first is read as one: :func:`read_sequences`).
     """
-    for fields, _, where in user_lines(lines, source, out):
+    for fields, _, where in user_lines(_without_header(lines, source, out), source, out):
         header = next((f for f in fields if recbole.is_header_field(f)), None)
         if header is not None:
             raise SlateError(
