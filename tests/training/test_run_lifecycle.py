@@ -7,6 +7,8 @@ import re
 
 import pytest
 
+from spdrank.commands.cli import main
+from spdrank.commands.train import config_argv
 from spdrank.core.slates import SlateError, load_slates, write_slates
 from spdrank.training.holdout import hold_out
 from spdrank.training.train import Trainer, train
@@ -170,12 +172,44 @@ def test_a_finished_run_is_not_replaced_by_a_run_with_other_settings(tmp_path, f
     assert {name: (out / name).read_bytes() for name in kept} == kept
 
 
+def run_files(out) -> dict[str, tuple[bytes, int]]:
+    """Every file under ``out``, with its bytes and when it was last written."""
+    return {str(p.relative_to(out)): (p.read_bytes(), p.stat().st_mtime_ns)
+            for p in sorted(out.rglob("*")) if p.is_file()}
+
+
+def test_a_finished_run_rerun_as_it_was_run_does_nothing(tmp_path, files, monkeypatch, capsys):
+    """A finished run rerun with its own settings and inputs has nothing left to do: the
+    command says so, naming train.json, exits 0, and writes no file (its log is not
+    continued by a second run's lines, its model not replaced by a retrained one)."""
+    out = tmp_path / "run"
+    argv = ["train", *config_argv(settings(tmp_path))]
+    assert main(argv) == 0
+    kept = run_files(out)
+    assert len((out / "log.jsonl").read_text().splitlines()) == 1
+    capsys.readouterr()
+
+    def step(self):
+        raise AssertionError("a finished run was trained again")
+
+    monkeypatch.setattr(Trainer, "train_step", step)
+    assert main([*argv, "--stop-after", "1", "--save-every", "1"]) == 0  # cadence: no setting
+    assert capsys.readouterr().out == (
+        f"the run in {out} is already finished ({out / 'train.json'}), with these settings and "
+        f"inputs: nothing to do; its model is {out / 'model'}\n")
+    assert run_files(out) == kept
+    again = train(settings(tmp_path))
+    assert again == json.loads(kept["train.json"][0]) | {"already_finished": again[
+        "already_finished"]}
+    assert again["finished"] and run_files(out) == kept
+
+
 def test_a_finished_run_reruns_with_its_settings_spelled_otherwise(tmp_path, files,
                                                                    monkeypatch):
     monkeypatch.chdir(tmp_path)
     train(settings(tmp_path, slates="train.jsonl", out="run"))
     assert train(settings(tmp_path, slates="./train.jsonl", out="run/", save_every=1,
-                          progress=True))["finished"]
+                          progress=True))["already_finished"]
 
 
 def test_a_finished_run_with_its_settings_as_given_is_compared_as_they_lead(tmp_path, files,
@@ -190,8 +224,7 @@ def test_a_finished_run_with_its_settings_as_given_is_compared_as_they_lead(tmp_
     monkeypatch.chdir(tmp_path)
     train(settings(tmp_path, slates="train.jsonl", out="run"))
     as_given()
-    assert train(settings(tmp_path, slates="./train.jsonl", out="run"))["finished"]
-    as_given()
+    assert train(settings(tmp_path, slates="./train.jsonl", out="run"))["already_finished"]
     with pytest.raises(ValueError, match=r"finished run with other settings \(--seed: 0 in "
                        r"that run, 1 now\)"):
         train(settings(tmp_path, slates="./train.jsonl", out="run", seed=1))

@@ -234,11 +234,14 @@ def run(args: argparse.Namespace) -> int:
 
     from accelerate import PartialState
 
-    from spdrank.training.run_record import FILES_KEY, SETTINGS_KEY
+    from spdrank.training.run_record import ALREADY_KEY, FILES_KEY, SETTINGS_KEY
     from spdrank.training.train import train
 
     summary = train(cfg, trust_remote_code=args.trust_remote_code)
     if not PartialState().is_main_process:
+        return 0
+    if ALREADY_KEY in summary:  # the run in --out, finished: nothing was done
+        print(summary[ALREADY_KEY])
         return 0
     shown = {k: v for k, v in summary.items()
              if k not in ("config", SETTINGS_KEY, FILES_KEY, "input_lines")}

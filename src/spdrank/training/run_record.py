@@ -1,7 +1,8 @@
 """What a run in ``--out`` records of itself, and whether a rerun into that folder may go on.
 
 Rerunning ``spdrank train`` as a run was run continues it from ``OUT/state``; a finished run
-(``OUT/train.json``) is rerun only as it was run, never replaced by another run's model.
+(``OUT/train.json``) so rerun has nothing left to do and writes nothing, and is never
+replaced by another run's model.
 
 What is compared is what decides the weights the run trains. Its settings, but not how often
 it saves, evaluates or reports, nor where this invocation stops (:data:`CADENCE`), which a
@@ -41,6 +42,9 @@ PATHS = ("slates", "eval_slates", "init_from", "cache_states")
 SETTINGS_KEY = "settings"
 #: The key of what a record holds of the slate files the run was given (:func:`input_files`).
 FILES_KEY = "input_files"
+#: The key that :func:`spdrank.training.train.train` adds to a finished run's record when it
+#: is rerun as it was run (:class:`RunFinished`): it did nothing, and says so there.
+ALREADY_KEY = "already_finished"
 #: The key under which records written before the settings were resolved kept them as given
 #: (``train.json`` still does, for its readers: the paths as the run was given them).
 LEGACY_KEY = "config"
@@ -152,6 +156,19 @@ def file_changes(recorded: Mapping[str, Any], current: Mapping[str, Any]) -> lis
     return found
 
 
+class RunFinished(Exception):
+    """``--out`` holds this very run, finished: rerun as it was run (the same settings and
+    inputs), it has nothing left to do, as a build tool leaves a target that is up to date,
+    so nothing is trained and no file in ``--out`` is written. ``record`` is the run's
+    ``train.json``."""
+
+    def __init__(self, out: Path, record: dict[str, Any]) -> None:
+        super().__init__(
+            f"the run in {out} is already finished ({out / SUMMARY_NAME}), with these settings "
+            f"and inputs: nothing to do; its model is {out / MODEL_DIR}")
+        self.record = record
+
+
 def check_rerun(cfg: TrainConfig, files: Mapping[str, Any]) -> None:
     """Refuse a run into ``cfg.out`` that is not the run already there, naming what differs:
     each setting with both values, each slate file whose content changed; ``cfg`` as the run
@@ -159,7 +176,8 @@ def check_rerun(cfg: TrainConfig, files: Mapping[str, Any]) -> None:
     :func:`input_files` found of the files it was given. An unfinished run (``OUT/state``) is
     resumed only with its own settings and slates, since its weights, feature normalisation
     and data order were made from them; a finished one (``OUT/train.json``) is not replaced by
-    another run's model, nor its log continued by another's lines."""
+    another run's model, nor its log continued by another's lines; rerun as it was run, it
+    has nothing left to do (:class:`RunFinished`)."""
     out = Path(cfg.out)
     state = out / STATE_DIR
     if (state / TRAINER_NAME).exists():
@@ -171,13 +189,15 @@ def check_rerun(cfg: TrainConfig, files: Mapping[str, Any]) -> None:
             raise ValueError(f"{state} holds an unfinished run{_what(changes, changed)}: {undo} "
                              "to resume it, or pass another --out to start a new run")
     elif (out / SUMMARY_NAME).exists():
-        changes, changed = differences(read_record(out / SUMMARY_NAME), cfg, files)
+        record = read_record(out / SUMMARY_NAME)
+        changes, changed = differences(record, cfg, files)
         if changes or changed:
             raise ValueError(
                 f"{out} holds a finished run{_what(changes, changed)}, whose model "
                 f"{out / MODEL_DIR} this run would replace: pass another --out for this run "
                 f"(--init-from {out} starts from that model)"
             )
+        raise RunFinished(out, record)
 
 
 def differences(

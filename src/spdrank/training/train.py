@@ -62,8 +62,10 @@ from spdrank.model.state_cache import StateCache, open_state_cache
 from spdrank.training.config import TrainConfig
 from spdrank.training.inputs import input_names, mean_of, score_inputs, slates_metrics
 from spdrank.training.run_record import (
+    ALREADY_KEY,
     FILES_KEY,
     SETTINGS_KEY,
+    RunFinished,
     check_rerun,
     input_files,
     settings_record,
@@ -265,8 +267,9 @@ class Trainer:
     """Owns one training run (in one process of it): data, model, optimizer, state files.
 
     It is given the run's settings as the user gave them: it refuses a rerun that differs from
-    the run already in ``--out`` before it writes anything, and then writes and reads the
-    ``--holdout`` parts (:func:`with_holdout`)."""
+    the run already in ``--out`` before it writes anything (and raises :class:`RunFinished`
+    for a finished run rerun as it was run, before it reads a slate), and then writes and
+    reads the ``--holdout`` parts (:func:`with_holdout`)."""
 
     def __init__(self, cfg: TrainConfig, trust_remote_code: bool = False) -> None:
         from accelerate import Accelerator
@@ -922,8 +925,15 @@ def train(cfg: TrainConfig, trust_remote_code: bool = False) -> dict[str, Any]:
 
     In a data-parallel run every process calls this and gets the summary; only the main
     process writes files.
+
+    A finished run in ``OUT`` that this one would repeat (the same settings and inputs) is
+    not run again, nor is any of its files written: its summary (``OUT/train.json``) comes
+    back, with :data:`ALREADY_KEY` saying so.
     """
-    trainer = Trainer(cfg, trust_remote_code)
+    try:
+        trainer = Trainer(cfg, trust_remote_code)
+    except RunFinished as done:
+        return done.record | {ALREADY_KEY: str(done)}
     try:
         return trainer.run()
     finally:
