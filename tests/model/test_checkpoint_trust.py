@@ -372,8 +372,18 @@ def test_a_head_too_large_in_all_is_refused():
     ("lora", [1], "backbone.lora must be an object"),
 ])
 def test_backbone_settings_are_checked(tmp_path, features_model, capsys, field, value, phrase):
+    """On the backbone record (and whole prompt) a features-only model wrote before it saved
+    them as null, which is read, and checked, as every model's is."""
+    from spdrank.backbone.prompt import PromptSettings
+    from spdrank.backbone.settings import BackboneConfig
+
+    def with_backbone(config: dict) -> None:
+        config["backbone"] = BackboneConfig(lora=None).to_dict() | {field: value}
+        config["prompt"] = PromptSettings().to_dict() | {
+            k: config["prompt"][k] for k in ("readout", "history_items")}
+
     ckpt = copy_checkpoint(features_model, tmp_path / "ckpt")
-    edit_config(ckpt / "config.json", lambda c: c["backbone"].update({field: value}))
+    edit_config(ckpt / "config.json", with_backbone)
     assert phrase in rank_error(tmp_path, ckpt, capsys)
 
 

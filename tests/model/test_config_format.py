@@ -209,3 +209,77 @@ def test_the_documented_ways_to_give_a_model_another_prompt_build(tiny_backbone)
         assert model.config.prompt.template == SEARCH
     with pytest.raises(ValueError, match="history_items=True"):  # a history head's prompt
         SPDRanker.build(SPDConfig(backbone=backbone, prompt=PromptSettings(template=SEARCH)))
+
+
+# -- a model that reads no backbone ---------------------------------------------------------
+
+
+FEATURE_SLATE = {"query": {"qid": "q", "text": "history"}, "candidates": [
+    {"docid": d, "doc": {"title": d}, "features": {"pop": pop}, "score": score}
+    for d, pop, score in (("a", 0.2, 0.9), ("b", 1.7, 0.1), ("c", 1.1, 0.5), ("d", 0.4, 0.3))
+]}
+
+
+def test_a_features_only_config_names_no_backbone_and_loads_as_the_model_it_saved(tmp_path):
+    """Its config.json leaves what only a backbone reads null (no LLM, no token budget, no chat
+    template named), keeps what the head is built from, and reads back as the same model."""
+    from spdrank.backbone.settings import BackboneConfig
+    from spdrank.model.config import BACKBONE_ONLY_PROMPT
+
+    saved = save_features_only_model(tmp_path / "m", positions=6)
+    text = (saved / CONFIG_NAME).read_text()
+    record = json.loads(text)
+    assert record["backbone"] is None
+    assert {name: record["prompt"][name] for name in BACKBONE_ONLY_PROMPT} == dict.fromkeys(
+        BACKBONE_ONLY_PROMPT)
+    assert (record["prompt"]["readout"], record["prompt"]["instruction"]) == (
+        "mean", json.loads(HISTORY)["prompt"]["instruction"])
+    model = SPDRanker.from_pretrained(saved)
+    assert model.config.backbone == BackboneConfig(lora=None)
+    assert model.config.prompt.max_item_tokens == 32
+    model.save_pretrained(tmp_path / "again")
+    assert (tmp_path / "again" / CONFIG_NAME).read_text() == text
+
+
+def test_a_features_only_config_written_with_its_backbone_loads_and_ranks_as_before(tmp_path):
+    """Features-only checkpoints saved before recorded a backbone and a whole prompt: they
+    are read as they are, and rank as the same model saved today does."""
+    from spdrank.core.slates import Slate
+
+    saved = save_features_only_model(tmp_path / "m", positions=6)
+    record = json.loads((saved / CONFIG_NAME).read_text())
+    old = tmp_path / "old"
+    old.mkdir()
+    (old / "head.safetensors").write_bytes((saved / "head.safetensors").read_bytes())
+    record["backbone"] = json.loads(HISTORY)["backbone"] | {"name_or_path": "no/such/model",
+                                                            "lora": None}
+    record["prompt"] |= {"max_item_tokens": 8, "max_query_tokens": 512,
+                         "use_chat_template": True, "labels": "numbers", "answer_prefix": ""}
+    (old / CONFIG_NAME).write_text(json.dumps(record, indent=2) + "\n")
+    model = SPDRanker.from_pretrained(old)
+    assert (model.config.backbone.name_or_path, model.config.prompt.max_item_tokens) == (
+        "no/such/model", 8)
+    slate = Slate.from_dict(FEATURE_SLATE)
+    assert model.rank(slate).docids == SPDRanker.from_pretrained(saved).rank(slate).docids
+
+
+def test_a_null_backbone_is_refused_for_a_model_that_reads_one(tmp_path):
+    record = json.loads(HISTORY)
+    record["backbone"] = None
+    path = tmp_path / CONFIG_NAME
+    path.write_text(json.dumps(record))
+    with pytest.raises(ValueError, match=rf"^{path}: backbone is null, which only a "
+                       r"features-only model \(features_only: true\) records"):
+        read_config(path)
+
+
+def test_features_only_training_builds_the_model_its_checkpoint_loads(tmp_path):
+    """Backbone flags a features-only run does not read leave its model as the one saved and
+    read back, so a warm start from it finds no setting changed."""
+    from spdrank.model.config import SPDConfig
+    from spdrank.training.config import TrainConfig
+
+    trained = TrainConfig(slates="s.jsonl", out="o", features="pop", features_only=True,
+                          backbone="no/such/model", layers=3, max_item_tokens=8,
+                          max_query_tokens=64).model_config()
+    assert SPDConfig.from_dict(json.loads(json.dumps(trained.to_dict()))) == trained

@@ -8,7 +8,9 @@ size and type before anything is built from it, since a config may come from any
 item's words, decoded by expected rank); :meth:`SPDConfig.paper` is the paper's (the
 self-attention head over each item's last token, decoded by the Hungarian assignment).
 
-A config.json is written with every field. One that lacks some was written by an earlier
+A config.json is written with every field; a model that reads no backbone (``features_only``)
+writes the settings only a backbone reads as null (:data:`BACKBONE_ONLY_PROMPT`), so that it
+names no LLM it never read. One that lacks some fields was written by an earlier
 spdrank: its missing fields are read as that format's values (:data:`FORMAT_1_MISSING`), never
 as today's defaults, so that a default changed in code does not change how a saved model
 ranks. One that uses a setting this spdrank no longer has is refused, naming it
@@ -18,7 +20,7 @@ ranks. One that uses a setting this spdrank no longer has is refused, naming it
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from spdrank.backbone.prompt import UNIT_READOUTS, PromptSettings
@@ -63,6 +65,15 @@ FORMAT_1_MISSING_PROMPT: dict[str, Any] = {
     "max_item_tokens": 32, "max_query_tokens": 512, "use_chat_template": True,
     "labels": "numbers", "answer_prefix": "", "readout": "last", "history_items": False,
 }
+
+#: The prompt's settings that only shape the text a backbone reads. A features-only model
+#: writes them as null, and its ``backbone`` record too, and holds them at
+#: :class:`PromptSettings`' defaults (:meth:`SPDConfig.without_backbone`). Its template is
+#: kept: it says which task the model ranks for (whether it reranks a first stage's order). So
+#: are ``readout`` and ``history_items``, which decide how the history head is built.
+BACKBONE_ONLY_PROMPT = (
+    "max_item_tokens", "max_query_tokens", "use_chat_template", "labels", "answer_prefix",
+)
 
 #: Head kinds this spdrank no longer builds, each with what its checkpoint's owner can do.
 REMOVED_HEAD_KINDS = {
@@ -141,13 +152,28 @@ class SPDConfig:
         Recommendation slates shuffle their candidates, and their given order means nothing."""
         return self.head.anchor == "order" or self.prompt.template.likelihood == "query"
 
+    def without_backbone(self) -> SPDConfig:
+        """This config with what only a backbone reads at the values a features-only model's
+        null record is read as: its backbone the default one without LoRA, the prompt's
+        :data:`BACKBONE_ONLY_PROMPT` at their defaults. A features-only model built from any
+        backbone flags is then the same model, before it is saved and after it is loaded."""
+        unread = PromptSettings()
+        return replace(
+            self,
+            backbone=BackboneConfig(lora=None),
+            prompt=replace(self.prompt, **{n: getattr(unread, n) for n in BACKBONE_ONLY_PROMPT}),
+        )
+
     def to_dict(self) -> dict[str, Any]:
+        prompt = self.prompt.to_dict()
+        if self.features_only:
+            prompt |= dict.fromkeys(BACKBONE_ONLY_PROMPT)
         return {
             "format": "spdrank",
             "format_version": FORMAT_VERSION,
-            "backbone": self.backbone.to_dict(),
+            "backbone": None if self.features_only else self.backbone.to_dict(),
             "head": _head_record(self.head, self.prompt),
-            "prompt": self.prompt.to_dict(),
+            "prompt": prompt,
             "decoder": self.decoder,
             "text_fields": list(self.text_fields),
             "features": self.features.to_dict() if self.features is not None else None,
@@ -165,7 +191,17 @@ class SPDConfig:
                 f"{', '.join(map(str, SUPPORTED_FORMAT_VERSIONS))})"
             )
         data = _filled(data)
-        prompt = PromptSettings.from_dict(data["prompt"])
+        # A features-only model's record leaves its backbone-only settings null; any other
+        # record carries them (a features-only one written before too) and is read as it is.
+        unread = data["backbone"] is None
+        if unread and data["features_only"] is not True:
+            raise ConfigError(
+                "backbone is null, which only a features-only model (features_only: true) "
+                "records: this model reads a backbone and must name it"
+            )
+        prompt = PromptSettings.from_dict(
+            _without_nulls(data["prompt"], BACKBONE_ONLY_PROMPT) if unread else data["prompt"]
+        )
         # Token budgets: what the prompt is cut to, and what its texts are cut to before
         # they are tokenized.
         bounded_int(prompt.max_item_tokens, "prompt.max_item_tokens", 1, MAX_TOKEN_BUDGET)
@@ -179,7 +215,9 @@ class SPDConfig:
         if data.get("features"):
             _check_features(data["features"])
         return cls(
-            backbone=BackboneConfig.from_dict(data["backbone"]),
+            backbone=(
+                BackboneConfig(lora=None) if unread else BackboneConfig.from_dict(data["backbone"])
+            ),
             head=_read_head(data["head"], prompt),
             prompt=prompt,
             decoder=decoder,
@@ -199,6 +237,14 @@ def _filled(data: dict[str, Any]) -> dict[str, Any]:
         if isinstance(data.get(name), dict):
             data[name] = missing | data[name]
     return data
+
+
+def _without_nulls(record: Any, names: tuple[str, ...]) -> Any:
+    """``record`` less those of ``names`` it holds as null, which are then read at their
+    defaults (a record that is no object is left for its reader to refuse)."""
+    if not isinstance(record, dict):
+        return record
+    return {k: v for k, v in record.items() if not (k in names and v is None)}
 
 
 #: The head record's field that restates whether the prompt's readout keeps several states per

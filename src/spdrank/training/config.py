@@ -499,7 +499,7 @@ class TrainingSettings:
             history_items=self.head in method.history_kinds,
         ))
         positions = self.rank_positions()
-        return SPDConfig(
+        config = SPDConfig(
             backbone=BackboneConfig(
                 name_or_path=self.backbone,
                 layers=self.layers,
@@ -520,6 +520,9 @@ class TrainingSettings:
             features_only=self.features_only,
             decoder=self.decoder,
         )
+        # --features-only reads no backbone flag (they are said unread): held at the values
+        # its saved config's nulls are read as, so the model trained is the model loaded.
+        return config.without_backbone() if self.features_only else config
 
     def rank_positions(self) -> int:
         """K of the model these settings train: ``--positions``, cut to the most its ranking
