@@ -246,6 +246,12 @@ def rewrite(path, seed):
     write_slates(path, signal_slates(len(load_slates(path)), seed=seed, teacher=False))
 
 
+def changed(setting, path):
+    """What a refusal says of a ``setting`` whose input at ``path`` changed since it was read."""
+    return (rf"whose inputs changed since it read them \({setting} {re.escape(str(path))}: "
+            r"sha256 [0-9a-f]{12}\.\.\. when the run read it, [0-9a-f]{12}\.\.\. now\)")
+
+
 def test_a_run_whose_training_file_changed_is_not_resumed(tmp_path, files):
     train_file, _ = files
     original = train_file.read_bytes()
@@ -254,10 +260,8 @@ def test_a_run_whose_training_file_changed_is_not_resumed(tmp_path, files):
     before = (state / "trainer.json").read_bytes()
     rewrite(train_file, seed=7)
     with pytest.raises(ValueError, match=(
-            rf"{re.escape(str(state))} holds an unfinished run that read other slates "
-            rf"\(--slates {re.escape(str(train_file))}: "
-            r"sha256 [0-9a-f]{12}\.\.\. when the run read it, [0-9a-f]{12}\.\.\. now\): restore "
-            r"the content it read to resume it, or pass another --out")):
+            rf"{re.escape(str(state))} holds an unfinished run {changed('--slates', train_file)}: "
+            r"restore the content it read to resume it, or pass another --out")):
         train(settings(tmp_path))
     assert (state / "trainer.json").read_bytes() == before
     train_file.write_bytes(original)  # the same content, written again: a new mtime
@@ -270,7 +274,7 @@ def test_a_run_whose_eval_file_changed_is_not_resumed(tmp_path, files):
     train(settings(tmp_path, eval_slates=str(eval_file), stop_after=1))
     rewrite(eval_file, seed=8)
     with pytest.raises(ValueError,
-                       match=rf"read other slates \(--eval-slates {re.escape(str(eval_file))}: "):
+                       match=changed("--eval-slates", eval_file)):
         train(settings(tmp_path, eval_slates=str(eval_file)))
 
 
@@ -280,8 +284,7 @@ def test_a_held_out_run_whose_slates_changed_is_not_resumed_and_keeps_its_parts(
     train(settings(tmp_path, holdout=2, stop_after=1))
     parts = {p.name: p.read_bytes() for p in (tmp_path / "run" / "holdout").iterdir()}
     rewrite(train_file, seed=9)
-    with pytest.raises(ValueError,
-                       match=rf"read other slates \(--slates {re.escape(str(train_file))}: "):
+    with pytest.raises(ValueError, match=changed("--slates", train_file)):
         train(settings(tmp_path, holdout=2))
     assert {p.name: p.read_bytes() for p in (tmp_path / "run" / "holdout").iterdir()} == parts
 
@@ -291,10 +294,73 @@ def test_a_finished_run_is_not_replaced_by_a_run_on_other_slates(tmp_path, files
     train(settings(tmp_path))
     model = (tmp_path / "run" / "model" / "head.safetensors").read_bytes()
     rewrite(train_file, seed=7)
-    with pytest.raises(ValueError, match=r"holds a finished run that read other slates "
-                       rf"\(--slates {re.escape(str(train_file))}: sha256 "):
+    with pytest.raises(ValueError,
+                       match=rf"holds a finished run {changed('--slates', train_file)}"):
         train(settings(tmp_path))
     assert (tmp_path / "run" / "model" / "head.safetensors").read_bytes() == model
+
+
+# -- the checkpoint and the template file a run starts from ---------------------------------------
+
+
+def trained_model(tmp_path, name, seed, **kw):
+    """The model of a finished run in ``tmp_path/name`` trained with ``seed`` (and ``kw``): a
+    checkpoint to start a run from (``--init-from``)."""
+    train(settings(tmp_path, out=name, seed=seed, **kw))
+    return tmp_path / name / "model"
+
+
+def test_a_run_whose_init_from_model_changed_is_not_resumed_nor_replaced(tmp_path, files):
+    model = trained_model(tmp_path, "base", seed=1)
+    other = trained_model(tmp_path, "other", seed=2)
+    started_from = (model / "head.safetensors").read_bytes()
+    given = settings(tmp_path, init_from=str(tmp_path / "base"))
+    train(settings(tmp_path, init_from=str(tmp_path / "base"), stop_after=1))
+    state = tmp_path / "run" / "state"
+    (model / "head.safetensors").write_bytes((other / "head.safetensors").read_bytes())
+    with pytest.raises(ValueError, match=(
+            rf"{re.escape(str(state))} holds an unfinished run {changed('--init-from', model)}: "
+            r"restore the content it read to resume it, or pass another --out")):
+        train(given)
+    (model / "head.safetensors").write_bytes(started_from)
+    assert train(given)["step"] == 4
+    (model / "config.json").write_text((model / "config.json").read_text() + "\n")
+    with pytest.raises(ValueError, match=rf"holds a finished run {changed('--init-from', model)}"):
+        train(given)
+
+
+def test_a_run_whose_prompt_file_changed_is_not_resumed_nor_replaced(tmp_path, files):
+    prompt = tmp_path / "prompt.json"
+    prompt.write_text('{"name": "mine"}\n')
+    train(settings(tmp_path, prompt=str(prompt), stop_after=1))
+    state = tmp_path / "run" / "state"
+    prompt.write_text('{"name": "theirs"}\n')
+    with pytest.raises(ValueError, match=(
+            rf"{re.escape(str(state))} holds an unfinished run {changed('--prompt', prompt)}: ")):
+        train(settings(tmp_path, prompt=str(prompt)))
+    prompt.write_text('{"name": "mine"}\n')
+    assert train(settings(tmp_path, prompt=str(prompt)))["step"] == 4
+    prompt.write_text('{"name": "theirs"}\n')
+    with pytest.raises(ValueError, match=rf"holds a finished run {changed('--prompt', prompt)}"):
+        train(settings(tmp_path, prompt=str(prompt)))
+
+
+def test_a_run_recorded_before_its_model_and_template_were_still_resumes(tmp_path, files):
+    """A record holding no digest of the --init-from checkpoint and the --prompt file does not
+    know what they held then: they are not compared, and the run resumes (and records them)."""
+    prompt = tmp_path / "prompt.json"
+    prompt.write_text('{"name": "mine"}\n')
+    trained_model(tmp_path, "base", seed=1, prompt=str(prompt))
+    given = {"init_from": str(tmp_path / "base"), "prompt": str(prompt)}
+    train(settings(tmp_path, stop_after=1, **given))
+    meta_file = tmp_path / "run" / "state" / "trainer.json"
+    meta = json.loads(meta_file.read_text())
+    assert set(meta["input_files"]) == {"--slates", "--init-from", "--prompt"}
+    meta["input_files"] = {"--slates": meta["input_files"]["--slates"]}
+    meta_file.write_text(json.dumps(meta))
+    finished = train(settings(tmp_path, **given))
+    assert finished["step"] == 4
+    assert set(finished["input_files"]) == {"--slates", "--init-from", "--prompt"}
 
 
 def test_a_run_recorded_before_its_files_were_still_resumes(tmp_path, files):

@@ -8,26 +8,39 @@ What is compared is what decides the weights the run trains. Its settings, but n
 it saves, evaluates or reports, nor where this invocation stops (:data:`CADENCE`), which a
 resumed run may change; not ``--out``, where the record lies; and a path by where it leads,
 not as it is spelled (``r/x/``, ``./r/x``, the same folder named from another working
-directory), so the record holds paths resolved. And its slate files by their content (a
-sha256 each): a file rewritten under its path would resume weights, a feature normalisation
-and a data order made from other slates. A refusal names each setting that differs with both
-values and each file that changed, and never advises deleting the run: its state is work
-that resumes.
+directory), so the record holds paths resolved. And the inputs it reads by their content (a
+sha256 each): its slate files, its ``--prompt`` template file and its ``--init-from``
+checkpoint. One rewritten under its path would resume weights, a feature normalisation and a
+data order made from other slates, or from another template or starting model. A refusal
+names each setting that differs with both values and each input that changed, and never
+advises deleting the run: its state is work that resumes. A record written before an input
+was recorded holds nothing of it, and that input is not compared: unknown, not changed.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Mapping
 from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any
 
+from spdrank.backbone.load import ADAPTER_CONFIG, ADAPTER_WEIGHTS
 from spdrank.backbone.settings import RANDOM_PREFIX
 from spdrank.backbone.templates import BUILTINS
 from spdrank.core.files import sha256_file
 from spdrank.core.flags import is_flag
-from spdrank.model.checkpoint import MODEL_DIR, STATE_DIR, SUMMARY_NAME, TRAINER_NAME
+from spdrank.model.checkpoint import (
+    ADAPTER_DIR,
+    CONFIG_NAME,
+    HEAD_NAME,
+    MODEL_DIR,
+    STATE_DIR,
+    SUMMARY_NAME,
+    TRAINER_NAME,
+    model_folder,
+)
 from spdrank.training.config import TrainConfig
 
 #: Settings that say how often a run saves, evaluates or shows its progress, and where this
@@ -40,8 +53,13 @@ PATHS = ("slates", "eval_slates", "init_from", "cache_states")
 #: The key of a record's settings (:func:`settings_record`), in the state's ``trainer.json``
 #: and a finished run's ``train.json``.
 SETTINGS_KEY = "settings"
-#: The key of what a record holds of the slate files the run was given (:func:`input_files`).
+#: The key of what a record holds of the inputs the run was given (:func:`input_files`).
 FILES_KEY = "input_files"
+#: The files of a checkpoint that decide what a run started from it (``--init-from``) begins
+#: as: its settings, its head's weights and a LoRA adapter's settings and weights. Nothing
+#: else in its folder (a model card) moves the weights.
+CHECKPOINT_FILES = (CONFIG_NAME, HEAD_NAME, f"{ADAPTER_DIR}/{ADAPTER_CONFIG}",
+                    f"{ADAPTER_DIR}/{ADAPTER_WEIGHTS}")
 #: The key that :func:`spdrank.training.train.train` adds to a finished run's record when it
 #: is rerun as it was run (:class:`RunFinished`): it did nothing, and says so there.
 ALREADY_KEY = "already_finished"
@@ -130,21 +148,42 @@ def recorded_settings(record: Mapping[str, Any]) -> dict[str, Any]:
     return record.get(SETTINGS_KEY, record.get(LEGACY_KEY))
 
 
+def checkpoint_digest(folder: Path) -> str:
+    """A sha256 over the :data:`CHECKPOINT_FILES` the checkpoint in ``folder`` holds: each
+    one's name and its own sha256 (:func:`spdrank.core.files.sha256_file`), so a file
+    rewritten, added or removed moves it. Cheap beside a run: a head's weights and an adapter
+    are small, and the backbone's weights (named by the settings) are not read."""
+    digest = hashlib.sha256()
+    for name in CHECKPOINT_FILES:
+        if (folder / name).is_file():
+            digest.update(f"{name} {sha256_file(folder / name)}\n".encode())
+    return digest.hexdigest()
+
+
 def input_files(cfg: TrainConfig) -> dict[str, dict[str, str]]:
-    """What a run records of the slate files it was given, by flag: each one's resolved path
-    and sha256 (:func:`spdrank.core.files.sha256_file`, the digest ``data features`` keeps of
-    its inputs). ``cfg`` as the user gave it: with ``--holdout``, ``--slates`` is the file the
-    parts are drawn from. A pipe is not read here (that would consume it), nor a path that
-    names no file (its reader refuses it)."""
-    given = (("--slates", cfg.slates), ("--eval-slates", cfg.eval_slates))
-    return {flag: {"path": str(Path(path).resolve()), "sha256": sha256_file(path)}
-            for flag, path in given if path is not None and Path(path).is_file()}
+    """What a run records of the inputs it reads by their content, by flag: each one's
+    resolved path and sha256. The slate files and a ``--prompt`` template file by the file's
+    (:func:`spdrank.core.files.sha256_file`, the digest ``data features`` keeps of its
+    inputs), the ``--init-from`` checkpoint by its :func:`checkpoint_digest`. ``cfg`` as the
+    user gave it: with ``--holdout``, ``--slates`` is the file the parts are drawn from. A
+    pipe is not read here (that would consume it), nor a path that names no file or
+    checkpoint (its reader refuses it), nor a built-in template's name."""
+    prompt = None if cfg.prompt in BUILTINS else cfg.prompt
+    given = (("--slates", cfg.slates), ("--eval-slates", cfg.eval_slates), ("--prompt", prompt))
+    found = {flag: {"path": str(Path(path).resolve()), "sha256": sha256_file(path)}
+             for flag, path in given if path is not None and Path(path).is_file()}
+    if cfg.init_from is not None:
+        folder = model_folder(cfg.init_from)
+        if (folder / CONFIG_NAME).is_file():
+            found["--init-from"] = {"path": str(folder.resolve()),
+                                    "sha256": checkpoint_digest(folder)}
+    return found
 
 
 def file_changes(recorded: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:
-    """Each slate file whose content differs from what the recorded run read, as ``--slates
-    PATH: sha256 ... when the run read it, ... now``; a file the record does not hold (a run
-    recorded before files were, or a pipe) is not compared."""
+    """Each input whose content differs from what the recorded run read, as ``--slates PATH:
+    sha256 ... when the run read it, ... now``; an input the record does not hold (a run
+    recorded before that input was, or a pipe) is not compared."""
     found = []
     for flag, now in current.items():
         then = recorded.get(flag)
@@ -171,13 +210,13 @@ class RunFinished(Exception):
 
 def check_rerun(cfg: TrainConfig, files: Mapping[str, Any]) -> None:
     """Refuse a run into ``cfg.out`` that is not the run already there, naming what differs:
-    each setting with both values, each slate file whose content changed; ``cfg`` as the run
+    each setting with both values, each input whose content changed; ``cfg`` as the run
     records its settings (reading the held-out parts, with ``--holdout``), ``files`` what
-    :func:`input_files` found of the files it was given. An unfinished run (``OUT/state``) is
-    resumed only with its own settings and slates, since its weights, feature normalisation
-    and data order were made from them; a finished one (``OUT/train.json``) is not replaced by
-    another run's model, nor its log continued by another's lines; rerun as it was run, it
-    has nothing left to do (:class:`RunFinished`)."""
+    :func:`input_files` found of the inputs it was given. An unfinished run (``OUT/state``)
+    is resumed only with its own settings and inputs, since its weights, feature
+    normalisation and data order were made from them; a finished one (``OUT/train.json``) is
+    not replaced by another run's model, nor its log continued by another's lines; rerun as
+    it was run, it has nothing left to do (:class:`RunFinished`)."""
     out = Path(cfg.out)
     state = out / STATE_DIR
     if (state / TRAINER_NAME).exists():
@@ -210,7 +249,8 @@ def differences(
 
 
 def _what(changes: list[tuple[str, Any, Any]], changed: list[str]) -> str:
-    """`` with other settings (...) and that read other slates (...)``: what differs."""
+    """`` with other settings (...) and whose inputs changed since it read them (...)``:
+    what differs."""
     return " and".join(part for part, found in (
         (f" with other settings ({describe(changes)})", changes),
-        (f" that read other slates ({'; '.join(changed)})", changed)) if found)
+        (f" whose inputs changed since it read them ({'; '.join(changed)})", changed)) if found)
