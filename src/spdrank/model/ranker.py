@@ -5,15 +5,18 @@ Read top to bottom: the model's parts and their checks (``__init__``), building 
 forward pass (``encode`` -> ``collate`` -> ``read`` -> ``score``; how the backbone is read is
 the model's reader, :mod:`spdrank.backbone.readout`, of the kind its ranking method declares),
 and ranking (``rank``, ``rank_batch``: the method's decoding turns the scores into a valid
-permutation and the scores its ranking reports, in one call).
+permutation and the scores its ranking reports, in one call). A call that cut texts to the
+token budget says so to the code that made it (:class:`TruncationWarning`).
 """
 
 from __future__ import annotations
 
+import inspect
 import itertools
 import logging
 import os
 import time
+import warnings
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -61,6 +64,11 @@ log = logging.getLogger(__name__)
 #: what a thread pool's fork and join cost, and a worker descheduled by another process on a
 #: shared core stalls the whole product for a scheduler slice (milliseconds).
 HEAD_SERIAL_ROWS = 512
+
+
+class TruncationWarning(UserWarning):
+    """A ranking call read some texts cut to the model's token budget: a cut text is read
+    without its end, so the ranking is of other texts than those given."""
 
 
 @contextmanager
@@ -449,6 +457,7 @@ class SPDRanker(nn.Module):
         (ints, best first, as ``CrossEncoder.rank`` and ``/v1/rerank`` answer), ``docids``
         (for plain texts, those positions as strings), rank-derived ``scores`` and stage
         ``timings``; ``top_n`` keeps the best n (the whole slate is ranked either way).
+        Texts cut to the token budget are warned about, as :meth:`rank_batch` says.
         """
         ranking = self.rank_batch([as_slate(query, candidates, self.config.text_fields)])[0]
         return ranking if top_n is None else ranking.top(top_n)
@@ -518,6 +527,13 @@ class SPDRanker(nn.Module):
         already encoded (e.g. to read their truncation flags) so they are not tokenized twice;
         ``batch``, the slates already collated, and ``features``, what :meth:`check` returned
         for each slate (see :meth:`score_batch`).
+
+        Candidates (or user contexts) this call encodes and cuts to the token budget are
+        warned about once, a :class:`TruncationWarning` to the code outside this module that
+        made the call: what the CLI prints after a ranking, told to a notebook. Prompts passed
+        ``encoded`` are the caller's to report (their flags are in hand), and spdrank's own
+        callers report cuts their own way (the summary line of ``spdrank rank`` and ``eval``,
+        the server's ``truncated_documents``), so neither is warned.
         """
         decode = self.decoding(decoder)
         if not slates:
@@ -526,15 +542,45 @@ class SPDRanker(nn.Module):
         if empty is not None:
             raise SlateError(f"slate {empty.query.qid!r} has no candidates: nothing to rank",
                              field="candidates")
+        cuts = self.cuts
+        counted = (cuts.candidates, cuts.candidates_cut, cuts.queries, cuts.queries_cut)
         # encode -> collate -> read (prefill, readout) -> head, timed stage by stage
         scores, timings = self.score_batch(slates, encoded, batch, features)
         t0 = time.perf_counter()  # decode: each slate's order and the scores it reports
         decoded = decode(scores, [len(s) for s in slates])
         timings["assign"] = (time.perf_counter() - t0) * 1e3
+        # What this call's own encoding cut: the counts' growth over the call.
+        self._warn_cuts(*(now - then for now, then in zip(
+            (cuts.candidates, cuts.candidates_cut, cuts.queries, cuts.queries_cut), counted)))
         return [
             _ranking(slate, order, ranked, timings)
             for slate, (order, ranked) in zip(slates, decoded)
         ]
+
+    def _warn_cuts(self, candidates: int, cut: int, queries: int, queries_cut: int) -> None:
+        """Warn the caller outside this module that ``cut`` of ``candidates`` (and
+        ``queries_cut`` of ``queries`` user contexts) were cut to the token budget; nothing
+        when none was, or when that caller is spdrank's own code, which reports cuts itself."""
+        if not (cut or queries_cut):
+            return
+        # The first frame outside this module is the caller; its line is what is warned.
+        frame, level = inspect.currentframe(), 1
+        while frame is not None and frame.f_globals.get("__name__") == __name__:
+            frame, level = frame.f_back, level + 1
+        caller = frame.f_globals.get("__name__", "") if frame is not None else "spdrank"
+        if caller == "spdrank" or caller.startswith("spdrank."):
+            return
+        prompt = self.config.prompt
+        said = []
+        if cut:
+            said.append(f"{cut} of {candidates} candidates were cut to the token budget "
+                        f"(config.prompt.max_item_tokens = {prompt.max_item_tokens} tokens "
+                        "each) and ranked on the start of their text")
+        if queries_cut:
+            said.append(f"{queries_cut} of {queries} user contexts were cut to their last "
+                        f"{prompt.max_query_tokens} tokens (config.prompt.max_query_tokens)")
+        warnings.warn("; ".join(said) + " (the budgets were set when the model was trained; "
+                      "model.cuts counts every call's)", TruncationWarning, stacklevel=level)
 
     def ranking(
         self,
