@@ -36,10 +36,11 @@ def model_info(model: str | None) -> dict[str, Any]:
     info: dict[str, Any] = {"path": str(Path(model).resolve())}
     try:
         cfg = json.loads(model_config_path(model).read_text())
+        backbone = cfg["backbone"] or {}  # null in a features-only model's
         info.update(
-            backbone=None if cfg.get("features_only") else cfg["backbone"].get("name_or_path"),
-            layers=cfg["backbone"].get("layers"),
-            lora=cfg["backbone"].get("lora") is not None,
+            backbone=None if cfg.get("features_only") else backbone.get("name_or_path"),
+            layers=backbone.get("layers"),
+            lora=backbone.get("lora") is not None,
             head=cfg["head"].get("kind"),
             K=cfg["head"].get("positions"),
             max_item_tokens=cfg["prompt"].get("max_item_tokens"),
