@@ -7,7 +7,7 @@
 
 It times ``SPDRanker.rank_batch`` (prefill, head, assignment; the prompts encoded beforehand,
 as the server's engine does) on real Beauty eval slates (``--documents`` candidates each) at
-each batch size, with the slates grouped three ways:
+each batch size, with the slates grouped four ways:
 
 * ``mixed``: in file order, as concurrent requests arrive: prompts of different lengths, so
   every batch is padded to its longest prompt;
@@ -20,18 +20,17 @@ each batch size, with the slates grouped three ways:
   saves (or costs) per slate.
 
 For each batch size it times the arrangements and the reference, the same slates ranked
-one at a time (``alone``), interleaved batch by batch, so a slow spell of a shared machine
-falls on all of them alike. It prints the per-slate wall and CPU time (the batches' totals
-over the slates they held; on a shared machine the CPU time is the steadier of the two with
-one thread), each relative to ``alone``, the batches' median prefill per slate, and the
-padding (padded token positions over real tokens, over all the prefills). ``--threads`` sets
-torch's intra-op threads (the server uses torch's default: one per core).
+one at a time (``alone``), interleaved (:func:`time_interleaved`). It prints the per-slate wall
+and CPU time (the batches' totals over the slates they held), each relative to ``alone``, the
+batches' median prefill per slate, and the padding (padded token positions over real tokens,
+over all the prefills). ``--threads`` sets torch's intra-op threads (the server uses torch's
+default: one per core).
 
 Without ``--model`` it builds a checkpoint shaped like the load test's
 (benchmarks/results/load-spd-1layer-cpu): the bundled SmolLM2 cut to ``--layers`` (1), LoRA,
 the attention head, K = 64, titles cut to 8 tokens, an untrained head: the numbers time the
-computation, not ranking quality. A run takes about two minutes on 2 CPU cores.
-Nothing is written; the table goes to stdout (``--json`` adds a machine-readable copy).
+computation, not ranking quality. Nothing is written; the table goes to stdout (``--json``
+adds a machine-readable copy).
 """
 
 from __future__ import annotations
@@ -134,8 +133,7 @@ def time_interleaved(
 ) -> dict[str, dict[str, float]]:
     """Rank each plan's groups, one batch each, interleaving the plans (the next batch is
     always the one of the plan that has ranked the fewest slates), so a slow spell of a shared
-    machine falls on all of them alike. Per plan: per-slate wall and CPU time, the median
-    prefill per slate, and the padding (padded positions over real tokens)."""
+    machine falls on all of them alike; per plan, the figures the module docstring names."""
     stats = {name: {"wall": 0.0, "cpu": 0.0, "done": 0, "padded": 0, "real": 0} for name in plans}
     prefill: dict[str, list[float]] = {name: [] for name in plans}
     for groups in plans.values():  # unrecorded: the first call at a new shape pays allocation
@@ -220,8 +218,7 @@ def main(argv: list[str] | None = None) -> int:
         chosen = {k: v for k, v in plans.items() if k == "alone" or k in args.arrangements}
         timed = time_interleaved(model, slates, encoded, chosen)
         for name, numbers in timed.items():
-            row = {"batch_size": 1 if name == "alone" else size, "arrangement": name}
-            row.update(numbers)
+            row = {"batch_size": 1 if name == "alone" else size, "arrangement": name, **numbers}
             rows.append(row)
             print(_line(row, timed["alone"], first=len(rows) == 1), flush=True)
     if args.json:

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from machine import ROOT, code_version, load
+from machine import ROOT, code_version, fmt, load, shown
 from machine import facts as machine_facts
 
 from spdrank.backbone import cpu
@@ -66,11 +66,8 @@ class SlateRow:
 
 
 def agreement(reference: Ranking, other: Ranking) -> tuple[float | None, float | None]:
-    """Kendall's tau and top-1 agreement of ``other`` with ``reference`` (the float32 one).
-
-    The reference's score ties are ties, not an order to imitate, where its scores fall
-    along its ranking; otherwise (no scores, or scores that rise) every pair counts.
-    """
+    """Kendall's tau and top-1 agreement of ``other`` with ``reference`` (the float32 one), its
+    score ties left out where its scores fall along its ranking (else every pair counts)."""
     scores = reference.scores
     try:
         return (kendall_tau(other.docids, reference.docids, scores),
@@ -142,10 +139,6 @@ def facts(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def fmt(value: float | None, spec: str) -> str:
-    return "-" if value is None else format(value, spec)
-
-
 def report(meta: dict[str, Any], rows: list[dict[str, Any]]) -> str:
     """The report's markdown: the facts, one row a checkpoint, the verdict."""
     m = meta["machine"]
@@ -185,12 +178,6 @@ def report(meta: dict[str, Any], rows: list[dict[str, Any]]) -> str:
               "exactly alike. The milliseconds are a whole `rank()` call (tokenize, prefill, "
               "head, decoder); every slate's figures are in results.json.")]
     return "\n".join(lines) + "\n"
-
-
-def python() -> str:
-    """This interpreter as the command line would name it: relative to the checkout if in it."""
-    exe = Path(sys.executable)
-    return str(exe.relative_to(ROOT)) if exe.is_relative_to(ROOT) else str(exe)
 
 
 def named_model(text: str) -> tuple[str, str]:
@@ -246,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
     results = {"meta": meta, "models": rows, "per_slate": per_slate}
     (args.out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     (args.out / "report.md").write_text(report(meta, rows))
-    command = shlex.join([python(), "benchmarks/bf16_agreement.py",
+    command = shlex.join([shown(Path(sys.executable)), "benchmarks/bf16_agreement.py",
                           *(sys.argv[1:] if argv is None else argv)])
     (args.out / "command.txt").write_text(command + "\n")
     print(f"wrote {args.out}/report.md")

@@ -1,8 +1,5 @@
 #!/usr/bin/env bash
-# The paper's Tables 2-5 at full scale on one H100/H200-class GPU (the estimate it prints before
-# its first step says about 34 minutes of an H200 at these sizes: training at the rate an H200
-# measured, benchmarks/results/gpu-lease-h200, the rest at an assumed 15% MFU; the step timings
-# it prints and keeps in $OUT/timings.tsv say what it really took). Fifteen minutes of a GPU hold
+# The paper's Tables 2-5 at full scale on one H100/H200-class GPU; fifteen minutes of a GPU hold
 # the first steps at the offline bundle's sizes (benchmarks/offline_bundle.sh).
 #
 #   bash benchmarks/gpu.sh              # writes benchmarks/results/gpu-beauty/
@@ -15,67 +12,47 @@
 # bundled Amazon Beauty 2014. It needs `make install` done beforehand, with a CUDA build of
 # torch 2.13 in .venv (or BIN=/path/to/env/bin).
 #
-# Steps; each is skipped when its output exists, so an interrupted run resumes where it stopped:
+# Steps, in the order of what they tell; each is skipped when its output exists, so an
+# interrupted run resumes where it stopped:
 # 1. the Beauty slates, uniform negatives (21,245 train / 1,118 eval slates of 50 candidates);
-# 2. teacher labels from the co-occurrence ranker (`ranker:cooccurrence`, CPU, seconds) on all
-#    train and eval slates: the student's distillation target, and the tau/top1 reference.
-#    Its counts include each training slate's own next item, so on train slates it is a
-#    stronger teacher than on eval slates;
-#    then, before any long step, the two figures a GPU user asks first:
-#    the training step (benchmarks/train_step.py): the student's own `spdrank train` command
-#    (step 3's flags) for $STEP_WARMUP untimed and $STEPS timed steps, its time, MFU and peak
-#    memory in $OUT/train-step.json; and the ranking latency at N = $LATENCY_N, batch 1, on
-#    that step's checkpoint (`spdrank bench --latency`: prefill, head and decode apart, as
-#    the paper's Table 5), in $OUT/step-latency/;
-# 3. the SPD student at full scale: every train slate (the first $TRAIN_SLATES when set), all
-#    30 layers, LoRA r=64, bf16, batch $BATCH, one epoch, attention head, target teacher+clicks; K = 150 positions so that the
-#    latency decomposition reaches N = 150. Heads in $PEERS (any of scalar first linear) train
-#    the same way as extra rows (each costs about as much as the student);
-# 4. `spdrank bench` on all eval slates: baselines, SPD under every decoder, the peers, and
-#    the latency decomposition at N = 20, 50, 150 (Tables 2-5 without the AR teachers);
-# 5. the autoregressive teachers: the bundled SmolLM2 through transformers on the GPU, batch
-#    size 1 (the recorded latency is that of one request), direct and reasoning, on the first
-#    $AR_N eval slates;
-# 6. `spdrank bench` on the $AR_N AR-labelled slates: the same rows next to the AR teachers,
-#    with the speed-ups over them (Table 2);
-# 7. fidelity at full scale (benchmarks/results/fidelity-beauty-cpu at CPU scale): students
-#    reading only SmolLM2's frozen states (all 30 layers, history head matching words as a soft TF-IDF) distil
-#    teachers the prompt's text determines, the lexical teacher on every train slate and
-#    SmolLM2's likelihood teacher on the first $FID_TRAIN, each scored on all eval slates;
-#    then the lexical student fine-tuned on clicks with popularity and co-occurrence, against
-#    the three features alone;
-# 8. search (benchmarks/experiments/search-best-input-other.toml, at CPU scale in
-#    benchmarks/results/search-best-input-cpu): students reading every layer of
-#    $SEARCH_BACKBONE (default the bundled SmolLM2) in one prefill of BM25's whole top 100 with
-#    BM25's and dense's scores, trained on DL22's queries labelled by a fusion of dense and
-#    BM25, chosen on one test set (DL19, DL21) and scored on the other, against BM25, dense and
-#    the same recipe without the LLM. Needs ../shared/data/trec-dl19, -dl21 and -dl22.
+# 2. teacher labels from the co-occurrence ranker (CPU) on all train and eval slates: the
+#    student's target and the tau/top1 reference (its counts include each training slate's own
+#    next item: a stronger teacher on train slates than on eval slates); then the two figures a
+#    GPU user asks first: the training step (benchmarks/train_step.py: its time, MFU and peak
+#    memory) and the ranking latency at N = $LATENCY_N on its checkpoint (prefill, head and
+#    decode apart, as the paper's Table 5);
+# 3. the SPD student on every train slate, all layers, LoRA, K = 150 positions so that the
+#    latency decomposition reaches N = 150; heads in $PEERS (any of scalar first linear) train
+#    the same way as extra rows;
+# 4. `spdrank bench` on all eval slates: baselines, SPD under every decoder, the peers, and the
+#    latency decomposition at N = 20, 50, 150 (Tables 2-5 without the AR teachers);
+# 5-6. the autoregressive teachers (SmolLM2 through transformers, batch size 1, direct and
+#    reasoning) on the first $AR_N eval slates, and `spdrank bench` there beside them (Table 2);
+# 7. fidelity (benchmarks/results/fidelity-beauty-cpu at CPU scale): students reading only
+#    SmolLM2's frozen states distil the lexical and the likelihood teacher; then the lexical
+#    student fine-tuned on clicks with popularity and co-occurrence, against the three features;
+# 8. search (benchmarks/experiments/search-best-input-other.toml; CPU scale in
+#    benchmarks/results/search-best-input-cpu): students reading every layer of $SEARCH_BACKBONE
+#    over BM25's whole top 100, trained on DL22, chosen on DL19 or DL21 and scored on the other,
+#    against BM25, dense and the same recipe without the LLM. Needs ../shared/data/trec-dl19,
+#    -dl21 and -dl22.
 #
-# Settings, from the environment: BACKBONE (every step's LLM, default bundled; SEARCH_BACKBONE
-# for step 8), DEVICE and DTYPE (cuda, bfloat16), and the sizes: TRAIN_SLATES (0: all), CANDIDATES, VALIDATION,
-# AR_N, REASONING_TOKENS, BATCH, POSITIONS, LORA_R, STEP_WARMUP, STEPS, LATENCY_N, LATENCY_SIZES, LATENCY_SLATES,
-# THROUGHPUT_BATCH, EVAL_LIMIT, FID_TRAIN, FID_EVAL_LIMIT, FID_BATCH, FID_EPOCHS, CLICKS_EPOCHS,
-# SEARCH_EPOCHS; SHARED, the folder of the TREC DL files. --smoke sets
-# each to its toy value (and SLATES, the slates kept of each split) unless it is set. ONLY (step
-# names, space-separated) runs those steps alone, the others left for a later run: a
-# short run runs the steps that tell most first.
+# Settings, from the environment: each NAME=${NAME:-default} below (BACKBONE, every step's LLM;
+# SEARCH_BACKBONE for step 8; DEVICE, DTYPE; the sizes, TRAIN_SLATES=0 for all; SHARED, the
+# folder of the TREC DL files); --smoke sets each to its toy value (and SLATES, the slates kept
+# of each split) unless it is set. ONLY (step names, space-separated) runs those steps alone,
+# the others left for a later run.
 #
-# Before the first step it prints what each step will cost (benchmarks/gpu_estimate.py: peak
-# memory and time from the backbone's config.json and the device's stated bf16 throughput, on
-# ESTIMATE_DEVICE, default h200), and stops, naming the step and its numbers, when a step will
-# not fit the device's memory; FIT_CHECK=0 runs anyway. With BUDGET_S (seconds) set, it stops
-# (exit 75) before the first step whose estimate would end past the budget, and a rerun with
-# the same settings continues from there: on a lent device whose commands run at most 10
-# minutes, BUDGET_S=540 and as many commands as it takes. The steps are in the order of
-# what they tell: the training step and the latency at N = 50 first, then the student and its
-# benchmark, the AR teachers, fidelity, search.
+# Before the first step it prints what each step will cost (benchmarks/gpu_estimate.py on
+# ESTIMATE_DEVICE, default h200) and stops when one will not fit (FIT_CHECK=0 runs anyway). With
+# BUDGET_S (seconds), it stops (exit 75) before the first step whose estimate would end past it,
+# and a rerun with the same settings continues there (BUDGET_S=540: commands of 10 minutes).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . benchmarks/lib.sh
 parse_modes benchmarks/gpu.sh "the script's header" "$@"
 BIN=${BIN:-.venv/bin}
 if [ "$SMOKE" = 1 ]; then
-  # The smoke run's places and sizes; any of them can still be set from the environment.
   SMOKE_DIR=${SMOKE_DIR:-runs/gpu-smoke}
   DATA=${DATA:-$SMOKE_DIR/beauty-uniform}; FDATA=${FDATA:-$SMOKE_DIR/beauty-features}
   WORK=${WORK:-$SMOKE_DIR/work}; OUT=${OUT:-$SMOKE_DIR/out}
@@ -221,9 +198,8 @@ for TEACHER in lexical likelihood; do
     --model "student=$run" "${GPU[@]}" --out "$OUT/fidelity-$TEACHER" \
     --title "Fidelity to the $TEACHER teacher: all Beauty eval slates" --no-progress
 done
-# Against clicks, does the LLM take the lexical score's place? The lexical student fine-tuned
-# on clicks with popularity and co-occurrence added (--init-from), next to the three features
-# alone; the labelled slates are the same slates, their clicks the target.
+# Against clicks, does the LLM take the lexical score's place? The lexical student with
+# popularity and co-occurrence added (--init-from), on the same slates' clicks.
 CLICKS=( --slates "$FID/lexical/train.labels.slates.jsonl" --target clicks
          --eval-slates "$FID/lexical/valid.labels.slates.jsonl" --eval-limit "$FID_EVAL_LIMIT"
          --eval-every 0 --batch-size "$FID_BATCH" --head-lr 1e-3 --seed 0 "${GPU[@]}" --no-progress )

@@ -9,40 +9,23 @@ configuration that will not fit.
 ``benchmarks/gpu.sh`` calls it before its first step with its own settings (the ``NAME=VALUE``
 arguments are the script's environment variables, with their defaults when left out), prints
 its table, and stops when it exits 1: a step whose estimated peak memory exceeds the device's
-usable memory, or, when ``BUDGET_S`` is set, a step
-whose estimated time alone exceeds it. A run longer than ``BUDGET_S`` is not refused: ``--plan
-FILE`` writes each step's estimated seconds, and the script's ``step`` (benchmarks/lib.sh)
-stops before the first step that would end past the budget, so a rerun continues from there
-(a lent device's command runs at most 10 minutes). It needs only Python's standard library, so a dry run
-prints the table without the project's environment, and it reads no weights: a backbone is
-its config.json (a model folder, ``config:PATH``, a Hugging Face id already in the local
-cache, or ``bundled``, SmolLM2-135M-Instruct).
+usable memory, or, when ``BUDGET_S`` is set, a step whose estimated time alone exceeds it. A
+longer run is not refused: ``--plan FILE`` writes each step's estimated seconds, and the
+script's ``step`` (benchmarks/lib.sh) stops before the first step that would end past the
+budget, so a rerun continues from there. It needs only Python's standard library and reads no
+weights: a backbone is its config.json, read offline (:func:`read_shape`).
 
-The model, per step (each a list of passes of the backbone, :class:`Work`):
-
-- memory: the weights in the run's dtype; LoRA adapters and the head with their gradients and
-  AdamW's two moments (peft keeps adapters in float32: 16 bytes a parameter); activations:
-  what autograd saves for the backward, per token and layer, as :func:`saved_bytes_per_token`
-  counts it tensor by tensor (no gradient checkpointing: spdrank train does not use it), or
-  for a pass without gradients one layer's working set; a generation's KV cache and the
-  logits it keeps. SDPA's fused kernels keep no T x T matrix, so memory is linear in tokens;
-- time: FLOPs (2 a weight a token for the linear layers, plus causal attention's
-  2 * heads * head_dim * T^2 a layer) over the device's stated dense bf16 throughput times
-  an efficiency ``mfu``; a training pass adds its backward (activations' gradients through
-  every layer, weights' gradients only for the trained ones); a decode step is bounded below
-  by reading every weight from memory; each pass pays an eager-PyTorch dispatch cost per
-  operation, and each step's process a fixed start-up.
-
-The constants below are assumptions, stated as such; benchmarks/results/gpu-estimate/report.md
-holds the shapes (FLOPs, saved bytes, tokens) and a CPU's efficiency measured against them, and
-tests/benchmarks/test_gpu_estimate.py checks the saved bytes against autograd for every family. Where a lent device has timed a
-training step (``measured-<device>.json`` beside that report), training passes take its
-efficiency and memory instead of the assumption (:func:`calibration`).
+Each step is a list of passes of the backbone (:class:`Work`); docs/scaling.md says what a
+pass costs here (memory: :func:`saved_bytes_per_token` and :func:`work_cost`; time: FLOPs at an
+assumed efficiency, dispatch and start-up) and how it was checked. Where a lent device has
+timed a training step (``measured-<device>.json`` in benchmarks/results/gpu-estimate),
+training passes take its efficiency and memory instead of the assumption (:func:`calibration`).
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import os
@@ -51,10 +34,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-GIB = 1024**3
+from machine import ROOT, shown
 
-# -- the device ------------------------------------------------------------------------------
+GIB = 1024**3
 
 
 @dataclass(frozen=True)
@@ -74,19 +56,13 @@ DEVICES: dict[str, Device] = {
     "l4": Device("NVIDIA L4 (24 GB)", 22.0, 121.0, 0.3),
 }
 
-#: Model FLOPs utilisation assumed on a GPU. An assumption, not a measurement: sub-1B
-#: decoders in eager PyTorch reach a small share of a tensor-core GPU's dense peak, because
-#: their matrix products are narrow (hidden 576-1024) and their norms, rotary embeddings,
-#: activations and peft's float32 casts are bound by memory, not arithmetic; published MFU
-#: for models of this size in Hugging Face training sits around 10-30%. 0.15 is the low side,
-#: so that a plan made from it is not overrun. A device's measured training step replaces it
-#: for training passes (:func:`calibration`).
+#: Model FLOPs utilisation assumed on a GPU: the low side of what sub-1B decoders reach in eager
+#: PyTorch (docs/scaling.md), so that a plan made from it is not overrun.
 MFU = 0.15
 #: Share of the stated memory bandwidth a decode step's weight reads reach (an assumption).
 BANDWIDTH_EFFICIENCY = 0.6
 #: Seconds eager PyTorch spends dispatching and launching one operation on a GPU (an
-#: assumption: a few microseconds of launch plus Python and dispatcher time). Small passes
-#: (batch 1, decode steps) are bound by it rather than by FLOPs.
+#: assumption): what bounds small passes (batch 1, decode steps).
 OP_SECONDS = 10e-6
 #: Operations one decoder layer's forward runs, and each LoRA-adapted linear module adds
 #: (cast, A, B, scale, add); a backward runs about twice a forward's.
@@ -99,7 +75,6 @@ STARTUP_SECONDS = 20.0
 #: the caching allocator's fragmentation take the rest.
 USABLE = 0.9
 
-# -- the backbone ----------------------------------------------------------------------------
 
 #: SmolLM2-135M-Instruct's config.json, the ``bundled`` backbone, for when its converted copy
 #: is not in the cache yet (tests/benchmarks/test_gpu_estimate.py holds the two equal).
@@ -212,7 +187,6 @@ def saved_bytes_per_token(shape: Shape, dtype_bytes: int, lora_r: int, tokens: i
     - the MLP: gate and up outputs and the activation (gated), or the up output (plain);
     - each adapted module: its input cast to float32 (peft keeps adapters in float32) and its
       rank-r intermediate; the frozen linear itself keeps nothing.
-
     tests/benchmarks/test_gpu_estimate.py holds this to the bytes autograd really saves.
     """
     b, h, i = dtype_bytes, shape.hidden, shape.intermediate
@@ -242,9 +216,6 @@ def layer_flops_per_token(shape: Shape, context: float) -> float:
     return 2 * sum(a * b for a, b in shape.linears()) + 4 * shape.q_dim * context
 
 
-# -- where a backbone's shape is read ---------------------------------------------------------
-
-
 def cache_dir() -> Path:
     return Path(os.environ.get("SPDRANK_CACHE") or Path.home() / ".cache" / "spdrank")
 
@@ -269,7 +240,6 @@ def read_shape(spec: str, tiny: str | None = None) -> Shape:
     elif (path / "config.json").is_file():
         return Shape.from_config(json.loads((path / "config.json").read_text()))
     if tiny is not None and not path.exists():
-        sys.path.insert(0, str(ROOT / "benchmarks"))
         from tiny_backbone import COMMON, FAMILIES
 
         return Shape.from_config({"model_type": tiny, "vocab_size": 49152, **COMMON, **FAMILIES[tiny]})
@@ -283,12 +253,9 @@ def read_shape(spec: str, tiny: str | None = None) -> Shape:
     )
 
 
-# -- tokens ----------------------------------------------------------------------------------
-
 #: A recommendation prompt's tokens: the template and a 10-item history, then each candidate's
-#: title cut to 32 tokens with its marker. Fitted from spdrank's own prompts (SmolLM2's
-#: tokenizer, Beauty titles) with headroom for padding to a batch's longest prompt; the
-#: calibration report shows the fit against measured prompts.
+#: title cut to 32 tokens with its marker; fitted from spdrank's own prompts, with headroom for
+#: padding to a batch's longest prompt (the calibration report shows the fit).
 REC_BASE, REC_PER_CANDIDATE = 200, 28
 #: A search prompt's: the template and the query, then each passage cut to 64 tokens.
 SEARCH_BASE, SEARCH_PER_PASSAGE = 100, 66
@@ -305,18 +272,14 @@ def search_tokens(n: int) -> int:
     return SEARCH_BASE + SEARCH_PER_PASSAGE * n
 
 
-# -- the work of a step, and what it costs ------------------------------------------------
-
-
 @dataclass
 class Work:
     """Passes of the backbone: ``sequences`` prompts of ``tokens`` each, ``batch`` at a time.
 
     ``train``: gradients flow (LoRA on the top ``adapted`` layers, or a frozen backbone's head
-    alone when ``adapted`` is 0 and ``backbone`` False); ``layers``: the layers run (None:
-    all); ``new_tokens``: tokens generated after each prompt, one decode step each at batch 1;
-    ``logits``: tokens whose vocabulary logits are kept (float32); ``backbone``: False for a
-    head-only pass over cached states."""
+    alone when ``adapted`` is 0 and ``backbone`` False); ``new_tokens``: tokens generated after
+    each prompt, one decode step each at batch 1; ``logits``: tokens whose vocabulary logits are
+    kept (float32); ``backbone``: False for a head-only pass over cached states."""
 
     what: str
     sequences: int
@@ -324,7 +287,6 @@ class Work:
     batch: int = 1
     train: bool = False
     adapted: int = 0
-    layers: int | None = None
     new_tokens: int = 0
     logits: int = 0
     backbone: bool = True
@@ -349,19 +311,16 @@ class Cost:
 
 
 def work_cost(work: Work, shape: Shape, device: Device, dtype_bytes: int, lora_r: int,
-              mfu: float = MFU, op_seconds: float = OP_SECONDS,
               measured: Calibration | None = None) -> Cost:
     """Peak memory and time of one :class:`Work` on ``device``; a training pass at the MFU and
     memory ``measured`` on the device when it has been."""
-    if work.train and measured is not None:
-        mfu = measured.train_mfu
-    layers = shape.layers if work.layers is None else min(work.layers, shape.layers)
+    mfu = measured.train_mfu if work.train and measured is not None else MFU
+    passes = math.ceil(work.sequences / work.batch)
+    layers = shape.layers
     adapted = min(work.adapted, layers)
-    weights = dtype_bytes * (shape.params(work.lm_head) - shape.layers * shape.layer_params()
-                             + layers * shape.layer_params())
+    weights = dtype_bytes * shape.params(work.lm_head)
     if not work.backbone:  # a head over cached states: no backbone pass at all
-        steps = math.ceil(work.sequences / work.batch)
-        return Cost(0.0, steps * 3 * 2 * OPS_PER_LAYER * op_seconds, 0.0)
+        return Cost(0.0, passes * 3 * 2 * OPS_PER_LAYER * OP_SECONDS, 0.0)
     batch_tokens = work.batch * work.tokens
     trainable = adapted * shape.lora_params(lora_r)
     memory = weights + 16 * trainable
@@ -381,42 +340,35 @@ def work_cost(work: Work, shape: Shape, device: Device, dtype_bytes: int, lora_r
 
     per_token = layer_flops_per_token(shape, work.tokens / 2) * layers
     lora_flops = 2 * adapted * shape.lora_params(lora_r)
-    forward = work.tokens * (per_token + lora_flops) + 2 * work.logits * shape.vocab * shape.hidden
-    flops_per_sequence = forward
+    flops_per_sequence = (work.tokens * (per_token + lora_flops)
+                          + 2 * work.logits * shape.vocab * shape.hidden)
     if work.train:
-        # Backward: the activations' gradients through the adapted layers (a frozen linear's
-        # costs what its forward did, and it computes no weight gradient: x2 in all, not the
-        # x3 of full fine-tuning), attention's backward about twice its forward, and the
-        # adapters' input and weight gradients.
+        # Backward: the activations' gradients through the adapted layers (frozen weights need
+        # no weight gradient), attention's about twice its forward, the adapters' both.
         share = adapted / layers if layers else 0.0
         attention = work.tokens * 4 * shape.q_dim * (work.tokens / 2) * adapted
         flops_per_sequence += share * work.tokens * per_token + attention + 2 * work.tokens * lora_flops
     ops = layers * (OPS_PER_LAYER + (OPS_PER_ADAPTER * len(shape.linears()) if adapted else 0))
-    passes = math.ceil(work.sequences / work.batch)
-    seconds = passes * ops * op_seconds * (3 if work.train else 1)
+    seconds = passes * ops * OP_SECONDS * (3 if work.train else 1)
     seconds += work.sequences * flops_per_sequence / (device.bf16_tflops * 1e12 * mfu)
     if work.new_tokens:
         read = weights / (device.bandwidth_tbs * 1e12 * BANDWIDTH_EFFICIENCY)
         decode_flops = 2 * shape.params(work.lm_head) * work.batch
-        step = max(read, decode_flops / (device.bf16_tflops * 1e12 * mfu)) + (ops + 10) * op_seconds
+        step = max(read, decode_flops / (device.bf16_tflops * 1e12 * mfu)) + (ops + 10) * OP_SECONDS
         seconds += passes * work.new_tokens * step
     return Cost(memory, seconds, work.sequences * flops_per_sequence)
 
 
 def step_cost(step: Step, device: Device, dtype_bytes: int, lora_r: int,
-              mfu: float = MFU, op_seconds: float = OP_SECONDS,
               measured: Calibration | None = None) -> Cost:
     """A step's peak memory (its largest pass) and time (its passes, plus the start-up of the
     process that runs them)."""
     if step.shape is None or not step.work:
         return Cost(0.0, 0.0, 0.0)
-    costs = [work_cost(w, step.shape, device, dtype_bytes, lora_r, mfu, op_seconds, measured)
-             for w in step.work]
+    costs = [work_cost(w, step.shape, device, dtype_bytes, lora_r, measured) for w in step.work]
     return Cost(max(c.memory_bytes for c in costs), STARTUP_SECONDS + sum(c.seconds for c in costs),
                 sum(c.flops for c in costs))
 
-
-# -- what a lent device measured -----------------------------------------------------------------
 
 #: Where a device's measured training step is kept, as ``measured-<device>.json``: the step's
 #: settings, its seconds and its peak memory, with where they were measured.
@@ -427,9 +379,7 @@ MEASURED = ROOT / "benchmarks" / "results" / "gpu-estimate"
 class Calibration:
     """A training pass as a device measured it: ``train_mfu``, the MFU at which this model's
     estimate of the measured step takes the measured time (its dispatch cost kept), and
-    ``train_memory``, the measured peak over the estimated one. A measurement replaces the
-    assumed MFU for training passes only: passes without gradients stay at the assumption
-    until a device has timed them."""
+    ``train_memory``, the measured peak over the estimated one."""
 
     train_mfu: float
     train_memory: float
@@ -437,8 +387,7 @@ class Calibration:
 
 
 def calibration(device: str, folder: Path = MEASURED) -> Calibration | None:
-    """The calibration of ``device`` (a key of DEVICES) from its measured step; None when it has
-    none."""
+    """The calibration of ``device`` (a key of DEVICES) from its measured step, or None."""
     path = folder / f"measured-{device}.json"
     if not path.is_file():
         return None
@@ -457,10 +406,8 @@ def calibration(device: str, folder: Path = MEASURED) -> Calibration | None:
                          f"estimated dispatch cost alone ({dispatch:.3f} s)")
     return Calibration(train_mfu=assumed.flops / (spec.bf16_tflops * 1e12 * arithmetic),
                        train_memory=float(step["peak_gib"]) * GIB / assumed.memory_bytes,
-                       source=str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path))
+                       source=shown(path))
 
-
-# -- the scripts' steps -------------------------------------------------------------------------
 
 #: The bundled Amazon Beauty 2014 slates (`spdrank data beauty`).
 BEAUTY_TRAIN, BEAUTY_EVAL = 21245, 1118
@@ -521,9 +468,9 @@ def gpu_steps(s: dict[str, str], shape_of: Any) -> list[Step]:
         ], f"{math.ceil(train_n / batch)} LoRA steps of {batch} x {tokens} tokens, r={s['LORA_R']}"))
     latency: list[Work] = []
     for size in ints(s["LATENCY_SIZES"]):
-        slates = int(s["LATENCY_SLATES"])
-        latency += [Work("latency", 2 * slates, rec_tokens(size)),
-                    Work("throughput", 2 * slates, rec_tokens(size), batch=int(s["THROUGHPUT_BATCH"]))]
+        latency += [Work("latency", 2 * latency_slates, rec_tokens(size)),
+                    Work("throughput", 2 * latency_slates, rec_tokens(size),
+                         batch=int(s["THROUGHPUT_BATCH"]))]
     rows = len(heads)
     steps.append(Step("bench-all", bb, [Work("quality", rows * eval_n, tokens)] + latency * rows,
                       f"{eval_n} slates x {rows} models, latency at N={s['LATENCY_SIZES']}"))
@@ -558,10 +505,8 @@ def gpu_steps(s: dict[str, str], shape_of: Any) -> list[Step]:
         "cached states"))
     steps.append(Step("fidelity-bench-clicks", bb, [Work("quality", eval_n, tokens)], f"{eval_n} slates"))
     if not s["SKIP_SEARCH"]:
-        # benchmarks/experiments/search-best-input-other.toml: two LLM students, each chosen
-        # on one test set's queries and scored on the other's, over every layer's frozen states.
+        # search-best-input-other.toml: two LLM students over every layer's frozen states.
         sb = shape_of(s["SEARCH_BACKBONE"] or s["BACKBONE"])
-        cut = int(s["SLATES"])
         q19, q21, q22 = (min(x, cut or x) for x in (DL19, DL21, DL22))
         full, epochs = search_tokens(100), int(s["SEARCH_EPOCHS"])
         steps.append(Step("search", sb, [
@@ -574,8 +519,6 @@ def gpu_steps(s: dict[str, str], shape_of: Any) -> list[Step]:
 
 SCRIPTS = {"gpu.sh": (GPU_DEFAULTS, gpu_steps)}
 
-# -- the table and the verdict ----------------------------------------------------------------
-
 
 @dataclass
 class Estimate:
@@ -585,10 +528,6 @@ class Estimate:
     rows: list[tuple[Step, Cost]]
     budget_s: float | None
     measured: Calibration | None = None
-
-    @property
-    def total_seconds(self) -> float:
-        return sum(c.seconds for _, c in self.rows)
 
     @property
     def usable_bytes(self) -> float:
@@ -648,8 +587,9 @@ class Estimate:
             lines.append(f"{step.name:<26} {cost.memory_bytes / GIB:>9.2f} {cost.seconds:>8.0f} "
                          f"{cost.flops / 1e12:>9.1f}  {step.note}")
         peak = max((c.memory_bytes for _, c in self.rows), default=0.0)
+        total = sum(c.seconds for _, c in self.rows)
         budget = f"; budget {self.budget_s:.0f} s" if self.budget_s is not None else ""
-        lines.append(f"{'total (GPU steps)':<26} {peak / GIB:>9.2f} {self.total_seconds:>8.0f} "
+        lines.append(f"{'total (GPU steps)':<26} {peak / GIB:>9.2f} {total:>8.0f} "
                      f"{sum(c.flops for _, c in self.rows) / 1e12:>9.1f}  of "
                      f"{self.usable_bytes / GIB:.0f} GiB usable{budget}")
         stop = self.first_stop()
@@ -662,21 +602,11 @@ class Estimate:
 
 def estimate(script: str, settings: dict[str, str], device: Device, tiny: str | None = None,
              measured: Calibration | None = None) -> Estimate:
-    """The estimate of ``script`` (gpu.sh) under ``settings`` (its environment
-    variables; the rest take the script's defaults) on ``device``, its training passes as
-    ``measured`` when given."""
+    """The estimate of ``script`` under ``settings`` (its environment variables; the rest take
+    the script's defaults) on ``device``, its training passes as ``measured`` when given."""
     defaults, steps_of = SCRIPTS[script]
-    unknown = set(settings) - set(defaults)
-    if unknown:
-        raise ValueError(f"{script} has no setting {', '.join(sorted(unknown))}")
     s = {**defaults, **{k: v for k, v in settings.items() if v != ""}}
-    shapes: dict[str, Shape] = {}
-
-    def shape_of(spec: str) -> Shape:
-        if spec not in shapes:
-            shapes[spec] = read_shape(spec, tiny)
-        return shapes[spec]
-
+    shape_of = functools.cache(lambda spec: read_shape(spec, tiny))
     dtype_bytes = 4 if s["DTYPE"] == "float32" else 2
     only = set(s["ONLY"].split())
     rows = [(step, step_cost(step, device, dtype_bytes, int(s["LORA_R"]), measured=measured))

@@ -18,9 +18,8 @@ print_command() {
   echo "${line% }"
 }
 
-# parse_modes SCRIPT SETTINGS_DOC [ARG...]: the GPU scripts' arguments: DRY=1 for --dry-run,
-# SMOKE=1 for --smoke (together: the smoke run's commands), each 0 when absent; anything else
-# is a usage error (exit 2).
+# parse_modes SCRIPT SETTINGS_DOC [ARG...]: DRY=1 for --dry-run, SMOKE=1 for --smoke (together:
+# the smoke run's commands), each 0 when absent; anything else is a usage error (exit 2).
 parse_modes() {
   local script=$1 doc=$2 arg; shift 2
   DRY=0; SMOKE=0
@@ -34,14 +33,9 @@ parse_modes() {
 }
 
 # -- the smoke runs (--smoke) -----------------------------------------------------------------
-#
-# A GPU script run with --smoke runs every one of its steps, on a CPU, at toy scale: a tiny
-# random Qwen3 saved as a model folder with SmolLM2's tokenizer (benchmarks/tiny_backbone.py)
-# stands for every backbone, each split keeps its first $SLATES slates, and every size (slate
-# length, batch, steps, rank, queries) is small. Its commands are the real run's, with only
-# the sizes, the backbone and the device differing (tests/benchmarks/test_gpu_smoke.py holds
-# them to it), so a flag, a path or a family a step cannot read fails here, on the CPU, and not
-# minutes into the GPU's only lent quarter hour.
+# Every step of a GPU script on a CPU at toy scale (docs/scaling.md): a tiny random Qwen3
+# (benchmarks/tiny_backbone.py) for every backbone, each split's first $SLATES slates, small
+# sizes, the real run's commands; what a step cannot read fails on the CPU, not on a lent GPU.
 
 # smoke_backbone FOLDER: make the tiny Qwen3 model folder unless it is there.
 smoke_backbone() {
@@ -79,15 +73,12 @@ EOF
 }
 
 # gpu_estimate SCRIPT NAME...: benchmarks/gpu_estimate.py's table of what each step of SCRIPT
-# (gpu.sh) will cost on $ESTIMATE_DEVICE (default h200), with the settings named
-# by NAME... as they stand; a step that will not fit the device's memory (or that alone
-# outlasts $BUDGET_S seconds, when set) stops the script here, exit 1, unless FIT_CHECK=0. Each
-# step's estimated seconds go to $PLAN (default $WORK/estimate.tsv), which `step` weighs
-# against the budget. The estimator needs only Python's standard library, so a dry run prints
-# the table without the environment.
+# (gpu.sh) will cost on $ESTIMATE_DEVICE (default h200), with the settings named by NAME... as
+# they stand; a refusal (exit 1) stops the script here unless FIT_CHECK=0. Each step's estimated
+# seconds go to $PLAN (default $WORK/estimate.tsv), which `step` weighs against the budget.
 gpu_estimate() {
   local script=$1 name py=$BIN/python rc=0 args=(); shift
-  [ -x "$py" ] || py=python3
+  [ -x "$py" ] || py=python3  # the estimator needs only the standard library: a dry run, no venv
   for name in "$@"; do args+=( "$name=${!name:-}" ); done
   [ "${SMOKE:-0}" = 0 ] || args+=( --tiny qwen3 )
   PLAN=${PLAN:-$WORK/estimate.tsv}
@@ -125,10 +116,9 @@ within_budget() {
 
 # step NAME DONE CMD...: run CMD unless the file DONE exists; print its wall time and append
 # "NAME<tab>seconds" to $TIMINGS (default $OUT/timings.tsv). With $ONLY set (step names,
-# space-separated), a step not named there is left for a later run. With DRY=1, only print CMD. With
-# $BUDGET_S set, a step whose estimate in $PLAN would end past BUDGET_S seconds after
-# $start_all is not started: the script exits 75 saying so, and a rerun (its finished steps
-# skipped, the budget counted afresh) continues from that step.
+# space-separated), a step not named there is left for a later run; with DRY=1, CMD is only
+# printed. A step past the budget (within_budget) exits 75, and a rerun (its finished steps
+# skipped, the budget counted afresh) continues from it.
 step() {
   local name=$1 done=$2; shift 2
   if [ -n "${ONLY:-}" ] && [[ " $ONLY " != *" $name "* ]]; then

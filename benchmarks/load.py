@@ -5,18 +5,15 @@
         [--documents 50] [--max-batch-size 8] [--name NAME]
 
 For each server configuration (micro-batched with ``--max-batch-size``, then unbatched with
-``--max-batch-size 1`` for comparison) it starts ``spdrank serve`` in a subprocess on a free
-loopback port, sends ``--requests`` rerank requests at each ``--concurrency`` (N =
-``--documents`` Beauty titles per request, the query being the user's history), checks every
-answer (HTTP 200, a permutation of the N indices, strictly decreasing scores), and records
-p50/p95/p99 latency and throughput. ``--url`` targets a running server instead (no
-comparison then: the script cannot restart it).
-
-It always stops by itself: a fixed number of requests, a per-request timeout and a total
-``--time-limit`` after which no new request is sent (the run is then marked incomplete).
-Writes ``benchmarks/results/<name>/report.md`` and ``results.json`` (command, machine, date,
-model, settings, numbers) and the servers' logs and final /metrics. Exit status 1 when any
-request failed or the time limit cut the run short.
+``--max-batch-size 1`` for comparison) it starts ``spdrank serve`` on a free loopback port,
+sends ``--requests`` rerank requests at each ``--concurrency`` (N = ``--documents`` Beauty
+titles per request, the query being the user's history), checks every answer (:func:`check`),
+and records p50/p95/p99 latency and throughput. ``--url`` targets a running server instead (no
+comparison then: the script cannot restart it). It always stops by itself: a fixed number of
+requests, a per-request timeout and a total ``--time-limit`` after which no new request is
+sent (the run is then marked incomplete). Writes ``benchmarks/results/<name>/report.md``,
+``results.json``, the servers' logs and final /metrics (docs/serving.md, "Load test"). Exit
+status 1 when any request failed or the time limit cut the run short.
 """
 
 from __future__ import annotations
@@ -34,7 +31,7 @@ from typing import Any
 
 import httpx
 from machine import ROOT, code_version, facts
-from serve_harness import Server, model_info, percentile, report_head
+from serve_harness import Server, latency_ms, model_info, report_head
 
 from spdrank.serving.routes import HEALTH_PATH, RERANK_PATHS
 
@@ -79,9 +76,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-# -- inputs ---------------------------------------------------------------------------------
-
-
 def build_payloads(path: str, n_docs: int, limit: int) -> list[bytes]:
     """Rerank bodies from eval slates: the user's history as query, N candidate titles."""
     from spdrank.core.slates import read_slates
@@ -100,9 +94,6 @@ def build_payloads(path: str, n_docs: int, limit: int) -> list[bytes]:
     return payloads
 
 
-# -- the load -------------------------------------------------------------------------------
-
-
 def check(body: dict[str, Any], n: int) -> str | None:
     """None if the answer is a valid ranking of the n documents, else what is wrong."""
     results = body.get("results")
@@ -117,9 +108,11 @@ def check(body: dict[str, Any], n: int) -> str | None:
 
 
 async def load_level(
-    url: str, payloads: list[bytes], n_docs: int, requests: int, concurrency: int,
-    deadline: float, timeout: float,
+    url: str, payloads: list[bytes], args: argparse.Namespace, requests: int, concurrency: int,
+    deadline: float,
 ) -> dict[str, Any]:  # fmt: skip
+    """``requests`` requests, ``concurrency`` at a time: their latency, throughput, errors."""
+    n_docs, timeout = args.documents, args.request_timeout
     latencies: list[float] = []
     metas: list[dict[str, Any]] = []
     errors: list[str] = []
@@ -175,13 +168,7 @@ async def load_level(
         "incomplete": sent < requests,
         "wall_s": round(wall, 3),
         "throughput_rps": round(len(latencies) / wall, 3) if wall > 0 else None,
-        "latency_ms": {
-            "p50": round(percentile(ms, 50), 3),
-            "p95": round(percentile(ms, 95), 3),
-            "p99": round(percentile(ms, 99), 3),
-            "mean": round(sum(ms) / len(ms), 3) if ms else None,
-            "max": round(max(ms), 3) if ms else None,
-        },
+        "latency_ms": latency_ms(ms, (50, 95, 99), 3),
         "server_mean": {
             k: mean(k) for k in ("collected", "batch_size", "queue_ms", "inference_ms")
         },
@@ -191,18 +178,12 @@ async def load_level(
 def run_config(
     label: str, url: str, args: argparse.Namespace, payloads: list[bytes], deadline: float
 ) -> list[dict[str, Any]]:
-    warm = asyncio.run(
-        load_level(url, payloads, args.documents, args.warmup, 1, deadline, args.request_timeout)
-    )
+    warm = asyncio.run(load_level(url, payloads, args, args.warmup, 1, deadline))
     if warm["errors"]:
         print(f"[{label}] warm-up failed: {warm['error_samples']}", file=sys.stderr)
     levels = []
     for c in args.concurrency:
-        level = asyncio.run(
-            load_level(
-                url, payloads, args.documents, args.requests, c, deadline, args.request_timeout
-            )
-        )
+        level = asyncio.run(load_level(url, payloads, args, args.requests, c, deadline))
         level["config"] = label
         lat = level["latency_ms"]
         print(
@@ -213,9 +194,6 @@ def run_config(
         )
         levels.append(level)
     return levels
-
-
-# -- the report -----------------------------------------------------------------------------
 
 
 def write_report(out: Path, record: dict[str, Any]) -> None:
@@ -310,13 +288,11 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         levels = record["levels"]
         by = {(lv["config"], lv["concurrency"]): lv for lv in levels}
-        if len(configs) == 2:
-            record["speedup"] = {
-                c: round(by[(configs[0][0], c)]["throughput_rps"] / by[(configs[1][0], c)]["throughput_rps"], 2)
-                for c in args.concurrency
-                if (configs[0][0], c) in by and (configs[1][0], c) in by
-                and by[(configs[1][0], c)]["throughput_rps"]
-            }  # fmt: skip
+        if len(configs) == 2:  # batched over unbatched throughput, where both ran
+            rps = {c: [by.get((label, c), {}).get("throughput_rps") for label, _ in configs]
+                   for c in args.concurrency}
+            record["speedup"] = {c: round(a / b, 2) for c, (a, b) in rps.items()
+                                 if a is not None and b}
         failed = sum(lv["errors"] for lv in levels)
         cut = any(lv["incomplete"] for lv in levels)
         expected = len(args.concurrency) * (1 if args.url else len(configs))

@@ -1,7 +1,5 @@
-"""What a benchmark report says about where it ran: the machine, how busy it was, the code.
-
-Figures from a 2-core machine move with its load, so every report names the CPU kind, the
-load averages before and after its run, and the commit it measured.
+"""What a benchmark report says about where it ran: the machine, how busy it was (figures from
+a 2-core machine move with its load), the code; and what the scripts' reports share.
 """
 
 from __future__ import annotations
@@ -15,6 +13,16 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def shown(path: Path) -> str:
+    """``path`` as a report or a command line names it: relative to the checkout when in it."""
+    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
+
+
+def fmt(value: float | None, spec: str) -> str:
+    """``value`` in a report's table: formatted by ``spec``, or "-" when it is not known."""
+    return "-" if value is None else format(value, spec)
 
 
 def run_quiet(cmd: list[str]) -> str:

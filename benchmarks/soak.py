@@ -4,23 +4,18 @@
         [--concurrency 32] [--hostile 0.5] [--name soak-cpu] [--out benchmarks/results]
 
 Starts ``spdrank serve`` on a free loopback port, serving ``--model`` or, without it, a
-features-only model built here (no backbone, random weights: the test is of the server, not
-of ranking quality), and sends ``--concurrency`` requests at a time until ``--minutes`` have
-passed or ``--requests`` were sent, whichever comes first. A ``--hostile`` share of them are
-drawn from a catalogue of hostile requests (lone surrogates, NaN / Infinity / 1e999, integers
-of 400 and 5,000 digits, JSON nested 100,000 deep, features far outside training, too many
-candidates, bodies over the size limit, broken JSON, unknown routes, ...); the rest are
-valid slates for the model (``/v1/rank``; also ``/v1/rerank`` for a model that reads no
-features), their titles as odd as valid text may be (template tokens, NUL, emoji, 5,000
-characters).
+features-only model built here (random weights: the test is of the server, not of ranking
+quality), and sends ``--concurrency`` requests at a time until ``--minutes`` have passed or
+``--requests`` were sent. A ``--hostile`` share of them come from the catalogue of
+:func:`hostile_probes`; the rest are valid slates for the model (:func:`valid_probes`), their
+titles as odd as valid text may be.
 
 Every answer is checked: a valid request must get 200 with a permutation of what it sent, a
 hostile one a 4xx with the JSON error shape; anything else is a mismatch. The server's RSS is
-sampled throughout. Writes ``<out>/<name>/report.md`` and ``results.json`` (command, commit,
-machine, date, counts by status and by hostile kind, p50/p99 latency, requests/s, RSS over
-time) and the server's log. Exit status 1 when any answer was a 5xx, a mismatch or no answer
-at all, when the server died, or when its RSS grew more than ``--rss-tolerance`` (10%) from
-the first to the last quarter of the run after ``--warmup`` (the median of each quarter).
+sampled throughout. Writes ``<out>/<name>/report.md``, ``results.json`` and the server's log
+(docs/serving.md says what they hold). Exit status 1 when any answer was a 5xx, a mismatch or
+no answer at all, when the server died, or when its RSS grew more than ``--rss-tolerance``
+(10%) from the first to the last quarter of the run after ``--warmup`` (the median of each).
 """
 
 from __future__ import annotations
@@ -43,8 +38,9 @@ from typing import Any
 
 import httpx
 from machine import ROOT, code_version, facts
-from serve_harness import Server, model_config_path, model_info, percentile, report_head
+from serve_harness import Server, latency_ms, model_info, report_head
 
+from spdrank.model.checkpoint import CONFIG_NAME, model_folder
 from spdrank.serving.routes import HEALTH_PATH, RANK_PATH, RERANK_PATHS
 
 #: The server's --max-body-bytes default: a body past it must get 413.
@@ -87,13 +83,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-# -- the model ------------------------------------------------------------------------------
-
-
 def build_model(path: Path, seed: int) -> Path:
     """A features-only SPD model in the paper's configuration (attention head, Hungarian
-    decoding; K = 16, reading 'pop' and the candidate's score) with random weights: it loads
-    in milliseconds and ranks in about one, so the run measures the server."""
+    decoding; K = 16, reading 'pop' and the candidate's score) with random weights."""
     import torch
 
     from spdrank.backbone.settings import BackboneConfig
@@ -125,13 +117,10 @@ class Shape:
 
     @classmethod
     def of(cls, model: str | Path) -> Shape:
-        cfg = json.loads(model_config_path(model).read_text())
+        cfg = json.loads((model_folder(model) / CONFIG_NAME).read_text())
         feats = cfg.get("features") or {"names": [], "mean": [], "std": []}
         return cls(int(cfg["head"]["positions"]), tuple(feats["names"]),
                    tuple(feats["mean"]), tuple(feats["std"]))  # fmt: skip
-
-
-# -- the requests ---------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -263,9 +252,6 @@ def hostile_probes(rng: random.Random, shape: Shape) -> list[Probe]:
     return probes
 
 
-# -- sending and checking -------------------------------------------------------------------
-
-
 def verdict_of(probe: Probe, status: int, body: bytes) -> str:
     """``ok``, or what is wrong with the answer (a 5xx, a mismatch, a broken ranking)."""
     if status >= 500:
@@ -375,11 +361,8 @@ def rss_growth(
     samples: list[tuple[float, float]], warmup: float, tolerance: float
 ) -> dict[str, Any]:
     """Whether RSS stayed flat: the median of the last quarter of the samples after warm-up
-    (the first ``warmup`` share of the run) against the median of the first quarter.
-
-    Medians of quarters, not two single samples, so a transient peak (a 1 MB body being
-    parsed when one sample is taken) cannot pass or fail the run by itself.
-    """
+    (the first ``warmup`` share of the run) against the median of the first quarter. Medians of
+    quarters, so that a transient peak (a 1 MB body parsed as a sample is taken) cannot decide."""
     if not samples:
         return {"verdict": "no samples (RSS unreadable)", "ok": False}
     end = samples[-1][0]
@@ -409,17 +392,10 @@ def rss_growth(
 
 
 def latency(values: list[float]) -> dict[str, float | None]:
+    """The p50, p99, mean and max of ``values``; each None of no values."""
     if not values:
-        return {"p50": None, "p99": None, "mean": None, "max": None}
-    return {
-        "p50": round(percentile(values, 50), 2),
-        "p99": round(percentile(values, 99), 2),
-        "mean": round(sum(values) / len(values), 2),
-        "max": round(max(values), 2),
-    }
-
-
-# -- the report -----------------------------------------------------------------------------
+        return dict.fromkeys(("p50", "p99", "mean", "max"))
+    return latency_ms(values, (50, 99), 2)
 
 
 def rss_table(samples: list[tuple[float, float]], rows: int = 10) -> list[str]:

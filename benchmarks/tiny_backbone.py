@@ -6,16 +6,14 @@ The folder holds what a real checkpoint holds (config.json, safetensors weights,
 bundled SmolLM2 tokenizer), so every command that takes ``--backbone`` or ``--model`` reads
 it as it would read a downloaded model: ``benchmarks/gpu.sh --smoke`` runs the GPU script's
 every step on it, and tests/backbone/test_model_families.py trains, saves, loads and ranks each
-family on it. Two layers, 32 wide: a step costs milliseconds on a CPU. Its 8,192 positions are
-SmolLM2's, so a prompt the default backbone reads (BM25's top 100 at 64 tokens a passage) fits. The vocabulary is SmolLM2's
-(49,152 tokens), so its prompts are tokenized exactly as the default backbone's are.
+family on it. Two layers, 32 wide; SmolLM2's 8,192 positions (BM25's top 100 at 64 tokens a
+passage fits) and vocabulary, so its prompts are tokenized exactly as the default backbone's.
 
 Each family's config names what differs between the families spdrank is asked to read: the
 attention layout (grouped query heads, a head width of its own), sliding windows and
 alternating layer kinds (Mistral, Gemma 2 and 3), fused projections (Phi-3's ``qkv_proj`` and
 ``gate_up_proj``, GPT-NeoX's ``query_key_value``), partial rotary (GPT-NeoX) and norms on
-queries and keys (Qwen3, OLMo 2). ``NAMED_MODULES`` is, per family, a LoRA target list by
-module name as a user would write it for that family.
+queries and keys (Qwen3, OLMo 2).
 """
 
 from __future__ import annotations

@@ -1,22 +1,15 @@
 """Where a LoRA training step's time goes, and how far the step is from its matrix-product floor.
 
     .venv/bin/python benchmarks/train_profile.py --slates data-out/beauty/train.jsonl \\
-        [--layers 2,6] [--positions 50,150] [--dtypes float32,bfloat16] [--batch-size 4] \\
-        [--steps 3] [--backbone bundled] [--note "what else ran"] [--out DIR]
+        [--settings 2x50,2x150,6x50] [--dtypes float32,bfloat16] [--variants before,after] \\
+        [--batch-size 4] [--steps 3] [--backbone bundled] [--note "what else ran"] [--out DIR]
 
 For each setting (layers x K x dtype; LoRA r = 64 on every linear module, the attn head, the
 permutation loss against clicks) the script builds `spdrank train`'s own Trainer, takes one
 untimed step, times ``--steps`` steps (:meth:`Trainer.train_step`, as benchmarks/train_step.py
 times it), then profiles one more under ``torch.profiler`` and puts each op's own time in a kind
-of work:
-
-- forward and backward (an op under autograd's ``evaluate_function`` is put in the module of the
-  forward op that made its node, by the autograd sequence number): the backbone's matrix
-  products (the frozen base layers), the adapters (LoRA's A and B and what peft does around
-  them: dropout, scaling, casts), the attention kernel, norms, rotary, activation, residual
-  adds, embedding, masks, copies and casts, the readout, the head;
-- the Sinkhorn loss, the optimizer, gradient clipping, the data (prompts and collation), host
-  synchronisations (``aten::item``), and what is left.
+of work (:data:`KINDS`), in forward or backward: an op under autograd's ``evaluate_function``
+is put in the module of the forward op that made its node, by the autograd sequence number.
 
 The floor is the step's matrix products timed alone: every ``mm``/``addmm``/``bmm`` the profile
 recorded, by shape, re-run on random tensors in the step's dtype (the fastest of the layouts
@@ -44,14 +37,12 @@ from collections.abc import Callable, Iterator
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import torch
+from machine import ROOT, fmt, machine, run_quiet
 from torch import nn
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from machine import machine
-
-ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "benchmarks" / "results" / "train-profile-cpu"
 SCOPE = "scope:"
 #: The kinds of work a step's time is put in, in the report's order.
@@ -67,9 +58,6 @@ COPIES = ("aten::copy_", "aten::to", "aten::_to_copy", "aten::contiguous", "aten
 SYNCS = ("aten::item", "aten::_local_scalar_dense")
 BACKWARD = "autograd::engine::evaluate_function"
 TOP_OPS = 15
-
-
-# -- scopes: which part of the model an op ran in ------------------------------------------
 
 
 def module_kind(name: str, module: nn.Module) -> str | None:
@@ -99,12 +87,9 @@ def module_kind(name: str, module: nn.Module) -> str | None:
     return None
 
 
-class Scopes:
+class Scopes(contextlib.ExitStack):
     """Profiler ranges named by kind around each module's forward (and around the trainer's
     own parts: data, readout, loss, clipping), removed on exit."""
-
-    def __init__(self) -> None:
-        self.undo: list[Callable[[], None]] = []
 
     def modules(self, model: nn.Module, override: str | None = None) -> None:
         for name, module in model.named_modules():
@@ -119,9 +104,8 @@ class Scopes:
             def leave(_m, _a, _o, stack=stack):
                 stack.pop().__exit__(None, None, None)
 
-            handles = [module.register_forward_pre_hook(enter),
-                       module.register_forward_hook(leave)]
-            self.undo += [h.remove for h in handles]
+            self.callback(module.register_forward_pre_hook(enter).remove)
+            self.callback(module.register_forward_hook(leave).remove)
 
     def wrap(self, owner: Any, attribute: str, kind: str) -> None:
         """Run ``owner.attribute`` (a callable) inside a range named ``kind``."""
@@ -132,13 +116,7 @@ class Scopes:
             with torch.profiler.record_function(SCOPE + kind):
                 return original(*args, **kwargs)
 
-        setattr(owner, attribute, scoped)
-        self.undo.append(lambda: setattr(owner, attribute, original))
-
-    def remove(self) -> None:
-        for undo in reversed(self.undo):
-            undo()
-        self.undo.clear()
+        self.enter_context(mock.patch.object(owner, attribute, scoped))
 
 
 def scope_of(event: Any) -> str | None:
@@ -187,9 +165,6 @@ def kind_of(op: str, scope: str | None) -> str:
     return "other"
 
 
-# -- the profile -------------------------------------------------------------------------
-
-
 def profile_step(trainer: Any) -> tuple[dict[str, dict[str, float]], list[tuple[str, list, int]],
                                        list[dict[str, Any]]]:
     """One profiled step: each kind's own ms in forward and in backward (the optimizer and
@@ -198,18 +173,15 @@ def profile_step(trainer: Any) -> tuple[dict[str, dict[str, float]], list[tuple[
     from torch.profiler import ProfilerActivity, profile
 
     spd = trainer.spd
-    scopes = Scopes()
-    scopes.modules(spd.backbone)
-    scopes.modules(spd.head, override="head")
-    scopes.wrap(trainer, "batch", "data")
-    scopes.wrap(spd, "read", "readout")
-    scopes.wrap(spd.method, "loss", "Sinkhorn loss")
-    scopes.wrap(trainer.accelerator, "clip_grad_norm_", "gradient clipping")
-    try:
+    with Scopes() as scopes:
+        scopes.modules(spd.backbone)
+        scopes.modules(spd.head, override="head")
+        scopes.wrap(trainer, "batch", "data")
+        scopes.wrap(spd, "read", "readout")
+        scopes.wrap(spd.method, "loss", "Sinkhorn loss")
+        scopes.wrap(trainer.accelerator, "clip_grad_norm_", "gradient clipping")
         with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
             trainer.train_step()
-    finally:
-        scopes.remove()
     events = prof.events()
     forward_scope: dict[int, str | None] = {}
     for event in events:
@@ -246,9 +218,6 @@ def is_fused_attention(op: str) -> bool:
     """Whether ``op`` is a fused attention kernel (forward or backward), whose products run
     inside it; SDPA's math route calls ``bmm`` itself, which the products count."""
     return op.startswith("aten::_scaled_dot_product") and ("flash" in op or "efficient" in op)
-
-
-# -- the floor -----------------------------------------------------------------------------
 
 
 def median_ms(fn: Callable[[], Any], reps: int) -> float:
@@ -305,9 +274,6 @@ def floor_ms(products: list[tuple[str, list, int]], dtype: torch.dtype, reps: in
     return dict(found)
 
 
-# -- one setting ---------------------------------------------------------------------------
-
-
 @contextlib.contextmanager
 def trainer_for(args: argparse.Namespace, layers: int, positions: int, dtype: str,
                 steps: int) -> Iterator[Any]:
@@ -330,8 +296,7 @@ def trainer_for(args: argparse.Namespace, layers: int, positions: int, dtype: st
         yield trainer
 
 
-@contextlib.contextmanager
-def before() -> Iterator[None]:
+def before() -> contextlib.AbstractContextManager[Any]:
     """The step as it was when issue 59 was filed (commit e1dfc09): the prefill passes its
     padding mask to the backbone."""
     from spdrank.backbone import readout
@@ -342,16 +307,10 @@ def before() -> Iterator[None]:
             return upper_hidden(model, prompt.lower, prompt.attention_mask, prompt.lower_layer)
         return last_hidden(model, prompt.input_ids, prompt.attention_mask)
 
-    original = readout.prompt_hidden
-    readout.prompt_hidden = masked
-    try:
-        yield
-    finally:
-        readout.prompt_hidden = original
+    return mock.patch.object(readout, "prompt_hidden", masked)
 
 
-@contextlib.contextmanager
-def compiled() -> Iterator[None]:
+def compiled() -> contextlib.AbstractContextManager[Any]:
     """The step as it is now, its transformer stack under ``torch.compile`` (dynamic shapes,
     so that rows of every length share one compiled graph, forward and backward)."""
     from spdrank.backbone import split
@@ -365,26 +324,18 @@ def compiled() -> Iterator[None]:
             graphs[id(decoder)] = torch.compile(decoder, dynamic=True)
         return graphs[id(decoder)]
 
-    split.decoder_of = decoder_of
-    try:
-        yield
-    finally:
-        split.decoder_of = original
+    return mock.patch.object(split, "decoder_of", decoder_of)
 
 
 #: The code each variant runs: as filed, as it is now, and as it is now compiled.
-VARIANTS: dict[str, Callable[[], contextlib.AbstractContextManager[None]]] = {
+VARIANTS: dict[str, Callable[[], contextlib.AbstractContextManager[Any]]] = {
     "before": before, "after": contextlib.nullcontext, "compiled": compiled}
 
 
 def run_setting(args: argparse.Namespace, layers: int, positions: int, dtype: str) -> dict[str, Any]:
     """One setting's steps, the variants taking turns on the same trainer (so that the load
-    of the machine falls on each alike), then one profiled step of each.
-
-    Every step, timed or profiled, of every variant trains on the run's first batch, from
-    which the floor's products come too: slates differ in length, so steps on different
-    batches would compare different work.
-    """
+    of the machine falls on each alike), then one profiled step of each. Every step trains on
+    the run's first batch, whence the floor's products too: slates differ in length."""
     variants = [v for v in args.variants.split(",") if v]
     with trainer_for(args, layers, positions, dtype, (args.steps + 2) * len(variants)) as trainer:
         times: dict[str, list[float]] = {v: [] for v in variants}
@@ -418,13 +369,6 @@ def run_setting(args: argparse.Namespace, layers: int, positions: int, dtype: st
                         if {"before", "after"} <= set(found) else None)}
 
 
-# -- the report ------------------------------------------------------------------------------
-
-
-def fmt(value: float | None, pattern: str = "{:.0f}") -> str:
-    return "-" if value is None else pattern.format(value)
-
-
 def report(results: list[dict[str, Any]], meta: dict[str, Any]) -> str:
     lines = [
         "# Where a LoRA training step's time goes (CPU)",
@@ -449,10 +393,11 @@ def report(results: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         v = r["variants"]
         lines.append(
             f"| {r['layers']} | {r['positions']} | {r['dtype']} | "
-            f"{fmt(v.get('before', {}).get('step_ms'))} | {fmt(v.get('after', {}).get('step_ms'))} | "
-            f"{fmt(v.get('compiled', {}).get('step_ms'))} | "
-            f"{fmt(r['speedup'], '{:.2f}')} | {fmt(r['floor_ms'].get('total'))} | "
-            f"{fmt(r['over_floor'], '{:.2f}')} |")
+            f"{fmt(v.get('before', {}).get('step_ms'), '.0f')} | "
+            f"{fmt(v.get('after', {}).get('step_ms'), '.0f')} | "
+            f"{fmt(v.get('compiled', {}).get('step_ms'), '.0f')} | "
+            f"{fmt(r['speedup'], '.2f')} | {fmt(r['floor_ms'].get('total'), '.0f')} | "
+            f"{fmt(r['over_floor'], '.2f')} |")
     for r in results:
         names = [name for name, v in r["variants"].items() if "spent_ms" in v]
         lines += ["", (f"{r['layers']} layers, K = {r['positions']}, {r['dtype']}: each kind's "
@@ -494,11 +439,8 @@ def main(argv: list[str] | None = None) -> int:
             found = run_setting(args, layers, positions, dtype)
             print(json.dumps({k: v for k, v in found.items() if k != "variants"}), flush=True)
             results.append(found)
-    import subprocess
-
     meta = {"date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-            "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], check=False, cwd=ROOT,
-                                     text=True, capture_output=True).stdout.strip(),
+            "commit": run_quiet(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"]).strip(),
             "machine": machine(), "torch": torch.__version__,
             "threads": torch.get_num_threads(), "note": args.note,
             "batch_size": args.batch_size, "steps": args.steps}

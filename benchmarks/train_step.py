@@ -6,11 +6,10 @@
 
 Everything after ``--`` is `spdrank train`'s arguments, read by its own parser (so LoRA, the
 head, the backbone, ``--backbone config:PATH`` included, are exactly what `spdrank train`
-would build); ``--max-steps`` becomes ``--warmup`` + ``--steps``. The run's progress bar hides
-what one step costs, and its wall time includes loading; here each step
-(:meth:`spdrank.training.train.Trainer.train_step`: forward, backward, clipping, the optimizer) is
-timed alone, with the device synchronized around it, after ``--warmup`` untimed steps
-(kernel selection, the allocator's first growth). The run then finishes as `spdrank train`
+would build); ``--max-steps`` becomes ``--warmup`` + ``--steps``. Each step
+(:meth:`spdrank.training.train.Trainer.train_step`: forward, backward, clipping, the optimizer)
+is timed alone, the device synchronized around it, after ``--warmup`` untimed steps (kernel
+selection, the allocator's first growth). The run then finishes as `spdrank train`
 finishes it (``OUT/model``, ``OUT/train.json``), so the same call also leaves a checkpoint to
 time inference on.
 
@@ -55,28 +54,16 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, argparse.Namespace]:
     return own, train
 
 
-def synchronize(device: Any) -> None:
-    import torch
-
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def stated_peak_tflops(device: Any) -> float | None:
     """The dense bf16 peak benchmarks/gpu_estimate.py states for this CUDA device (its key a
     word of the device's name: "NVIDIA H200" is h200); None on a CPU or a GPU it does not list."""
     if device.type != "cuda":
         return None
-    import importlib.util
-
     import torch
+    from gpu_estimate import DEVICES
 
-    spec = importlib.util.spec_from_file_location("gpu_estimate", Path(__file__).with_name("gpu_estimate.py"))
-    estimate = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("gpu_estimate", estimate)  # its dataclasses look their module up
-    spec.loader.exec_module(estimate)
     name = torch.cuda.get_device_name(device).lower()
-    for key, stated in estimate.DEVICES.items():
+    for key, stated in DEVICES.items():
         if re.search(rf"\b{key}\b", name):
             return stated.bf16_tflops
     return None
@@ -87,7 +74,6 @@ def time_steps(trainer: Any, warmup: int, steps: int) -> tuple[list[float], floa
     FLOPs of one step, counted over the first warm-up step (None without one)."""
     from torch.utils.flop_counter import FlopCounterMode
 
-    device = trainer.accelerator.device
     trainer.open_caches()
     trainer.model.train()
     flops = None
@@ -101,10 +87,10 @@ def time_steps(trainer: Any, warmup: int, steps: int) -> tuple[list[float], floa
             trainer.train_step()
     times = []
     for _ in range(steps):
-        synchronize(device)
+        trainer.spd.synchronize()
         t0 = time.perf_counter()
         trainer.train_step()
-        synchronize(device)
+        trainer.spd.synchronize()
         times.append((time.perf_counter() - t0) * 1e3)
     return times, flops
 
