@@ -52,8 +52,8 @@ def test_a_features_only_model_reports_no_token_budget(tmp_path, capsys):
 
     model_dir = save_features_only_model(tmp_path / "features-spd", K, std=(2.0, 0.25))
     slate = {"query": {"qid": "u1", "text": "1. rose shampoo"}, "candidates": [
-        {"docid": f"d{i}", "doc": {"title": f"item {i}"}, "features": {"pop": i % 5}}
-        for i in range(12)]}
+        {"docid": f"d{i}", "doc": {"title": f"item {i}"}, "score": i / 12,
+         "features": {"pop": i % 5}} for i in range(12)]}
     slates = tmp_path / "slates.jsonl"
     for window in ([], ["--window", str(K)]):
         kept = slate["candidates"] if window else slate["candidates"][:K]

@@ -311,6 +311,38 @@ def test_features_round_trip_and_score_is_a_feature(tmp_path):
     assert load_slates(out)[0] == slate
 
 
+def test_a_score_left_out_or_null_is_not_given_and_stays_out_when_written(tmp_path):
+    """rank_llm's format may leave a candidate's score out: it still orders as 0 (the listed
+    order), but the feature 'score' is missing, and a rewritten file keeps it missing."""
+    data = _good()
+    del data["candidates"][0]["score"]
+    data["candidates"][1]["score"] = None
+    data["candidates"][2]["score"] = 0
+    path = _write_lines(tmp_path / "in.jsonl", [json.dumps(data)])
+    slate = load_slates(path)[0]
+    left_out, null, zero = slate.candidates
+    assert [c.score for c in slate.candidates] == [0.0, 0.0, 0.0]
+    assert [c.scored for c in slate.candidates] == [False, False, True]
+    assert (left_out.feature("score"), null.feature("score"), zero.feature("score")) == (
+        None, None, 0.0)
+    out = tmp_path / "out.jsonl"
+    write_slates(out, [slate])
+    written = json.loads(out.read_text(encoding="utf-8"))
+    assert ["score" in c for c in written["candidates"]] == [False, False, True]
+    assert load_slates(out)[0] == slate
+    again = tmp_path / "again.jsonl"
+    write_slates(again, load_slates(out))
+    assert again.read_bytes() == out.read_bytes()
+
+
+def test_a_candidate_built_with_a_score_or_none_writes_as_it_was_built():
+    scored = Candidate("a", {"title": "Mascara"}, score=0.5)
+    unscored = Candidate("b", {"title": "Soap"}, scored=False)
+    line = json.loads(dumps_slate(Slate(Query("u", "q"), [scored, unscored])))
+    assert line["candidates"] == [{"docid": "a", "doc": {"title": "Mascara"}, "score": 0.5},
+                                  {"docid": "b", "doc": {"title": "Soap"}}]
+
+
 @pytest.mark.parametrize(
     "features,problem",
     [

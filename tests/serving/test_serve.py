@@ -411,6 +411,24 @@ def test_features_come_with_slates_and_are_checked_before_queueing(features_serv
         assert "reads upstream features (pop, score)" in error_of(r)["message"]
 
 
+@pytest.mark.parametrize("blank", ["left out", "null"])
+def test_a_slate_without_scores_is_refused_as_a_missing_feature(features_served, blank):
+    """The model reads 'score': a candidate that sends none (or null) is refused with the
+    422 a missing 'pop' gets, not ranked as if its score were 0."""
+    slate = {"query": {"qid": "u1", "text": "1. rose shampoo"}, "candidates": [
+        {"docid": "a", "doc": {"title": "argan oil"}, "features": {"pop": 3}},
+        {"docid": "b", "doc": {"title": "lotion"}, "score": 0.0, "features": {"pop": 0}}]}
+    if blank == "null":
+        slate["candidates"][0]["score"] = None
+    with TestClient(create_app(SPDRanker.from_pretrained(features_served), name="f")) as c:
+        r = c.post("/v1/rank", json=slate)
+        assert r.status_code == 422 and error_of(r)["type"] == "invalid_slate"
+        assert ("candidates[0] (docid 'a') has no feature 'score' (its 'score' is left out or "
+                "null), which this model reads (features: pop, score)") in error_of(r)["message"]
+        slate["candidates"][0]["score"] = 0.5
+        assert c.post("/v1/rank", json=slate).status_code == 200
+
+
 def test_a_rerank_field_sent_with_a_slate_is_refused_not_echoed(features_served):
     """A slate keeps unknown fields and hands them back; top_n would come back unread, with
     every candidate, so /v1/rank refuses it, naming the field and where it is read."""
@@ -509,7 +527,8 @@ def test_rerank_and_rank_build_the_same_slate(served):
         "query": {"qid": "", "text": "1. rose"},
         "candidates": [{"docid": str(i), "doc": {field: t}} for i, t in enumerate(texts)],
     }
-    direct = Slate(Query("", "1. rose"), [Candidate(str(i), {field: t}) for i, t in enumerate(texts)])
+    direct = Slate(Query("", "1. rose"), [Candidate(str(i), {field: t}, scored=False)
+                                          for i, t in enumerate(texts)])
     assert rerank_slate(req, engine).slate == admit(as_rank, engine).slate == direct
 
 

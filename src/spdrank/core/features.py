@@ -2,7 +2,8 @@
 
 A slate's candidates may carry ``features: {name: number}`` (and ``score``, read as the
 feature named ``score``). A model trained with ``--features a,b`` reads those values, as one
-small vector per candidate, through its head.
+small vector per candidate, through its head; a candidate lacking one (``score`` left out or
+null too) is refused, at training and at inference alike.
 
 Normalisation is a z-score per feature, ``(x - mean) / std``, with the mean and standard
 deviation of that feature over every candidate of the training slates. It is fitted once,
@@ -25,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from spdrank.core.slates import Slate, SlateError
+from spdrank.core.slates import SCORE_FEATURE, Slate, SlateError
 
 #: The title-similarity feature's name, as it appears in a candidate's ``features``
 #: (:mod:`spdrank.datasets.title_similarity` computes it; a baseline ranks by it).
@@ -50,23 +51,29 @@ def parse_feature_names(text: str) -> tuple[str, ...]:
 
 
 def raw_features(
-    slate: Slate, names: Sequence[str], reader: str = "this model reads"
+    slate: Slate, names: Sequence[str], reader: str = "this model reads",
+    unscored: float | None = None,
 ) -> np.ndarray:
     """The candidates' values of ``names``, unnormalised, as float64 [n, len(names)].
 
     A candidate without one of them is an error naming the slate's qid, the candidate, the
     feature and who reads it (``reader``), since a ranker that silently read a default would
-    rank on a value nobody sent.
+    rank on a value nobody sent. ``unscored``: the value read as ``score`` for a candidate
+    whose score was not given, for a reader that means the first stage's order by it (equal
+    values keep the listed order); None, a model's reading, refuses it as a missing feature.
     """
     out = np.empty((len(slate), len(names)), dtype=np.float64)
     for i, cand in enumerate(slate.candidates):
         for j, name in enumerate(names):
             value = cand.feature(name)
+            if value is None and name == SCORE_FEATURE:
+                value = unscored
             if value is None:
                 have = sorted(cand.features or ())
+                blank = " (its 'score' is left out or null)" if name == SCORE_FEATURE else ""
                 raise SlateError(
                     f"slate {slate.query.qid!r}: candidates[{i}] (docid {cand.docid!r}) has no "
-                    f"feature {name!r}, which {reader} (features: {', '.join(names)}); "
+                    f"feature {name!r}{blank}, which {reader} (features: {', '.join(names)}); "
                     f"it has {', '.join(have) or 'none'}"
                 )
             out[i, j] = value

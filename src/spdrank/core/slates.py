@@ -9,6 +9,10 @@ included, for search) and ``teacher`` (a full ranking, best first), with
 scores say which candidates the teacher left tied).
 A candidate may also carry ``features``: numbers from the upstream system (a retriever score,
 the item's popularity) that a model trained with ``--features`` reads next to the text.
+A candidate's ``score`` may be left out (or null), as rank_llm's format allows: it then orders
+as 0 wherever the first stage's scores order candidates, but a model reading the feature
+``score`` refuses it as it refuses any feature a candidate lacks, and writing leaves it out, so
+"no score" stays distinct from a score of 0.
 Extra fields are kept as they are, so a round trip through spdrank loses nothing.
 
 Every id a slate names (its qid, docids, history items, clicks, judged documents) passes one
@@ -83,19 +87,25 @@ class Query:
 class Candidate:
     docid: str
     doc: dict[str, Any]
+    #: The first stage's score; 0.0 when none was given (see ``scored``).
     score: float = 0.0
     #: Upstream signals by name (finite numbers); None when the candidate carries none.
     features: dict[str, float] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    #: Whether ``score`` was given. A slate file may leave it out (or send null), and 0.0 in
+    #: its place still orders the candidates as listed, but a model reading the feature
+    #: ``score`` must not take that 0.0 for a value someone sent. True by default, so code
+    #: that builds candidates with their scores needs no change.
+    scored: bool = True
 
     def feature(self, name: str) -> float | None:
         """The value of feature ``name``, or None when the candidate lacks it.
 
-        ``score`` is the candidate's own score field (0 when a file leaves it out, as in
-        rank_llm's format), so a retriever's score needs no copy under ``features``.
+        ``score`` is the candidate's own score field, so a retriever's score needs no copy
+        under ``features``; a candidate whose score was not given lacks it.
         """
         if name == SCORE_FEATURE:
-            return self.score
+            return self.score if self.scored else None
         return None if self.features is None else self.features.get(name)
 
     def text(self, fields: tuple[str, ...] = TEXT_FIELDS) -> str:
@@ -248,7 +258,10 @@ def _check_not_retrieved(raw: Any, slate: Slate, where: str | None) -> list[str]
 
 
 def _candidate_dict(c: Candidate) -> dict[str, Any]:
-    out: dict[str, Any] = {"docid": c.docid, "doc": c.doc, "score": c.score}
+    # A score not given is left out, so the line read back is the same candidate (unscored).
+    out: dict[str, Any] = {"docid": c.docid, "doc": c.doc}
+    if c.scored:
+        out["score"] = c.score
     if c.features is not None:
         out["features"] = dict(c.features)
     return out | c.extra
@@ -370,17 +383,18 @@ def _parse_candidates(raw: Any, where: str | None, text_fields: tuple[str, ...])
         check_text(
             text, f"{label}.doc.{present[0]} (docid {docid!r})", where, f"{label}.doc.{present[0]}"
         )
-        score = cand.get("score", 0.0)
-        if score is not None:
-            score = as_float(score, f"{label}.score (docid {docid!r})", where, f"{label}.score")
-        else:
-            score = 0.0
+        # A score left out or null is not given: 0.0 keeps the listed order wherever scores
+        # order candidates, and ``scored`` tells a model reading 'score' that it is missing.
+        scored = cand.get("score") is not None
+        score = (as_float(cand["score"], f"{label}.score (docid {docid!r})", where,
+                          f"{label}.score") if scored else 0.0)
         features = cand.get("features")
         if features is not None:
             features = parse_features(features, f"{label} (docid {docid!r})", where, label)
         extra = {k: v for k, v in cand.items() if k not in ("docid", "doc", "score", "features")}
         out.append(
-            Candidate(docid=docid, doc=doc, score=score, features=features, extra=extra)
+            Candidate(docid=docid, doc=doc, score=score, features=features, extra=extra,
+                      scored=scored)
         )
     return out
 
@@ -593,8 +607,8 @@ def as_slate(
         for i, c in enumerate(candidates):
             if isinstance(c, Candidate):
                 cands.append(c)
-            elif isinstance(c, str):
-                cands.append(Candidate(docid=str(i), doc={"text": c}))
+            elif isinstance(c, str):  # a bare text carries no first-stage score
+                cands.append(Candidate(docid=str(i), doc={"text": c}, scored=False))
             elif isinstance(c, dict):
                 cands.append(Slate.from_dict({"query": "", "candidates": [c]}).candidates[0])
             else:

@@ -282,7 +282,10 @@ class FeatureRanker:
     values, best first; equal values (a lexical score is 0.0 for most candidates) keep the
     slate's candidate order, so the output is deterministic and its ties visible in the
     scores. A candidate without the feature is an error naming the slate, the candidate and
-    the feature: ranking it by a made-up default would hide a file built without it.
+    the feature: ranking it by a made-up default would hide a file built without it. The one
+    exception is ``score`` left out: rank_llm's format lists candidates in the first stage's
+    order and may omit their scores, so they read as 0 and this ranks them as listed, which
+    is that first stage's order (the ``retriever`` row).
     """
 
     needs_train = False
@@ -299,7 +302,8 @@ class FeatureRanker:
 
     def scores(self, slate: Slate) -> list[float]:
         """The feature's value of each candidate, in candidate order."""
-        return raw_features(slate, [self.feature], reader=f"{self.name} ranks by")[:, 0].tolist()
+        return raw_features(slate, [self.feature], reader=f"{self.name} ranks by",
+                            unscored=0.0)[:, 0].tolist()
 
     def rank(self, slate: Slate) -> Ranking:
         docids = slate.docids
