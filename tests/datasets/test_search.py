@@ -332,6 +332,18 @@ def test_a_hit_without_a_score_beside_scored_ones_is_refused(tmp_path: Path) -> 
         list(slates_from_retrieve_results(path))
 
 
+def test_hits_without_scores_become_candidates_without_one(tmp_path: Path) -> None:
+    """Results that carry only ranks give candidates whose score is not given, so a model
+    reading the first stage's score refuses them instead of reading 0 for every one."""
+    hits = [{"docid": "a", "content": "x", "rank": 2}, {"docid": "b", "content": "y", "rank": 1}]
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps([{"query": "q", "qid": "1", "hits": hits}]))
+    slate = next(slates_from_retrieve_results(path))
+    assert slate.docids == ["b", "a"]
+    assert [c.scored for c in slate.candidates] == [False, False]
+    assert all("score" not in c for c in slate.to_dict()["candidates"])
+
+
 def test_scores_that_rise_along_the_ranks_are_said(tmp_path: Path,
                                                    caplog: pytest.LogCaptureFixture) -> None:
     """Distances (lower is better) read as scores reverse the feature `score`."""

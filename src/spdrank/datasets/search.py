@@ -63,11 +63,11 @@ MAX_RANK = 10**9
 
 class Hit(NamedTuple):
     """One hit of a retrieve-results record, checked: its docid, passage, first-stage score
-    (0 when it has none) and rank (None when it has none)."""
+    and rank (each None when it has none)."""
 
     docid: str
     doc: dict[str, str]
-    score: float
+    score: float | None
     rank: int | None
 
 
@@ -196,7 +196,7 @@ def _check_hit(hit: Any, i: int, qid: str, where: str) -> Hit:
         shown = str(rank) if len(str(rank)) <= 20 else f"an integer of {len(str(rank))} digits"
         raise SlateError(f"{label}.rank must be between 1 and {MAX_RANK:,}, got {shown}", where,
                          field=f"{label}.rank")
-    return Hit(docid, doc, 0.0 if score is None else as_float(score, f"{label}.score", where),
+    return Hit(docid, doc, None if score is None else as_float(score, f"{label}.score", where),
                rank)
 
 
@@ -206,18 +206,21 @@ def _check_hit(hit: Any, i: int, qid: str, where: str) -> Hit:
 def search_slate(
     qid: str,
     query: str,
-    hits: list[tuple[str, dict[str, str], float]],
+    hits: list[tuple[str, dict[str, str], float | None]],
     judgements: Mapping[str, int] | None,
     where: str,
 ) -> Slate:
     """One query's slate: hits ``(docid, doc, score)`` in rank order, its judgements graded.
+    A hit without a score (None) is a candidate without one, so a model that reads the
+    first stage's score refuses it rather than read 0.
 
     Built through :meth:`Slate.from_dict`, the one gate every slate passes, so a hit that no
     slate file could hold is refused here with the query named.
     """
     data: dict[str, Any] = {
         "query": {"qid": qid, "text": query},
-        "candidates": [{"docid": d, "doc": doc, "score": s} for d, doc, s in hits],
+        "candidates": [{"docid": d, "doc": doc, **({} if s is None else {"score": s})}
+                       for d, doc, s in hits],
     }
     if judgements is not None:
         data["relevance"] = dict(judgements)
@@ -234,7 +237,8 @@ def slates_from_retrieve_results(
     for qid, query, hits in read_retrieve_results(path):
         ranked = all(h.rank is not None for h in hits)
         ordered = sorted(hits, key=lambda h: h.rank or 0) if ranked else hits
-        if any(b.score > a.score for a, b in itertools.pairwise(ordered)):
+        if any(b.score > a.score for a, b in itertools.pairwise(ordered)
+               if a.score is not None and b.score is not None):
             rising.append(qid)
         rows = [(h.docid, h.doc, h.score) for h in ordered[:depth]]
         yield search_slate(qid, query, rows, None if qrels is None else qrels.get(qid),
