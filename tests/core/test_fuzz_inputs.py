@@ -180,9 +180,8 @@ def clean_slate(draw: st.DrawFn, qid: Any) -> dict[str, Any]:
     candidates = []
     for docid in docids:
         cand: dict[str, Any] = {"docid": docid, "doc": {"title": draw(title_text())}}
-        score = draw(st.one_of(st.none(), fine_number, st.just("absent")))
-        if score != "absent":
-            cand["score"] = score
+        # The model reads 'score', so a clean candidate carries one (_missing_feature drops it).
+        cand["score"] = draw(fine_number)
         cand["features"] = {"pop": draw(fine_number)} | draw(
             st.dictionaries(st.sampled_from(["ctr", "age"]), finite_float, max_size=2)
         )
@@ -304,10 +303,15 @@ def _blank_title(draw: st.DrawFn, s: dict[str, Any]) -> None:
 
 def _missing_feature(draw: st.DrawFn, s: dict[str, Any]) -> None:
     cand = pick_candidate(draw, s)
-    if draw(st.booleans()):
+    how = draw(st.sampled_from(["features", "pop", "score", "null score"]))
+    if how == "features":
         cand.pop("features")
-    else:
+    elif how == "pop":
         cand["features"].pop("pop")
+    elif how == "score":  # a score left out is no score, not 0
+        cand.pop("score")
+    else:
+        cand["score"] = None
 
 
 def _feature_named_score(draw: st.DrawFn, s: dict[str, Any]) -> None:
@@ -316,7 +320,7 @@ def _feature_named_score(draw: st.DrawFn, s: dict[str, Any]) -> None:
 
 def _too_many_candidates(draw: st.DrawFn, s: dict[str, Any]) -> None:
     s["candidates"] = [
-        {"docid": f"extra{i}", "doc": {"title": f"t{i}"}, "features": {"pop": i}}
+        {"docid": f"extra{i}", "doc": {"title": f"t{i}"}, "score": i, "features": {"pop": i}}
         for i in range(K + 1)
     ]
     s.pop("clicked", None)
