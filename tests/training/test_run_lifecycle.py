@@ -204,6 +204,30 @@ def test_a_finished_run_rerun_as_it_was_run_does_nothing(tmp_path, files, monkey
     assert again["finished"] and run_files(out) == kept
 
 
+def test_a_finished_run_rerun_on_several_processes_starts_none(tmp_path, files, monkeypatch,
+                                                              capsys):
+    """``--num-processes N`` into a finished run says so before it launches anything: N
+    processes would each load the data and find nothing to do."""
+    from spdrank.training import launch
+
+    out = tmp_path / "run"
+    argv = ["train", *config_argv(settings(tmp_path))]
+    assert main(argv) == 0
+    kept = run_files(out)
+    capsys.readouterr()
+
+    def no_launch(*args, **kwargs):
+        raise AssertionError("processes were launched for a finished run")
+
+    monkeypatch.setattr(launch, "launch", no_launch)
+    assert main([*argv, "--num-processes", "2"]) == 0
+    assert capsys.readouterr().out.startswith(f"the run in {out} is already finished")
+    assert run_files(out) == kept
+    assert main([*argv, "--seed", "1", "--num-processes", "2"]) == 2
+    assert "finished run with other settings (--seed: 0 in that run, 1 now)" in (
+        capsys.readouterr().err)
+
+
 def test_a_finished_run_reruns_with_its_settings_spelled_otherwise(tmp_path, files,
                                                                    monkeypatch):
     monkeypatch.chdir(tmp_path)

@@ -219,6 +219,8 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--num-processes must be at least 1, got {args.num_processes}")
     if args.num_processes > 1:
         from spdrank.training.launch import launch, launched
+        from spdrank.training.run_record import ALREADY_KEY
+        from spdrank.training.train import finished_run
 
         if launched():
             raise ValueError(
@@ -226,6 +228,10 @@ def run(args: argparse.Namespace) -> int:
                 "torchrun); drop --num-processes, the launcher's count applies"
             )
         cfg.check(args.num_processes)  # refuse before starting any
+        done = finished_run(cfg)
+        if done is not None:  # the run in --out, finished: no process would do anything
+            print(done[ALREADY_KEY])
+            return 0
         verbose = ["--verbose"] if args.verbose else []
         # The trust flag is no training setting (a run never records it): each process is
         # given it as the user gave it to this one.

@@ -279,13 +279,14 @@ class Trainer:
         self.started = time.perf_counter()
         self.cfg = cfg
         self.out = Path(cfg.out)
+        #: The slate files given, as the run records them: their paths and digests.
+        self.input_files = input_files(cfg)
+        # Before the held-out parts are written (a run refused keeps the parts it read) and
+        # before a process group is joined, which a finished run would never leave.
+        check_rerun(holdout_settings(cfg), self.input_files)
         self.accelerator = Accelerator(cpu=resolve_device(cfg.device) == "cpu")
         self.processes = self.accelerator.num_processes
         cfg.check(self.processes)
-        #: The slate files given, as the run records them: their paths and digests.
-        self.input_files = input_files(cfg)
-        # Before the held-out parts are written: a run refused keeps the parts it read.
-        check_rerun(holdout_settings(cfg), self.input_files)
         cfg = self.cfg = with_holdout(cfg)
         set_seed(cfg.seed)  # every process builds the same initial weights
         normalizer = fit_feature_normalizer(cfg)
@@ -917,6 +918,23 @@ def with_holdout(cfg: TrainConfig) -> TrainConfig:
     return held
 
 
+def finished_summary(done: RunFinished) -> dict[str, Any]:
+    """The summary a rerun of a finished run gives back: that run's, :data:`ALREADY_KEY`
+    saying nothing was done."""
+    return done.record | {ALREADY_KEY: str(done)}
+
+
+def finished_run(cfg: TrainConfig) -> dict[str, Any] | None:
+    """:func:`finished_summary` of the run in ``--out`` when this one would repeat it,
+    ``None`` when there is work to do; another run there is refused, naming what differs.
+    For a launcher to ask before it starts processes that would each find nothing to do."""
+    try:
+        check_rerun(holdout_settings(cfg), input_files(cfg))
+    except RunFinished as done:
+        return finished_summary(done)
+    return None
+
+
 def train(cfg: TrainConfig, trust_remote_code: bool = False) -> dict[str, Any]:
     """Train (or resume) a run; the finished model lands in ``OUT/model``.
 
@@ -933,7 +951,7 @@ def train(cfg: TrainConfig, trust_remote_code: bool = False) -> dict[str, Any]:
     try:
         trainer = Trainer(cfg, trust_remote_code)
     except RunFinished as done:
-        return done.record | {ALREADY_KEY: str(done)}
+        return finished_summary(done)
     try:
         return trainer.run()
     finally:
