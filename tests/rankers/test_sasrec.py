@@ -117,6 +117,26 @@ def test_learns_that_item_i_is_followed_by_i_plus_1(trained):
     assert model.stats.losses[-1] < model.stats.losses[0]
 
 
+@pytest.mark.parametrize("sampled", [None, 7], ids=["whole-catalogue", "sampled"])
+def test_the_softmax_loss_learns_it_too(sampled, monkeypatch):
+    """``loss="ce"`` over the whole catalogue, and over a sample of it for a catalogue larger
+    than the sample (7 of 30 items here)."""
+    from spdrank.rankers import sasrec
+
+    if sampled is not None:
+        monkeypatch.setattr(sasrec, "SAMPLED_NEGATIVES", sampled)
+    config = SASRecConfig(**{**TINY.to_dict(), "loss": "ce"})
+    model = SASRec.fit([items for _, items in _runs()], config)
+    assert _next_item_accuracy(model) >= 0.9
+    assert model.stats.losses[-1] < model.stats.losses[0]
+
+
+def test_a_fit_saved_before_the_loss_was_a_setting_was_trained_with_one_negative():
+    old = {k: v for k, v in TINY.to_dict().items() if k != "loss"}
+    assert SASRecConfig.from_dict(old).loss == "bce"
+    assert SASRecConfig.from_dict({**old, "loss": "ce"}).loss == "ce"
+
+
 def test_fit_is_seeded_and_leaves_the_global_random_state_alone():
     items = [items for _, items in _runs(20)]
     before = torch.get_rng_state()
@@ -196,6 +216,8 @@ def test_config_refuses_bad_settings():
         SASRecConfig(epochs=0)
     with pytest.raises(ValueError, match="multiple of heads"):
         SASRecConfig(dim=10, heads=3)
+    with pytest.raises(ValueError, match="loss must be one of bce, ce, got 'softmax'"):
+        SASRecConfig(loss="softmax")
 
 
 # -- eval ranker ----------------------------------------------------------------------------
@@ -317,7 +339,7 @@ def test_retriever_builds_slates_without_inserting_the_target(tmp_path, monkeypa
     )
     with monkeypatch.context() as patch:
         patch.setattr(data_command, "SASRecConfig",
-                      lambda epochs: SASRecConfig(**{**TINY.to_dict(), "epochs": epochs}))
+                      lambda epochs, loss: SASRecConfig(**{**TINY.to_dict(), "epochs": epochs, "loss": loss}))
         assert args.func(args) == 0
     printed = capsys.readouterr().out
     assert "the sasrec retriever's top 4" in printed and "Recall@4" in printed

@@ -17,7 +17,7 @@ from spdrank.datasets.options import (
     RETRIEVERS,
     BuildOptions,
 )
-from spdrank.rankers.sasrec_config import SASRecConfig
+from spdrank.rankers.sasrec_config import LOSSES, SASRecConfig
 
 
 def _fraction(text: str) -> float:
@@ -81,6 +81,10 @@ def _add_common(p: argparse.ArgumentParser, negatives_default: str | None) -> No
                    metavar="N",
                    help="training epochs of the SASRec a sasrec feature or retriever fits "
                         f"(default {SASRecConfig.epochs})")
+    p.add_argument("--sasrec-loss", choices=LOSSES, default=SASRecConfig.loss,
+                   help="what that SASRec is trained with: ce, a softmax over the catalogue "
+                        "as RecBole trains it, or bce, the paper's one negative a position "
+                        f"(default {SASRecConfig.loss})")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
@@ -154,7 +158,7 @@ def _options(args: argparse.Namespace) -> BuildOptions:
         insert_target=getattr(args, "insert_target", True),
         candidates_are=getattr(args, "candidates_are", None) or "retrieved",
         retriever=args.retriever,
-        sasrec=SASRecConfig(epochs=args.sasrec_epochs),
+        sasrec=SASRecConfig(epochs=args.sasrec_epochs, loss=args.sasrec_loss),
     )
 
 

@@ -12,8 +12,10 @@ tensorboard and plotly. docs/sasrec.md has the evidence. The model is small:
 - ``blocks`` causal self-attention blocks (pre-norm attention, a point-wise feed-forward
   layer, residuals, dropout), then a layer norm;
 - at every position the hidden state scores the next item by a dot product with its
-  embedding; training is binary cross-entropy of the true next item against one negative
-  sampled uniformly from the items the user never interacted with.
+  embedding; training is the cross-entropy of a softmax over the catalogue (``loss="ce"``,
+  the default, as RecBole trains it), or the paper's binary cross-entropy of the true next
+  item against one negative sampled uniformly from the items the user never interacted with
+  (``loss="bce"``).
 
 Padding never moves a real position: padded keys are masked (a padded query attends to
 itself only, so no row is empty), so a history's scores do not depend on what it is batched
@@ -51,7 +53,7 @@ from torch.nn import functional as F
 
 from spdrank.core.ranking import Ranking
 from spdrank.core.slates import Slate, training_sequence
-from spdrank.rankers.sasrec_config import SASREC, SASREC_FIT, SASRecConfig
+from spdrank.rankers.sasrec_config import SAMPLED_NEGATIVES, SASREC, SASREC_FIT, SASRecConfig
 
 log = logging.getLogger(__name__)
 
@@ -326,18 +328,39 @@ class SASRec:
         inputs = _left_pad([w[:-1] for w in window])
         positives = _left_pad([w[1:] for w in window])
         own = _left_pad(batch)  # every item of the user, never a negative
-        negatives = self._negatives(positives.shape, own, gen)
         hidden = self.model(inputs)
         real = positives != 0
-        pos = (hidden * self.model.items(positives)).sum(-1)[real]
-        neg = (hidden * self.model.items(negatives)).sum(-1)[real]
-        loss = F.binary_cross_entropy_with_logits(
-            pos, torch.ones_like(pos)
-        ) + F.binary_cross_entropy_with_logits(neg, torch.zeros_like(neg))
+        if self.config.loss == "ce":
+            loss = self._softmax_loss(hidden[real], positives[real], gen)
+        else:
+            negatives = self._negatives(positives.shape, own, gen)
+            pos = (hidden * self.model.items(positives)).sum(-1)[real]
+            neg = (hidden * self.model.items(negatives)).sum(-1)[real]
+            loss = F.binary_cross_entropy_with_logits(
+                pos, torch.ones_like(pos)
+            ) + F.binary_cross_entropy_with_logits(neg, torch.zeros_like(neg))
         opt.zero_grad()
         loss.backward()
         opt.step()
         return float(loss.detach())
+
+    def _softmax_loss(
+        self, hidden: torch.Tensor, targets: torch.Tensor, gen: torch.Generator
+    ) -> torch.Tensor:
+        """Cross-entropy of each position's next item (``hidden`` [P, D], ``targets`` [P] ids)
+        under a softmax over every item, or, for a catalogue beyond
+        :data:`SAMPLED_NEGATIVES`, over the next item and that many uniform draws shared by
+        the batch (a draw that is the position's own next item left out)."""
+        table = self.model.items.weight
+        n = len(self.items)
+        if n <= SAMPLED_NEGATIVES:
+            return F.cross_entropy(hidden @ table[1:].T, targets - 1)
+        drawn = torch.randint(1, n + 1, (SAMPLED_NEGATIVES,), generator=gen)
+        positive = (hidden * table[targets]).sum(-1, keepdim=True)
+        negative = (hidden @ table[drawn].T).masked_fill(
+            drawn.unsqueeze(0) == targets.unsqueeze(1), float("-inf"))
+        logits = torch.cat([positive, negative], dim=1)
+        return F.cross_entropy(logits, torch.zeros_like(targets))
 
     def _negatives(
         self, shape: torch.Size, own: torch.Tensor, gen: torch.Generator
