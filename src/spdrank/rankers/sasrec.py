@@ -327,12 +327,12 @@ class SASRec:
         window = [u[-(self.config.max_len + 1) :] for u in batch]
         inputs = _left_pad([w[:-1] for w in window])
         positives = _left_pad([w[1:] for w in window])
-        own = _left_pad(batch)  # every item of the user, never a negative
         hidden = self.model(inputs)
         real = positives != 0
         if self.config.loss == "ce":
             loss = self._softmax_loss(hidden[real], positives[real], gen)
         else:
+            own = _left_pad(batch)  # every item of the user, never a negative
             negatives = self._negatives(positives.shape, own, gen)
             pos = (hidden * self.model.items(positives)).sum(-1)[real]
             neg = (hidden * self.model.items(negatives)).sum(-1)[real]
