@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import random
 
+import numpy as np
 import pytest
 import torch
 
@@ -19,6 +20,7 @@ from spdrank.model.config import SPDConfig
 from spdrank.model.parts import NoBackbone, NoTokenizer
 from spdrank.model.ranker import SPDRanker
 from spdrank.rankers.baselines import FeatureRanker
+from spdrank.training.blend import best_blend, blend_rankings
 from spdrank.training.train import TrainConfig, train
 
 
@@ -34,11 +36,13 @@ def slate(rng: random.Random, qid: str, n: int) -> Slate:
                  relevance={c.docid: g for c, g in zip(cands, grades) if g})
 
 
-def model(kind: str, anchor: str, names=("good", "weak", "tied")) -> SPDRanker:
+def model(kind: str, anchor: str, names=("good", "weak", "tied"),
+          normalizer: FeatureNormalizer | None = None) -> SPDRanker:
     config = SPDConfig(
         backbone=BackboneConfig(lora=None),
         head=HeadConfig(kind=kind, positions=24, width=16, heads=2, anchor=anchor),
-        features=FeatureNormalizer(tuple(names), (0.5,) * len(names), (2.0,) * len(names)),
+        features=normalizer or FeatureNormalizer(tuple(names), (0.5,) * len(names),
+                                                 (2.0,) * len(names)),
         features_only=True,
     )
     return SPDRanker(config, NoBackbone(), NoTokenizer()).eval()
@@ -96,15 +100,50 @@ def run(tmp_path, name: str, **settings) -> dict:
 
 
 def test_anchor_best_starts_from_the_input_that_ranks_the_eval_slates_best(tmp_path):
+    """'good' is the best input; 'weak' is the same grades under more noise, so a little of
+    it beside 'good' ranks the eval slates better still, and the student starts from that
+    blend, led by 'good'."""
     summary = run(tmp_path, "best", max_steps=1, head_lr=1e-12)
     assert summary["config"]["anchor"] is None  # best is the default for a student reading features
     choice = summary["anchor"]
-    assert choice["anchor"] == "feature:good" and choice["metric"] == "nDCG@10"
+    assert choice["metric"] == "nDCG@10"
     assert choice["inputs"]["feature:good"] > choice["inputs"]["feature:weak"] > \
         choice["inputs"]["order"]
+    assert choice["anchor"].startswith("feature:1*good+") and "*weak" in choice["anchor"]
+    assert choice["blend"] > choice["inputs"]["feature:good"]
     saved = SPDRanker.from_pretrained(tmp_path / "best")
-    assert saved.config.head.anchor == "feature:good"
+    assert saved.config.head.anchor == choice["anchor"]
     assert "not below feature:good" in " ".join(summary["input_lines"])
+
+
+def test_a_blend_is_chosen_only_where_it_ranks_better_than_one_feature(tmp_path):
+    """Each of two features holds half of every grade: their blend ranks the slates better
+    than either, and the search finds it; on one feature alone there is nothing to blend."""
+    rng = random.Random(5)
+
+    def halves(qid: str) -> Slate:
+        grades = [rng.choice((0, 0, 1, 2, 3)) for _ in range(20)]
+        cands = []
+        for i, g in enumerate(grades):
+            a = rng.uniform(0, g)
+            cands.append(Candidate(docid=f"{qid}-d{i}", doc={"text": f"passage {i}"},
+                                   features={"a": a + rng.gauss(0, .2), "b": g - a}))
+        return Slate(query=Query(qid=qid, text="a query"), candidates=cands,
+                     relevance={c.docid: g for c, g in zip(cands, grades) if g})
+
+    slates = [halves(f"q{i}") for i in range(40)]
+    normalizer = FeatureNormalizer.fit(("a", "b"), slates)
+    single = best_blend(slates, FeatureNormalizer.fit(("a",), slates), "a", "nDCG@10")
+    assert single[0].text() == "feature:a"
+    blend, value = best_blend(slates, normalizer, "a", "nDCG@10")
+    assert blend.names == ("a", "b") and blend.weights[0] == ("a", 1.0)
+    alone = {name: best_blend(slates, FeatureNormalizer.fit((name,), slates), name, "nDCG@10")[1]
+             for name in ("a", "b")}
+    assert value > max(alone.values())
+    student = model("attn", blend.text(), normalizer=normalizer)
+    weights = np.array([weight for _, weight in blend.weights])
+    expected = blend_rankings(slates, [normalizer(s) for s in slates], weights)
+    assert [r.docids for r in student.rank_batch(slates)] == expected
 
 
 def test_a_student_below_its_best_input_is_saved_as_that_input(tmp_path, capsys):

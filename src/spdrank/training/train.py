@@ -48,7 +48,7 @@ from spdrank.core.slates import Slate, SlateError, iter_slates, load_slates, rea
 from spdrank.core.validation import located
 from spdrank.eval.first_stage import selection_metric, verdict
 from spdrank.eval.metrics import SlateMetrics, aggregate
-from spdrank.methods.anchor_spec import BEST_ANCHOR, parse_anchor
+from spdrank.methods.anchor_spec import BEST_ANCHOR, FEATURE_ANCHOR, parse_anchor
 from spdrank.model.checkpoint import (
     MODEL_DIR,
     OPTIMIZER_NAME,
@@ -59,6 +59,7 @@ from spdrank.model.checkpoint import (
 )
 from spdrank.model.ranker import SPDRanker
 from spdrank.model.state_cache import StateCache, open_state_cache
+from spdrank.training.blend import best_blend
 from spdrank.training.config import TrainConfig
 from spdrank.training.inputs import input_names, mean_of, score_inputs, slates_metrics
 from spdrank.training.run_record import (
@@ -279,6 +280,7 @@ class Trainer:
         self.started = time.perf_counter()
         self.cfg = cfg
         self.out = Path(cfg.out)
+        cfg.check()  # what one process can refuse; the process count's rules once joined
         #: The slate files given, as the run records them: their paths and digests.
         self.input_files = input_files(cfg)
         # Before the held-out parts are written (a run refused keeps the parts it read) and
@@ -639,7 +641,9 @@ class Trainer:
     def choose_anchor(self, normalizer: FeatureNormalizer | None) -> dict[str, Any] | None:
         """What ``--anchor best`` starts from: of the given order and each feature read, the
         one that ranks best the slates the run chooses on (its eval slates when it selects on
-        them, else its first training slates), by the metric that selects; a warm start
+        them, else its first training slates), by the metric that selects, or a blend of the
+        features from that one (:func:`~spdrank.training.blend.best_blend`) where it ranks
+        them better still; a warm start
         without ``--anchor``, its checkpoint's anchor; None for any other ``--anchor``. Every
         process reads the same slates, so all choose alike."""
         cfg = self.cfg
@@ -676,9 +680,15 @@ class Trainer:
                    for name, values in score_inputs(slates, input_names(names), metric).items()}
         chosen = max((n for n in figures if figures[n] is not None), key=lambda n: figures[n])
         shown = ", ".join(f"{n} {v:.4f}" for n, v in figures.items() if v is not None)
-        log.info("--anchor best: starting as %s, which ranks %s best by %s (%s)", chosen,
-                 where, metric, shown)
-        return {"anchor": chosen, "metric": metric, "on": where, "inputs": figures}
+        choice = {"anchor": chosen, "metric": metric, "on": where, "inputs": figures}
+        if chosen.startswith(FEATURE_ANCHOR) and len(names) > 1 and normalizer is not None:
+            blend, value = best_blend(slates, normalizer, chosen[len(FEATURE_ANCHOR):], metric)
+            if value is not None and value > figures[chosen]:
+                choice |= {"anchor": blend.text(), "blend": value}
+                shown += f"; blended, {blend.text()} {value:.4f}"
+        log.info("--anchor best: starting as %s, which ranks %s best by %s (%s)",
+                 choice["anchor"], where, metric, shown)
+        return choice
 
     @property
     def selects(self) -> bool:
