@@ -114,6 +114,11 @@ def test_anchor_best_starts_from_the_input_that_ranks_the_eval_slates_best(tmp_p
     saved = SPDRanker.from_pretrained(tmp_path / "best")
     assert saved.config.head.anchor == choice["anchor"]
     assert "not below feature:good" in " ".join(summary["input_lines"])
+    # Unable to learn (learning rate 1e-12), it keeps its start, and says what that ranks as.
+    assert summary["selected"]["step"] == 0
+    assert summary["verdict"].endswith(
+        f": its untrained start, which ranks exactly as its anchor {choice['anchor']}, since "
+        "no epoch ranked them better")
 
 
 def test_a_blend_is_chosen_only_where_it_ranks_better_than_one_feature(tmp_path):

@@ -875,6 +875,10 @@ class Trainer:
         if better is not None:
             summary["verdict"] += (f"; {better.against} ranks them better "
                                    f"({better.first_stage:.3f})")
+        elif chosen["step"] == 0 and self.spd.anchored and not self.cfg.init_from:
+            summary["verdict"] += (f": its untrained start, which ranks exactly as its anchor "
+                                   f"{self.spd.config.head.anchor}, since no epoch ranked "
+                                   "them better")
         if chosen["step"] != self.step:
             return self.out / BEST_DIR / MODEL_DIR
         return None
