@@ -121,22 +121,48 @@ def test_anchor_best_starts_from_the_input_that_ranks_the_eval_slates_best(tmp_p
         "no epoch ranked them better")
 
 
+def test_a_blend_may_lead_with_the_feature_the_given_order_ties_with(tmp_path):
+    """Candidates listed by 'b' (a first stage's score), the better feature: the given order
+    ranks exactly as 'b' and comes first among equals, and the blend still starts from 'b'
+    and wins."""
+    rng = random.Random(3)
+
+    def listed(qid: str) -> Slate:
+        found = halves(rng, qid)
+        return Slate(query=found.query, relevance=found.relevance, candidates=sorted(
+            found.candidates, key=lambda c: -c.features["b"]))
+
+    write_slates(tmp_path / "train.jsonl", [listed(f"t{i}") for i in range(16)])
+    write_slates(tmp_path / "valid.jsonl", [listed(f"v{i}") for i in range(24)])
+    summary = train(TrainConfig(
+        out=str(tmp_path / "run"), slates=str(tmp_path / "train.jsonl"), features="a,b",
+        features_only=True, head="attn", positions=20, head_width=16, batch_size=8,
+        eval_every=0, save_every=0, progress=False, target="relevance", select="best",
+        eval_slates=str(tmp_path / "valid.jsonl"), max_steps=1, head_lr=1e-12))
+    choice = summary["anchor"]
+    assert choice["inputs"]["order"] == choice["inputs"]["feature:b"] > \
+        choice["inputs"]["feature:a"]
+    assert choice["anchor"].startswith("feature:1*b+") and choice["blend"] > \
+        choice["inputs"]["order"]
+
+
+def halves(rng: random.Random, qid: str) -> Slate:
+    """Each of two features holds half of every candidate's grade."""
+    grades = [rng.choice((0, 0, 1, 2, 3)) for _ in range(20)]
+    cands = []
+    for i, g in enumerate(grades):
+        a = rng.uniform(0, g)
+        cands.append(Candidate(docid=f"{qid}-d{i}", doc={"text": f"passage {i}"},
+                               features={"a": a + rng.gauss(0, .2), "b": g - a}))
+    return Slate(query=Query(qid=qid, text="a query"), candidates=cands,
+                 relevance={c.docid: g for c, g in zip(cands, grades) if g})
+
+
 def test_a_blend_is_chosen_only_where_it_ranks_better_than_one_feature(tmp_path):
     """Each of two features holds half of every grade: their blend ranks the slates better
     than either, and the search finds it; on one feature alone there is nothing to blend."""
     rng = random.Random(5)
-
-    def halves(qid: str) -> Slate:
-        grades = [rng.choice((0, 0, 1, 2, 3)) for _ in range(20)]
-        cands = []
-        for i, g in enumerate(grades):
-            a = rng.uniform(0, g)
-            cands.append(Candidate(docid=f"{qid}-d{i}", doc={"text": f"passage {i}"},
-                                   features={"a": a + rng.gauss(0, .2), "b": g - a}))
-        return Slate(query=Query(qid=qid, text="a query"), candidates=cands,
-                     relevance={c.docid: g for c, g in zip(cands, grades) if g})
-
-    slates = [halves(f"q{i}") for i in range(40)]
+    slates = [halves(rng, f"q{i}") for i in range(40)]
     normalizer = FeatureNormalizer.fit(("a", "b"), slates)
     single = best_blend(slates, FeatureNormalizer.fit(("a",), slates), "a", "nDCG@10")
     assert single[0].text() == "feature:a"

@@ -681,8 +681,12 @@ class Trainer:
         chosen = max((n for n in figures if figures[n] is not None), key=lambda n: figures[n])
         shown = ", ".join(f"{n} {v:.4f}" for n, v in figures.items() if v is not None)
         choice = {"anchor": chosen, "metric": metric, "on": where, "inputs": figures}
-        if chosen.startswith(FEATURE_ANCHOR) and len(names) > 1 and normalizer is not None:
-            blend, value = best_blend(slates, normalizer, chosen[len(FEATURE_ANCHOR):], metric)
+        # The blend starts from the best feature, which may tie with the given order it is
+        # the score of (BM25's), and must rank better than every input to be chosen.
+        features = [n for n in figures if n.startswith(FEATURE_ANCHOR) and figures[n] is not None]
+        if len(names) > 1 and normalizer is not None and features:
+            lead = max(features, key=lambda n: figures[n])
+            blend, value = best_blend(slates, normalizer, lead[len(FEATURE_ANCHOR):], metric)
             if value is not None and value > figures[chosen]:
                 choice |= {"anchor": blend.text(), "blend": value}
                 shown += f"; blended, {blend.text()} {value:.4f}"
