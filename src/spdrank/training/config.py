@@ -134,9 +134,9 @@ class TrainingSettings:
         help="what the scores start from, so that an untrained student ranks exactly as that "
         "ranker and training learns a correction to it: order (the order the candidates are "
         "given in, the first stage's), a feature the student reads (NAME, or a blend "
-        "feature:0.7*NAME+0.3*OTHER of their z-scores), best (of the given order and every "
-        "feature read, what ranks the eval slates best when the run chooses on them, else "
-        "the training slates), or none. Default: best for a student that reads --features "
+        "feature:0.7*NAME+0.3*OTHER of their z-scores), best (of the given order, every "
+        "feature read and blends led by the best feature, what ranks the eval slates best "
+        "when the run chooses on them, else the training slates), or none. Default: best for a student that reads --features "
         "(unless --init-from), else order with a search prompt (its slates list passages in "
         "the first stage's order) and none otherwise (recommendation slates shuffle theirs)",
     )
