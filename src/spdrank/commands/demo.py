@@ -210,7 +210,7 @@ def run(args: argparse.Namespace) -> int:
         f"evaluating the student against its teacher and the baselines"
         f"{' (SASRec fitted on the training users first)' if scale.sasrec else ''} on "
         f"{scale.eval} eval slates (spdrank bench: table, report and plots in {report})",
-        "about 3-4 min" if scale.sasrec else "about 1 min",
+        "about 5-8 min the first time (SASRec's fit, then cached)" if scale.sasrec else "about 1 min",
     )
     call(bench_argv(scale, data, labels, model_dir, report, args.device))
 
