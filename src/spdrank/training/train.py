@@ -642,10 +642,10 @@ class Trainer:
         """What ``--anchor best`` starts from: of the given order and each feature read, the
         one that ranks best the slates the run chooses on (its eval slates when it selects on
         them, else its first training slates), by the metric that selects, or a blend of the
-        features from that one (:func:`~spdrank.training.blend.best_blend`) where it ranks
-        them better still; a warm start
-        without ``--anchor``, its checkpoint's anchor; None for any other ``--anchor``. Every
-        process reads the same slates, so all choose alike."""
+        features led by the best of them (:func:`~spdrank.training.blend.best_blend`) where
+        it ranks them better still; a warm start without ``--anchor``, its checkpoint's
+        anchor; None for any other ``--anchor``. Every process reads the same slates, so all
+        choose alike."""
         cfg = self.cfg
         if cfg.init_from and cfg.anchor is None:
             from spdrank.model.checkpoint import CONFIG_NAME, checkpoint_dir, read_config
